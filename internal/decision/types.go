@@ -1,0 +1,91 @@
+// Package decision holds the per-signal state machines of the throttle and
+// the admission decision made on the request path.
+//
+// It is free of collector types: the extension feeds it water levels from the
+// sampler and asks it for decisions.
+package decision // import "github.com/otelthrottle/throttle/internal/decision"
+
+// Signal is a telemetry signal with its own state machine.
+type Signal uint8
+
+// The signals, in a fixed order usable as array indexes.
+const (
+	Traces Signal = iota
+	Metrics
+	Logs
+	Profiles
+	// NumSignals is the number of signals; not a signal.
+	NumSignals
+)
+
+var signalNames = [NumSignals]string{"traces", "metrics", "logs", "profiles"}
+
+// String returns the signal's name as used in config and telemetry.
+func (s Signal) String() string {
+	if s < NumSignals {
+		return signalNames[s]
+	}
+	return "unknown"
+}
+
+// ParseSignal returns the signal named name ("traces", "metrics", "logs",
+// "profiles").
+func ParseSignal(name string) (Signal, bool) {
+	for i, n := range signalNames {
+		if n == name {
+			return Signal(i), true
+		}
+	}
+	return 0, false
+}
+
+// State is the state of one signal's state machine.
+type State uint8
+
+// The states. Their numeric values are those of the state gauge.
+const (
+	Normal   State = 0
+	Shedding State = 1
+	Open     State = 2
+)
+
+var stateNames = [...]string{"normal", "shedding", "open"}
+
+// String returns the state's lower-case name.
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "unknown"
+}
+
+// Verdict is the outcome of one admission decision.
+type Verdict uint8
+
+// The verdicts.
+const (
+	// Admit lets the request in.
+	Admit Verdict = iota
+	// DenyShed rejects it: the signal is Shedding (or ramping up after Open)
+	// and the random draw fell under the drop probability.
+	DenyShed
+	// DenyOpen rejects it: the signal is Open.
+	DenyOpen
+	// DenyBudget rejects it: the admission budget of in-flight bytes is full.
+	// Decide never returns it; the middleware does.
+	DenyBudget
+)
+
+var verdictReasons = [...]string{"", "shed", "open", "budget"}
+
+// Admitted reports whether v lets the request in.
+func (v Verdict) Admitted() bool { return v == Admit }
+
+// Reason is the telemetry reason of a denial ("shed", "open", "budget"), or
+// "" for Admit.
+func (v Verdict) Reason() string {
+	if int(v) < len(verdictReasons) {
+		return verdictReasons[v]
+	}
+	return "unknown"
+}

@@ -1,0 +1,51 @@
+// Package sampler reads the collector's resource usage at a fixed interval,
+// turns it into a WaterLevel and publishes it atomically.
+package sampler // import "github.com/otelthrottle/throttle/internal/sampler"
+
+import (
+	"time"
+
+	"github.com/otelthrottle/throttle/internal/cgroup"
+)
+
+// WaterLevel is one published sample. It is immutable once published: readers
+// load a *WaterLevel and never write through it.
+type WaterLevel struct {
+	// CPU is the raw CPU usage of the last window as a share of the
+	// effective cores (it can exceed 1 for one window).
+	CPU float64
+	// CPUFast and CPUSlow are the fast and slow EWMAs of CPU.
+	CPUFast float64
+	CPUSlow float64
+	// CPUValid is false until the first valid CPU window.
+	CPUValid bool
+	// Mem is the memory working set over the memory limit.
+	Mem float64
+	// MemValid is false when there is no memory limit or memory could not be
+	// read; an invalid level counts as safe.
+	MemValid bool
+	// WorkingSet and MemLimit are the bytes behind Mem (MemLimit 0 = none).
+	WorkingSet uint64
+	MemLimit   uint64
+	// Cores is the effective number of cores CPU is normalised by.
+	Cores float64
+	// At is when the sample was taken (monotonic clock reading).
+	At time.Time
+}
+
+// Source is where the sampler reads resource usage: the cgroup reader, the
+// process fallback, or a test double. Every method may be slow (it reads
+// files); the sampler calls them from its own goroutine only.
+type Source interface {
+	// CPUTime returns the cumulative CPU time used (monotonic counter).
+	CPUTime() (time.Duration, error)
+	// WorkingSet returns the memory working set in bytes
+	// (usage minus inactive file cache, never negative).
+	WorkingSet() (uint64, error)
+	// Limits re-resolves where the source reads from (a process moved to
+	// another cgroup is followed) and returns the binding limits.
+	Limits() (cgroup.Limits, error)
+	// Describe names the source for the startup log, e.g.
+	// "cgroup v2 /sys/fs/cgroup/kubepods/pod1" or "process (/proc/self/stat)".
+	Describe() string
+}
