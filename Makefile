@@ -1,0 +1,80 @@
+# throttle: adaptive overload protection for the OpenTelemetry Collector.
+SHELL := /bin/bash
+GO ?= go
+GOTEST_FLAGS ?= -race -timeout 20m
+MDATAGEN := $(GO) tool -modfile=$(CURDIR)/internal/tools/go.mod mdatagen
+
+.PHONY: all
+all: lint test
+
+## test: run every test of the module (unit, component, end-to-end).
+.PHONY: test
+test:
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+## bench: run the Go benchmarks (request path, engine, sampler).
+.PHONY: bench
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -cpu 1,2 ./...
+
+## lint: gofmt and go vet.
+.PHONY: lint
+lint:
+	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+	$(GO) vet ./...
+
+## generate: regenerate mdatagen output for the processor (root) and the extension.
+# mdatagen names the package of its generated tests after the folder holding
+# metadata.yaml, so the root is generated through a symlink named after the
+# package, whatever this checkout's folder is called.
+.PHONY: generate
+generate:
+	@tmp=$$(mktemp -d) && ln -s $(CURDIR) $$tmp/throttleprocessor && \
+	  (cd $$tmp/throttleprocessor && $(MDATAGEN) metadata.yaml) ; rc=$$?; rm -rf $$tmp; exit $$rc
+	cd extension/throttleextension && $(MDATAGEN) metadata.yaml
+
+## check-generate: fail when the committed generated files differ from `make generate`.
+.PHONY: check-generate
+check-generate: generate
+	@git diff --exit-code -- '*generated*' '*documentation.md' || { echo "generated files are stale: run make generate"; exit 1; }
+
+# ---------------------------------------------------------------------------
+# The otelcol-throttle distribution (builder-config.yaml), built with ocb.
+
+OCB_VERSION ?= v0.165.0
+# ocb is installed into ./bin (git-ignored) under a versioned name, so an
+# ocb of another release elsewhere on PATH is never picked up by mistake.
+OCB := $(CURDIR)/bin/ocb-$(OCB_VERSION)
+OTELCOL := $(CURDIR)/_build/otelcol-throttle
+CONFIG ?= examples/otelcol-config.yaml
+
+# Everything the binary is built from: the manifest, the module's go.mod and
+# go.sum and every non-test Go file of the module (tracked or not), so that a
+# second `make run` with nothing changed does not rebuild.
+OTELCOL_SRCS := builder-config.yaml go.mod go.sum $(shell find . -name '*.go' -not -name '*_test.go' \
+	-not -path './_build/*' -not -path './bin/*' -not -path './.git/*' -not -path './internal/tools/*' \
+	-not -path './test/*' -not -path '*/testdata/*' 2>/dev/null)
+
+$(OCB):
+	@mkdir -p $(CURDIR)/bin
+	GOBIN=$(CURDIR)/bin $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
+	mv $(CURDIR)/bin/builder $@
+
+$(OTELCOL): $(OTELCOL_SRCS) | $(OCB)
+	$(OCB) --config builder-config.yaml
+	@touch $@
+
+## otelcol: build the otelcol-throttle distribution into ./_build (installs ocb if missing).
+.PHONY: otelcol
+otelcol: $(OTELCOL)
+
+## run: build the distribution if needed and run it with $(CONFIG)
+## (OTLP on localhost:4317/4318, its own metrics on localhost:8888/metrics).
+.PHONY: run
+run: $(OTELCOL)
+	$(OTELCOL) --config $(CONFIG)
+
+## smoke: only the smoke test of the real distribution (part of `make test` too).
+.PHONY: smoke
+smoke:
+	$(GO) test -count=1 -v -timeout 20m ./test/distribution/...

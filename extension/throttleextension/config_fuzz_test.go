@@ -1,0 +1,96 @@
+package throttleextension
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/confmap"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// FuzzConfigUnmarshal feeds fuzzed values to the fields with the most
+// parsing and validation logic, through confmap as the collector does, and
+// checks that unmarshalling and validation never panic, and that whatever
+// validates keeps the invariants the engine relies on. Seeds are in
+// testdata/fuzz/FuzzConfigUnmarshal; run longer with
+// go test -run '^$' -fuzz FuzzConfigUnmarshal -fuzztime 30s ./extension/throttleextension/
+func FuzzConfigUnmarshal(f *testing.F) {
+	f.Add(0.80, 0.70, 0.90, 3, 0.95, 0.0, 1.0, "250ms", "auto", "1MiB", "default", "/prometheus/write", "metrics")
+	f.Add(0.85, 0.70, 1.20, 3, 0.7, 0.0, 0.2, "250ms", "24MiB", "65536", "traces", "/my.pkg.Service/Push", "logs")
+	f.Fuzz(func(t *testing.T, enter, exit, hard float64, breachN int, beta, dropMin, dropMax float64,
+		interval, budget, unknownSize, ruleKey, route, signal string,
+	) {
+		conf := confmap.NewFromStringMap(map[string]any{
+			"sample_interval":       interval,
+			"stale_after_intervals": breachN,
+			"signal":                map[string]any{"cpu_slow_beta": beta, "fallback_cores": dropMax},
+			"thresholds": map[string]any{
+				"cpu": map[string]any{"enter": enter, "exit": exit, "hard": hard, "breach_n": breachN},
+				"mem": map[string]any{"enter": enter, "exit": exit, "hard": hard},
+			},
+			"rules": map[string]any{
+				ruleKey: map[string]any{"drop_min": dropMin, "drop_max": dropMax},
+			},
+			"admission": map[string]any{"max_inflight_bytes": budget, "unknown_size": unknownSize},
+			"routes": map[string]any{
+				"http": map[string]any{route: signal},
+				"grpc": map[string]any{route: signal},
+			},
+		})
+		cfg := createDefaultConfig().(*Config)
+		if err := conf.Unmarshal(cfg); err != nil {
+			return
+		}
+		if err := confmap.Validate(cfg); err != nil {
+			require.NotEmpty(t, err.Error())
+			return
+		}
+
+		// What validated holds the invariants.
+		for _, s := range []SlotConfig{cfg.Thresholds.CPU, cfg.Thresholds.Mem} {
+			if s.Enabled {
+				require.True(t, 0 < s.Exit && s.Exit < s.Enter && s.Enter < s.Hard, "%+v", s)
+				require.False(t, math.IsInf(s.Hard, 0))
+				require.GreaterOrEqual(t, s.BreachN, 1)
+			}
+		}
+		if cfg.Thresholds.Mem.Enabled {
+			require.LessOrEqual(t, cfg.Thresholds.Mem.Hard, 1.0)
+		}
+		for s := range decision.NumSignals {
+			r := cfg.RuleFor(s)
+			require.True(t, 0 <= r.DropMin && r.DropMin <= r.DropMax && r.DropMax <= 1, "%s: %+v", s, r)
+		}
+		require.GreaterOrEqual(t, cfg.SampleInterval, minSampleInterval)
+		require.Greater(t, cfg.Signal.CPUSlowBeta, 0.0)
+		require.Less(t, cfg.Signal.CPUSlowBeta, 1.0)
+		require.GreaterOrEqual(t, cfg.StaleAfter(), time.Duration(0))
+
+		b := cfg.Admission.MaxInflightBytes
+		for _, limit := range []uint64{0, 1, 300 << 20, math.MaxUint64} {
+			got := b.ResolveBudget(limit)
+			switch {
+			case b.Off():
+				require.Zero(t, got)
+			case b.Auto() && limit > 0:
+				require.True(t, got >= minAutoBudget && got <= maxAutoBudget, "%d", got)
+			}
+		}
+		if !b.Off() {
+			require.NotZero(t, cfg.Admission.UnknownSize)
+		}
+
+		// The mappings to the engine's configurations take anything valid.
+		dc := cfg.decisionConfig()
+		require.Equal(t, cfg.RuleFor(decision.Logs).DropMax, dc.Rules[decision.Logs].DropMax)
+		require.Equal(t, cfg.Signal.MemoryLimitMiB, cfg.samplerConfig().MemoryLimit>>20)
+
+		// The size text a budget prints reads back as the same budget.
+		var back InflightBudget
+		require.NoError(t, back.UnmarshalText([]byte(b.String())))
+		require.Equal(t, b, back)
+	})
+}

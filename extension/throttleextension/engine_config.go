@@ -1,0 +1,61 @@
+package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
+
+import (
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// samplerConfig maps the sample_interval and signal sections to the
+// sampler's configuration. The slow cadence at which limits are re-read is
+// left to the sampler's default (10s): it is not a user setting.
+func (cfg *Config) samplerConfig() sampler.Config {
+	return sampler.Config{
+		Interval:      cfg.SampleInterval,
+		CPUFastBeta:   cfg.Signal.CPUFastBeta,
+		CPUSlowBeta:   cfg.Signal.CPUSlowBeta,
+		FallbackCores: cfg.Signal.FallbackCores,
+		// Validate bounds memory_limit_mib so the shift cannot overflow.
+		MemoryLimit: cfg.Signal.MemoryLimitMiB << 20,
+	}
+}
+
+// decisionConfig maps the thresholds, rules and recovery_ramp sections to
+// the decision engine's configuration, with every signal's rule resolved
+// over the default rule.
+func (cfg *Config) decisionConfig() decision.Config {
+	dc := decision.Config{
+		CPU:          cfg.Thresholds.CPU.slot(),
+		Mem:          cfg.Thresholds.Mem.slot(),
+		RecoveryRamp: cfg.RecoveryRamp,
+	}
+	for s := range decision.NumSignals {
+		r := cfg.RuleFor(s)
+		dc.Rules[s] = decision.Rule{Enabled: r.Enabled, DropMin: r.DropMin, DropMax: r.DropMax}
+	}
+	return dc
+}
+
+func (s SlotConfig) slot() decision.Slot {
+	return decision.Slot{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN}
+}
+
+// middlewareRoutes maps the routes section to the middleware's routes.
+// Validate has checked every signal name, so unknown names cannot occur.
+func (cfg *Config) middlewareRoutes() middleware.Routes {
+	r := middleware.Routes{
+		HTTP: make(map[string]decision.Signal, len(cfg.Routes.HTTP)),
+		GRPC: make(map[string]decision.Signal, len(cfg.Routes.GRPC)),
+	}
+	for p, name := range cfg.Routes.HTTP {
+		if s, ok := decision.ParseSignal(name); ok {
+			r.HTTP[p] = s
+		}
+	}
+	for m, name := range cfg.Routes.GRPC {
+		if s, ok := decision.ParseSignal(name); ok {
+			r.GRPC[m] = s
+		}
+	}
+	return r
+}

@@ -1,0 +1,304 @@
+package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/collector/extension/extensionmiddleware"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// warnEvery bounds how often one kind of sampler failure is logged: the
+// sampler ticks 4 times a second and a broken file would flood the log.
+const warnEvery = 30 * time.Second
+
+// throttleExtension is the throttle extension: it owns the sampler and the
+// engine, and hands decisions to the middleware and the processor.
+type throttleExtension struct {
+	cfg    *Config
+	id     component.ID
+	logger *zap.Logger
+	source ResourceSource // injected by tests; nil = cgroup, else process
+
+	engine     *decision.Engine
+	tel        *telemetry
+	classifier *middleware.Classifier
+	retry      *middleware.RetryDelay
+	// exempt[s]: signal s is always admitted and bypasses the budget.
+	exempt [decision.NumSignals]bool
+
+	// budget is shared by every server of this extension; set at Start once
+	// the memory limit is known (nil = no budget).
+	budget atomic.Pointer[middleware.Budget]
+
+	mu      sync.Mutex // guards the lifecycle below
+	started bool
+	stopped bool
+	sampler *sampler.Sampler
+
+	// Sampler goroutine only.
+	lastWarn map[string]time.Time
+	lastAt   time.Time
+}
+
+var (
+	_ extension.Extension            = (*throttleExtension)(nil)
+	_ extensionmiddleware.HTTPServer = (*throttleExtension)(nil)
+	_ extensionmiddleware.GRPCServer = (*throttleExtension)(nil)
+	_ Throttle                       = (*throttleExtension)(nil)
+	_ middleware.Decider             = (*throttleExtension)(nil)
+	_ middleware.Recorder            = (*throttleExtension)(nil)
+)
+
+func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*throttleExtension, error) {
+	e := &throttleExtension{
+		cfg:      cfg,
+		id:       set.ID,
+		logger:   set.Logger,
+		source:   fo.source,
+		lastWarn: map[string]time.Time{},
+	}
+	e.engine = decision.New(cfg.decisionConfig(), decision.Options{OnTransition: e.logTransition})
+	for s := range decision.NumSignals {
+		e.exempt[s] = !cfg.Enabled || !cfg.RuleFor(s).Enabled
+	}
+	var err error
+	if e.classifier, err = middleware.NewClassifier(cfg.middlewareRoutes()); err != nil {
+		return nil, err
+	}
+	e.retry = middleware.NewRetryDelay(cfg.RetryAfter.Min, cfg.RetryAfter.Max, nil)
+	if e.tel, err = newTelemetry(set.TelemetrySettings, set.ID, e.telemetrySources()); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Start starts the sampler. It is idempotent; with enabled: false it starts
+// nothing and every decision admits.
+func (e *throttleExtension) Start(_ context.Context, _ component.Host) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started || e.stopped {
+		return nil
+	}
+	e.started = true
+	if !e.cfg.Enabled {
+		e.logger.Info("throttle disabled (enabled: false): admitting everything, no sampler")
+		return nil
+	}
+	src := e.source
+	if src == nil {
+		src = defaultSource(e.logger)
+	}
+	e.sampler = sampler.New(src, e.cfg.samplerConfig(), sampler.Options{
+		OnSample: e.onSample,
+		OnError:  e.onSamplerError,
+	})
+	// Start takes the first sample before it returns, so the memory limit
+	// is known when the budget is sized.
+	e.sampler.Start()
+	wl := e.sampler.Load()
+	if !e.cfg.Admission.MaxInflightBytes.Off() {
+		e.budget.Store(middleware.NewBudget(int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit))))
+	}
+	e.logger.Info("throttle started",
+		zap.String("resource_source", src.Describe()),
+		zap.Float64("effective_cores", wl.Cores),
+		zap.Uint64("memory_limit_bytes", wl.MemLimit),
+		zap.Int64("admission_budget_bytes", e.budget.Load().Max()),
+		zap.Duration("sample_interval", e.cfg.SampleInterval),
+	)
+	return nil
+}
+
+// defaultSource is the container's cgroup, or the process's own counters
+// where there is none (bare metal, macOS, tests).
+func defaultSource(logger *zap.Logger) ResourceSource {
+	r, err := cgroup.NewReader("/")
+	if err == nil {
+		return r
+	}
+	logger.Info("no usable cgroup; reading the process's own CPU time and RSS instead", zap.Error(err))
+	return cgroup.NewProcess("/")
+}
+
+// Shutdown stops the sampler and waits for it. Safe without Start, and more
+// than once.
+func (e *throttleExtension) Shutdown(context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return nil
+	}
+	e.stopped = true
+	if e.sampler != nil {
+		e.sampler.Stop()
+	}
+	e.tel.shutdown()
+	return nil
+}
+
+// onSample runs on the sampler goroutine after each publish.
+func (e *throttleExtension) onSample(wl *sampler.WaterLevel, took time.Duration) {
+	e.engine.Observe(wl)
+	var interval time.Duration
+	if !e.lastAt.IsZero() {
+		interval = wl.At.Sub(e.lastAt)
+	}
+	e.lastAt = wl.At
+	e.tel.sampled(took, interval)
+}
+
+// onSamplerError counts every failure and logs each kind at most once per
+// warnEvery.
+func (e *throttleExtension) onSamplerError(err error) {
+	resource := errorResource(err)
+	e.tel.samplerError(resource)
+	now := time.Now()
+	if last, ok := e.lastWarn[resource]; ok && now.Sub(last) < warnEvery {
+		return
+	}
+	e.lastWarn[resource] = now
+	e.logger.Warn("throttle sampler: resource read failed or frame skipped (logged at most every 30s per resource)",
+		zap.String("resource", resource), zap.Error(err))
+}
+
+// errorResource names the resource a sampler error is about, for the
+// sampler_errors metric and the rate limit of its log.
+func errorResource(err error) string {
+	var re *sampler.ReadError
+	if errors.As(err, &re) {
+		return re.Resource
+	}
+	return "cpu" // skipped CPU windows
+}
+
+// logTransition logs one state change. The message names the signal and
+// both states so that the collector's log sampling, which keys on the
+// message, cannot hide one kind of transition behind another.
+func (e *throttleExtension) logTransition(t decision.Transition) {
+	e.logger.Info("throttle "+t.Signal.String()+": "+t.From.String()+" -> "+t.To.String(),
+		zap.String("signal", t.Signal.String()),
+		zap.String("from", t.From.String()),
+		zap.String("to", t.To.String()),
+		zap.Float64("cpu", t.Level.CPU),
+		zap.Float64("cpu_slow", t.Level.CPUSlow),
+		zap.Float64("cpu_fast", t.Level.CPUFast),
+		zap.Bool("cpu_valid", t.Level.CPUValid),
+		zap.Float64("mem", t.Level.Mem),
+		zap.Bool("mem_valid", t.Level.MemValid),
+	)
+}
+
+// Decide implements Throttle and middleware.Decider.
+func (e *throttleExtension) Decide(s Signal) Verdict {
+	if s < decision.NumSignals && e.exempt[s] {
+		return decision.Admit
+	}
+	return e.engine.Decide(s)
+}
+
+// Exempt implements middleware.Decider.
+func (e *throttleExtension) Exempt(s Signal) bool {
+	return s < decision.NumSignals && e.exempt[s]
+}
+
+// State implements Throttle.
+func (e *throttleExtension) State(s Signal) State {
+	if !e.cfg.Enabled {
+		return decision.Normal
+	}
+	return e.engine.State(s)
+}
+
+// RetryDelay implements Throttle.
+func (e *throttleExtension) RetryDelay(v Verdict) time.Duration { return e.retry.Draw(v) }
+
+// RecordProcessorDecision implements Throttle.
+func (e *throttleExtension) RecordProcessorDecision(s Signal, v Verdict) {
+	e.tel.record(protocolProcessor, s, v)
+}
+
+// Record implements middleware.Recorder.
+func (e *throttleExtension) Record(p middleware.Protocol, s decision.Signal, v decision.Verdict) {
+	switch p {
+	case middleware.ProtocolHTTP:
+		e.tel.record(protocolHTTP, s, v)
+	case middleware.ProtocolGRPC:
+		e.tel.record(protocolGRPC, s, v)
+	}
+}
+
+func (e *throttleExtension) middlewareConfig() middleware.Config {
+	return middleware.Config{
+		Classifier:  e.classifier,
+		Decider:     e,
+		Retry:       e.retry,
+		Budget:      e.budget.Load(),
+		UnknownSize: int64(e.cfg.Admission.UnknownSize),
+		Recorder:    e,
+	}
+}
+
+// GetHTTPHandler implements extensionmiddleware.HTTPServer: the receiver's
+// handler is wrapped so that requests are decided before their body is read.
+func (e *throttleExtension) GetHTTPHandler(context.Context) (extensionmiddleware.WrapHTTPHandlerFunc, error) {
+	return func(_ context.Context, next http.Handler) (http.Handler, error) {
+		m, err := middleware.NewHTTP(e.middlewareConfig())
+		if err != nil {
+			return nil, err
+		}
+		return m.Wrap(next), nil
+	}, nil
+}
+
+// GetGRPCServerOptions implements extensionmiddleware.GRPCServer: a tap
+// handle decides when a stream's headers arrive, before any message is read.
+// grpc-go allows one tap handle per server.
+func (e *throttleExtension) GetGRPCServerOptions(context.Context) ([]grpc.ServerOption, error) {
+	m, err := middleware.NewGRPC(e.middlewareConfig())
+	if err != nil {
+		return nil, err
+	}
+	return m.ServerOptions(), nil
+}
+
+func (e *throttleExtension) level() *sampler.WaterLevel {
+	e.mu.Lock()
+	s := e.sampler
+	e.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.Load()
+}
+
+func (e *throttleExtension) budgetValues() (reserved, limit int64) {
+	b := e.budget.Load()
+	return b.Reserved(), b.Max()
+}
+
+func (e *throttleExtension) telemetrySources() telemetrySources {
+	c := e.cfg.Thresholds
+	return telemetrySources{
+		level:      e.level,
+		state:      e.State,
+		budget:     e.budgetValues,
+		stale:      func() bool { return false },
+		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
+		cpuEnabled: c.CPU.Enabled,
+		memEnabled: c.Mem.Enabled,
+	}
+}

@@ -1,0 +1,185 @@
+package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// protocol is where a decision was taken; its values index pre-built
+// attribute sets.
+type protocol uint8
+
+const (
+	protocolHTTP protocol = iota
+	protocolGRPC
+	protocolProcessor
+	numProtocols
+)
+
+var protocolNames = [numProtocols]string{"http", "grpc", "processor"}
+
+// The water_level kinds, in the order observed.
+var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "mem", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
+
+// telemetrySources is what the observable gauges read when the meter
+// collects. Each is cheap and safe to call from any goroutine.
+type telemetrySources struct {
+	level  func() *sampler.WaterLevel
+	state  func(decision.Signal) decision.State
+	budget func() (reserved, limit int64)
+	stale  func() bool
+	// lines are cpu enter/exit/hard, mem enter/exit/hard (0 for a disabled slot).
+	lines [6]float64
+	// cpuEnabled and memEnabled say whether a slot's lines are reported.
+	cpuEnabled, memEnabled bool
+}
+
+// telemetry records everything the extension reports through the
+// collector's MeterProvider. All attribute sets are built once here so that
+// the request path only increments a counter without allocating.
+type telemetry struct {
+	tb *metadata.TelemetryBuilder
+
+	requests [numProtocols][decision.NumSignals][decision.DenyBudget + 1]metric.AddOption
+	errors   map[string]metric.AddOption
+	plain    metric.RecordOption
+}
+
+const idKey = "extension"
+
+func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetrySources) (*telemetry, error) {
+	tb, err := metadata.NewTelemetryBuilder(set)
+	if err != nil {
+		return nil, err
+	}
+	idAttr := attribute.String(idKey, id.String())
+	t := &telemetry{
+		tb:     tb,
+		errors: map[string]metric.AddOption{},
+		plain:  metric.WithAttributeSet(attribute.NewSet(idAttr)),
+	}
+	for p := range numProtocols {
+		for s := range decision.NumSignals {
+			for v := decision.Admit; v <= decision.DenyBudget; v++ {
+				attrs := []attribute.KeyValue{
+					idAttr,
+					attribute.String("protocol", protocolNames[p]),
+					attribute.String("signal", s.String()),
+				}
+				if v.Admitted() {
+					attrs = append(attrs, attribute.String("decision", "allowed"))
+				} else {
+					attrs = append(attrs, attribute.String("decision", "denied"), attribute.String("reason", v.Reason()))
+				}
+				t.requests[p][s][v] = metric.WithAttributeSet(attribute.NewSet(attrs...))
+			}
+		}
+	}
+	for _, r := range []string{"cpu", "mem", "limits"} {
+		t.errors[r] = metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("resource", r)))
+	}
+
+	var kindOpts [len(levelKinds)]metric.ObserveOption
+	for i, k := range levelKinds {
+		kindOpts[i] = metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("kind", k)))
+	}
+	err = tb.RegisterThrottleWaterLevelCallback(func(_ context.Context, o metric.Float64Observer) error {
+		wl := src.level()
+		if wl != nil {
+			if wl.CPUValid {
+				o.Observe(wl.CPU, kindOpts[0])
+				o.Observe(wl.CPUSlow, kindOpts[1])
+				o.Observe(wl.CPUFast, kindOpts[2])
+			}
+			if wl.MemValid {
+				o.Observe(wl.Mem, kindOpts[3])
+			}
+		}
+		for i, line := range src.lines {
+			if (i < 3 && src.cpuEnabled) || (i >= 3 && src.memEnabled) {
+				o.Observe(line, kindOpts[4+i])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	var signalOpts [decision.NumSignals]metric.ObserveOption
+	for s := range decision.NumSignals {
+		signalOpts[s] = metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("signal", s.String())))
+	}
+	err = tb.RegisterThrottleStateCallback(func(_ context.Context, o metric.Int64Observer) error {
+		for s := range decision.NumSignals {
+			o.Observe(int64(src.state(s)), signalOpts[s])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	reservedOpt := metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("budget", "reserved")))
+	limitOpt := metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("budget", "limit")))
+	err = tb.RegisterThrottleInflightBytesCallback(func(_ context.Context, o metric.Int64Observer) error {
+		reserved, limit := src.budget()
+		o.Observe(reserved, reservedOpt)
+		o.Observe(limit, limitOpt)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	plainObserve := metric.WithAttributeSet(attribute.NewSet(idAttr))
+	err = tb.RegisterThrottleSamplerStaleCallback(func(_ context.Context, o metric.Int64Observer) error {
+		var v int64
+		if src.stale() {
+			v = 1
+		}
+		o.Observe(v, plainObserve)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// record counts one decision. It is on the request path: no allocation.
+func (t *telemetry) record(p protocol, s decision.Signal, v decision.Verdict) {
+	if s >= decision.NumSignals || v > decision.DenyBudget {
+		return
+	}
+	t.tb.ThrottleRequests.Add(context.Background(), 1, t.requests[p][s][v])
+}
+
+// sampled records one published sample: how long it took and the time since
+// the previous one (0 for the first).
+func (t *telemetry) sampled(took, interval time.Duration) {
+	ctx := context.Background()
+	t.tb.ThrottleSamplerDuration.Record(ctx, took.Seconds(), t.plain)
+	if interval > 0 {
+		t.tb.ThrottleSamplerInterval.Record(ctx, interval.Seconds(), t.plain)
+	}
+}
+
+// samplerError counts a failed read or skipped frame of resource.
+func (t *telemetry) samplerError(resource string) {
+	opt, ok := t.errors[resource]
+	if !ok {
+		opt = t.errors["limits"]
+	}
+	t.tb.ThrottleSamplerErrors.Add(context.Background(), 1, opt)
+}
+
+func (t *telemetry) shutdown() { t.tb.Shutdown() }

@@ -1,0 +1,212 @@
+package throttleprocessor
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/xprocessor"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// testHost is a component.Host holding the given extensions.
+type testHost struct {
+	extensions map[component.ID]component.Component
+}
+
+func (h testHost) GetExtensions() map[component.ID]component.Component { return h.extensions }
+
+func hostWith(id component.ID, ext component.Component) component.Host {
+	return testHost{extensions: map[component.ID]component.Component{id: ext}}
+}
+
+// fakeThrottle is a throttle extension whose verdicts the test sets. It
+// records every call the processor makes.
+type fakeThrottle struct {
+	component.StartFunc
+	component.ShutdownFunc
+
+	verdicts [decision.NumSignals]atomic.Uint32
+	delay    time.Duration
+	decides  [decision.NumSignals]atomic.Int64
+
+	mu       sync.Mutex
+	recorded []recordedDecision
+}
+
+type recordedDecision struct {
+	signal  throttleextension.Signal
+	verdict throttleextension.Verdict
+}
+
+var _ throttleextension.Throttle = (*fakeThrottle)(nil)
+
+func newFakeThrottle(delay time.Duration) *fakeThrottle {
+	return &fakeThrottle{delay: delay}
+}
+
+func (f *fakeThrottle) set(s throttleextension.Signal, v throttleextension.Verdict) {
+	f.verdicts[s].Store(uint32(v))
+}
+
+func (f *fakeThrottle) Decide(s throttleextension.Signal) throttleextension.Verdict {
+	f.decides[s].Add(1)
+	return throttleextension.Verdict(f.verdicts[s].Load())
+}
+
+func (f *fakeThrottle) RetryDelay(throttleextension.Verdict) time.Duration { return f.delay }
+
+func (f *fakeThrottle) State(s throttleextension.Signal) throttleextension.State {
+	if throttleextension.Verdict(f.verdicts[s].Load()) == throttleextension.DenyOpen {
+		return throttleextension.StateOpen
+	}
+	return throttleextension.StateNormal
+}
+
+func (f *fakeThrottle) RecordProcessorDecision(s throttleextension.Signal, v throttleextension.Verdict) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recorded = append(f.recorded, recordedDecision{s, v})
+}
+
+func (f *fakeThrottle) recordedDecisions() []recordedDecision {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]recordedDecision(nil), f.recorded...)
+}
+
+// notThrottle is an extension of another kind.
+type notThrottle struct {
+	component.StartFunc
+	component.ShutdownFunc
+}
+
+// signalHarness creates the processor of one signal in front of a sink and
+// feeds it batches of a known number of items.
+type signalHarness struct {
+	signal throttleextension.Signal
+	// create returns the started-able processor, a function sending one
+	// batch of n items through it, and the number of items at the sink.
+	create func(t *testing.T, set processor.Settings, cfg component.Config) (c component.Component, send func(ctx context.Context, n int) error, received func() int)
+}
+
+var signalHarnesses = []signalHarness{
+	{
+		signal: throttleextension.SignalTraces,
+		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
+			sink := new(consumertest.TracesSink)
+			p, err := NewFactory().CreateTraces(context.Background(), set, cfg, sink)
+			require.NoError(t, err)
+			return p, func(ctx context.Context, n int) error { return p.ConsumeTraces(ctx, makeTraces(n)) }, sink.SpanCount
+		},
+	},
+	{
+		signal: throttleextension.SignalMetrics,
+		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
+			sink := new(consumertest.MetricsSink)
+			p, err := NewFactory().CreateMetrics(context.Background(), set, cfg, sink)
+			require.NoError(t, err)
+			return p, func(ctx context.Context, n int) error { return p.ConsumeMetrics(ctx, makeMetrics(n)) }, sink.DataPointCount
+		},
+	},
+	{
+		signal: throttleextension.SignalLogs,
+		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
+			sink := new(consumertest.LogsSink)
+			p, err := NewFactory().CreateLogs(context.Background(), set, cfg, sink)
+			require.NoError(t, err)
+			return p, func(ctx context.Context, n int) error { return p.ConsumeLogs(ctx, makeLogs(n)) }, sink.LogRecordCount
+		},
+	},
+	{
+		signal: throttleextension.SignalProfiles,
+		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
+			sink := new(consumertest.ProfilesSink)
+			p, err := NewFactory().(xprocessor.Factory).CreateProfiles(context.Background(), set, cfg, sink)
+			require.NoError(t, err)
+			received := func() int {
+				total := 0
+				for _, pd := range sink.AllProfiles() {
+					total += pd.SampleCount()
+				}
+				return total
+			}
+			return p, func(ctx context.Context, n int) error { return p.ConsumeProfiles(ctx, makeProfiles(n)) }, received
+		},
+	},
+}
+
+// The generators spread the items over two resources so that counting
+// covers more than the first one.
+
+func makeTraces(n int) ptrace.Traces {
+	td := ptrace.NewTraces()
+	a := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+	b := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		s.AppendEmpty().SetName("span")
+	}
+	return td
+}
+
+func makeMetrics(n int) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	a := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	a.SetName("gauge")
+	b := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	b.SetName("sum")
+	ga := a.SetEmptyGauge().DataPoints()
+	sb := b.SetEmptySum().DataPoints()
+	for i := range n {
+		if i%2 == 0 {
+			ga.AppendEmpty().SetIntValue(int64(i))
+		} else {
+			sb.AppendEmpty().SetIntValue(int64(i))
+		}
+	}
+	return md
+}
+
+func makeLogs(n int) plog.Logs {
+	ld := plog.NewLogs()
+	a := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	b := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	for i := range n {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		l.AppendEmpty().Body().SetStr("log")
+	}
+	return ld
+}
+
+func makeProfiles(n int) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	a := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
+	b := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		s.AppendEmpty()
+	}
+	return pd
+}

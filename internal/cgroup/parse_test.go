@@ -1,0 +1,292 @@
+package cgroup
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseCPUSet(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int
+		wantErr bool
+	}{
+		{in: "0-3,5,7-8\n", want: 7},
+		{in: "0", want: 1},
+		{in: "0-63", want: 64},
+		{in: "2,4,6", want: 3},
+		{in: "", want: 0},
+		{in: "\n", want: 0},
+		{in: "3-1", wantErr: true},
+		{in: "0-", wantErr: true},
+		{in: "-3", wantErr: true},
+		{in: "0,,1", wantErr: true},
+		{in: "0,", wantErr: true},
+		{in: "a", wantErr: true},
+		{in: "0 - 3", wantErr: true},
+		{in: "0-99999999999", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseCPUSet([]byte(tt.in))
+			if tt.wantErr {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestParseCPUMax(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    float64
+		wantErr string
+	}{
+		{in: "150000 100000\n", want: 1.5},
+		{in: "50000 100000", want: 0.5},
+		{in: "100000 100000", want: 1},
+		{in: "max 100000\n", want: 0},
+		{in: "max", want: 0},
+		{in: "0 100000", wantErr: "quota: must be > 0"},
+		{in: "100000 0", wantErr: "period: must be > 0"},
+		{in: "max 0", wantErr: "period: must be > 0"},
+		{in: "-1 100000", wantErr: "quota: invalid number"},
+		{in: "100000 -1", wantErr: "period: invalid number"},
+		{in: "150000", wantErr: "want"},
+		{in: "", wantErr: "want"},
+		{in: "max max", wantErr: "period"},
+		{in: "99999999999999999999 100000", wantErr: "out of range"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseCPUMax([]byte(tt.in))
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.InDelta(t, tt.want, got, 1e-12)
+		})
+	}
+}
+
+func TestParseV1(t *testing.T) {
+	t.Run("quota", func(t *testing.T) {
+		q, none, err := parseV1Quota([]byte("-1\n"))
+		require.NoError(t, err)
+		assert.True(t, none)
+		assert.Zero(t, q)
+
+		q, none, err = parseV1Quota([]byte("50000\n"))
+		require.NoError(t, err)
+		assert.False(t, none)
+		assert.Equal(t, int64(50000), q)
+
+		for _, bad := range []string{"0", "-2", "- 1", "", "1.5", "--1"} {
+			_, _, err = parseV1Quota([]byte(bad))
+			assert.Error(t, err, bad)
+		}
+	})
+	t.Run("period", func(t *testing.T) {
+		p, err := parseV1Period([]byte("100000\n"))
+		require.NoError(t, err)
+		assert.Equal(t, int64(100000), p)
+		for _, bad := range []string{"0", "-1", "x", ""} {
+			_, err = parseV1Period([]byte(bad))
+			assert.Error(t, err, bad)
+		}
+	})
+	t.Run("memory limit", func(t *testing.T) {
+		tests := []struct {
+			in      string
+			want    uint64
+			wantErr bool
+		}{
+			{in: "268435456\n", want: 256 << 20},
+			{in: "9223372036854771712\n", want: 0}, // 4 KiB pages sentinel
+			{in: "9223372036854710272\n", want: 0}, // 64 KiB pages sentinel
+			{in: "1152921504606846976\n", want: 0}, // 1<<60
+			{in: "1152921504606846975\n", want: 1<<60 - 1},
+			{in: "18446744073709551615\n", want: 0}, // above int64: unlimited
+			{in: "-1", wantErr: true},
+			{in: "0", wantErr: true},
+			{in: "12 MiB", wantErr: true},
+			{in: "99999999999999999999999", wantErr: true},
+		}
+		for _, tt := range tests {
+			got, err := parseV1MemoryLimit([]byte(tt.in))
+			if tt.wantErr {
+				assert.Error(t, err, tt.in)
+				continue
+			}
+			require.NoError(t, err, tt.in)
+			assert.Equal(t, tt.want, got, tt.in)
+		}
+	})
+}
+
+func TestParseMemoryMax(t *testing.T) {
+	v, err := parseMemoryMax([]byte("max\n"))
+	require.NoError(t, err)
+	assert.Zero(t, v)
+	v, err = parseMemoryMax([]byte("536870912\n"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(512<<20), v)
+	for _, bad := range []string{"0", "-1", "", "max max", "1G"} {
+		_, err = parseMemoryMax([]byte(bad))
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestParseKeyValue(t *testing.T) {
+	const stat = "anon 10\nfile 20\ninactive_file 30\ntotal_inactive_file 40\nactive_file 50"
+	tests := []struct {
+		key     string
+		want    uint64
+		wantErr error
+	}{
+		{key: "inactive_file", want: 30},
+		{key: "total_inactive_file", want: 40},
+		{key: "active_file", want: 50}, // last line without newline
+		{key: "anon", want: 10},
+		{key: "inactive", wantErr: errNoKey}, // a prefix is not the key
+		{key: "missing", wantErr: errNoKey},
+	}
+	for _, tt := range tests {
+		got, err := parseKeyValue([]byte(stat), tt.key)
+		if tt.wantErr != nil {
+			require.ErrorIs(t, err, tt.wantErr, tt.key)
+			continue
+		}
+		require.NoError(t, err, tt.key)
+		assert.Equal(t, tt.want, got, tt.key)
+	}
+	_, err := parseKeyValue([]byte("usage_usec \n"), "usage_usec")
+	require.ErrorIs(t, err, errEmpty)
+	_, err = parseKeyValue([]byte("usage_usec 1 2\n"), "usage_usec")
+	require.ErrorIs(t, err, errSyntax)
+}
+
+func TestParseUintInt(t *testing.T) {
+	v, err := parseUint([]byte(" 18446744073709551615\n"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(18446744073709551615), v)
+	_, err = parseUint([]byte("18446744073709551616"))
+	require.ErrorIs(t, err, errRange)
+
+	i, err := parseInt([]byte("-9223372036854775808"))
+	require.NoError(t, err)
+	assert.Equal(t, int64(-9223372036854775808), i)
+	_, err = parseInt([]byte("9223372036854775808"))
+	require.ErrorIs(t, err, errRange)
+	_, err = parseInt([]byte("-"))
+	require.ErrorIs(t, err, errEmpty)
+}
+
+func TestParseMountinfo(t *testing.T) {
+	const mi = `22 1 0:21 / /proc rw,nosuid shared:5 - proc proc rw
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:10 master:3 - cgroup cgroup rw,cpu,cpuacct
+33 31 0:30 /kubepods/pod1 /sys/fs/cgroup/with\040space rw - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate
+
+`
+	got, err := parseMountinfo([]byte(mi))
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	assert.Equal(t, mount{root: "/", point: "/sys/fs/cgroup/cpu,cpuacct", opts: []string{"rw", "cpu", "cpuacct"}}, got[0])
+	assert.Equal(t, "/kubepods/pod1", got[1].root)
+	assert.Equal(t, "/sys/fs/cgroup/with space", got[1].point)
+	assert.True(t, got[1].has("memory"))
+	assert.False(t, got[2].has("cpu"))
+	assert.True(t, got[3].v2)
+
+	for _, bad := range []string{
+		"29 23 0:26 / /sys/fs/cgroup rw - cgroup2\n",          // no source / super options
+		"29 23 0:26 / /sys/fs/cgroup rw cgroup2 cgroup2 rw\n", // no separator
+		"29 23\n",
+		"29 23 0:26 rel /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", // relative root
+	} {
+		_, err := parseMountinfo([]byte(bad))
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestUnescapeMountField(t *testing.T) {
+	assert.Equal(t, "a b\tc\\d", unescapeMountField(`a\040b\011c\134d`))
+	assert.Equal(t, `a\04`, unescapeMountField(`a\04`)) // truncated escape kept
+	assert.Equal(t, `a\x`, unescapeMountField(`a\x`))
+}
+
+func TestParseProcCgroup(t *testing.T) {
+	got, err := parseProcCgroup([]byte("12:memory:/a:b\n3:cpu,cpuacct:/kubepods/pod1\n1:name=systemd:/\n0::/x\n"))
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	p, ok := v1Path(got, "memory")
+	assert.True(t, ok)
+	assert.Equal(t, "/a:b", p)
+	p, ok = v1Path(got, "cpuacct")
+	assert.True(t, ok)
+	assert.Equal(t, "/kubepods/pod1", p)
+	_, ok = v1Path(got, "cpuset")
+	assert.False(t, ok)
+	p, ok = v2Path(got)
+	assert.True(t, ok)
+	assert.Equal(t, "/x", p)
+
+	for _, bad := range []string{"garbage", "1:cpu", "x:cpu:/", ":cpu:/", "1:cpu:relative"} {
+		_, err := parseProcCgroup([]byte(bad))
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestRelPath(t *testing.T) {
+	tests := []struct {
+		root, path string
+		want       string
+		ok         bool
+	}{
+		{root: "/", path: "/", want: "/", ok: true},
+		{root: "/", path: "/kubepods/pod1/ctr", want: "/kubepods/pod1/ctr", ok: true},
+		{root: "/kubepods/pod1", path: "/kubepods/pod1/ctr", want: "/ctr", ok: true},
+		{root: "/kubepods/pod1", path: "/kubepods/pod1", want: "/", ok: true},
+		{root: "/kubepods/pod1", path: "/kubepods/pod10/ctr"}, // not a path prefix
+		{root: "/kubepods/pod1", path: "/other"},              // outside the root
+		{root: "/", path: "/../sibling"},                      // outside the namespace
+		{root: "/..", path: "/"},                              // mount from outside the namespace
+		{root: "/docker/abc/", path: "/docker/abc/x/", want: "/x", ok: true},
+	}
+	for _, tt := range tests {
+		got, ok := relPath(tt.root, tt.path)
+		assert.Equal(t, tt.ok, ok, "%s %s", tt.root, tt.path)
+		assert.Equal(t, tt.want, got, "%s %s", tt.root, tt.path)
+	}
+}
+
+func TestPickMount(t *testing.T) {
+	mounts := []mount{
+		{root: "/other", point: "/a", opts: []string{"memory"}},
+		{root: "/", point: "/b", opts: []string{"memory"}},
+		{root: "/kubepods", point: "/c", opts: []string{"memory"}},
+		{root: "/", point: "/d", v2: true},
+	}
+	m, ok := findV1Mount(mounts, "memory", "/kubepods/pod1")
+	require.True(t, ok)
+	assert.Equal(t, "/c", m.point, "the longest root holding the path wins")
+	m, ok = findV1Mount(mounts, "memory", "/x")
+	require.True(t, ok)
+	assert.Equal(t, "/b", m.point)
+	_, ok = findV1Mount(mounts, "cpu", "/")
+	assert.False(t, ok)
+	m, ok = findV1Mount(mounts[:1], "memory", "/x")
+	require.True(t, ok, "a mount not holding the path is still the only one")
+	assert.Equal(t, "/a", m.point)
+	m, ok = findV2Mount(mounts, "/")
+	require.True(t, ok)
+	assert.Equal(t, "/d", m.point)
+}

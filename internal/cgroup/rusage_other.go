@@ -1,0 +1,17 @@
+//go:build !unix
+
+package cgroup // import "github.com/otelthrottle/throttle/internal/cgroup"
+
+import (
+	"errors"
+	"time"
+)
+
+// errNoRusage is returned where getrusage does not exist (Windows, wasm):
+// the process fallback then has no CPU or memory reading and the sampler
+// marks the signals invalid.
+var errNoRusage = errors.New("cgroup: getrusage is not available on this platform")
+
+func rusageCPU() (time.Duration, error) { return 0, errNoRusage }
+
+func rusageMaxRSS() (uint64, error) { return 0, errNoRusage }

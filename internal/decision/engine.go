@@ -1,0 +1,438 @@
+package decision // import "github.com/otelthrottle/throttle/internal/decision"
+
+import (
+	"math"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// memoryReliefEvery is the fixed cadence of FreeOSMemory while memory is at
+// or over its hard line. A fixed cadence, not a back-off: backing off when
+// "the GC did not help" leaves dead zones in which Open holds for ever.
+const memoryReliefEvery = time.Second
+
+// Slot is the configuration of one resource's thresholds (thresholds.cpu,
+// thresholds.mem).
+type Slot struct {
+	// Enabled false makes the slot count as safe: it never triggers a
+	// transition and never blocks a recovery.
+	Enabled bool
+	// Enter is the slow-signal line above which the signal starts shedding.
+	Enter float64
+	// Exit is the slow-signal line below which shedding stops.
+	Exit float64
+	// Hard is the fast-signal line at or above which the signal is Open.
+	Hard float64
+	// BreachN is the number of consecutive frames every condition of the
+	// slot must hold for before it counts; values below 1 count as 1.
+	BreachN int
+}
+
+// Rule is how strongly one signal is shed (rules.<signal>).
+type Rule struct {
+	// Enabled false admits the signal always, even in Open.
+	Enabled bool
+	// DropMin and DropMax bound the drop probability in Shedding. DropMax 0
+	// exempts the signal from shedding and from the recovery ramp, not from Open.
+	DropMin, DropMax float64
+}
+
+// Config is the decision engine's configuration.
+type Config struct {
+	// CPU and Mem are the two slots; CPU reads the slow and fast CPU EWMAs,
+	// Mem reads the memory level for both.
+	CPU, Mem Slot
+	// Rules are indexed by Signal.
+	Rules [NumSignals]Rule
+	// RecoveryRamp is how long, after leaving Open, the drop probability is
+	// held at least on a line falling from 1 to 0; 0 disables the ramp.
+	RecoveryRamp time.Duration
+}
+
+// DefaultConfig returns the defaults of the design (SPEC section 8): cpu
+// enter 0.80 exit 0.70 hard 0.90 breach_n 3, mem enter 0.85 exit 0.78 hard
+// 0.92 breach_n 1, every signal enabled with drop 0..1, a 5s recovery ramp.
+func DefaultConfig() Config {
+	cfg := Config{
+		CPU:          Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3},
+		Mem:          Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
+		RecoveryRamp: 5 * time.Second,
+	}
+	for i := range cfg.Rules {
+		cfg.Rules[i] = Rule{Enabled: true, DropMin: 0, DropMax: 1}
+	}
+	return cfg
+}
+
+// Transition is one state change of one signal.
+type Transition struct {
+	Signal   Signal
+	From, To State
+	// Level is the water level of the frame that caused the change.
+	Level sampler.WaterLevel
+}
+
+// Options are the engine's collaborators. Every field is optional.
+type Options struct {
+	// Now is the clock of the recovery ramp and memory relief; time.Now when nil.
+	Now func() time.Time
+	// FreeOSMemory returns freed memory to the kernel; debug.FreeOSMemory when nil.
+	FreeOSMemory func()
+	// OnTransition is called from Observe for every state change of every signal.
+	OnTransition func(Transition)
+	// Rand returns a uniform number in [0, 1); math/rand/v2 Float64 when nil.
+	// It is called concurrently from the request path.
+	Rand func() float64
+}
+
+// SignalStat is one signal's part of a Stat.
+type SignalStat struct {
+	State State
+	// DropProbability is the share of requests rejected: 1 in Open, the
+	// shedding probability (or the recovery ramp) otherwise, 0 for a signal
+	// whose rule is disabled.
+	DropProbability float64
+}
+
+// Stat is a snapshot of the engine for telemetry and logs.
+type Stat struct {
+	Signals [NumSignals]SignalStat
+	// Level is the last level observed (the zero level before the first).
+	Level sampler.WaterLevel
+}
+
+// Engine holds the state machines and makes the admission decisions.
+//
+// All signals see the same water levels against the same (global) thresholds
+// and start in Normal, so their state machines would always be in the same
+// state with the same counters. The engine therefore runs one machine (one
+// pair of slots, one state) and specialises per signal only what differs, the
+// rule, when it publishes each signal's admission snapshot. Transitions are
+// still reported per signal, as the contract and telemetry are per signal.
+type Engine struct {
+	rules        [NumSignals]Rule
+	recoveryRamp time.Duration
+	now          func() time.Time
+	freeOSMemory func()
+	onTransition func(Transition)
+	rand         func() float64
+
+	// Written by Observe only; mu keeps a misuse (two goroutines observing)
+	// from racing.
+	mu         sync.Mutex
+	cpu, mem   slot
+	state      State
+	leftOpenAt time.Time // start of the recovery ramp
+	rampActive bool
+	lastRelief time.Time
+	reliefEver bool
+
+	// Read by the request path and Stat.
+	level      atomic.Pointer[sampler.WaterLevel]
+	admissions [NumSignals]atomic.Pointer[admission]
+}
+
+// admission is one signal's immutable decision snapshot: all Decide needs,
+// behind one pointer so that it costs one atomic load.
+type admission struct {
+	state State
+	// open rejects everything: the state is Open and the rule is enabled.
+	open bool
+	// pDrop is the probability of rejecting a request when not open.
+	pDrop float64
+}
+
+// verdict is the drop decision: at most one random draw, and only when the
+// outcome is not already certain.
+func (a *admission) verdict(draw func() float64) Verdict {
+	switch {
+	case a.open:
+		return DenyOpen
+	case a.pDrop <= 0:
+		return Admit
+	case a.pDrop >= 1 || draw() < a.pDrop:
+		return DenyShed
+	}
+	return Admit
+}
+
+// New returns an engine in Normal for every signal.
+func New(cfg Config, opts Options) *Engine {
+	e := &Engine{
+		rules:        cfg.Rules,
+		recoveryRamp: max(cfg.RecoveryRamp, 0),
+		now:          opts.Now,
+		freeOSMemory: opts.FreeOSMemory,
+		onTransition: opts.OnTransition,
+		rand:         opts.Rand,
+		cpu:          slot{Slot: cfg.CPU},
+		mem:          slot{Slot: cfg.Mem},
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.freeOSMemory == nil {
+		e.freeOSMemory = debug.FreeOSMemory
+	}
+	if e.onTransition == nil {
+		e.onTransition = func(Transition) {}
+	}
+	if e.rand == nil {
+		e.rand = rand.Float64
+	}
+	e.level.Store(&sampler.WaterLevel{})
+	normal := &admission{state: Normal}
+	for i := range e.admissions {
+		e.admissions[i].Store(normal)
+	}
+	return e
+}
+
+// Decide is the request path: one atomic load and at most one random draw,
+// no lock, no allocation. An unknown signal is admitted.
+func (e *Engine) Decide(s Signal) Verdict {
+	if s >= NumSignals {
+		return Admit
+	}
+	return e.admissions[s].Load().verdict(e.rand)
+}
+
+// State returns the signal's current state.
+func (e *Engine) State(s Signal) State {
+	if s >= NumSignals {
+		return Normal
+	}
+	return e.admissions[s].Load().state
+}
+
+// Stat returns a snapshot of every signal's state and drop probability and
+// of the last level. Its parts are read one by one, not under one lock.
+func (e *Engine) Stat() Stat {
+	var st Stat
+	for i := range e.admissions {
+		a := e.admissions[i].Load()
+		st.Signals[i].State = a.state
+		if a.open {
+			st.Signals[i].DropProbability = 1
+		} else {
+			st.Signals[i].DropProbability = a.pDrop
+		}
+	}
+	st.Level = *e.level.Load()
+	return st
+}
+
+// Observe advances the state machine by one frame, publishes every signal's
+// admission snapshot, then relieves memory if needed. It is called by the
+// sampler's goroutine after each tick; wl must not be modified afterwards.
+func (e *Engine) Observe(wl *sampler.WaterLevel) {
+	if wl == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	e.level.Store(wl)
+
+	cpu := reading{valid: wl.CPUValid, slow: wl.CPUSlow, fast: wl.CPUFast}
+	mem := reading{valid: wl.MemValid, slow: wl.Mem, fast: wl.Mem}
+	e.cpu.observe(cpu)
+	e.mem.observe(mem)
+
+	from := e.state
+	to := e.next(cpu, mem)
+	if from == Open && to != Open && e.recoveryRamp > 0 {
+		e.leftOpenAt, e.rampActive = now, true
+	}
+	e.state = to
+
+	ramp := e.rampAt(now)
+	t := max(e.cpu.severity(cpu), e.mem.severity(mem))
+	for i := range e.rules {
+		// Publish on change only: a steady state costs no allocation.
+		a := admissionFor(e.rules[i], to, t, ramp)
+		if a != *e.admissions[i].Load() {
+			published := a
+			e.admissions[i].Store(&published)
+		}
+	}
+
+	if from != to {
+		for s := range NumSignals {
+			e.onTransition(Transition{Signal: s, From: from, To: to, Level: *wl})
+		}
+	}
+
+	// After publishing, so that Open takes effect before the (slow) GC.
+	if e.mem.safe(mem) || mem.fast < e.mem.Hard {
+		return
+	}
+	if !e.reliefEver || now.Sub(e.lastRelief) >= memoryReliefEvery {
+		e.reliefEver, e.lastRelief = true, now
+		e.freeOSMemory()
+	}
+}
+
+// next is the transition table of SPEC section 4. Worsening is OR over the
+// slots, recovery is AND. When a frame satisfies both Normal->Shedding and
+// Normal->Open (or Shedding->Normal and Shedding->Open), Open wins: the hard
+// line is the one that protects the process, and the most severe state is the
+// safe choice.
+func (e *Engine) next(cpu, mem reading) State {
+	hard := e.cpu.hardReached(cpu) || e.mem.hardReached(mem)
+	switch e.state {
+	case Normal:
+		switch {
+		case hard:
+			return Open
+		case e.cpu.enterReached(cpu) || e.mem.enterReached(mem):
+			return Shedding
+		}
+	case Shedding:
+		switch {
+		case hard:
+			return Open
+		case e.cpu.exitReached(cpu) && e.mem.exitReached(mem):
+			return Normal
+		}
+	case Open:
+		if e.cpu.hardCleared(cpu) && e.mem.hardCleared(mem) {
+			// Where to land is decided on this frame alone.
+			if e.cpu.aboveExit(cpu) || e.mem.aboveExit(mem) {
+				return Shedding
+			}
+			return Normal
+		}
+	}
+	return e.state
+}
+
+// rampAt is the recovery ramp's floor on the drop probability: 1 when Open is
+// left, falling linearly to 0 over RecoveryRamp. It is evaluated once per
+// Observe, so it falls in steps of one sample interval, each step erring high.
+func (e *Engine) rampAt(now time.Time) float64 {
+	if !e.rampActive {
+		return 0
+	}
+	elapsed := now.Sub(e.leftOpenAt)
+	if elapsed >= e.recoveryRamp {
+		e.rampActive = false
+		return 0
+	}
+	return 1 - float64(max(elapsed, 0))/float64(e.recoveryRamp)
+}
+
+// admissionFor computes one signal's snapshot. t is the shedding severity in
+// [0, 1] and ramp the recovery ramp's floor.
+func admissionFor(r Rule, state State, t, ramp float64) admission {
+	a := admission{state: state}
+	if !r.Enabled {
+		return a
+	}
+	if state == Open {
+		a.open = true
+		return a
+	}
+	if r.DropMax <= 0 {
+		return a
+	}
+	if state == Shedding {
+		a.pDrop = clamp01(r.DropMin + (r.DropMax-r.DropMin)*t)
+	}
+	a.pDrop = max(a.pDrop, ramp)
+	return a
+}
+
+// reading is one slot's inputs in one frame.
+type reading struct {
+	valid      bool
+	slow, fast float64
+}
+
+// slot is a Slot with its consecutive-frame counters. Each counter is the
+// length of the current streak of frames in which its condition held; a frame
+// in which it does not hold resets it. The counters depend on the frames only,
+// not on the state, so they need no reset on transitions: a transition's own
+// condition already implies the opposite streaks are 0.
+type slot struct {
+	Slot
+	aboveEnter int // slow > enter
+	atHard     int // fast >= hard
+	belowExit  int // slow < exit
+	belowHard  int // fast < hard
+}
+
+// safe reports whether the slot counts as safe in this frame: disabled, or
+// its signal is invalid (or not a number).
+func (s *slot) safe(r reading) bool {
+	return !s.Enabled || !r.valid || math.IsNaN(r.slow) || math.IsNaN(r.fast)
+}
+
+func (s *slot) observe(r reading) {
+	if s.safe(r) {
+		s.aboveEnter, s.atHard, s.belowExit, s.belowHard = 0, 0, 0, 0
+		return
+	}
+	s.aboveEnter = streak(s.aboveEnter, r.slow > s.Enter)
+	s.atHard = streak(s.atHard, r.fast >= s.Hard)
+	s.belowExit = streak(s.belowExit, r.slow < s.Exit)
+	s.belowHard = streak(s.belowHard, r.fast < s.Hard)
+}
+
+func (s *slot) breachN() int { return max(s.BreachN, 1) }
+
+// Worsening conditions: a safe slot never triggers.
+func (s *slot) enterReached(r reading) bool { return !s.safe(r) && s.aboveEnter >= s.breachN() }
+func (s *slot) hardReached(r reading) bool  { return !s.safe(r) && s.atHard >= s.breachN() }
+
+// Recovery conditions: a safe slot never blocks.
+func (s *slot) exitReached(r reading) bool { return s.safe(r) || s.belowExit >= s.breachN() }
+func (s *slot) hardCleared(r reading) bool { return s.safe(r) || s.belowHard >= s.breachN() }
+
+// aboveExit is the current-frame test that picks Shedding over Normal when
+// leaving Open.
+func (s *slot) aboveExit(r reading) bool { return !s.safe(r) && r.slow > s.Exit }
+
+// severity is how far the slow signal is from enter towards hard, clamped to
+// [0, 1]; 0 for a safe slot.
+func (s *slot) severity(r reading) float64 {
+	if s.safe(r) {
+		return 0
+	}
+	span := s.Hard - s.Enter
+	if span <= 0 { // not a valid config; avoid a division by zero or a sign flip
+		if r.slow > s.Enter {
+			return 1
+		}
+		return 0
+	}
+	return clamp01((r.slow - s.Enter) / span)
+}
+
+// streak extends a streak when the condition holds and breaks it otherwise.
+// It saturates instead of overflowing.
+func streak(n int, holds bool) int {
+	if !holds {
+		return 0
+	}
+	if n == math.MaxInt {
+		return n
+	}
+	return n + 1
+}
+
+func clamp01(x float64) float64 {
+	switch {
+	case x > 1:
+		return 1
+	case x > 0:
+		return x
+	default: // also NaN
+		return 0
+	}
+}

@@ -1,0 +1,833 @@
+package decision
+
+import (
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// frame is one water level in a test sequence: the CPU slot's slow and fast
+// inputs and the memory level. A negative value makes that signal invalid.
+type frame struct{ slow, fast, mem float64 }
+
+func (f frame) level() *sampler.WaterLevel {
+	return &sampler.WaterLevel{
+		CPUSlow: f.slow, CPUFast: f.fast, CPU: f.fast, CPUValid: f.slow >= 0 && f.fast >= 0,
+		Mem: f.mem, MemValid: f.mem >= 0,
+	}
+}
+
+// Shorthands: cpuOnly leaves memory invalid, memOnly leaves CPU invalid.
+func cpuOnly(slow, fast float64) frame { return frame{slow, fast, -1} }
+func memOnly(mem float64) frame        { return frame{-1, -1, mem} }
+
+// fakeClock is a manual clock.
+type fakeClock struct{ t time.Time }
+
+func newFakeClock() *fakeClock               { return &fakeClock{t: time.Unix(1_000_000, 0)} }
+func (c *fakeClock) Now() time.Time          { return c.t }
+func (c *fakeClock) Advance(d time.Duration) { c.t = c.t.Add(d) }
+
+// fixedRand returns a Rand that always draws r.
+func fixedRand(r float64) func() float64 { return func() float64 { return r } }
+
+// statesString is the sequence of states as "N S O" letters, for readable
+// sequence assertions.
+func stateLetter(s State) string { return strings.ToUpper(s.String()[:1]) }
+
+// feed observes every frame and returns the state after each as letters.
+func feed(e *Engine, frames ...frame) string {
+	var b strings.Builder
+	for _, f := range frames {
+		e.Observe(f.level())
+		b.WriteString(stateLetter(e.State(Traces)))
+	}
+	return b.String()
+}
+
+// testConfig is the default configuration with both slots' breach_n set.
+func testConfig(cpuN, memN int) Config {
+	cfg := DefaultConfig()
+	cfg.CPU.BreachN = cpuN
+	cfg.Mem.BreachN = memN
+	cfg.RecoveryRamp = 0
+	return cfg
+}
+
+func repeat(f frame, n int) []frame {
+	out := make([]frame, n)
+	for i := range out {
+		out[i] = f
+	}
+	return out
+}
+
+func concat(parts ...[]frame) []frame {
+	var out []frame
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// Levels used below against the defaults (cpu 0.80/0.70/0.90, mem 0.85/0.78/0.92).
+var (
+	calm       = frame{0.50, 0.50, 0.50}
+	cpuBand    = cpuOnly(0.75, 0.75) // between exit and enter
+	cpuEnter   = cpuOnly(0.85, 0.85) // slow > enter, fast < hard
+	cpuHard    = cpuOnly(0.60, 0.95) // fast >= hard only
+	cpuEnterHd = cpuOnly(0.85, 0.95) // both
+	cpuCalm    = cpuOnly(0.50, 0.50)
+	cpuResid   = cpuOnly(0.75, 0.80) // under hard, slow still > exit
+)
+
+func TestTransitionTable(t *testing.T) {
+	toShedding := repeat(cpuEnter, 3)
+	toOpen := repeat(cpuHard, 3)
+	tests := []struct {
+		name   string
+		cpuN   int
+		memN   int
+		frames []frame
+		want   string
+	}{
+		{
+			name:   "Normal->Shedding: slow > enter for breach_n frames",
+			cpuN:   3,
+			frames: repeat(cpuEnter, 4),
+			want:   "NNSS",
+		},
+		{
+			name:   "Normal stays at slow == enter",
+			cpuN:   1,
+			frames: repeat(cpuOnly(0.80, 0.80), 3),
+			want:   "NNN",
+		},
+		{
+			name:   "Normal->Open: fast >= hard for breach_n frames",
+			cpuN:   3,
+			frames: repeat(cpuHard, 3),
+			want:   "NNO",
+		},
+		{
+			name:   "Normal->Open at fast == hard",
+			cpuN:   1,
+			frames: []frame{cpuOnly(0.5, 0.90)},
+			want:   "O",
+		},
+		{
+			name:   "Normal->Open wins over Normal->Shedding in the same frame",
+			cpuN:   3,
+			frames: repeat(cpuEnterHd, 3),
+			want:   "NNO",
+		},
+		{
+			name:   "Shedding->Open: fast >= hard for breach_n frames",
+			cpuN:   3,
+			frames: concat(toShedding, repeat(cpuEnterHd, 3)),
+			want:   "NNS" + "SSO",
+		},
+		{
+			name:   "Shedding->Open wins over Shedding->Normal in the same frame",
+			cpuN:   2,
+			frames: concat(repeat(cpuEnter, 2), repeat(cpuOnly(0.60, 0.95), 2)),
+			want:   "NS" + "SO",
+		},
+		{
+			name:   "Shedding->Normal: every slot slow < exit for breach_n frames",
+			cpuN:   3,
+			frames: concat(toShedding, repeat(cpuCalm, 3)),
+			want:   "NNS" + "SSN",
+		},
+		{
+			name:   "Shedding stays in the hysteresis band",
+			cpuN:   3,
+			frames: concat(toShedding, repeat(cpuBand, 5)),
+			want:   "NNS" + "SSSSS",
+		},
+		{
+			name:   "Shedding stays at slow == exit",
+			cpuN:   1,
+			frames: []frame{cpuEnter, cpuOnly(0.70, 0.70), cpuOnly(0.70, 0.70)},
+			want:   "SSS",
+		},
+		{
+			name:   "Open->Shedding: fast < hard for breach_n frames, slow > exit now",
+			cpuN:   3,
+			frames: concat(toOpen, repeat(cpuResid, 3)),
+			want:   "NNO" + "OOS",
+		},
+		{
+			name:   "Open->Normal: fast < hard for breach_n frames, slow <= exit now",
+			cpuN:   3,
+			frames: concat(toOpen, repeat(cpuCalm, 3)),
+			want:   "NNO" + "OON",
+		},
+		{
+			name:   "Open stays while fast >= hard",
+			cpuN:   1,
+			frames: repeat(cpuHard, 3),
+			want:   "OOO",
+		},
+		{
+			name:   "Open->Normal at slow == exit",
+			cpuN:   1,
+			frames: []frame{cpuHard, cpuOnly(0.70, 0.70)},
+			want:   "ON",
+		},
+		{
+			name:   "memory, breach_n 1: Normal->Shedding->Open->Shedding->Normal",
+			memN:   1,
+			frames: []frame{memOnly(0.80), memOnly(0.86), memOnly(0.93), memOnly(0.88), memOnly(0.80), memOnly(0.77)},
+			want:   "NSOSSN",
+		},
+		{
+			name:   "memory, breach_n 1: Open->Normal after a GC",
+			memN:   1,
+			frames: []frame{memOnly(0.95), memOnly(0.60)},
+			want:   "ON",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(testConfig(max(tt.cpuN, 1), max(tt.memN, 1)), Options{})
+			assert.Equal(t, tt.want, feed(e, tt.frames...))
+		})
+	}
+}
+
+func TestWorsenIsOrRecoverIsAnd(t *testing.T) {
+	t.Run("either slot alone worsens", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{})
+		assert.Equal(t, "S", feed(e, frame{0.85, 0.85, 0.50}), "cpu alone")
+		e = New(testConfig(1, 1), Options{})
+		assert.Equal(t, "S", feed(e, frame{0.50, 0.50, 0.86}), "mem alone")
+		e = New(testConfig(1, 1), Options{})
+		assert.Equal(t, "O", feed(e, frame{0.50, 0.95, 0.50}), "cpu hard alone")
+		e = New(testConfig(1, 1), Options{})
+		assert.Equal(t, "O", feed(e, frame{0.50, 0.50, 0.92}), "mem hard alone")
+	})
+	t.Run("Shedding->Normal needs every slot", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{})
+		assert.Equal(t, "SSSN", feed(e,
+			frame{0.85, 0.85, 0.86}, // both above enter
+			frame{0.50, 0.50, 0.80}, // cpu recovered, mem in its band
+			frame{0.50, 0.50, 0.79},
+			frame{0.50, 0.50, 0.77}, // both below exit
+		))
+	})
+	t.Run("Open needs every slot under hard", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{})
+		assert.Equal(t, "OOON", feed(e,
+			frame{0.50, 0.95, 0.95},
+			frame{0.50, 0.50, 0.93}, // cpu cleared, mem still at hard
+			frame{0.50, 0.95, 0.50}, // mem cleared, cpu back at hard
+			frame{0.50, 0.50, 0.50},
+		))
+	})
+	t.Run("Open->Shedding when any slot is above exit now", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{})
+		assert.Equal(t, "OS", feed(e, frame{0.50, 0.95, 0.50}, frame{0.50, 0.50, 0.79}))
+	})
+	t.Run("breach_n is per slot", func(t *testing.T) {
+		e := New(testConfig(3, 1), Options{})
+		// Memory (breach_n 1) recovers at once; cpu (3) must be under exit for 3 frames.
+		assert.Equal(t, "SSSSN", feed(e,
+			frame{0.75, 0.75, 0.86},
+			frame{0.75, 0.75, 0.86},
+			frame{0.60, 0.60, 0.50},
+			frame{0.60, 0.60, 0.50},
+			frame{0.60, 0.60, 0.50},
+		))
+	})
+}
+
+func TestBreachCountersResetWhenStreakBreaks(t *testing.T) {
+	tests := []struct {
+		name   string
+		frames []frame
+		want   string
+	}{
+		{
+			name:   "slow > enter",
+			frames: []frame{cpuEnter, cpuEnter, cpuBand, cpuEnter, cpuEnter, cpuEnter},
+			want:   "NNNNNS",
+		},
+		{
+			name:   "fast >= hard",
+			frames: []frame{cpuHard, cpuHard, cpuCalm, cpuHard, cpuHard, cpuHard},
+			want:   "NNNNNO",
+		},
+		{
+			name:   "slow < exit",
+			frames: concat(repeat(cpuEnter, 3), []frame{cpuCalm, cpuCalm, cpuBand, cpuCalm, cpuCalm, cpuCalm}),
+			want:   "NNS" + "SSSSSN",
+		},
+		{
+			name:   "fast < hard",
+			frames: concat(repeat(cpuHard, 3), []frame{cpuCalm, cpuCalm, cpuHard, cpuCalm, cpuCalm, cpuCalm}),
+			want:   "NNO" + "OOOOON",
+		},
+		{
+			name:   "an invalid frame breaks a streak",
+			frames: []frame{cpuEnter, cpuEnter, cpuOnly(-1, -1), cpuEnter, cpuEnter, cpuEnter},
+			want:   "NNNNNS",
+		},
+		{
+			name: "streaks count across a state change",
+			// Two frames at hard in Normal count towards Shedding->Open.
+			frames: []frame{cpuEnter, cpuEnterHd, cpuEnterHd, cpuEnterHd},
+			want:   "NNSO",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(testConfig(3, 1), Options{})
+			assert.Equal(t, tt.want, feed(e, tt.frames...))
+		})
+	}
+}
+
+func TestInvalidMemoryCountsAsSafe(t *testing.T) {
+	invalidHigh := func(slow, fast float64) *sampler.WaterLevel {
+		// A memory level far over hard, but marked invalid (no limit).
+		return &sampler.WaterLevel{CPUSlow: slow, CPUFast: fast, CPUValid: true, Mem: 5, MemValid: false}
+	}
+	freed := 0
+	e := New(testConfig(1, 1), Options{FreeOSMemory: func() { freed++ }, Rand: fixedRand(0.5)})
+
+	e.Observe(invalidHigh(0.5, 0.5))
+	assert.Equal(t, Normal, e.State(Traces), "never triggers")
+
+	e.Observe(invalidHigh(0.85, 0.85))
+	require.Equal(t, Shedding, e.State(Traces))
+	assert.InDelta(t, 0.5, e.Stat().Signals[Traces].DropProbability, 1e-9, "not in p_drop")
+
+	e.Observe(invalidHigh(0.5, 0.5))
+	assert.Equal(t, Normal, e.State(Traces), "never blocks Shedding->Normal")
+
+	e.Observe(invalidHigh(0.5, 0.95))
+	require.Equal(t, Open, e.State(Traces))
+	e.Observe(invalidHigh(0.5, 0.5))
+	assert.Equal(t, Normal, e.State(Traces), "never blocks Open->Normal")
+	assert.Zero(t, freed, "no memory relief on an invalid level")
+
+	t.Run("NaN counts as invalid", func(t *testing.T) {
+		nan := math.NaN()
+		e := New(testConfig(1, 1), Options{FreeOSMemory: func() { freed++ }})
+		e.Observe(&sampler.WaterLevel{CPUSlow: nan, CPUFast: nan, CPUValid: true, Mem: nan, MemValid: true})
+		assert.Equal(t, Normal, e.State(Traces))
+		e.Observe(cpuEnter.level())
+		require.Equal(t, Shedding, e.State(Traces))
+		e.Observe(&sampler.WaterLevel{CPUSlow: 0.5, CPUFast: 0.5, CPUValid: true, Mem: nan, MemValid: true})
+		assert.Equal(t, Normal, e.State(Traces))
+		assert.Zero(t, freed)
+	})
+}
+
+func TestDisabledSlot(t *testing.T) {
+	cfg := testConfig(1, 1)
+	cfg.Mem.Enabled = false
+	freed := 0
+	e := New(cfg, Options{FreeOSMemory: func() { freed++ }})
+	assert.Equal(t, "NN", feed(e, frame{0.5, 0.5, 0.88}, frame{0.5, 0.5, 0.99}), "never triggers")
+	assert.Zero(t, freed)
+
+	assert.Equal(t, "SN", feed(e, frame{0.85, 0.85, 0.99}, frame{0.5, 0.5, 0.99}), "never blocks exit")
+	assert.Equal(t, "ON", feed(e, frame{0.5, 0.95, 0.99}, frame{0.5, 0.5, 0.99}), "never blocks Open exit")
+
+	cfg.CPU.Enabled = false
+	cfg.Mem.Enabled = false
+	e = New(cfg, Options{})
+	assert.Equal(t, "NNN", feed(e, frame{2, 2, 2}, frame{2, 2, 2}, frame{2, 2, 2}), "both disabled")
+}
+
+func TestOpenExitDecidedOnCurrentFrame(t *testing.T) {
+	// cpu breach_n 3: the last of the three clearing frames decides.
+	tests := []struct {
+		name string
+		tail []frame
+		want State
+	}{
+		{"above exit before, at or below exit now", []frame{cpuResid, cpuResid, cpuOnly(0.70, 0.70)}, Normal},
+		{"below exit before, above exit now", []frame{cpuCalm, cpuCalm, cpuOnly(0.71, 0.71)}, Shedding},
+		{"mem above exit now only", []frame{cpuCalm, cpuCalm, frame{0.5, 0.5, 0.79}}, Shedding},
+		{"mem above exit before only", []frame{frame{0.5, 0.5, 0.85}, frame{0.5, 0.5, 0.85}, frame{0.5, 0.5, 0.78}}, Normal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(testConfig(3, 1), Options{})
+			require.Equal(t, "NNO", feed(e, repeat(cpuHard, 3)...))
+			require.Equal(t, "OO", feed(e, tt.tail[:2]...))
+			feed(e, tt.tail[2])
+			assert.Equal(t, tt.want, e.State(Traces))
+		})
+	}
+}
+
+func TestDropProbability(t *testing.T) {
+	tests := []struct {
+		name  string
+		rule  Rule
+		frame frame // observed after entering Shedding
+		want  float64
+	}{
+		{"midway cpu", Rule{Enabled: true, DropMax: 1}, cpuOnly(0.85, 0.85), 0.5},
+		{"quarter cpu", Rule{Enabled: true, DropMax: 1}, cpuOnly(0.825, 0.825), 0.25},
+		{"drop_min and drop_max", Rule{Enabled: true, DropMin: 0.2, DropMax: 0.6}, cpuOnly(0.85, 0.85), 0.4},
+		{"clamped at 0 below enter", Rule{Enabled: true, DropMin: 0.1, DropMax: 0.6}, cpuBand, 0.1},
+		{"clamped at 1 above hard (slow over, fast under)", Rule{Enabled: true, DropMax: 0.8}, cpuOnly(0.97, 0.89), 0.8},
+		{"max over slots: mem", Rule{Enabled: true, DropMax: 1}, frame{0.825, 0.825, 0.885}, 0.5},
+		{"max over slots: cpu", Rule{Enabled: true, DropMax: 1}, frame{0.875, 0.875, 0.8675}, 0.75},
+		{"invalid mem ignored", Rule{Enabled: true, DropMax: 1}, frame{0.825, 0.825, -1}, 0.25},
+		{"drop_max 0", Rule{Enabled: true, DropMax: 0}, cpuOnly(0.89, 0.89), 0},
+		{"rule disabled", Rule{Enabled: false, DropMax: 1}, cpuOnly(0.89, 0.89), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(1, 1)
+			cfg.Rules[Logs] = tt.rule
+			var draw float64
+			e := New(cfg, Options{Rand: func() float64 { return draw }})
+			e.Observe(cpuEnter.level())
+			e.Observe(tt.frame.level())
+			require.Equal(t, Shedding, e.State(Logs))
+
+			p := e.Stat().Signals[Logs].DropProbability
+			assert.InDelta(t, tt.want, p, 1e-9)
+
+			// The draw decides: under p rejects, at or over p admits.
+			if tt.want > 0 {
+				draw = tt.want - 1e-6
+				assert.Equal(t, DenyShed, e.Decide(Logs))
+			}
+			draw = tt.want + 1e-6
+			assert.Equal(t, Admit, e.Decide(Logs))
+			draw = 0
+			if tt.want == 0 {
+				assert.Equal(t, Admit, e.Decide(Logs), "p 0 never rejects")
+			}
+		})
+	}
+}
+
+func TestDecideDrawsOnlyWhenUncertain(t *testing.T) {
+	draws := 0
+	cfg := testConfig(1, 1)
+	cfg.Rules[Traces] = Rule{Enabled: true, DropMin: 1, DropMax: 1}
+	e := New(cfg, Options{Rand: func() float64 { draws++; return 0.99 }})
+
+	assert.Equal(t, Admit, e.Decide(Metrics), "Normal")
+	e.Observe(cpuEnter.level())
+	assert.Equal(t, Admit, e.Decide(Metrics), "Shedding at p 0.5, draw 0.99")
+	assert.Equal(t, 1, draws)
+	assert.Equal(t, DenyShed, e.Decide(Traces), "Shedding at p 1")
+	e.Observe(cpuHard.level())
+	assert.Equal(t, DenyOpen, e.Decide(Metrics), "Open")
+	assert.Equal(t, 1, draws)
+}
+
+func TestRuleDisabledAdmitsEvenInOpen(t *testing.T) {
+	cfg := testConfig(1, 1)
+	cfg.Rules[Metrics] = Rule{Enabled: false, DropMax: 1}
+	e := New(cfg, Options{Rand: fixedRand(0)})
+	e.Observe(memOnly(0.99).level())
+	require.Equal(t, Open, e.State(Metrics), "the state still follows the water level")
+	assert.Equal(t, Admit, e.Decide(Metrics))
+	assert.Equal(t, DenyOpen, e.Decide(Traces))
+	assert.Zero(t, e.Stat().Signals[Metrics].DropProbability)
+
+	e.Observe(memOnly(0.90).level())
+	require.Equal(t, Shedding, e.State(Metrics))
+	assert.Equal(t, Admit, e.Decide(Metrics))
+	assert.Equal(t, DenyShed, e.Decide(Traces))
+}
+
+func TestDropMaxZeroShedsNothingButOpens(t *testing.T) {
+	cfg := testConfig(1, 1)
+	cfg.RecoveryRamp = 5 * time.Second
+	cfg.Rules[Metrics] = Rule{Enabled: true, DropMax: 0}
+	clock := newFakeClock()
+	e := New(cfg, Options{Rand: fixedRand(0), Now: clock.Now})
+
+	e.Observe(memOnly(0.91).level())
+	require.Equal(t, Shedding, e.State(Metrics))
+	assert.Equal(t, Admit, e.Decide(Metrics), "exempt from shedding")
+	assert.Equal(t, DenyShed, e.Decide(Traces))
+
+	e.Observe(memOnly(0.93).level())
+	require.Equal(t, Open, e.State(Metrics))
+	assert.Equal(t, DenyOpen, e.Decide(Metrics), "not exempt from Open")
+	assert.Equal(t, 1.0, e.Stat().Signals[Metrics].DropProbability)
+
+	clock.Advance(time.Second)
+	e.Observe(memOnly(0.5).level())
+	require.Equal(t, Normal, e.State(Metrics))
+	assert.Equal(t, Admit, e.Decide(Metrics), "exempt from the recovery ramp")
+	assert.Equal(t, DenyShed, e.Decide(Traces), "others ramp")
+}
+
+func TestRecoveryRamp(t *testing.T) {
+	cfg := testConfig(1, 1)
+	cfg.RecoveryRamp = 5 * time.Second
+	cfg.Rules[Traces] = Rule{Enabled: true, DropMax: 1}
+	cfg.Rules[Metrics] = Rule{Enabled: true, DropMin: 0, DropMax: 0.2} // the ramp is not capped by drop_max
+	cfg.Rules[Logs] = Rule{Enabled: false, DropMax: 1}
+	cfg.Rules[Profiles] = Rule{Enabled: true, DropMax: 0}
+
+	clock := newFakeClock()
+	e := New(cfg, Options{Now: clock.Now})
+	probabilities := func() [NumSignals]float64 {
+		var out [NumSignals]float64
+		for i, s := range e.Stat().Signals {
+			out[i] = s.DropProbability
+		}
+		return out
+	}
+
+	e.Observe(memOnly(0.95).level())
+	require.Equal(t, Open, e.State(Traces))
+	assert.Equal(t, [NumSignals]float64{1, 1, 0, 1}, probabilities())
+
+	// Left to Normal: the ramp starts at 1 and falls linearly over 5s.
+	clock.Advance(3 * time.Second)
+	steps := []struct {
+		after time.Duration
+		mem   float64
+		state State
+		ramp  float64
+	}{
+		{0, 0.50, Normal, 1},
+		{time.Second, 0.50, Normal, 0.8},
+		{1500 * time.Millisecond, 0.50, Normal, 0.5},
+		// In Shedding the larger of the ramp and p_drop holds.
+		{500 * time.Millisecond, 0.885, Shedding, 0.4}, // t = 0.5: traces 0.5, metrics 0.1
+		{time.Second, 0.885, Shedding, 0.2},
+		{time.Second, 0.50, Normal, 0},
+		{time.Second, 0.50, Normal, 0},
+	}
+	for i, st := range steps {
+		clock.Advance(st.after)
+		e.Observe(memOnly(st.mem).level())
+		require.Equal(t, st.state, e.State(Traces), "step %d", i)
+		p := probabilities()
+		shed := 0.0
+		if st.state == Shedding {
+			shed = 0.5
+		}
+		assert.InDelta(t, max(st.ramp, shed), p[Traces], 1e-9, "traces step %d", i)
+		assert.InDelta(t, max(st.ramp, shed*0.2), p[Metrics], 1e-9, "metrics step %d", i)
+		assert.Zero(t, p[Logs], "logs step %d", i)
+		assert.Zero(t, p[Profiles], "profiles step %d", i)
+	}
+
+	t.Run("decided with the ramp", func(t *testing.T) {
+		clock := newFakeClock()
+		var draw float64
+		e := New(cfg, Options{Now: clock.Now, Rand: func() float64 { return draw }})
+		e.Observe(memOnly(0.95).level())
+		clock.Advance(time.Second)
+		e.Observe(memOnly(0.5).level())
+		assert.Equal(t, DenyShed, e.Decide(Traces), "p 1 right after Open")
+		clock.Advance(time.Second)
+		e.Observe(memOnly(0.5).level())
+		draw = 0.79
+		assert.Equal(t, DenyShed, e.Decide(Traces))
+		draw = 0.81
+		assert.Equal(t, Admit, e.Decide(Traces))
+	})
+
+	t.Run("restarts after another Open", func(t *testing.T) {
+		clock := newFakeClock()
+		e := New(cfg, Options{Now: clock.Now})
+		e.Observe(memOnly(0.95).level())
+		e.Observe(memOnly(0.5).level())
+		clock.Advance(4 * time.Second)
+		e.Observe(memOnly(0.95).level())
+		clock.Advance(time.Second)
+		e.Observe(memOnly(0.5).level())
+		assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
+	})
+
+	t.Run("zero disables it", func(t *testing.T) {
+		cfg := testConfig(1, 1)
+		e := New(cfg, Options{Now: newFakeClock().Now})
+		e.Observe(memOnly(0.95).level())
+		e.Observe(memOnly(0.5).level())
+		assert.Zero(t, e.Stat().Signals[Traces].DropProbability)
+	})
+}
+
+func TestMemoryRelief(t *testing.T) {
+	clock := newFakeClock()
+	var freedAt []time.Duration
+	start := clock.Now()
+	cfg := testConfig(1, 1)
+	e := New(cfg, Options{Now: clock.Now, FreeOSMemory: func() { freedAt = append(freedAt, clock.Now().Sub(start)) }})
+
+	tick := func(f frame) {
+		e.Observe(f.level())
+		clock.Advance(250 * time.Millisecond)
+	}
+	for range 13 { // 0s .. 3s at the hard line
+		tick(memOnly(0.92))
+	}
+	assert.Equal(t, []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}, freedAt)
+
+	freedAt = nil
+	tick(memOnly(0.91)) // 3.25s: under hard, no call
+	tick(memOnly(0.99)) // 3.5s: over again, but 0.5s after the last call
+	tick(memOnly(0.99)) // 3.75s
+	tick(memOnly(0.99)) // 4s: due
+	assert.Equal(t, []time.Duration{4 * time.Second}, freedAt)
+
+	freedAt = nil
+	for range 8 {
+		tick(frame{0.99, 0.99, 0.5}) // cpu over hard: not a memory problem
+	}
+	assert.Empty(t, freedAt)
+
+	cfg.Mem.Enabled = false
+	e = New(cfg, Options{Now: clock.Now, FreeOSMemory: func() { freedAt = append(freedAt, 0) }})
+	tick(memOnly(0.99))
+	assert.Empty(t, freedAt, "disabled slot")
+}
+
+// TestBurstReplay replays a realistic burst with the default thresholds: CPU
+// rises (fast leading slow), memory follows, both plateau above hard, then
+// the load falls away.
+func TestBurstReplay(t *testing.T) {
+	frames := []struct {
+		f    frame
+		want State
+	}{
+		{frame{0.40, 0.45, 0.50}, Normal},
+		{frame{0.55, 0.70, 0.55}, Normal},
+		{frame{0.70, 0.85, 0.60}, Normal},
+		{frame{0.81, 0.92, 0.66}, Normal}, // enter and hard streaks at 1
+		{frame{0.84, 0.95, 0.72}, Normal}, // 2
+		{frame{0.87, 0.97, 0.80}, Open},   // 3: Open wins over Shedding
+		{frame{0.90, 0.98, 0.88}, Open},   // plateau
+		{frame{0.92, 0.97, 0.93}, Open},   // memory at hard too
+		{frame{0.93, 0.96, 0.90}, Open},
+		{frame{0.92, 0.85, 0.84}, Open}, // under hard: 1
+		{frame{0.90, 0.80, 0.80}, Open}, // 2
+		{frame{0.87, 0.78, 0.75}, Shedding},
+		{frame{0.84, 0.72, 0.70}, Shedding},
+		{frame{0.78, 0.62, 0.66}, Shedding},
+		{frame{0.72, 0.55, 0.62}, Shedding},
+		{frame{0.68, 0.50, 0.60}, Shedding}, // under exit: 1
+		{frame{0.64, 0.48, 0.58}, Shedding}, // 2
+		{frame{0.60, 0.45, 0.55}, Normal},
+		{frame{0.55, 0.42, 0.52}, Normal},
+	}
+	var transitions []Transition
+	cfg := DefaultConfig()
+	e := New(cfg, Options{
+		Now:          newFakeClock().Now,
+		FreeOSMemory: func() {},
+		OnTransition: func(tr Transition) { transitions = append(transitions, tr) },
+	})
+	var got, want []State
+	for _, fr := range frames {
+		e.Observe(fr.f.level())
+		got = append(got, e.State(Traces))
+		want = append(want, fr.want)
+	}
+	assert.Equal(t, want, got)
+
+	// Each change is reported once per signal, with the level that caused it.
+	require.Len(t, transitions, 3*int(NumSignals))
+	for i, step := range []struct {
+		from, to State
+		cpuSlow  float64
+	}{{Normal, Open, 0.87}, {Open, Shedding, 0.87}, {Shedding, Normal, 0.60}} {
+		for s := range NumSignals {
+			tr := transitions[i*int(NumSignals)+int(s)]
+			assert.Equal(t, s, tr.Signal)
+			assert.Equal(t, step.from, tr.From)
+			assert.Equal(t, step.to, tr.To)
+			assert.Equal(t, step.cpuSlow, tr.Level.CPUSlow)
+		}
+	}
+}
+
+// TestSheddingRejectsPDropOfDraws checks the real random source: the number
+// of rejections out of n is binomial(n, p); 5 sigma makes a false failure
+// about a one-in-a-million event.
+func TestSheddingRejectsPDropOfDraws(t *testing.T) {
+	e := New(testConfig(1, 1), Options{})
+	e.Observe(cpuOnly(0.83, 0.83).level())
+	p := e.Stat().Signals[Traces].DropProbability
+	require.InDelta(t, 0.3, p, 1e-9)
+
+	const n = 200_000
+	rejected := 0
+	for range n {
+		if e.Decide(Traces) == DenyShed {
+			rejected++
+		}
+	}
+	mean := n * p
+	sigma := math.Sqrt(n * p * (1 - p))
+	assert.InDelta(t, mean, float64(rejected), 5*sigma, "rejected %d of %d at p %.2f", rejected, n, p)
+}
+
+func TestStat(t *testing.T) {
+	e := New(testConfig(1, 1), Options{})
+	st := e.Stat()
+	for _, s := range st.Signals {
+		assert.Equal(t, SignalStat{State: Normal}, s)
+	}
+	assert.False(t, st.Level.CPUValid)
+
+	wl := frame{0.85, 0.86, 0.5}.level()
+	e.Observe(wl)
+	st = e.Stat()
+	assert.Equal(t, *wl, st.Level)
+	assert.Equal(t, Shedding, st.Signals[Profiles].State)
+	assert.InDelta(t, 0.5, st.Signals[Profiles].DropProbability, 1e-9)
+}
+
+func TestBadInput(t *testing.T) {
+	e := New(testConfig(1, 1), Options{})
+	e.Observe(nil)
+	assert.Equal(t, Normal, e.State(Traces))
+	assert.Equal(t, Admit, e.Decide(NumSignals))
+	assert.Equal(t, Admit, e.Decide(Signal(200)))
+	assert.Equal(t, Normal, e.State(Signal(200)))
+
+	// hard <= enter (rejected by config validation) must not divide by zero.
+	cfg := testConfig(0, 0) // breach_n 0 counts as 1
+	cfg.CPU = Slot{Enabled: true, Enter: 0.9, Exit: 0.5, Hard: 0.9, BreachN: 0}
+	cfg.RecoveryRamp = -time.Second
+	e = New(cfg, Options{})
+	assert.Equal(t, "S", feed(e, cpuOnly(0.95, 0.85)))
+	assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
+
+	// Out-of-range rules are clamped.
+	cfg = testConfig(1, 1)
+	cfg.Rules[Traces] = Rule{Enabled: true, DropMin: -1, DropMax: 3}
+	e = New(cfg, Options{})
+	feed(e, cpuOnly(0.89, 0.89))
+	assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
+}
+
+func TestConcurrentDecideAndObserve(t *testing.T) {
+	e := New(DefaultConfig(), Options{FreeOSMemory: func() {}})
+	levels := []frame{calm, cpuEnter, cpuEnterHd, memOnly(0.95), calm}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for s := range NumSignals {
+					_ = e.Decide(s)
+					_ = e.State(s)
+				}
+				_ = e.Stat()
+			}
+		})
+	}
+	for i := range 2000 {
+		e.Observe(levels[i%len(levels)].level())
+	}
+	close(stop)
+	wg.Wait()
+}
+
+func TestDefaultConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	assert.Equal(t, Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3}, cfg.CPU)
+	assert.Equal(t, Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1}, cfg.Mem)
+	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
+	for _, r := range cfg.Rules {
+		assert.Equal(t, Rule{Enabled: true, DropMin: 0, DropMax: 1}, r)
+	}
+}
+
+// engineIn returns an engine whose signals are all in state, Shedding at p 0.5.
+func engineIn(tb testing.TB, state State) *Engine {
+	e := New(testConfig(1, 1), Options{FreeOSMemory: func() {}})
+	switch state {
+	case Shedding:
+		e.Observe(memOnly(0.885).level())
+	case Open:
+		e.Observe(memOnly(0.95).level())
+	}
+	require.Equal(tb, state, e.State(Traces))
+	return e
+}
+
+var sink Verdict
+
+func BenchmarkDecide(b *testing.B) {
+	for _, state := range []State{Normal, Shedding, Open} {
+		b.Run(state.String(), func(b *testing.B) {
+			e := engineIn(b, state)
+			b.ReportAllocs()
+			var v Verdict
+			for b.Loop() {
+				v = e.Decide(Traces)
+			}
+			sink = v
+		})
+	}
+}
+
+func BenchmarkDecideParallel(b *testing.B) {
+	for _, state := range []State{Normal, Shedding, Open} {
+		b.Run(state.String(), func(b *testing.B) {
+			e := engineIn(b, state)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				var v Verdict
+				s := Traces
+				for pb.Next() {
+					v = e.Decide(s)
+					s = (s + 1) % NumSignals
+				}
+				_ = v
+			})
+		})
+	}
+}
+
+func BenchmarkObserve(b *testing.B) {
+	b.Run("steady", func(b *testing.B) {
+		e := New(DefaultConfig(), Options{Now: newFakeClock().Now})
+		wl := calm.level()
+		b.ReportAllocs()
+		for b.Loop() {
+			e.Observe(wl)
+		}
+	})
+	b.Run("changing", func(b *testing.B) {
+		// Every frame changes p_drop: one snapshot published per signal.
+		e := New(testConfig(1, 1), Options{Now: newFakeClock().Now})
+		wls := []*sampler.WaterLevel{memOnly(0.86).level(), memOnly(0.87).level()}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			e.Observe(wls[i&1])
+			i++
+		}
+	})
+}

@@ -1,0 +1,199 @@
+package middleware
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/tap"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// nopWriter is a reusable ResponseWriter: httptest.NewRecorder allocates,
+// which would hide the middleware's own cost.
+type nopWriter struct{ h http.Header }
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *nopWriter) WriteHeader(int)             {}
+
+var sinkInt int
+
+// constDecider is the cheapest possible Decider, so the benchmarks measure
+// the middleware rather than the test double (the engine's Decide is one
+// atomic load, plus a random draw in Shedding).
+type constDecider decision.Verdict
+
+func (c constDecider) Decide(decision.Signal) decision.Verdict { return decision.Verdict(c) }
+func (constDecider) Exempt(decision.Signal) bool               { return false }
+
+func bareHandler() http.Handler {
+	return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { sinkInt += int(r.ContentLength) })
+}
+
+func BenchmarkHTTPAdmit(b *testing.B) {
+	newReq := func(target string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, target, http.NoBody)
+		r.ContentLength = 1024
+		r.Header.Set("Content-Type", "application/x-protobuf")
+		return r
+	}
+	run := func(b *testing.B, h http.Handler, r *http.Request) {
+		w := &nopWriter{h: http.Header{}}
+		b.ReportAllocs()
+		for b.Loop() {
+			h.ServeHTTP(w, r)
+		}
+	}
+	wrap := func(b *testing.B, budget *Budget) http.Handler {
+		mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.Admit), Budget: budget})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return mw.Wrap(bareHandler())
+	}
+	b.Run("bare", func(b *testing.B) { run(b, bareHandler(), newReq("/v1/traces")) })
+	b.Run("wrapped", func(b *testing.B) { run(b, wrap(b, NewBudget(1<<30)), newReq("/v1/traces")) })
+	b.Run("wrapped-no-budget", func(b *testing.B) { run(b, wrap(b, nil), newReq("/v1/traces")) })
+	b.Run("wrapped-unclassified", func(b *testing.B) { run(b, wrap(b, NewBudget(1<<30)), newReq("/health")) })
+	b.Run("wrapped-unclean-path", func(b *testing.B) { run(b, wrap(b, NewBudget(1<<30)), newReq("//v1/traces/")) })
+	b.Run("wrapped-parallel", func(b *testing.B) {
+		h := wrap(b, NewBudget(1<<30))
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			r := newReq("/v1/traces")
+			w := &nopWriter{h: http.Header{}}
+			for pb.Next() {
+				h.ServeHTTP(w, r)
+			}
+		})
+	})
+}
+
+func BenchmarkHTTPReject(b *testing.B) {
+	for _, ct := range []string{"application/x-protobuf", "application/json", "application/x-protobuf; charset=binary"} {
+		b.Run(ct, func(b *testing.B) {
+			mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.DenyShed)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := mw.Wrap(bareHandler())
+			r := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
+			r.Header.Set("Content-Type", ct)
+			w := &nopWriter{}
+			b.ReportAllocs()
+			for b.Loop() {
+				w.h = http.Header{}
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+func BenchmarkClassify(b *testing.B) {
+	c := mustClassifier(b, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.Metrics}})
+	for name, p := range map[string]string{
+		"http-clean-match":    "/v1/traces",
+		"http-clean-nomatch":  "/health",
+		"http-unclean-match":  "//v1/./traces/",
+		"http-long-clean":     "/" + strings.Repeat("a", 8192),
+		"http-long-unclean":   strings.Repeat("/", 8192) + "v1/traces",
+		"http-user-route":     "/prometheus/write",
+		"http-profiles-match": "/v1development/profiles",
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, ok := c.HTTP(p)
+				if ok {
+					sinkInt++
+				}
+			}
+		})
+	}
+	b.Run("grpc-match", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := c.GRPC(traceExport); ok {
+				sinkInt++
+			}
+		}
+	})
+}
+
+func BenchmarkBudget(b *testing.B) {
+	b.Run("serial", func(b *testing.B) {
+		bud := NewBudget(1 << 30)
+		b.ReportAllocs()
+		for b.Loop() {
+			if bud.Reserve(1024) {
+				bud.Release(1024)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		bud := NewBudget(1 << 40)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if bud.Reserve(1024) {
+					bud.Release(1024)
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkGRPCTap measures the middleware's share of an RPC: the tap and
+// the Begin/End events of the stats handler (grpc-go itself spends far more
+// per RPC).
+func BenchmarkGRPCTap(b *testing.B) {
+	run := func(b *testing.B, mw *GRPC, method string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		info := &tap.Info{FullMethodName: method}
+		h := grpcStats{mw}
+		begin, end := &stats.Begin{}, &stats.End{}
+		b.ReportAllocs()
+		for b.Loop() {
+			rctx, err := mw.tap(ctx, info)
+			if err == nil {
+				h.HandleRPC(rctx, begin)
+				h.HandleRPC(rctx, end)
+			}
+		}
+	}
+	newMW := func(b *testing.B, v decision.Verdict, budget *Budget) *GRPC {
+		mw, err := NewGRPC(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(v), Budget: budget})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return mw
+	}
+	b.Run("admit-budget", func(b *testing.B) { run(b, newMW(b, decision.Admit, NewBudget(1<<40)), traceExport) })
+	b.Run("admit-no-budget", func(b *testing.B) { run(b, newMW(b, decision.Admit, nil), traceExport) })
+	b.Run("unclassified", func(b *testing.B) {
+		run(b, newMW(b, decision.DenyOpen, NewBudget(1<<40)), "/grpc.health.v1.Health/Check")
+	})
+	b.Run("reject", func(b *testing.B) { run(b, newMW(b, decision.DenyShed, NewBudget(1<<40)), traceExport) })
+}
+
+// TestHTTPAdmitNoAllocs pins the benchmark's claim in a test: the admit path
+// adds no allocation.
+func TestHTTPAdmitNoAllocs(t *testing.T) {
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: NewBudget(1 << 30), Recorder: &countingRecorder{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(bareHandler())
+	r := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
+	r.ContentLength = 1024
+	w := &nopWriter{h: http.Header{}}
+	if allocs := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); allocs != 0 {
+		t.Fatalf("admit path allocates %v times per request", allocs)
+	}
+}

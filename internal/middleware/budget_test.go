@@ -1,0 +1,93 @@
+package middleware
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+func TestBudget(t *testing.T) {
+	b := NewBudget(100)
+	require.NotNil(t, b)
+	assert.EqualValues(t, 100, b.Max())
+	assert.True(t, b.Reserve(60))
+	assert.False(t, b.Reserve(41))
+	assert.True(t, b.Reserve(40))
+	assert.False(t, b.Reserve(1))
+	assert.True(t, b.Reserve(0), "nothing always fits")
+	assert.False(t, b.Reserve(math.MaxInt64), "no overflow")
+	assert.EqualValues(t, 100, b.Reserved())
+	b.Release(60)
+	assert.EqualValues(t, 40, b.Reserved())
+	assert.False(t, b.Reserve(math.MaxInt64))
+	b.Release(40)
+	assert.Zero(t, b.Reserved())
+	assert.EqualValues(t, 100, b.HighWater())
+}
+
+func TestBudgetNil(t *testing.T) {
+	assert.Nil(t, NewBudget(0))
+	assert.Nil(t, NewBudget(-1))
+	var b *Budget
+	assert.True(t, b.Reserve(math.MaxInt64))
+	b.Release(10)
+	assert.Zero(t, b.Reserved())
+	assert.Zero(t, b.Max())
+	assert.Zero(t, b.HighWater())
+}
+
+func TestBudgetConcurrent(t *testing.T) {
+	const maxBytes = 1000
+	b := NewBudget(maxBytes)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 2000 {
+				n := int64(1 + (g*31+i*7)%300)
+				if b.Reserve(n) {
+					assert.LessOrEqual(t, b.Reserved(), int64(maxBytes))
+					b.Release(n)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, b.Reserved())
+	assert.LessOrEqual(t, b.HighWater(), int64(maxBytes))
+	assert.Positive(t, b.HighWater())
+}
+
+func TestRetryDelay(t *testing.T) {
+	d := NewRetryDelay(2*time.Second, 5*time.Second, nil)
+	seen := map[time.Duration]int{}
+	for range 2000 {
+		got := d.Draw(decision.DenyShed)
+		require.GreaterOrEqual(t, got, 2*time.Second)
+		require.LessOrEqual(t, got, 5*time.Second)
+		require.Zero(t, got%time.Second, "whole seconds")
+		seen[got]++
+	}
+	assert.Len(t, seen, 4, "every second of the range is drawn")
+	assert.Equal(t, 2*time.Second, d.Draw(decision.DenyBudget), "budget delay clamped up to min")
+	assert.Zero(t, d.Draw(decision.Admit))
+
+	// Injected rand: the extremes map to the bounds.
+	lo := NewRetryDelay(0, 30*time.Second, func(int64) int64 { return 0 })
+	hi := NewRetryDelay(0, 30*time.Second, func(n int64) int64 { return n - 1 })
+	assert.Zero(t, lo.Draw(decision.DenyOpen))
+	assert.Equal(t, 30*time.Second, hi.Draw(decision.DenyOpen))
+	assert.Equal(t, BudgetRetryDelay, hi.Draw(decision.DenyBudget))
+
+	// Rounding: min up, max down, max below min collapses to min.
+	r := NewRetryDelay(1500*time.Millisecond, 1700*time.Millisecond, nil)
+	assert.Equal(t, 2*time.Second, r.Draw(decision.DenyOpen))
+	z := NewRetryDelay(-time.Second, 0, nil)
+	assert.Zero(t, z.Draw(decision.DenyOpen))
+	assert.Zero(t, z.Draw(decision.DenyBudget), "budget delay clamped down to max")
+}

@@ -1,0 +1,409 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+const (
+	traceExport = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+	pushMethod  = "/test.Stream/Push"
+	watchMethod = "/grpc.health.v1.Health/Watch"
+	missingCall = "/test.Missing/Call"
+)
+
+type traceServer struct {
+	ptraceotlp.UnimplementedGRPCServer
+	calls atomic.Int64
+}
+
+func (s *traceServer) Export(context.Context, ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	s.calls.Add(1)
+	return ptraceotlp.NewExportResponse(), nil
+}
+
+// pushServer is a client-streaming service: it counts calls and messages and
+// can hold a call open until released.
+type pushServer struct {
+	calls    atomic.Int64
+	messages atomic.Int64
+	hold     chan struct{} // when non-nil, wait for it to close before answering
+	entered  chan struct{}
+}
+
+var pushDesc = grpc.ServiceDesc{
+	ServiceName: "test.Stream",
+	HandlerType: (*any)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Push",
+		ClientStreams: true,
+		Handler: func(srv any, ss grpc.ServerStream) error {
+			s := srv.(*pushServer)
+			s.calls.Add(1)
+			if s.entered != nil {
+				s.entered <- struct{}{}
+			}
+			for {
+				err := ss.RecvMsg(new(wrapperspb.BytesValue))
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					return err
+				}
+				s.messages.Add(1)
+			}
+			if s.hold != nil {
+				<-s.hold
+			}
+			return ss.SendMsg(&emptypb.Empty{})
+		},
+	}},
+}
+
+// payloadCounter is a second, test-only stats handler: it proves that a
+// rejected RPC's message is never received.
+type payloadCounter struct{ in atomic.Int64 }
+
+func (p *payloadCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return ctx
+}
+
+func (p *payloadCounter) HandleRPC(_ context.Context, rs stats.RPCStats) {
+	if _, ok := rs.(*stats.InPayload); ok {
+		p.in.Add(1)
+	}
+}
+
+func (p *payloadCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (p *payloadCounter) HandleConn(context.Context, stats.ConnStats) {}
+
+type grpcFixture struct {
+	dec      *fakeDecider
+	rec      *countingRecorder
+	budget   *Budget
+	mw       *GRPC
+	traces   *traceServer
+	push     *pushServer
+	payloads *payloadCounter
+	conn     *grpc.ClientConn
+}
+
+func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64) *grpcFixture {
+	t.Helper()
+	f := &grpcFixture{
+		dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget,
+		traces: &traceServer{}, push: &pushServer{}, payloads: &payloadCounter{},
+	}
+	cls := mustClassifier(t, Routes{GRPC: map[string]decision.Signal{
+		pushMethod:  decision.Logs,
+		watchMethod: decision.Metrics,
+		missingCall: decision.Profiles,
+	}})
+	mw, err := NewGRPC(Config{
+		Classifier: cls, Decider: f.dec, Budget: budget, UnknownSize: unknownSize, Recorder: f.rec,
+		Retry: NewRetryDelay(2*time.Second, 9*time.Second, nil),
+	})
+	require.NoError(t, err)
+	f.mw = mw
+
+	srv := grpc.NewServer(append(mw.ServerOptions(), grpc.StatsHandler(f.payloads))...)
+	ptraceotlp.RegisterGRPCServer(srv, f.traces)
+	srv.RegisterService(&pushDesc, f.push)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	f.conn = conn
+	t.Cleanup(func() {
+		conn.Close()
+		hs.Shutdown()
+		srv.Stop()
+		<-served
+	})
+	return f
+}
+
+func (f *grpcFixture) export(ctx context.Context) error {
+	td := ptrace.NewTraces()
+	td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("span")
+	_, err := ptraceotlp.NewGRPCClient(f.conn).Export(ctx, ptraceotlp.NewExportRequestFromTraces(td))
+	return err
+}
+
+func (f *grpcFixture) pushStream(ctx context.Context) (grpc.ClientStream, error) {
+	return f.conn.NewStream(ctx, &pushDesc.Streams[0], pushMethod)
+}
+
+// pushAll sends msgs messages of size bytes on one stream and waits for the
+// answer.
+func (f *grpcFixture) pushAll(ctx context.Context, msgs, size int) error {
+	cs, err := f.pushStream(ctx)
+	if err != nil {
+		return err
+	}
+	for range msgs {
+		if err := cs.SendMsg(wrapperspb.Bytes(make([]byte, size))); err != nil {
+			break // the real error comes from RecvMsg
+		}
+	}
+	if err := cs.CloseSend(); err != nil {
+		return err
+	}
+	return cs.RecvMsg(new(emptypb.Empty))
+}
+
+// requireRetryable asserts err is RESOURCE_EXHAUSTED with a RetryInfo delay
+// in [lo, hi].
+func requireRetryable(t *testing.T, err error, reason string, lo, hi time.Duration) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, codes.ResourceExhausted, st.Code(), "%v", err)
+	assert.Equal(t, "throttle: collector overloaded ("+reason+")", st.Message())
+	var info *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			info = ri
+		}
+	}
+	require.NotNil(t, info, "RetryInfo detail")
+	d := info.GetRetryDelay().AsDuration()
+	assert.GreaterOrEqual(t, d, lo)
+	assert.LessOrEqual(t, d, hi)
+	assert.Zero(t, d%time.Second)
+}
+
+func (f *grpcFixture) requireReleased(t *testing.T) {
+	t.Helper()
+	// *stats.End runs after the client has its answer: wait for it.
+	require.Eventually(t, func() bool { return f.budget.Reserved() == 0 }, 10*time.Second, time.Millisecond)
+}
+
+func TestGRPCAdmit(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(1<<20), 0)
+	ctx := context.Background()
+	require.NoError(t, f.export(ctx))
+	require.NoError(t, f.pushAll(ctx, 3, 100))
+	assert.EqualValues(t, 1, f.traces.calls.Load())
+	assert.EqualValues(t, 3, f.push.messages.Load())
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Logs, decision.Admit))
+	f.requireReleased(t)
+	assert.EqualValues(t, DefaultUnknownSize, f.budget.HighWater(), "the first RPC reserves unknown_size")
+}
+
+func TestGRPCRejectUnary(t *testing.T) {
+	for _, v := range []decision.Verdict{decision.DenyShed, decision.DenyOpen} {
+		t.Run(v.Reason(), func(t *testing.T) {
+			f := newGRPCFixture(t, NewBudget(1<<20), 0)
+			f.dec.set(decision.Traces, v)
+			for range 20 {
+				requireRetryable(t, f.export(context.Background()), v.Reason(), 2*time.Second, 9*time.Second)
+			}
+			assert.Zero(t, f.traces.calls.Load(), "the handler is never called")
+			assert.Zero(t, f.payloads.in.Load(), "the message is never received")
+			assert.EqualValues(t, 20, f.rec.get(ProtocolGRPC, decision.Traces, v))
+			assert.Zero(t, f.budget.HighWater(), "a rejected RPC reserves nothing")
+		})
+	}
+}
+
+func TestGRPCRejectStreaming(t *testing.T) {
+	f := newGRPCFixture(t, nil, 0)
+	f.dec.set(decision.Logs, decision.DenyShed)
+	f.dec.set(decision.Metrics, decision.DenyOpen)
+	ctx := context.Background()
+
+	// Client streaming.
+	requireRetryable(t, f.pushAll(ctx, 5, 1000), "shed", 2*time.Second, 9*time.Second)
+	assert.Zero(t, f.push.calls.Load())
+
+	// Server streaming (health Watch, routed as metrics).
+	ws, err := healthpb.NewHealthClient(f.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = ws.Recv()
+	requireRetryable(t, err, "open", 2*time.Second, 9*time.Second)
+	assert.Zero(t, f.payloads.in.Load(), "no rejected message is received")
+
+	// An unrouted method on the same server is never rejected.
+	f.dec.setAll(decision.DenyOpen)
+	_, err = healthpb.NewHealthClient(f.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Logs, decision.DenyShed))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Metrics, decision.DenyOpen))
+	assert.EqualValues(t, 2, f.rec.total())
+}
+
+func TestGRPCExempt(t *testing.T) {
+	b := NewBudget(100)
+	require.True(t, b.Reserve(100))
+	f := newGRPCFixture(t, b, 0)
+	f.dec.setAll(decision.DenyOpen)
+	f.dec.exempt[decision.Traces].Store(true)
+	require.NoError(t, f.export(context.Background()))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.dec.decides.Load())
+	assert.EqualValues(t, 100, b.Reserved())
+	b.Release(100)
+}
+
+// TestGRPCBudget: a stream that opens and sends nothing holds its
+// reservation; with the budget full the next RPC is refused with the short
+// delay; when the stream goes away, everything is released.
+func TestGRPCBudget(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(1000), 1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	idle, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+
+	// BudgetRetryDelay (1s) clamped up to the range's minimum of 2s.
+	requireRetryable(t, f.export(context.Background()), "budget", 2*time.Second, 2*time.Second)
+	ws, err := healthpb.NewHealthClient(f.conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = ws.Recv()
+	requireRetryable(t, err, "budget", 2*time.Second, 2*time.Second)
+	assert.Zero(t, f.traces.calls.Load())
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Metrics, decision.DenyBudget))
+
+	cancel()
+	_ = idle.RecvMsg(new(emptypb.Empty))
+	f.requireReleased(t)
+	require.NoError(t, f.export(context.Background()))
+	f.requireReleased(t)
+	assert.EqualValues(t, 1000, f.budget.HighWater())
+}
+
+// TestGRPCBudgetHeldUntilEnd: the reservation lasts until the handler
+// returns, not until the client gives up.
+func TestGRPCBudgetHeldUntilEnd(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(1000), 1000)
+	f.push.hold = make(chan struct{})
+	f.push.entered = make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- f.pushAll(ctx, 1, 10) }()
+	<-f.push.entered
+	require.Eventually(t, func() bool { return f.push.messages.Load() == 1 }, 10*time.Second, time.Millisecond)
+	cancel()
+	require.Error(t, <-errc)
+	// The client is gone but the handler still runs: the bytes stay reserved.
+	assert.EqualValues(t, 1000, f.budget.Reserved())
+	close(f.push.hold)
+	f.requireReleased(t)
+}
+
+// TestGRPCUnregisteredServiceReleases: grpc-go sends no *stats.End for a
+// routed method no service implements; the safety net releases anyway.
+func TestGRPCUnregisteredServiceReleases(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(1<<20), 0)
+	for range 10 {
+		err := f.conn.Invoke(context.Background(), missingCall, &emptypb.Empty{}, new(emptypb.Empty))
+		require.Equal(t, codes.Unimplemented, status.Code(err))
+	}
+	assert.EqualValues(t, 10, f.rec.get(ProtocolGRPC, decision.Profiles, decision.Admit))
+	f.requireReleased(t)
+}
+
+// TestGRPCEstimate: received message sizes feed the per-signal estimate
+// that later RPCs reserve.
+func TestGRPCEstimate(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(1<<30), 0)
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs))
+	require.NoError(t, f.pushAll(context.Background(), 10, 10000))
+	f.requireReleased(t)
+	est := f.mw.sizeEstimate(decision.Logs)
+	// 10000 bytes of payload plus a few bytes of protobuf framing.
+	assert.InDelta(t, 10000, est, 16)
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces), "per signal")
+
+	// The next RPC reserves the estimate.
+	f.push.hold = make(chan struct{})
+	f.push.entered = make(chan struct{}, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- f.pushAll(context.Background(), 1, 10) }()
+	<-f.push.entered
+	assert.Equal(t, est, f.budget.Reserved())
+	close(f.push.hold)
+	require.NoError(t, <-errc)
+	f.requireReleased(t)
+}
+
+// TestGRPCTapSafetyNet drives the tap directly: a stream whose context is
+// already done (grpc-go aborts it right after the tap, with no stats at
+// all) gets its reservation back.
+func TestGRPCTapSafetyNet(t *testing.T) {
+	b := NewBudget(1 << 20)
+	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: b})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = mw.tap(ctx, &tap.Info{FullMethodName: traceExport})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.Reserved() == 0 }, 10*time.Second, time.Millisecond)
+
+	// Begin stops the net: a later cancellation no longer releases, End does.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	rctx, err := mw.tap(ctx, &tap.Info{FullMethodName: traceExport})
+	require.NoError(t, err)
+	h := grpcStats{mw}
+	h.HandleRPC(rctx, &stats.Begin{})
+	cancel()
+	assert.EqualValues(t, DefaultUnknownSize, b.Reserved())
+	h.HandleRPC(rctx, &stats.End{})
+	assert.Zero(t, b.Reserved())
+	h.HandleRPC(rctx, &stats.End{})
+	assert.Zero(t, b.Reserved(), "released once")
+}
+
+func TestGRPCObserve(t *testing.T) {
+	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: NewBudget(1 << 20), UnknownSize: 5000})
+	require.NoError(t, err)
+	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.Traces))
+	mw.observe(decision.Traces, 800)
+	assert.EqualValues(t, 800, mw.sizeEstimate(decision.Traces), "first sample is taken as is")
+	mw.observe(decision.Traces, 1600)
+	assert.EqualValues(t, 900, mw.sizeEstimate(decision.Traces), "then an EWMA of weight 1/8")
+	mw.observe(decision.Logs, 0)
+	assert.EqualValues(t, 1, mw.sizeEstimate(decision.Logs), "an empty message is data too")
+	mw.observe(decision.Metrics, 10<<20)
+	assert.EqualValues(t, 1<<20, mw.sizeEstimate(decision.Metrics), "capped at the budget")
+}

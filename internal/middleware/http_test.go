@@ -1,0 +1,551 @@
+package middleware
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// failingBody fails the test if anything reads it.
+type failingBody struct {
+	t      testing.TB
+	closed atomic.Bool
+}
+
+func (b *failingBody) Read([]byte) (int, error) {
+	b.t.Error("the request body was read")
+	return 0, io.EOF
+}
+
+func (b *failingBody) Close() error { b.closed.Store(true); return nil }
+
+// countingHandler counts calls and reads the whole body, like otlpreceiver.
+type countingHandler struct {
+	calls   atomic.Int64
+	readErr atomic.Pointer[error]
+	read    atomic.Int64
+}
+
+func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.calls.Add(1)
+	n, err := io.Copy(io.Discard, r.Body)
+	h.read.Add(n)
+	if err != nil {
+		h.readErr.Store(&err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+type httpFixture struct {
+	dec    *fakeDecider
+	rec    *countingRecorder
+	budget *Budget
+	mw     *HTTP
+	next   *countingHandler
+	h      http.Handler
+}
+
+func newHTTPFixture(t testing.TB, budget *Budget, unknownSize int64, retry *RetryDelay) *httpFixture {
+	t.Helper()
+	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, next: &countingHandler{}}
+	mw, err := NewHTTP(Config{
+		Classifier:  mustClassifier(t, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.Metrics}}),
+		Decider:     f.dec,
+		Retry:       retry,
+		Budget:      budget,
+		UnknownSize: unknownSize,
+		Recorder:    f.rec,
+	})
+	require.NoError(t, err)
+	f.mw = mw
+	f.h = mw.Wrap(f.next)
+	return f
+}
+
+func TestNewHTTPErrors(t *testing.T) {
+	_, err := NewHTTP(Config{Decider: &fakeDecider{}})
+	require.Error(t, err)
+	_, err = NewHTTP(Config{Classifier: mustClassifier(t, Routes{})})
+	require.Error(t, err)
+	_, err = NewGRPC(Config{})
+	require.Error(t, err)
+}
+
+func TestHTTPAdmit(t *testing.T) {
+	f := newHTTPFixture(t, NewBudget(1<<20), 0, nil)
+	for _, target := range []string{"/v1/traces", "/v1/metrics?x=1", "//v1/logs/", "/prometheus/write", "/health", "/"} {
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, target, strings.NewReader("hello")))
+		assert.Equal(t, http.StatusOK, rec.Code, target)
+	}
+	assert.EqualValues(t, 6, f.next.calls.Load())
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit))
+	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.Metrics, decision.Admit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Logs, decision.Admit))
+	assert.EqualValues(t, 4, f.rec.total(), "unclassified requests are not counted")
+	assert.Zero(t, f.budget.Reserved())
+	assert.EqualValues(t, 5, f.budget.HighWater())
+}
+
+// TestHTTPUnclassifiedNeverRejected: Open on every signal and a full budget
+// still let a health check through, and Decide is not even asked.
+func TestHTTPUnclassifiedNeverRejected(t *testing.T) {
+	b := NewBudget(10)
+	require.True(t, b.Reserve(10))
+	f := newHTTPFixture(t, b, 0, nil)
+	f.dec.setAll(decision.DenyOpen)
+	for _, target := range []string{"/health", "/v1/trace", "/metrics", "/v1/traces/x"} {
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, target, strings.NewReader("0123456789")))
+		assert.Equal(t, http.StatusOK, rec.Code, target)
+	}
+	assert.Zero(t, f.dec.decides.Load())
+	assert.Zero(t, f.rec.total())
+}
+
+// TestHTTPExempt: an exempt signal is admitted in Open and bypasses a full
+// budget.
+func TestHTTPExempt(t *testing.T) {
+	b := NewBudget(10)
+	require.True(t, b.Reserve(10))
+	f := newHTTPFixture(t, b, 0, nil)
+	f.dec.setAll(decision.DenyOpen)
+	f.dec.exempt[decision.Metrics].Store(true)
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("0123456789abcdef")))
+	assert.Equal(t, http.StatusOK, rec.Code)
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("x")))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.Admit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyOpen))
+	assert.EqualValues(t, 10, b.Reserved())
+}
+
+func TestHTTPRejection(t *testing.T) {
+	contentTypes := []struct {
+		ct    string
+		proto bool
+	}{
+		{"application/x-protobuf", true},
+		{"application/x-protobuf; charset=binary", true},
+		{"Application/X-Protobuf", true},
+		{"application/json", false},
+		{"application/json; charset=utf-8", false},
+		{"", false},
+		{"text/plain", false},
+		{"application/x-protobuf; =broken", false}, // otlpreceiver falls back to JSON too
+	}
+	verdicts := []decision.Verdict{decision.DenyShed, decision.DenyOpen, decision.DenyBudget}
+	for _, v := range verdicts {
+		for _, ct := range contentTypes {
+			t.Run(v.Reason()+"/"+ct.ct, func(t *testing.T) {
+				var f *httpFixture
+				if v == decision.DenyBudget {
+					f = newHTTPFixture(t, NewBudget(100), 0, NewRetryDelay(0, 30*time.Second, nil))
+				} else {
+					f = newHTTPFixture(t, nil, 0, NewRetryDelay(0, 30*time.Second, nil))
+					f.dec.set(decision.Traces, v)
+				}
+				body := &failingBody{t: t}
+				req := httptest.NewRequest(http.MethodPost, "/v1/traces?x=y", body)
+				req.ContentLength = 1000 // over the budget of 100
+				if ct.ct != "" {
+					req.Header.Set("Content-Type", ct.ct)
+				}
+				rec := httptest.NewRecorder()
+				f.h.ServeHTTP(rec, req)
+
+				assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+				assert.Zero(t, f.next.calls.Load(), "next must not run")
+				assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, v))
+				assert.EqualValues(t, 1, f.rec.total())
+				secs, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+				require.NoError(t, err)
+				assert.GreaterOrEqual(t, secs, 0)
+				assert.LessOrEqual(t, secs, 30)
+				if v == decision.DenyBudget {
+					assert.Equal(t, 1, secs, "short delay for a full budget")
+				}
+				if v == decision.DenyOpen {
+					assert.Equal(t, "close", rec.Header().Get("Connection"))
+				} else {
+					assert.Empty(t, rec.Header().Get("Connection"))
+				}
+
+				st := &spb.Status{}
+				if ct.proto {
+					assert.Equal(t, "application/x-protobuf", rec.Header().Get("Content-Type"))
+					require.NoError(t, proto.Unmarshal(rec.Body.Bytes(), st))
+				} else {
+					assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+					require.NoError(t, protojson.Unmarshal(rec.Body.Bytes(), st))
+				}
+				assert.EqualValues(t, codes.ResourceExhausted, st.GetCode())
+				assert.Equal(t, "throttle: collector overloaded ("+v.Reason()+")", st.GetMessage())
+			})
+		}
+	}
+}
+
+// TestHTTPRetryAfterRange draws many rejections: every Retry-After is a
+// whole number of seconds in the range and every value of the range occurs.
+func TestHTTPRetryAfterRange(t *testing.T) {
+	f := newHTTPFixture(t, nil, 0, NewRetryDelay(3*time.Second, 7*time.Second, nil))
+	f.dec.set(decision.Logs, decision.DenyShed)
+	seen := map[int]int{}
+	for range 1000 {
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/logs", &failingBody{t: t}))
+		secs, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, secs, 3)
+		require.LessOrEqual(t, secs, 7)
+		seen[secs]++
+	}
+	assert.Len(t, seen, 5)
+	for s, n := range seen {
+		// 200 expected per value; 100 is more than 7 standard deviations away.
+		assert.Greater(t, n, 100, "value %d drawn %d times", s, n)
+	}
+}
+
+// countingListener counts the bytes the server reads from its connections.
+type countingListener struct {
+	net.Listener
+	read atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, n: &l.read}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// TestHTTPRejectionServerBytes sends a 4 MiB body to a real server over
+// loopback and counts what the server reads: the headers and at most one
+// read buffer, never the body.
+func TestHTTPRejectionServerBytes(t *testing.T) {
+	for _, v := range []decision.Verdict{decision.DenyShed, decision.DenyOpen} {
+		t.Run(v.Reason(), func(t *testing.T) {
+			f := newHTTPFixture(t, nil, 0, nil)
+			f.dec.set(decision.Traces, v)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			cl := &countingListener{Listener: ln}
+			srv := httptest.NewUnstartedServer(f.h)
+			srv.Listener = cl
+			srv.Start()
+			defer srv.Close()
+
+			const bodySize = 4 << 20
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(t, err)
+			defer conn.Close()
+			head := fmt.Sprintf("POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: %d\r\n\r\n", bodySize)
+			// Write the body from another goroutine: the server never reads
+			// it, so the write blocks once the socket buffers are full and
+			// fails when the server closes the connection.
+			writeDone := make(chan struct{})
+			go func() {
+				defer close(writeDone)
+				_, _ = conn.Write(append([]byte(head), make([]byte, bodySize)...))
+			}()
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+			assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+			conn.Close()
+			<-writeDone
+			srv.Close() // waits for the handler and the connection to finish
+
+			assert.Zero(t, f.next.calls.Load())
+			read := cl.read.Load()
+			t.Logf("server read %d bytes of a %d byte request", read, len(head)+bodySize)
+			// net/http reads through a 4 KiB bufio.Reader and, with more than
+			// 256 KiB unread (or Connection: close), closes instead of
+			// draining. Allow a generous margin: the point is 4 MiB vs KiBs.
+			assert.Less(t, read, int64(64<<10))
+		})
+	}
+}
+
+// TestHTTPExpectContinueBodyNeverSent: a client that waits for 100-continue
+// never has to send its body, which the test proves with a body that fails
+// the test when read.
+func TestHTTPExpectContinueBodyNeverSent(t *testing.T) {
+	f := newHTTPFixture(t, nil, 0, nil)
+	f.dec.set(decision.Traces, decision.DenyShed)
+	srv := httptest.NewServer(f.h)
+	defer srv.Close()
+	tr := &http.Transport{ExpectContinueTimeout: time.Minute}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/traces", &failingBody{t: t})
+	require.NoError(t, err)
+	req.ContentLength = 1 << 20
+	req.Header.Set("Expect", "100-continue")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	st := &spb.Status{}
+	require.NoError(t, protojson.Unmarshal(b, st))
+	assert.EqualValues(t, codes.ResourceExhausted, st.GetCode())
+}
+
+// TestHTTPBudgetConcurrent runs many concurrent requests, with and without
+// Content-Length, against a small budget: the reserved bytes never exceed
+// it, some requests are refused with a short delay, and all bytes come back.
+func TestHTTPBudgetConcurrent(t *testing.T) {
+	const maxBytes = 64 << 10
+	b := NewBudget(maxBytes)
+	dec := &fakeDecider{}
+	rec := &countingRecorder{}
+	var over atomic.Int64
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b.Reserved() > maxBytes {
+			over.Add(1)
+		}
+		_, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		for range 50 { // hold the reservation a little so requests overlap
+			runtime.Gosched()
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: dec, Budget: b, UnknownSize: 8 << 10, Recorder: rec})
+	require.NoError(t, err)
+	h := mw.Wrap(next)
+
+	var ok, refused, failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 400 {
+		wg.Go(func() {
+			size := 1 + (i*7919)%(20<<10)
+			req := httptest.NewRequest(http.MethodPost, "/v1/logs", bytes.NewReader(make([]byte, size)))
+			if i%3 == 0 {
+				req.ContentLength = -1 // chunked
+				req.Body = io.NopCloser(bytes.NewReader(make([]byte, size)))
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			switch w.Code {
+			case http.StatusOK:
+				ok.Add(1)
+			case http.StatusTooManyRequests:
+				assert.Equal(t, "1", w.Header().Get("Retry-After"))
+				refused.Add(1)
+			default:
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("ok %d, refused %d, failed mid-body %d, high water %d of %d", ok.Load(), refused.Load(), failed.Load(), b.HighWater(), maxBytes)
+	assert.Zero(t, over.Load())
+	assert.LessOrEqual(t, b.HighWater(), int64(maxBytes))
+	assert.Zero(t, b.Reserved(), "every reservation is released")
+	assert.Positive(t, ok.Load())
+	assert.Positive(t, refused.Load())
+	assert.EqualValues(t, 400, rec.total())
+	assert.Equal(t, refused.Load(), rec.get(ProtocolHTTP, decision.Logs, decision.DenyBudget))
+}
+
+func TestHTTPBudgetContentLength(t *testing.T) {
+	f := newHTTPFixture(t, NewBudget(100), 0, nil)
+	var during int64
+	h := f.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { during = f.budget.Reserved() }))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, 60))))
+	assert.EqualValues(t, 60, during)
+	assert.Zero(t, f.budget.Reserved())
+
+	// Larger than the whole budget: refused up front, body unread.
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t})
+	req.ContentLength = 101
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
+}
+
+// TestHTTPChunkedCannotBypass: a body without Content-Length larger than
+// the budget is cut off with a RESOURCE_EXHAUSTED read error after reading
+// no more than the budget.
+func TestHTTPChunkedCannotBypass(t *testing.T) {
+	const maxBytes = 16 << 10
+	f := newHTTPFixture(t, NewBudget(maxBytes), 4<<10, nil)
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", nil)
+	req.ContentLength = -1
+	req.Body = io.NopCloser(bytes.NewReader(make([]byte, 100<<10)))
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+
+	assert.Equal(t, http.StatusBadRequest, rec.Code)
+	errp := f.next.readErr.Load()
+	require.NotNil(t, errp)
+	st, ok := status.FromError(*errp)
+	require.True(t, ok, "the read error is a gRPC status otlpreceiver maps to 429")
+	assert.Equal(t, codes.ResourceExhausted, st.Code())
+	require.Len(t, st.Details(), 1)
+	assert.LessOrEqual(t, f.next.read.Load(), int64(maxBytes))
+	assert.Positive(t, f.next.read.Load())
+	assert.LessOrEqual(t, f.budget.HighWater(), int64(maxBytes))
+	assert.Zero(t, f.budget.Reserved())
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit), "counted once, as admitted")
+}
+
+// TestHTTPChunkedGrows: a chunked body beyond unknown_size but within the
+// budget is read in full, charged as it arrives; one exactly the budget's
+// size too (the end of the body is told from an overflow).
+func TestHTTPChunkedGrows(t *testing.T) {
+	for _, size := range []int{0, 1, 4 << 10, 10 << 10, 16 << 10} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			f := newHTTPFixture(t, NewBudget(16<<10), 4<<10, nil)
+			var peak int64
+			h := f.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				buf := make([]byte, 1000)
+				for {
+					n, err := r.Body.Read(buf)
+					f.next.read.Add(int64(n))
+					peak = max(peak, f.budget.Reserved())
+					if errors.Is(err, io.EOF) {
+						w.WriteHeader(http.StatusOK)
+						return
+					}
+					if err != nil {
+						w.WriteHeader(http.StatusBadRequest)
+						return
+					}
+				}
+			}))
+			req := httptest.NewRequest(http.MethodPost, "/v1/traces", nil)
+			req.ContentLength = -1
+			req.Body = io.NopCloser(bytes.NewReader(make([]byte, size)))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			assert.Equal(t, http.StatusOK, rec.Code)
+			assert.EqualValues(t, size, f.next.read.Load())
+			assert.GreaterOrEqual(t, peak, int64(min(size, 4<<10)), "charged at least what was read")
+			assert.Zero(t, f.budget.Reserved())
+		})
+	}
+}
+
+// TestHTTPChunkedReadAfterReturn: a body read after the handler returned
+// fails instead of growing a reservation nobody would release.
+func TestHTTPChunkedReadAfterReturn(t *testing.T) {
+	f := newHTTPFixture(t, NewBudget(1<<20), 1, nil)
+	var body io.Reader
+	h := f.mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { body = r.Body }))
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", nil)
+	req.ContentLength = -1
+	req.Body = io.NopCloser(strings.NewReader("abcdef"))
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	_, err := body.Read(make([]byte, 10))
+	assert.ErrorIs(t, err, http.ErrBodyReadAfterClose)
+	assert.Zero(t, f.budget.Reserved())
+	_, isBudget := req.Body.(*budgetBody)
+	assert.False(t, isBudget, "the caller's request is not modified")
+}
+
+func TestHTTPPanicReleases(t *testing.T) {
+	for name, chunked := range map[string]bool{"content-length": false, "chunked": true} {
+		t.Run(name, func(t *testing.T) {
+			b := NewBudget(1 << 20)
+			mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: b})
+			require.NoError(t, err)
+			var during int64
+			h := mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				during = b.Reserved()
+				panic(http.ErrAbortHandler)
+			}))
+			req := httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("payload"))
+			if chunked {
+				req.ContentLength = -1
+			}
+			var recovered any
+			func() {
+				defer func() { recovered = recover() }()
+				h.ServeHTTP(httptest.NewRecorder(), req)
+			}()
+			assert.Equal(t, http.ErrAbortHandler, recovered, "the panic goes on unchanged")
+			assert.Positive(t, during)
+			assert.Zero(t, b.Reserved())
+		})
+	}
+}
+
+// TestHTTPRealServerBudget goes through a real server and client with a
+// chunked upload larger than the budget.
+func TestHTTPRealServerBudget(t *testing.T) {
+	f := newHTTPFixture(t, NewBudget(32<<10), 8<<10, nil)
+	srv := httptest.NewServer(f.h)
+	defer srv.Close()
+	ctx := context.Background()
+	client := srv.Client()
+
+	// io.MultiReader hides the length: the client sends it chunked.
+	send := func(size int) *http.Response {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/traces", io.MultiReader(bytes.NewReader(make([]byte, size))))
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	assert.Equal(t, http.StatusOK, send(20<<10).StatusCode)
+	assert.Equal(t, http.StatusBadRequest, send(1<<20).StatusCode)
+	assert.LessOrEqual(t, f.next.read.Load(), int64(20<<10+32<<10))
+	srv.Close()
+	assert.Zero(t, f.budget.Reserved())
+	assert.LessOrEqual(t, f.budget.HighWater(), int64(32<<10))
+}

@@ -1,0 +1,88 @@
+package middleware // import "github.com/otelthrottle/throttle/internal/middleware"
+
+import (
+	"errors"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// DefaultUnknownSize is the reservation of a request whose size is not known
+// up front (admission.unknown_size default).
+const DefaultUnknownSize = 1 << 20
+
+// Decider makes the admission decision for a classified request.
+// *decision.Engine satisfies Decide; the extension adds Exempt.
+type Decider interface {
+	// Decide returns the verdict for one request of signal s. It is called
+	// on the request path (for gRPC on the connection's reader goroutine):
+	// it must not block and should not allocate. It never returns
+	// DenyBudget.
+	Decide(s decision.Signal) decision.Verdict
+	// Exempt reports whether s is exempt from the throttle (its rule has
+	// enabled: false, or the whole throttle is disabled). An exempt signal
+	// is admitted without calling Decide and bypasses the admission budget.
+	Exempt(s decision.Signal) bool
+}
+
+// Config configures the HTTP and gRPC middleware.
+type Config struct {
+	// Classifier maps requests to signals. Required.
+	Classifier *Classifier
+	// Decider decides for classified, non-exempt requests. Required.
+	Decider Decider
+	// Retry draws the announced retry delays. Nil means 0s to 30s.
+	Retry *RetryDelay
+	// Budget bounds the bytes of admitted, unfinished requests. Nil means
+	// no budget. Share one Budget between all servers of an extension.
+	Budget *Budget
+	// UnknownSize is what a request of unknown size reserves first: an HTTP
+	// body without Content-Length (chunked, or compressed, since confighttp
+	// drops the length when it sets up decompression) and a gRPC call before
+	// any message size has been observed on the server. <= 0 means
+	// DefaultUnknownSize. It is capped at the budget's size.
+	UnknownSize int64
+	// Recorder counts every decision. Nil means NopRecorder.
+	Recorder Recorder
+}
+
+// settings is a validated Config with defaults applied.
+type settings struct {
+	cls         *Classifier
+	dec         Decider
+	retry       *RetryDelay
+	budget      *Budget
+	unknownSize int64
+	rec         Recorder
+}
+
+func newSettings(cfg Config) (settings, error) {
+	if cfg.Classifier == nil {
+		return settings{}, errors.New("middleware: Classifier is required")
+	}
+	if cfg.Decider == nil {
+		return settings{}, errors.New("middleware: Decider is required")
+	}
+	s := settings{
+		cls:         cfg.Classifier,
+		dec:         cfg.Decider,
+		retry:       cfg.Retry,
+		budget:      cfg.Budget,
+		unknownSize: cfg.UnknownSize,
+		rec:         cfg.Recorder,
+	}
+	if s.retry == nil {
+		s.retry = NewRetryDelay(0, defaultRetryMax, nil)
+	}
+	if s.unknownSize <= 0 {
+		s.unknownSize = DefaultUnknownSize
+	}
+	if s.budget != nil {
+		// A reservation larger than the whole budget could never be made:
+		// every such request would be refused for ever.
+		s.unknownSize = min(s.unknownSize, s.budget.Max())
+	}
+	if s.rec == nil {
+		s.rec = NopRecorder{}
+	}
+	return s, nil
+}

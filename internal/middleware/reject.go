@@ -1,0 +1,108 @@
+package middleware // import "github.com/otelthrottle/throttle/internal/middleware"
+
+import (
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+const (
+	pbContentType   = "application/x-protobuf"
+	jsonContentType = "application/json"
+)
+
+// rejectMessage is the google.rpc.Status message of a rejection; it names the
+// telemetry reason so a client log line can be matched to the counter.
+func rejectMessage(v decision.Verdict) string {
+	return "throttle: collector overloaded (" + v.Reason() + ")"
+}
+
+// numVerdicts covers every verdict the middleware can reject with.
+const numVerdicts = int(decision.DenyBudget) + 1
+
+// httpBodies holds the encoded Status bodies, computed once: the rejection
+// path should be much cheaper than admitting, so nothing is marshalled per
+// request. Index [verdict][0 = JSON, 1 = protobuf].
+type httpBodies [numVerdicts][2][]byte
+
+func newHTTPBodies() *httpBodies {
+	var b httpBodies
+	for v := range numVerdicts {
+		st := &spb.Status{
+			Code:    int32(codes.ResourceExhausted),
+			Message: rejectMessage(decision.Verdict(v)),
+		}
+		js, err := protojson.Marshal(st)
+		if err != nil {
+			panic(err) // a fixed, valid message: cannot happen
+		}
+		pb, err := proto.Marshal(st)
+		if err != nil {
+			panic(err)
+		}
+		b[v][0], b[v][1] = js, pb
+	}
+	return &b
+}
+
+// isProtobuf reports whether the request's Content-Type asks for protobuf.
+// It mirrors otlpreceiver's error handler: the media type (parameters
+// ignored, case-insensitive) must be application/x-protobuf; everything
+// else, including a missing or malformed Content-Type, gets JSON.
+func isProtobuf(contentType string) bool {
+	switch contentType {
+	case pbContentType:
+		return true
+	case jsonContentType, "":
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == pbContentType
+}
+
+// writeHTTPRejection answers 429 with Retry-After and the Status body in the
+// request's encoding, without touching the request body. In Open it also
+// asks for the connection to be closed so a flood does not keep idle
+// sockets and their buffers alive (Go's HTTP/2 server turns it into a
+// GOAWAY).
+func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodies, v decision.Verdict, delay time.Duration) {
+	if int(v) >= numVerdicts || v == decision.Admit {
+		v = decision.DenyOpen
+	}
+	h := w.Header()
+	enc := 0
+	ct := jsonContentType
+	if isProtobuf(r.Header.Get("Content-Type")) {
+		enc, ct = 1, pbContentType
+	}
+	h.Set("Content-Type", ct)
+	h.Set("Retry-After", strconv.FormatInt(int64(delay/time.Second), 10))
+	if v == decision.DenyOpen {
+		h.Set("Connection", "close")
+	}
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write(bodies[v][enc])
+}
+
+// grpcRejection returns RESOURCE_EXHAUSTED with a RetryInfo detail: the
+// OTLP exporters treat RESOURCE_EXHAUSTED as permanent (and drop the data)
+// unless RetryInfo is present.
+func grpcRejection(v decision.Verdict, delay time.Duration) *status.Status {
+	st := status.New(codes.ResourceExhausted, rejectMessage(v))
+	withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+	if err != nil {
+		return st // cannot happen: RetryInfo always marshals
+	}
+	return withInfo
+}

@@ -1,0 +1,328 @@
+package sampler // import "github.com/otelthrottle/throttle/internal/sampler"
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/otelthrottle/throttle/internal/cgroup"
+)
+
+// Defaults applied by New to zero or out-of-range Config fields.
+const (
+	DefaultInterval    = 250 * time.Millisecond
+	DefaultCPUFastBeta = 0.7
+	DefaultCPUSlowBeta = 0.95
+	DefaultLimitsEvery = 10 * time.Second
+)
+
+// Errors reported through Options.OnError for a CPU window that is skipped.
+// They are wrapped with the values that caused them; match with errors.Is.
+var (
+	// ErrCPUCounterBackwards means the cumulative CPU time went down between
+	// two ticks (counter reset, or the process moved to another cgroup).
+	ErrCPUCounterBackwards = errors.New("CPU time counter went backwards")
+	// ErrShortWindow means the time since the last valid reading is shorter
+	// than half the interval: a late timer under CFS throttling followed by
+	// an early one gives readings far above 1 that are not real.
+	ErrShortWindow = errors.New("sample window shorter than half the interval")
+)
+
+// ReadError is what Options.OnError receives when a read of the Source
+// failed. Skipped CPU windows are reported with ErrCPUCounterBackwards or
+// ErrShortWindow instead.
+type ReadError struct {
+	// Resource is "cpu", "mem" or "limits".
+	Resource string
+	Err      error
+}
+
+func (e *ReadError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// Config is the sampler's configuration (the extension's "signal" block and
+// sample_interval).
+type Config struct {
+	// Interval is the time between two ticks; 250ms when 0.
+	Interval time.Duration
+	// CPUFastBeta is the history weight of the fast CPU EWMA; 0.7 when not in (0, 1).
+	CPUFastBeta float64
+	// CPUSlowBeta is the history weight of the slow CPU EWMA; 0.95 when not in (0, 1).
+	CPUSlowBeta float64
+	// FallbackCores is the number of cores when there is no CPU quota;
+	// 0 means runtime.GOMAXPROCS(0).
+	FallbackCores float64
+	// MemoryLimit in bytes overrides the source's memory limit when > 0.
+	MemoryLimit uint64
+	// LimitsEvery is the slow cadence at which limits and cores are re-read;
+	// 10s when 0.
+	LimitsEvery time.Duration
+}
+
+// Options are the sampler's collaborators. Every field is optional.
+type Options struct {
+	// Now is the clock; time.Now (which carries a monotonic reading) when nil.
+	Now func() time.Time
+	// OnSample is called after each publish, on the goroutine that ran the
+	// tick, with the time the tick took. It must not call Stop.
+	OnSample func(wl *WaterLevel, took time.Duration)
+	// OnError is called for read failures and skipped CPU windows. It is
+	// called on every occurrence: the caller rate-limits its logs.
+	OnError func(err error)
+}
+
+// Sampler turns a Source's counters into WaterLevels at a fixed interval.
+type Sampler struct {
+	src      Source
+	cfg      Config
+	now      func() time.Time
+	onSample func(*WaterLevel, time.Duration)
+	onError  func(error)
+
+	level atomic.Pointer[WaterLevel]
+
+	// tickMu serialises ticks so that Tick may be called by tests while the
+	// goroutine runs, and so that OnSample sees levels in publication order.
+	tickMu sync.Mutex
+	tick   tickState
+
+	runMu sync.Mutex
+	done  chan struct{} // nil when not running
+	wg    sync.WaitGroup
+}
+
+// tickState is what one tick carries to the next; guarded by tickMu.
+type tickState struct {
+	// The CPU baseline: the last counter value and when it was read.
+	havePrev bool
+	prevCPU  time.Duration
+	prevAt   time.Time
+
+	// The last valid CPU window and its EWMAs; carried over skipped frames.
+	seeded  bool
+	cpu     float64
+	cpuFast float64
+	cpuSlow float64
+
+	// Limits and cores, re-read every LimitsEvery.
+	limitsRead   bool
+	limitsReadAt time.Time
+	limits       cgroup.Limits
+	cores        float64
+}
+
+// New returns a sampler reading src. It does not start it.
+func New(src Source, cfg Config, opts Options) *Sampler {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if !(cfg.CPUFastBeta > 0 && cfg.CPUFastBeta < 1) {
+		cfg.CPUFastBeta = DefaultCPUFastBeta
+	}
+	if !(cfg.CPUSlowBeta > 0 && cfg.CPUSlowBeta < 1) {
+		cfg.CPUSlowBeta = DefaultCPUSlowBeta
+	}
+	if cfg.LimitsEvery <= 0 {
+		cfg.LimitsEvery = DefaultLimitsEvery
+	}
+	s := &Sampler{
+		src:      src,
+		cfg:      cfg,
+		now:      opts.Now,
+		onSample: opts.OnSample,
+		onError:  opts.OnError,
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.onSample == nil {
+		s.onSample = func(*WaterLevel, time.Duration) {}
+	}
+	if s.onError == nil {
+		s.onError = func(error) {}
+	}
+	s.level.Store(&WaterLevel{})
+	return s
+}
+
+// Load returns the latest published level. It is never nil; before the first
+// tick it is the zero level, with both signals invalid.
+func (s *Sampler) Load() *WaterLevel {
+	return s.level.Load()
+}
+
+// Start takes one sample, then starts the goroutine that ticks every
+// interval. Calling Start on a running sampler does nothing.
+func (s *Sampler) Start() {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if s.done != nil {
+		return
+	}
+	// The first sample is synchronous so that memory, which needs no
+	// baseline, is published before Start returns.
+	s.Tick()
+	done := make(chan struct{})
+	s.done = done
+	ticker := time.NewTicker(s.cfg.Interval)
+	s.wg.Go(func() {
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ticker.C:
+				s.Tick()
+			case <-done:
+				return
+			}
+		}
+	})
+}
+
+// Stop stops the goroutine and waits for it to return. It is idempotent and
+// safe to call without Start; the sampler can be started again afterwards.
+func (s *Sampler) Stop() {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if s.done == nil {
+		return
+	}
+	close(s.done)
+	s.wg.Wait()
+	s.done = nil
+}
+
+// Tick takes one sample, publishes it and calls OnSample. The goroutine
+// started by Start calls it every interval; it is exported for tests and
+// benchmarks, which drive it with a fake clock and Source.
+//
+// A skipped CPU window (counter backwards, short window) keeps the last CPU
+// values and their validity: the frame still publishes a fresh memory level,
+// which is the one that cannot wait.
+func (s *Sampler) Tick() {
+	s.tickMu.Lock()
+	defer s.tickMu.Unlock()
+	t := &s.tick
+
+	// Read the clock and the counter back to back so that the window
+	// measured on both is the same; limits are read after, they may be slow.
+	at := s.now()
+	cpuTime, cpuErr := s.src.CPUTime()
+
+	if !t.limitsRead || at.Sub(t.limitsReadAt) >= s.cfg.LimitsEvery {
+		s.readLimits(at)
+	}
+
+	cpuValid := false
+	if cpuErr != nil {
+		s.onError(&ReadError{Resource: "cpu", Err: fmt.Errorf("reading CPU time: %w", cpuErr)})
+	} else {
+		cpuValid = s.observeCPU(at, cpuTime)
+	}
+
+	wl := &WaterLevel{
+		CPU:      t.cpu,
+		CPUFast:  t.cpuFast,
+		CPUSlow:  t.cpuSlow,
+		CPUValid: cpuValid,
+		Cores:    t.cores,
+		At:       at,
+	}
+	wl.MemLimit = s.cfg.MemoryLimit
+	if wl.MemLimit == 0 {
+		wl.MemLimit = t.limits.MemLimit
+	}
+	// Memory is read every tick and not smoothed: it is a level, not a rate,
+	// and smoothing would delay the hard line that stands before the OOM kill.
+	if ws, err := s.src.WorkingSet(); err != nil {
+		s.onError(&ReadError{Resource: "mem", Err: fmt.Errorf("reading memory working set: %w", err)})
+	} else {
+		wl.WorkingSet = ws
+		if wl.MemLimit > 0 {
+			wl.Mem = float64(ws) / float64(wl.MemLimit)
+			wl.MemValid = true
+		}
+	}
+
+	s.level.Store(wl)
+	s.onSample(wl, s.now().Sub(at))
+}
+
+// readLimits re-reads the limits and recomputes the cores. On error the
+// previous limits stay and the next attempt is one LimitsEvery later, so a
+// broken file is not re-read (and reported) on every tick.
+func (s *Sampler) readLimits(at time.Time) {
+	t := &s.tick
+	t.limitsRead = true
+	t.limitsReadAt = at
+	if l, err := s.src.Limits(); err != nil {
+		s.onError(&ReadError{Resource: "limits", Err: fmt.Errorf("reading limits: %w", err)})
+	} else {
+		t.limits = l
+	}
+	t.cores = EffectiveCores(t.limits, s.cfg.FallbackCores)
+}
+
+// observeCPU turns a counter reading into a CPU window, folds it into the
+// EWMAs and reports whether the CPU level is valid in this frame.
+func (s *Sampler) observeCPU(at time.Time, cpuTime time.Duration) bool {
+	t := &s.tick
+	if !t.havePrev {
+		t.havePrev, t.prevCPU, t.prevAt = true, cpuTime, at
+		return t.seeded
+	}
+	if cpuTime < t.prevCPU {
+		// The old baseline means nothing any more: restart from this one.
+		s.onError(fmt.Errorf("%w: from %v to %v; frame skipped", ErrCPUCounterBackwards, t.prevCPU, cpuTime))
+		t.prevCPU, t.prevAt = cpuTime, at
+		return t.seeded
+	}
+	wall := at.Sub(t.prevAt)
+	if wall < s.cfg.Interval/2 {
+		// Keep the baseline: the next window spans this one, so no CPU time
+		// is lost, only the too-short division.
+		s.onError(fmt.Errorf("%w: %v < %v/2; frame skipped", ErrShortWindow, wall, s.cfg.Interval))
+		return t.seeded
+	}
+	cpu := float64(cpuTime-t.prevCPU) / (float64(wall) * t.cores)
+	t.prevCPU, t.prevAt = cpuTime, at
+
+	// cpu above 1 is real for one window (CFS quota spent in a burst): keep it.
+	t.cpu = cpu
+	if !t.seeded {
+		t.seeded = true
+		t.cpuFast, t.cpuSlow = cpu, cpu
+	} else {
+		t.cpuFast = ewma(t.cpuFast, cpu, s.cfg.CPUFastBeta)
+		t.cpuSlow = ewma(t.cpuSlow, cpu, s.cfg.CPUSlowBeta)
+	}
+	return true
+}
+
+// ewma is one step of s_t = (1-β)·x_t + β·s_{t-1}; β is the weight of history.
+func ewma(prev, x, beta float64) float64 {
+	return (1-beta)*x + beta*prev
+}
+
+// EffectiveCores returns the number of cores CPU time is normalised by:
+// min(cpuset, quota) when a quota exists, kept fractional; otherwise
+// fallback, or runtime.GOMAXPROCS(0) when fallback is not positive. The
+// host's core count is never used when a quota exists: with a 1-core quota
+// on a 14-core host it would under-read CPU 14 times.
+func EffectiveCores(l cgroup.Limits, fallback float64) float64 {
+	if l.QuotaCores > 0 && !math.IsInf(l.QuotaCores, 0) {
+		if l.CPUSetCores > 0 && float64(l.CPUSetCores) < l.QuotaCores {
+			return float64(l.CPUSetCores)
+		}
+		return l.QuotaCores
+	}
+	if fallback > 0 && !math.IsInf(fallback, 0) {
+		return fallback
+	}
+	return float64(runtime.GOMAXPROCS(0))
+}

@@ -1,0 +1,493 @@
+package sampler
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/otelthrottle/throttle/internal/cgroup"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakeSource is a Source whose readings the test sets. It is goroutine-safe
+// so the Start/Stop test can use it too.
+type fakeSource struct {
+	mu          sync.Mutex
+	cpu         time.Duration
+	cpuErr      error
+	ws          uint64
+	wsErr       error
+	limits      cgroup.Limits
+	limitsErr   error
+	limitsCalls int
+}
+
+func (f *fakeSource) CPUTime() (time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cpu, f.cpuErr
+}
+
+func (f *fakeSource) WorkingSet() (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ws, f.wsErr
+}
+
+func (f *fakeSource) Limits() (cgroup.Limits, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limitsCalls++
+	return f.limits, f.limitsErr
+}
+
+func (*fakeSource) Describe() string { return "fake" }
+
+// fakeClock is a manual clock: it only moves when the test advances it.
+type fakeClock struct{ t time.Time }
+
+func newFakeClock() *fakeClock                  { return &fakeClock{t: time.Unix(1_000_000, 0)} }
+func (c *fakeClock) Now() time.Time             { return c.t }
+func (c *fakeClock) Advance(d time.Duration)    { c.t = c.t.Add(d) }
+func (f *fakeSource) addCPU(d time.Duration)    { f.mu.Lock(); f.cpu += d; f.mu.Unlock() }
+func (f *fakeSource) setCPU(d time.Duration)    { f.mu.Lock(); f.cpu = d; f.mu.Unlock() }
+func (f *fakeSource) setLimits(l cgroup.Limits) { f.mu.Lock(); f.limits = l; f.mu.Unlock() }
+
+// harness wires a Sampler to a fake source and clock and records errors.
+type harness struct {
+	src    *fakeSource
+	clock  *fakeClock
+	s      *Sampler
+	errs   []error
+	levels []*WaterLevel
+}
+
+const interval = 250 * time.Millisecond
+
+func newHarness(cfg Config, src *fakeSource) *harness {
+	h := &harness{src: src, clock: newFakeClock()}
+	if cfg.Interval == 0 {
+		cfg.Interval = interval
+	}
+	h.s = New(src, cfg, Options{
+		Now:      h.clock.Now,
+		OnError:  func(err error) { h.errs = append(h.errs, err) },
+		OnSample: func(wl *WaterLevel, _ time.Duration) { h.levels = append(h.levels, wl) },
+	})
+	return h
+}
+
+// step advances the clock by wall and the CPU counter by cpu, then ticks.
+func (h *harness) step(wall, cpu time.Duration) *WaterLevel {
+	h.clock.Advance(wall)
+	h.src.addCPU(cpu)
+	h.s.Tick()
+	return h.s.Load()
+}
+
+func oneCore() *fakeSource { return &fakeSource{limits: cgroup.Limits{QuotaCores: 1}} }
+
+func TestLoadBeforeFirstTick(t *testing.T) {
+	s := New(oneCore(), Config{}, Options{})
+	wl := s.Load()
+	require.NotNil(t, wl)
+	assert.False(t, wl.CPUValid)
+	assert.False(t, wl.MemValid)
+}
+
+func TestFirstValidWindowSeedsBothEWMAs(t *testing.T) {
+	h := newHarness(Config{}, oneCore())
+
+	wl := h.step(0, 0)
+	assert.False(t, wl.CPUValid, "the first tick only takes the baseline")
+	assert.Equal(t, 1.0, wl.Cores)
+
+	wl = h.step(interval, interval/2)
+	require.True(t, wl.CPUValid)
+	assert.Equal(t, 0.5, wl.CPU)
+	assert.Equal(t, 0.5, wl.CPUFast)
+	assert.Equal(t, 0.5, wl.CPUSlow)
+	assert.Empty(t, h.errs)
+}
+
+func TestEWMAMath(t *testing.T) {
+	h := newHarness(Config{CPUFastBeta: 0.7, CPUSlowBeta: 0.95}, oneCore())
+	h.step(0, 0)
+	h.step(interval, interval/2) // seeds at 0.5
+
+	// s_t = (1-β)·x_t + β·s_{t-1}
+	fast, slow := 0.5, 0.5
+	for i, x := range []float64{1.0, 1.0, 0.25, 0.0, 0.75} {
+		wl := h.step(interval, time.Duration(x*float64(interval)))
+		fast = 0.3*x + 0.7*fast
+		slow = 0.05*x + 0.95*slow
+		assert.InDelta(t, x, wl.CPU, 1e-12, "window %d", i)
+		assert.InDelta(t, fast, wl.CPUFast, 1e-12, "window %d", i)
+		assert.InDelta(t, slow, wl.CPUSlow, 1e-12, "window %d", i)
+	}
+	// Hand-computed after the first step: fast 0.3·1+0.7·0.5, slow 0.05·1+0.95·0.5.
+	h2 := newHarness(Config{}, oneCore())
+	h2.step(0, 0)
+	h2.step(interval, interval/2)
+	wl := h2.step(interval, interval)
+	assert.InDelta(t, 0.65, wl.CPUFast, 1e-12)
+	assert.InDelta(t, 0.525, wl.CPUSlow, 1e-12)
+}
+
+func TestCPUNormalisedByFractionalCores(t *testing.T) {
+	h := newHarness(Config{}, &fakeSource{limits: cgroup.Limits{QuotaCores: 1.5, CPUSetCores: 4}})
+	h.step(0, 0)
+	wl := h.step(time.Second, 750*time.Millisecond)
+	assert.Equal(t, 1.5, wl.Cores)
+	assert.InDelta(t, 0.5, wl.CPU, 1e-12)
+}
+
+func TestCPUAboveOneIsKept(t *testing.T) {
+	h := newHarness(Config{}, oneCore())
+	h.step(0, 0)
+	wl := h.step(interval, 600*time.Millisecond)
+	require.True(t, wl.CPUValid)
+	assert.InDelta(t, 2.4, wl.CPU, 1e-12)
+	assert.InDelta(t, 2.4, wl.CPUSlow, 1e-12)
+	assert.Empty(t, h.errs)
+}
+
+func TestCounterBackwardsSkipsFrame(t *testing.T) {
+	h := newHarness(Config{}, oneCore())
+	h.src.setCPU(10 * time.Second)
+	h.step(0, 0)
+	before := h.step(interval, interval/2)
+
+	h.src.setCPU(time.Second)
+	wl := h.step(interval, 0)
+	require.Len(t, h.errs, 1)
+	assert.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
+	// No new CPU value: the last one is carried, still valid.
+	assert.Equal(t, before.CPU, wl.CPU)
+	assert.Equal(t, before.CPUFast, wl.CPUFast)
+	assert.Equal(t, before.CPUSlow, wl.CPUSlow)
+	assert.True(t, wl.CPUValid)
+	assert.Len(t, h.levels, 3, "the frame still publishes (memory is fresh)")
+
+	// The baseline restarted at the backwards reading.
+	wl = h.step(interval, interval)
+	assert.InDelta(t, 1.0, wl.CPU, 1e-12)
+	assert.Len(t, h.errs, 1)
+}
+
+func TestShortWindowSkipsFrame(t *testing.T) {
+	h := newHarness(Config{}, oneCore())
+	h.step(0, 0)
+	before := h.step(interval, interval/2)
+
+	// 100ms < 125ms: a late timer followed by an early one.
+	wl := h.step(100*time.Millisecond, 240*time.Millisecond)
+	require.Len(t, h.errs, 1)
+	assert.ErrorIs(t, h.errs[0], ErrShortWindow)
+	assert.Equal(t, before.CPU, wl.CPU)
+	assert.Equal(t, before.CPUSlow, wl.CPUSlow)
+
+	// The baseline was kept: the next window spans both (400ms, 300ms of CPU).
+	wl = h.step(300*time.Millisecond, 60*time.Millisecond)
+	assert.InDelta(t, 0.75, wl.CPU, 1e-12)
+	assert.Len(t, h.errs, 1)
+
+	// Exactly half the interval is long enough.
+	wl = h.step(interval/2, interval/2)
+	assert.InDelta(t, 1.0, wl.CPU, 1e-12)
+	assert.Len(t, h.errs, 1)
+}
+
+func TestMemory(t *testing.T) {
+	tests := []struct {
+		name        string
+		srcLimit    uint64
+		override    uint64
+		ws          uint64
+		wantValid   bool
+		wantMem     float64
+		wantLimitIn uint64
+	}{
+		{name: "no limit anywhere", ws: 500, wantValid: false},
+		{name: "source limit", srcLimit: 1000, ws: 500, wantValid: true, wantMem: 0.5, wantLimitIn: 1000},
+		{name: "override wins", srcLimit: 1000, override: 2000, ws: 500, wantValid: true, wantMem: 0.25, wantLimitIn: 2000},
+		{name: "override without source limit", override: 4000, ws: 1000, wantValid: true, wantMem: 0.25, wantLimitIn: 4000},
+		{name: "over the limit", srcLimit: 1000, ws: 1500, wantValid: true, wantMem: 1.5, wantLimitIn: 1000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := &fakeSource{ws: tt.ws, limits: cgroup.Limits{MemLimit: tt.srcLimit}}
+			h := newHarness(Config{MemoryLimit: tt.override}, src)
+			wl := h.step(0, 0)
+			assert.Equal(t, tt.wantValid, wl.MemValid)
+			assert.Equal(t, tt.ws, wl.WorkingSet)
+			assert.Equal(t, tt.wantLimitIn, wl.MemLimit)
+			assert.InDelta(t, tt.wantMem, wl.Mem, 1e-12)
+		})
+	}
+}
+
+func TestMemoryIsNotSmoothed(t *testing.T) {
+	src := &fakeSource{ws: 900, limits: cgroup.Limits{MemLimit: 1000}}
+	h := newHarness(Config{}, src)
+	assert.InDelta(t, 0.9, h.step(0, 0).Mem, 1e-12)
+	src.mu.Lock()
+	src.ws = 100
+	src.mu.Unlock()
+	assert.InDelta(t, 0.1, h.step(interval, 0).Mem, 1e-12)
+}
+
+func TestLimitsReadAtFirstTickAndEveryLimitsEvery(t *testing.T) {
+	src := &fakeSource{ws: 100, limits: cgroup.Limits{QuotaCores: 2, MemLimit: 1000}}
+	h := newHarness(Config{LimitsEvery: time.Second}, src)
+
+	wl := h.step(0, 0)
+	assert.Equal(t, 1, src.limitsCalls)
+	assert.Equal(t, 2.0, wl.Cores)
+
+	// A change is not seen before the slow cadence comes round.
+	src.setLimits(cgroup.Limits{QuotaCores: 1, MemLimit: 500})
+	for range 3 {
+		wl = h.step(interval, 0)
+	}
+	assert.Equal(t, 1, src.limitsCalls)
+	assert.Equal(t, 2.0, wl.Cores)
+	assert.InDelta(t, 0.1, wl.Mem, 1e-12)
+
+	wl = h.step(interval, 0) // 1s after the first read
+	assert.Equal(t, 2, src.limitsCalls)
+	assert.Equal(t, 1.0, wl.Cores)
+	assert.Equal(t, uint64(500), wl.MemLimit)
+	assert.InDelta(t, 0.2, wl.Mem, 1e-12)
+
+	for range 4 {
+		h.step(interval, 0)
+	}
+	assert.Equal(t, 3, src.limitsCalls)
+}
+
+func TestDefaultLimitsEvery(t *testing.T) {
+	src := oneCore()
+	h := newHarness(Config{}, src)
+	h.step(0, 0)
+	for range 39 {
+		h.step(interval, 0)
+	}
+	assert.Equal(t, 1, src.limitsCalls, "9.75s after the first read")
+	h.step(interval, 0)
+	assert.Equal(t, 2, src.limitsCalls, "10s after the first read")
+}
+
+func TestReadErrors(t *testing.T) {
+	boom := errors.New("boom")
+
+	t.Run("cpu", func(t *testing.T) {
+		h := newHarness(Config{}, oneCore())
+		h.step(0, 0)
+		seeded := h.step(interval, interval/2)
+
+		h.src.mu.Lock()
+		h.src.cpuErr = boom
+		h.src.mu.Unlock()
+		wl := h.step(interval, interval)
+		require.Len(t, h.errs, 1)
+		assert.ErrorIs(t, h.errs[0], boom)
+		assert.False(t, wl.CPUValid)
+		assert.Equal(t, seeded.CPUSlow, wl.CPUSlow, "EWMA state kept")
+
+		h.src.mu.Lock()
+		h.src.cpuErr = nil
+		h.src.mu.Unlock()
+		// The baseline is the last good reading: this window spans 500ms
+		// with 250ms+250ms of CPU, so x = 1, folded into the kept EWMAs.
+		wl = h.step(interval, interval)
+		require.True(t, wl.CPUValid)
+		assert.InDelta(t, 1.0, wl.CPU, 1e-12)
+		assert.InDelta(t, 0.3*1+0.7*0.5, wl.CPUFast, 1e-12)
+		assert.InDelta(t, 0.05*1+0.95*0.5, wl.CPUSlow, 1e-12)
+	})
+
+	t.Run("working set", func(t *testing.T) {
+		src := &fakeSource{ws: 500, limits: cgroup.Limits{MemLimit: 1000}}
+		h := newHarness(Config{}, src)
+		require.True(t, h.step(0, 0).MemValid)
+		src.mu.Lock()
+		src.wsErr = boom
+		src.mu.Unlock()
+		wl := h.step(interval, 0)
+		assert.False(t, wl.MemValid)
+		require.Len(t, h.errs, 1)
+		assert.ErrorIs(t, h.errs[0], boom)
+		assert.Contains(t, h.errs[0].Error(), "working set")
+	})
+
+	t.Run("limits keep the previous value", func(t *testing.T) {
+		src := &fakeSource{ws: 500, limits: cgroup.Limits{QuotaCores: 2, MemLimit: 1000}}
+		h := newHarness(Config{LimitsEvery: interval}, src)
+		h.step(0, 0)
+		src.mu.Lock()
+		src.limitsErr = boom
+		src.mu.Unlock()
+		wl := h.step(interval, 0)
+		require.Len(t, h.errs, 1)
+		assert.ErrorIs(t, h.errs[0], boom)
+		assert.Equal(t, 2.0, wl.Cores)
+		assert.True(t, wl.MemValid)
+		assert.Equal(t, uint64(1000), wl.MemLimit)
+	})
+
+	t.Run("limits never read", func(t *testing.T) {
+		src := &fakeSource{ws: 500, limitsErr: boom}
+		h := newHarness(Config{FallbackCores: 3}, src)
+		wl := h.step(0, 0)
+		require.Len(t, h.errs, 1)
+		assert.Equal(t, 3.0, wl.Cores)
+		assert.False(t, wl.MemValid)
+	})
+}
+
+func TestOnSampleReportsTook(t *testing.T) {
+	clock := newFakeClock()
+	var took time.Duration
+	src := &slowSource{fakeSource: oneCore(), clock: clock, cost: 3 * time.Millisecond}
+	s := New(src, Config{}, Options{
+		Now:      clock.Now,
+		OnSample: func(_ *WaterLevel, d time.Duration) { took = d },
+	})
+	s.Tick()
+	assert.Equal(t, 3*time.Millisecond, took)
+}
+
+// slowSource advances the fake clock while reading memory, as a slow file read would.
+type slowSource struct {
+	*fakeSource
+	clock *fakeClock
+	cost  time.Duration
+}
+
+func (s *slowSource) WorkingSet() (uint64, error) {
+	s.clock.Advance(s.cost)
+	return s.fakeSource.WorkingSet()
+}
+
+func TestEffectiveCores(t *testing.T) {
+	gomaxprocs := float64(runtime.GOMAXPROCS(0))
+	tests := []struct {
+		name     string
+		limits   cgroup.Limits
+		fallback float64
+		want     float64
+	}{
+		{name: "quota only", limits: cgroup.Limits{QuotaCores: 2}, want: 2},
+		{name: "fractional quota", limits: cgroup.Limits{QuotaCores: 1.5, CPUSetCores: 8}, want: 1.5},
+		{name: "cpuset smaller than quota", limits: cgroup.Limits{QuotaCores: 4, CPUSetCores: 2}, want: 2},
+		{name: "quota smaller than cpuset", limits: cgroup.Limits{QuotaCores: 0.5, CPUSetCores: 2}, want: 0.5},
+		{name: "quota wins over fallback", limits: cgroup.Limits{QuotaCores: 1}, fallback: 8, want: 1},
+		{name: "no quota uses fallback", limits: cgroup.Limits{CPUSetCores: 2}, fallback: 3, want: 3},
+		{name: "fractional fallback", fallback: 0.5, want: 0.5},
+		{name: "no quota, fallback 0 uses GOMAXPROCS", want: gomaxprocs},
+		{name: "negative quota is none", limits: cgroup.Limits{QuotaCores: -1}, fallback: 2, want: 2},
+		{name: "negative fallback uses GOMAXPROCS", fallback: -1, want: gomaxprocs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, EffectiveCores(tt.limits, tt.fallback))
+		})
+	}
+}
+
+func TestNewAppliesDefaults(t *testing.T) {
+	s := New(oneCore(), Config{CPUFastBeta: 1, CPUSlowBeta: -0.5}, Options{})
+	assert.Equal(t, Config{
+		Interval:    DefaultInterval,
+		CPUFastBeta: DefaultCPUFastBeta,
+		CPUSlowBeta: DefaultCPUSlowBeta,
+		LimitsEvery: DefaultLimitsEvery,
+	}, s.cfg)
+}
+
+func TestStartStop(t *testing.T) {
+	t.Run("stop without start", func(t *testing.T) {
+		s := New(oneCore(), Config{}, Options{})
+		s.Stop()
+		s.Stop()
+	})
+
+	t.Run("start samples then ticks until stopped", func(t *testing.T) {
+		ticks := make(chan struct{}, 16)
+		s := New(oneCore(), Config{Interval: time.Millisecond}, Options{
+			OnSample: func(*WaterLevel, time.Duration) {
+				select {
+				case ticks <- struct{}{}:
+				default:
+				}
+			},
+		})
+		s.Start()
+		assert.False(t, s.Load().At.IsZero(), "Start takes one sample before returning")
+		s.Start() // no second goroutine
+		for range 3 {
+			<-ticks
+		}
+		s.Stop()
+		s.Stop()
+
+		// Restartable.
+		s.Start()
+		<-ticks
+		s.Stop()
+	})
+
+	t.Run("concurrent start and stop", func(t *testing.T) {
+		s := New(oneCore(), Config{Interval: time.Millisecond}, Options{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(s.Start)
+			wg.Go(s.Stop)
+			wg.Go(s.Tick)
+			wg.Go(func() { _ = s.Load() })
+		}
+		wg.Wait()
+		s.Stop()
+	})
+}
+
+// benchSource advances a fake clock and the CPU counter on every read, as a
+// real tick would, without allocating.
+type benchSource struct {
+	clock *fakeClock
+	cpu   time.Duration
+}
+
+func (b *benchSource) CPUTime() (time.Duration, error) {
+	b.clock.Advance(interval)
+	b.cpu += interval / 2
+	return b.cpu, nil
+}
+func (*benchSource) WorkingSet() (uint64, error) { return 600 << 20, nil }
+func (*benchSource) Limits() (cgroup.Limits, error) {
+	return cgroup.Limits{QuotaCores: 1.5, CPUSetCores: 4, MemLimit: 1 << 30}, nil
+}
+func (*benchSource) Describe() string { return "bench" }
+
+func BenchmarkTick(b *testing.B) {
+	clock := newFakeClock()
+	s := New(&benchSource{clock: clock}, Config{}, Options{Now: clock.Now})
+	s.Tick()
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Tick()
+	}
+	b.StopTimer()
+	require.True(b, s.Load().CPUValid)
+	require.True(b, s.Load().MemValid)
+}

@@ -1,0 +1,372 @@
+package statuspage
+
+import (
+	_ "embed"
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+//go:embed page.html
+var pageHTML []byte
+
+// pageCSP allows nothing but the page's own inline script and style and
+// fetches back to the status endpoint: the page must work air-gapped, and the
+// browser enforces it.
+const pageCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; " +
+	"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Threshold is one resource slot's configuration (SPEC section 4).
+type Threshold struct {
+	Enabled bool
+	Enter   float64
+	Exit    float64
+	Hard    float64
+	BreachN int
+}
+
+// SignalInfo is one signal's rule (SPEC section 5).
+type SignalInfo struct {
+	Enabled bool
+	DropMin float64
+	DropMax float64
+}
+
+// Info is the slowly changing part of the status: where resources are read
+// from and the configuration. Handler calls the info func on every request.
+type Info struct {
+	// Source describes the resource reader (cgroup v1/v2 path or process fallback).
+	Source string
+	// SampleInterval is the configured sample interval.
+	SampleInterval time.Duration
+	CPU            Threshold
+	Mem            Threshold
+	// Signals holds the rules, indexed by decision.Signal.
+	Signals [decision.NumSignals]SignalInfo
+}
+
+// SignalStatus is one signal's live state and counters.
+type SignalStatus struct {
+	State decision.State
+	// DropProbability is the current probability of shedding a request
+	// (1 in Open, 0 in Normal or for an exempt signal).
+	DropProbability float64
+	// Allowed and the Denied* counts are cumulative since start.
+	Allowed      uint64
+	DeniedShed   uint64
+	DeniedOpen   uint64
+	DeniedBudget uint64
+}
+
+// LiveStatus is the current state, read on every /status request.
+type LiveStatus struct {
+	// At is when the water level was sampled; zero before the first sample.
+	At       time.Time
+	CPU      float64
+	CPUFast  float64
+	CPUSlow  float64
+	CPUValid bool
+	Mem      float64
+	MemValid bool
+	// WorkingSet and MemLimit are the bytes behind Mem (MemLimit 0 = none).
+	WorkingSet uint64
+	MemLimit   uint64
+	// Cores is the effective number of cores CPU is normalised by.
+	Cores float64
+	// Stale is true when the sampler has not published for a while (it is
+	// stuck or read failures skip frames): the levels shown are old.
+	Stale bool
+	// Signals is indexed by decision.Signal.
+	Signals [decision.NumSignals]SignalStatus
+	// BudgetReserved and BudgetLimit are the admission budget's bytes in
+	// flight and its size (0 = disabled).
+	BudgetReserved int64
+	BudgetLimit    int64
+}
+
+// Sample converts the live status into a history sample with the totals of
+// every signal's counters; convenient for the extension's OnSample hook.
+func (l *LiveStatus) Sample() Sample {
+	s := Sample{
+		At: l.At, CPU: l.CPU, CPUFast: l.CPUFast, CPUSlow: l.CPUSlow, CPUValid: l.CPUValid,
+		Mem: l.Mem, MemValid: l.MemValid,
+	}
+	for i := range l.Signals {
+		st := &l.Signals[i]
+		s.States[i] = st.State
+		s.Allowed += st.Allowed
+		s.Denied += st.DeniedShed + st.DeniedOpen + st.DeniedBudget
+	}
+	return s
+}
+
+// Handler serves the status endpoint:
+//
+//	GET /                -> the HTML page
+//	GET /status          -> JSON of the current status (statusJSON)
+//	GET /status/history  -> JSON of the ring's samples; ?since=<unix ms> or
+//	                        ?since=<RFC 3339> returns only later ones
+//
+// Anything else is 404, other methods than GET and HEAD 405. The page uses
+// relative URLs, so the handler also works under http.StripPrefix. A nil ring,
+// info or live serves empty values.
+func Handler(ring *Ring, info func() Info, live func() LiveStatus) http.Handler {
+	return &handler{ring: ring, info: info, live: live, now: time.Now}
+}
+
+type handler struct {
+	ring *Ring
+	info func() Info
+	live func() LiveStatus
+	now  func() time.Time
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var serve func(http.ResponseWriter, *http.Request)
+	switch r.URL.Path {
+	case "/", "":
+		serve = h.page
+	case "/status":
+		serve = h.status
+	case "/status/history":
+		serve = h.history
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	serve(w, r)
+}
+
+func (h *handler) page(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", pageCSP)
+	w.Header().Set("Content-Length", strconv.Itoa(len(pageHTML)))
+	_, _ = w.Write(pageHTML)
+}
+
+// JSON documents. Field names are the API of the status endpoint (and the
+// page's input): change them together with page.html and the tests.
+
+type thresholdJSON struct {
+	Enabled bool    `json:"enabled"`
+	Enter   float64 `json:"enter"`
+	Exit    float64 `json:"exit"`
+	Hard    float64 `json:"hard"`
+	BreachN int     `json:"breach_n"`
+}
+
+type levelJSON struct {
+	CPU        float64 `json:"cpu"`
+	CPUFast    float64 `json:"cpu_fast"`
+	CPUSlow    float64 `json:"cpu_slow"`
+	CPUValid   bool    `json:"cpu_valid"`
+	Mem        float64 `json:"mem"`
+	MemValid   bool    `json:"mem_valid"`
+	WorkingSet uint64  `json:"working_set"`
+	MemLimit   uint64  `json:"mem_limit"`
+	Cores      float64 `json:"cores"`
+}
+
+type deniedJSON struct {
+	Shed   uint64 `json:"shed"`
+	Open   uint64 `json:"open"`
+	Budget uint64 `json:"budget"`
+}
+
+type signalJSON struct {
+	Name            string     `json:"name"`
+	Enabled         bool       `json:"enabled"`
+	DropMin         float64    `json:"drop_min"`
+	DropMax         float64    `json:"drop_max"`
+	State           string     `json:"state"`
+	StateCode       uint8      `json:"state_code"`
+	DropProbability float64    `json:"drop_probability"`
+	Allowed         uint64     `json:"allowed"`
+	Denied          deniedJSON `json:"denied"`
+}
+
+type budgetJSON struct {
+	Reserved int64 `json:"reserved"`
+	Limit    int64 `json:"limit"`
+}
+
+type historyInfoJSON struct {
+	WindowMs   int64 `json:"window_ms"`
+	Capacity   int   `json:"capacity"`
+	Length     int   `json:"length"`
+	MinGapMs   int64 `json:"min_gap_ms"`
+	IntervalMs int64 `json:"interval_ms"`
+}
+
+type statusJSON struct {
+	Now        int64                    `json:"now"`  // server clock, unix ms
+	Time       int64                    `json:"time"` // sample time, unix ms (0 before the first)
+	Stale      bool                     `json:"stale"`
+	Source     string                   `json:"source"`
+	Level      levelJSON                `json:"level"`
+	Thresholds map[string]thresholdJSON `json:"thresholds"`
+	Signals    []signalJSON             `json:"signals"`
+	Budget     budgetJSON               `json:"budget"`
+	History    historyInfoJSON          `json:"history"`
+}
+
+type sampleJSON struct {
+	T        int64                      `json:"t"` // unix ms
+	CPU      float64                    `json:"cpu"`
+	CPUFast  float64                    `json:"cpu_fast"`
+	CPUSlow  float64                    `json:"cpu_slow"`
+	CPUValid bool                       `json:"cpu_valid"`
+	Mem      float64                    `json:"mem"`
+	MemValid bool                       `json:"mem_valid"`
+	States   [decision.NumSignals]uint8 `json:"states"`
+	Allowed  uint64                     `json:"allowed"`
+	Denied   uint64                     `json:"denied"`
+}
+
+type historyJSON struct {
+	Now      int64        `json:"now"`
+	WindowMs int64        `json:"window_ms"`
+	Samples  []sampleJSON `json:"samples"`
+}
+
+func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
+	var in Info
+	if h.info != nil {
+		in = h.info()
+	}
+	var l LiveStatus
+	if h.live != nil {
+		l = h.live()
+	}
+	doc := statusJSON{
+		Now:    h.now().UnixMilli(),
+		Time:   unixMs(l.At),
+		Stale:  l.Stale,
+		Source: in.Source,
+		Level: levelJSON{
+			CPU: finite(l.CPU), CPUFast: finite(l.CPUFast), CPUSlow: finite(l.CPUSlow), CPUValid: l.CPUValid,
+			Mem: finite(l.Mem), MemValid: l.MemValid,
+			WorkingSet: l.WorkingSet, MemLimit: l.MemLimit, Cores: finite(l.Cores),
+		},
+		Thresholds: map[string]thresholdJSON{"cpu": thresholdOf(in.CPU), "mem": thresholdOf(in.Mem)},
+		Signals:    make([]signalJSON, decision.NumSignals),
+		Budget:     budgetJSON{Reserved: l.BudgetReserved, Limit: l.BudgetLimit},
+		History: historyInfoJSON{
+			WindowMs:   Window.Milliseconds(),
+			IntervalMs: in.SampleInterval.Milliseconds(),
+		},
+	}
+	if h.ring != nil {
+		doc.History.Capacity = h.ring.Cap()
+		doc.History.Length = h.ring.Len()
+		doc.History.MinGapMs = h.ring.MinGap().Milliseconds()
+	}
+	for i := range doc.Signals {
+		rule, st := in.Signals[i], l.Signals[i]
+		doc.Signals[i] = signalJSON{
+			Name:            decision.Signal(i).String(),
+			Enabled:         rule.Enabled,
+			DropMin:         finite(rule.DropMin),
+			DropMax:         finite(rule.DropMax),
+			State:           st.State.String(),
+			StateCode:       uint8(st.State),
+			DropProbability: finite(st.DropProbability),
+			Allowed:         st.Allowed,
+			Denied:          deniedJSON{Shed: st.DeniedShed, Open: st.DeniedOpen, Budget: st.DeniedBudget},
+		}
+	}
+	writeJSON(w, &doc)
+}
+
+func (h *handler) history(w http.ResponseWriter, r *http.Request) {
+	var since time.Time
+	if v := r.URL.Query().Get("since"); v != "" {
+		var ok bool
+		if since, ok = parseSince(v); !ok {
+			http.Error(w, "since: want unix milliseconds or an RFC 3339 time", http.StatusBadRequest)
+			return
+		}
+	}
+	doc := historyJSON{Now: h.now().UnixMilli(), WindowMs: Window.Milliseconds(), Samples: []sampleJSON{}}
+	if h.ring != nil {
+		samples := h.ring.Snapshot(since)
+		doc.Samples = make([]sampleJSON, len(samples))
+		for i := range samples {
+			s := &samples[i]
+			o := &doc.Samples[i]
+			*o = sampleJSON{
+				T:   unixMs(s.At),
+				CPU: round4(s.CPU), CPUFast: round4(s.CPUFast), CPUSlow: round4(s.CPUSlow), CPUValid: s.CPUValid,
+				Mem: round4(s.Mem), MemValid: s.MemValid,
+				Allowed: s.Allowed, Denied: s.Denied,
+			}
+			for j, st := range s.States {
+				o.States[j] = uint8(st)
+			}
+		}
+	}
+	writeJSON(w, &doc)
+}
+
+// parseSince reads the history cursor. Unix milliseconds mean "after that
+// millisecond": the page passes back the truncated t of the last sample it
+// has, and must not get that sample again.
+func parseSince(v string) (time.Time, bool) {
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.UnixMilli(ms).Add(time.Millisecond - time.Nanosecond), true
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t, err == nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = w.Write(b)
+}
+
+func thresholdOf(t Threshold) thresholdJSON {
+	return thresholdJSON{Enabled: t.Enabled, Enter: finite(t.Enter), Exit: finite(t.Exit), Hard: finite(t.Hard), BreachN: t.BreachN}
+}
+
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// finite keeps a NaN or infinite level (an invalid reading) from failing the
+// whole JSON document; the *_valid flags tell the reader.
+func finite(f float64) float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
+	}
+	return f
+}
+
+// round4 trims history values to 4 decimals: 0.01 % is far below what a chart
+// shows and it keeps a 2400-sample document small.
+func round4(f float64) float64 {
+	f = finite(f)
+	if math.Abs(f) > 1e9 { // f*1e4 would lose more than it saves
+		return f
+	}
+	return math.Round(f*1e4) / 1e4
+}

@@ -1,0 +1,241 @@
+package statuspage
+
+import (
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var serverNow = time.Date(2025, 6, 1, 12, 10, 0, 0, time.UTC)
+
+func testLive() LiveStatus {
+	return LiveStatus{
+		At:  time.Date(2025, 6, 1, 12, 9, 59, 750_000_000, time.UTC),
+		CPU: 0.93, CPUFast: 0.88, CPUSlow: 0.84, CPUValid: true,
+		Mem: 0.5, MemValid: true, WorkingSet: 256 << 20, MemLimit: 512 << 20, Cores: 1.5,
+		Stale: true,
+		Signals: [decision.NumSignals]SignalStatus{
+			{State: decision.Shedding, DropProbability: 0.4, Allowed: 100, DeniedShed: 7, DeniedOpen: 2, DeniedBudget: 1},
+			{State: decision.Normal, Allowed: 50},
+			{State: decision.Open, DropProbability: 1, Allowed: 3, DeniedOpen: 9},
+			{State: decision.Shedding, DropProbability: 0.2, DeniedBudget: 4},
+		},
+		BudgetReserved: 3 << 20,
+		BudgetLimit:    24 << 20,
+	}
+}
+
+func newTestHandler(ring *Ring, info func() Info, live func() LiveStatus) http.Handler {
+	h := Handler(ring, info, live).(*handler)
+	h.now = func() time.Time { return serverNow }
+	return h
+}
+
+func get(t *testing.T, h http.Handler, method, target string) *http.Response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, target, nil))
+	return rec.Result()
+}
+
+func body(t *testing.T, r *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestStatusJSON(t *testing.T) {
+	ring := NewRingFor(250 * time.Millisecond)
+	ring.Record(sampleAt(0))
+	h := newTestHandler(ring, testInfo, testLive)
+	r := get(t, h, http.MethodGet, "/status")
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	assert.Equal(t, "application/json; charset=utf-8", r.Header.Get("Content-Type"))
+	assert.Equal(t, "no-store", r.Header.Get("Cache-Control"))
+	assert.JSONEq(t, `{
+		"now": 1748779800000,
+		"time": 1748779799750,
+		"stale": true,
+		"source": "cgroup v2 /sys/fs/cgroup/kubepods/pod-1234/otelcol",
+		"level": {"cpu": 0.93, "cpu_fast": 0.88, "cpu_slow": 0.84, "cpu_valid": true,
+		          "mem": 0.5, "mem_valid": true, "working_set": 268435456, "mem_limit": 536870912, "cores": 1.5},
+		"thresholds": {
+			"cpu": {"enabled": true, "enter": 0.8, "exit": 0.7, "hard": 0.9, "breach_n": 3},
+			"mem": {"enabled": true, "enter": 0.85, "exit": 0.78, "hard": 0.92, "breach_n": 1}
+		},
+		"signals": [
+			{"name": "traces", "enabled": true, "drop_min": 0, "drop_max": 1, "state": "shedding", "state_code": 1,
+			 "drop_probability": 0.4, "allowed": 100, "denied": {"shed": 7, "open": 2, "budget": 1}},
+			{"name": "metrics", "enabled": false, "drop_min": 0, "drop_max": 1, "state": "normal", "state_code": 0,
+			 "drop_probability": 0, "allowed": 50, "denied": {"shed": 0, "open": 0, "budget": 0}},
+			{"name": "logs", "enabled": true, "drop_min": 0, "drop_max": 1, "state": "open", "state_code": 2,
+			 "drop_probability": 1, "allowed": 3, "denied": {"shed": 0, "open": 9, "budget": 0}},
+			{"name": "profiles", "enabled": true, "drop_min": 0, "drop_max": 0.5, "state": "shedding", "state_code": 1,
+			 "drop_probability": 0.2, "allowed": 0, "denied": {"shed": 0, "open": 0, "budget": 4}}
+		],
+		"budget": {"reserved": 3145728, "limit": 25165824},
+		"history": {"window_ms": 600000, "capacity": 2400, "length": 1, "min_gap_ms": 0, "interval_ms": 250}
+	}`, body(t, r))
+}
+
+func TestStatusBeforeFirstSample(t *testing.T) {
+	// Nil ring and funcs (and NaN levels) still give a well-formed document.
+	h := newTestHandler(nil, nil, func() LiveStatus { return LiveStatus{CPU: math.NaN(), Mem: math.Inf(1)} })
+	r := get(t, h, http.MethodGet, "/status")
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body(t, r)), &doc))
+	assert.InDelta(t, 0, doc["time"], 0)
+	level := doc["level"].(map[string]any)
+	assert.InDelta(t, 0, level["cpu"], 0)
+	assert.InDelta(t, 0, level["mem"], 0)
+	assert.Equal(t, false, level["cpu_valid"])
+	assert.Len(t, doc["signals"], 4)
+
+	r = get(t, newTestHandler(nil, nil, nil), http.MethodGet, "/status/history")
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	assert.JSONEq(t, `{"now": 1748779800000, "window_ms": 600000, "samples": []}`, body(t, r))
+}
+
+func TestHistoryJSON(t *testing.T) {
+	ring := NewRing(10)
+	base := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	ring.Record(Sample{
+		At:  base.Add(100*time.Millisecond + 400*time.Microsecond),
+		CPU: 0.123456789, CPUFast: 0.2, CPUSlow: 0.3, CPUValid: true,
+		Mem: math.NaN(), MemValid: false,
+		States:  [decision.NumSignals]decision.State{decision.Normal, decision.Shedding, decision.Open, decision.Normal},
+		Allowed: 10, Denied: 1,
+	})
+	ring.Record(Sample{
+		At:  base.Add(350 * time.Millisecond),
+		CPU: 1.5, CPUFast: 1.2, CPUSlow: 0.9, CPUValid: true, Mem: 0.92, MemValid: true,
+		States:  [decision.NumSignals]decision.State{decision.Open, decision.Open, decision.Open, decision.Open},
+		Allowed: 12, Denied: 40,
+	})
+	h := newTestHandler(ring, testInfo, testLive)
+	first := `{"t": 1748779200100, "cpu": 0.1235, "cpu_fast": 0.2, "cpu_slow": 0.3, "cpu_valid": true,
+		"mem": 0, "mem_valid": false, "states": [0, 1, 2, 0], "allowed": 10, "denied": 1}`
+	second := `{"t": 1748779200350, "cpu": 1.5, "cpu_fast": 1.2, "cpu_slow": 0.9, "cpu_valid": true,
+		"mem": 0.92, "mem_valid": true, "states": [2, 2, 2, 2], "allowed": 12, "denied": 40}`
+	doc := func(samples ...string) string {
+		return `{"now": 1748779800000, "window_ms": 600000, "samples": [` + strings.Join(samples, ",") + `]}`
+	}
+	for _, tc := range []struct {
+		target string
+		want   string
+	}{
+		{"/status/history", doc(first, second)},
+		{"/status/history?since=", doc(first, second)},
+		{"/status/history?since=1748779200099", doc(first, second)},
+		// The page passes back the truncated t of its last sample: the
+		// sample at .100400 must not come back.
+		{"/status/history?since=1748779200100", doc(second)},
+		{"/status/history?since=1748779200350", doc()},
+		{"/status/history?since=2025-06-01T12:00:00.2Z", doc(second)},
+		{"/status/history?since=2025-06-01T12:00:00.1004Z", doc(second)},
+		{"/status/history?since=2025-06-01T12:00:00.1003Z", doc(first, second)},
+	} {
+		t.Run(tc.target, func(t *testing.T) {
+			r := get(t, h, http.MethodGet, tc.target)
+			require.Equal(t, http.StatusOK, r.StatusCode)
+			assert.Equal(t, "application/json; charset=utf-8", r.Header.Get("Content-Type"))
+			assert.JSONEq(t, tc.want, body(t, r))
+		})
+	}
+
+	r := get(t, h, http.MethodGet, "/status/history?since=yesterday")
+	assert.Equal(t, http.StatusBadRequest, r.StatusCode)
+}
+
+func TestLiveStatusSample(t *testing.T) {
+	l := testLive()
+	assert.Equal(t, Sample{
+		At: l.At, CPU: 0.93, CPUFast: 0.88, CPUSlow: 0.84, CPUValid: true, Mem: 0.5, MemValid: true,
+		States:  [decision.NumSignals]decision.State{decision.Shedding, decision.Normal, decision.Open, decision.Shedding},
+		Allowed: 153, Denied: 23,
+	}, l.Sample())
+}
+
+func TestRouting(t *testing.T) {
+	h := newTestHandler(NewRing(4), testInfo, testLive)
+	for _, tc := range []struct {
+		method, target string
+		code           int
+		contentType    string
+	}{
+		{http.MethodGet, "/", 200, "text/html; charset=utf-8"},
+		{http.MethodHead, "/", 200, "text/html; charset=utf-8"},
+		{http.MethodGet, "/status", 200, "application/json; charset=utf-8"},
+		{http.MethodHead, "/status", 200, "application/json; charset=utf-8"},
+		{http.MethodGet, "/status/history", 200, "application/json; charset=utf-8"},
+		{http.MethodGet, "/status/", 404, "text/plain; charset=utf-8"},
+		{http.MethodGet, "/index.html", 404, "text/plain; charset=utf-8"},
+		{http.MethodGet, "/status/history/x", 404, "text/plain; charset=utf-8"},
+		{http.MethodGet, "/v1/traces", 404, "text/plain; charset=utf-8"},
+		{http.MethodPost, "/", 405, "text/plain; charset=utf-8"},
+		{http.MethodPost, "/status", 405, "text/plain; charset=utf-8"},
+		{http.MethodPut, "/status/history", 405, "text/plain; charset=utf-8"},
+		{http.MethodDelete, "/status", 405, "text/plain; charset=utf-8"},
+		{http.MethodPost, "/nope", 404, "text/plain; charset=utf-8"},
+	} {
+		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
+			r := get(t, h, tc.method, tc.target)
+			assert.Equal(t, tc.code, r.StatusCode)
+			assert.Equal(t, tc.contentType, r.Header.Get("Content-Type"))
+			if tc.code == http.StatusMethodNotAllowed {
+				assert.Equal(t, "GET, HEAD", r.Header.Get("Allow"))
+			}
+		})
+	}
+}
+
+func TestUnderStripPrefix(t *testing.T) {
+	h := http.StripPrefix("/throttle", newTestHandler(NewRing(4), testInfo, testLive))
+	assert.Equal(t, http.StatusOK, get(t, h, http.MethodGet, "/throttle/").StatusCode)
+	assert.Equal(t, http.StatusOK, get(t, h, http.MethodGet, "/throttle/status").StatusCode)
+}
+
+func TestPageSelfContained(t *testing.T) {
+	r := get(t, newTestHandler(NewRing(4), testInfo, testLive), http.MethodGet, "/")
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	csp := r.Header.Get("Content-Security-Policy")
+	assert.Contains(t, csp, "default-src 'none'")
+	assert.Contains(t, csp, "connect-src 'self'")
+	assert.Equal(t, "nosniff", r.Header.Get("X-Content-Type-Options"))
+	page := body(t, r)
+	assert.Equal(t, string(pageHTML), page)
+
+	// No absolute URL anywhere (scripts, styles, fonts, images, fetches) and
+	// no external resource tags at all: the page works air-gapped.
+	assert.NotRegexp(t, `(?i)https?://`, page)
+	assert.NotRegexp(t, `(?i)<script[^>]*\ssrc\s*=`, page)
+	assert.NotRegexp(t, `(?i)<link\b`, page)
+	assert.NotRegexp(t, `(?i)@import|@font-face|url\(`, page)
+	assert.NotRegexp(t, `(?i)//[a-z0-9.-]+\.[a-z]{2,}/`, page, "protocol-relative URL")
+
+	// Everything the Chromium test and the page rely on is there.
+	for _, id := range []string{"panel-cpu", "panel-mem", "panel-state", "panel-rate"} {
+		assert.Regexp(t, regexp.MustCompile(`<section[^>]*id="`+id+`"[^>]*data-points="0"`), page)
+	}
+	assert.Contains(t, page, `fetch(url`)
+	assert.Contains(t, page, `"status/history?since="`, "relative URLs, so a path prefix works")
+	assert.Contains(t, page, "__throttleRendered")
+}

@@ -1,0 +1,163 @@
+// Package statuspage serves the throttle's live status: a JSON view of the
+// current water level, thresholds, per-signal states and counters, and a small
+// self-contained HTML page charting the last minutes from an in-memory ring of
+// samples.
+//
+// It is free of collector types: the extension records a Sample on every
+// published water level and mounts Handler on its optional status endpoint.
+package statuspage // import "github.com/otelthrottle/throttle/internal/statuspage"
+
+import (
+	"sync"
+	"time"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+const (
+	// Window is how far back the ring and the page look.
+	Window = 10 * time.Minute
+	// MaxCapacity bounds the ring (about 100 bytes a sample). A sample
+	// interval shorter than Window/MaxCapacity (125 ms) is thinned out by
+	// NewRingFor rather than growing the ring.
+	MaxCapacity = 4800
+	// minCapacity keeps a ring useful with absurdly long intervals.
+	minCapacity = 16
+)
+
+// Sample is one point of history, recorded on every published water level.
+//
+// Allowed and Denied are cumulative totals (all signals, all protocols, every
+// denial reason) since the extension started, not per-interval deltas: a
+// thinned-out or missed sample then loses no counts, and the page derives the
+// per-second rates from the differences between consecutive samples (a total
+// that goes down is a counter reset and breaks the line).
+type Sample struct {
+	At       time.Time
+	CPU      float64
+	CPUFast  float64
+	CPUSlow  float64
+	CPUValid bool
+	Mem      float64
+	MemValid bool
+	States   [decision.NumSignals]decision.State
+	Allowed  uint64
+	Denied   uint64
+}
+
+// Ring is a fixed-size, preallocated ring buffer of samples, safe for
+// concurrent use. Record is called by the sampler goroutine a few times a
+// second and Snapshot on page refreshes, so a plain mutex is enough.
+type Ring struct {
+	mu     sync.Mutex
+	buf    []Sample
+	next   int // index the next Record writes
+	n      int // number of valid entries, <= len(buf)
+	minGap time.Duration
+	due    time.Time // with minGap: the next sample is kept at or after due
+}
+
+// NewRing returns a ring holding the last capacity samples (at least 1).
+func NewRing(capacity int) *Ring {
+	if capacity < 1 {
+		capacity = 1
+	}
+	return &Ring{buf: make([]Sample, capacity)}
+}
+
+// NewRingFor returns a ring covering Window at the given sample interval:
+// Window/interval entries (2400 at 250 ms), at least 16 and at most
+// MaxCapacity. When the cap applies, Record keeps one sample per
+// Window/MaxCapacity (125 ms) and drops the others, so the ring still spans
+// the whole window. The cumulative counters make thinning lossless for
+// the rates; a state held for less than that gap may not show.
+func NewRingFor(interval time.Duration) *Ring {
+	if interval <= 0 {
+		interval = 250 * time.Millisecond
+	}
+	capacity := int(Window / interval)
+	var minGap time.Duration
+	switch {
+	case capacity > MaxCapacity:
+		capacity = MaxCapacity
+		minGap = Window / MaxCapacity
+	case capacity < minCapacity:
+		capacity = minCapacity
+	}
+	r := NewRing(capacity)
+	r.minGap = minGap
+	return r
+}
+
+// Cap returns the ring's capacity.
+func (r *Ring) Cap() int { return len(r.buf) }
+
+// Len returns the number of samples held.
+func (r *Ring) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// MinGap returns the minimum spacing Record keeps between samples (0: every
+// sample is kept).
+func (r *Ring) MinGap() time.Duration { return r.minGap }
+
+// Record stores s, overwriting the oldest sample when the ring is full. It
+// does not allocate. Samples are expected in time order (the sampler's
+// monotonic clock); Snapshot relies on it.
+func (r *Ring) Record(s Sample) {
+	r.mu.Lock()
+	if r.minGap > 0 {
+		if r.n > 0 && s.At.Before(r.due) {
+			r.mu.Unlock()
+			return
+		}
+		// Advance due on a grid of minGap rather than from s.At, so timer
+		// jitter does not stretch the spacing (and the ring's span).
+		if r.n == 0 || s.At.Sub(r.due) >= r.minGap {
+			r.due = s.At
+		}
+		r.due = r.due.Add(r.minGap)
+	}
+	r.buf[r.next] = s
+	r.next++
+	if r.next == len(r.buf) {
+		r.next = 0
+	}
+	if r.n < len(r.buf) {
+		r.n++
+	}
+	r.mu.Unlock()
+}
+
+// Snapshot returns a copy of the samples taken strictly after since, oldest
+// first. A zero since returns every sample held.
+func (r *Ring) Snapshot(since time.Time) []Sample {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Walk back from the newest sample: a page refresh asks for the few
+	// samples since its last fetch, so this stops early.
+	k := 0
+	for k < r.n && r.at(r.n-1-k).At.After(since) {
+		k++
+	}
+	out := make([]Sample, k)
+	for i := range out {
+		out[i] = *r.at(r.n - k + i)
+	}
+	return out
+}
+
+// at returns the i-th held sample, 0 being the oldest. Callers hold r.mu.
+func (r *Ring) at(i int) *Sample {
+	start := r.next - r.n
+	if start < 0 {
+		start += len(r.buf)
+	}
+	j := start + i
+	if j >= len(r.buf) {
+		j -= len(r.buf)
+	}
+	return &r.buf[j]
+}

@@ -1,0 +1,307 @@
+package throttleprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/metadatatest"
+)
+
+func TestStartFindsExtension(t *testing.T) {
+	edge := component.MustNewIDWithName("throttle", "edge")
+	tests := []struct {
+		name    string
+		host    component.Host
+		wantErr string
+	}{
+		{
+			name:    "missing",
+			host:    componenttest.NewNopHost(),
+			wantErr: `throttle processor: extension "throttle/edge" not found; add it under extensions: and list it in service.extensions`,
+		},
+		{
+			name:    "other ID",
+			host:    hostWith(component.MustNewID("throttle"), newFakeThrottle(0)),
+			wantErr: `throttle processor: extension "throttle/edge" not found; add it under extensions: and list it in service.extensions`,
+		},
+		{
+			name:    "wrong type",
+			host:    hostWith(edge, notThrottle{}),
+			wantErr: `throttle processor: extension "throttle/edge" is a throttleprocessor.notThrottle, not a throttle extension; set the processor's extension: to the ID of a throttle extension`,
+		},
+		{
+			name: "found",
+			host: hostWith(edge, newFakeThrottle(0)),
+		},
+	}
+	for _, tt := range tests {
+		for _, h := range signalHarnesses {
+			t.Run(tt.name+"/"+h.signal.String(), func(t *testing.T) {
+				cfg := &Config{Extension: edge, OnReject: OnRejectRefuse}
+				c, _, _ := h.create(t, metadatatest.NewSettings(componenttest.NewTelemetry()), cfg)
+				err := c.Start(context.Background(), tt.host)
+				if tt.wantErr == "" {
+					require.NoError(t, err)
+				} else {
+					require.EqualError(t, err, tt.wantErr)
+				}
+				require.NoError(t, c.Shutdown(context.Background()))
+			})
+		}
+	}
+}
+
+// retryInfo returns the code and the RetryInfo delay of a refusal as the
+// receiver sees them.
+func retryInfo(t *testing.T, err error) (codes.Code, time.Duration) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	require.True(t, ok, "not a gRPC status error: %v", err)
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return st.Code(), ri.GetRetryDelay().AsDuration()
+		}
+	}
+	t.Fatalf("no RetryInfo in %v", st.Details())
+	return 0, 0
+}
+
+// outcomePoints are the expected data points of one processor's counters.
+func outcomePoints(sig throttleextension.Signal, values map[string]int64) []metricdata.DataPoint[int64] {
+	var dps []metricdata.DataPoint[int64]
+	for _, o := range outcomeNames {
+		v, ok := values[o]
+		if !ok {
+			continue
+		}
+		dps = append(dps, metricdata.DataPoint[int64]{
+			Attributes: attribute.NewSet(
+				attribute.String("processor", "throttle"),
+				attribute.String("signal", sig.String()),
+				attribute.String("outcome", o),
+			),
+			Value: v,
+		})
+	}
+	return dps
+}
+
+func TestProcessorDecisions(t *testing.T) {
+	const delay = 7 * time.Second
+	for _, h := range signalHarnesses {
+		t.Run(h.signal.String(), func(t *testing.T) {
+			for _, onReject := range []OnReject{OnRejectRefuse, OnRejectDrop} {
+				t.Run(string(onReject), func(t *testing.T) {
+					tel := componenttest.NewTelemetry()
+					t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
+					fake := newFakeThrottle(delay)
+					cfg := &Config{Extension: defaultExtensionID, OnReject: onReject}
+					c, send, received := h.create(t, metadatatest.NewSettings(tel), cfg)
+					require.NoError(t, c.Start(context.Background(), hostWith(defaultExtensionID, fake)))
+					t.Cleanup(func() { require.NoError(t, c.Shutdown(context.Background())) })
+
+					// Normal: 2 batches pass.
+					require.NoError(t, send(context.Background(), 3))
+					require.NoError(t, send(context.Background(), 4))
+					assert.Equal(t, 7, received())
+
+					// Open: 5 items rejected.
+					fake.set(h.signal, throttleextension.DenyOpen)
+					errOpen := send(context.Background(), 5)
+					// Shedding, and the draw fell under p_drop: 6 items rejected.
+					fake.set(h.signal, throttleextension.DenyShed)
+					errShed := send(context.Background(), 6)
+					assert.Equal(t, 7, received(), "a rejected batch must not reach the next consumer")
+
+					// Back to Normal.
+					fake.set(h.signal, throttleextension.Admit)
+					require.NoError(t, send(context.Background(), 1))
+					assert.Equal(t, 8, received())
+
+					rejected := "refused"
+					if onReject == OnRejectDrop {
+						rejected = "dropped"
+						assert.NoError(t, errOpen)
+						assert.NoError(t, errShed)
+					} else {
+						for _, err := range []error{errOpen, errShed} {
+							code, d := retryInfo(t, err)
+							assert.Equal(t, codes.ResourceExhausted, code)
+							assert.Equal(t, delay, d)
+							assert.False(t, consumererror.IsPermanent(err), "a refusal must be retryable")
+						}
+						assert.Contains(t, errOpen.Error(), h.signal.String()+" refused by the throttle processor")
+						assert.Contains(t, errOpen.Error(), "(open)")
+						assert.Contains(t, errShed.Error(), "(shed)")
+					}
+
+					// One decision per batch, for this signal only, each recorded.
+					for s := range fake.decides {
+						want := int64(0)
+						if throttleextension.Signal(s) == h.signal {
+							want = 5
+						}
+						assert.Equal(t, want, fake.decides[s].Load(), "decisions for %v", throttleextension.Signal(s))
+					}
+					assert.Equal(t, []recordedDecision{
+						{h.signal, throttleextension.Admit},
+						{h.signal, throttleextension.Admit},
+						{h.signal, throttleextension.DenyOpen},
+						{h.signal, throttleextension.DenyShed},
+						{h.signal, throttleextension.Admit},
+					}, fake.recordedDecisions())
+
+					metadatatest.AssertEqualProcessorThrottleItems(t, tel,
+						outcomePoints(h.signal, map[string]int64{"passed": 8, rejected: 11}),
+						metricdatatest.IgnoreTimestamp())
+					metadatatest.AssertEqualProcessorThrottleBatches(t, tel,
+						outcomePoints(h.signal, map[string]int64{"passed": 3, rejected: 2}),
+						metricdatatest.IgnoreTimestamp())
+				})
+			}
+		})
+	}
+}
+
+// TestRefusalSurvivesWrapping checks that the status reaches the receiver
+// through the wrappers the service puts around errors on the way back
+// (consumererror.NewDownstream in its pipeline instrumentation, or any %w).
+func TestRefusalSurvivesWrapping(t *testing.T) {
+	fake := newFakeThrottle(1500 * time.Millisecond)
+	fake.set(throttleextension.SignalLogs, throttleextension.DenyOpen)
+	c, send, _ := signalHarnesses[throttleextension.SignalLogs].create(t,
+		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
+	require.NoError(t, c.Start(context.Background(), hostWith(defaultExtensionID, fake)))
+	defer func() { require.NoError(t, c.Shutdown(context.Background())) }()
+	err := send(context.Background(), 1)
+	require.Error(t, err)
+
+	for name, wrapped := range map[string]error{
+		"plain":      err,
+		"downstream": consumererror.NewDownstream(err),
+		"fmt":        fmt.Errorf("pipeline: %w", consumererror.NewDownstream(err)),
+		"joined":     errors.Join(err),
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, d := retryInfo(t, wrapped)
+			assert.Equal(t, codes.ResourceExhausted, code)
+			assert.Equal(t, 1500*time.Millisecond, d)
+			assert.False(t, consumererror.IsPermanent(wrapped))
+		})
+	}
+}
+
+func TestShutdownWithoutStart(t *testing.T) {
+	for _, h := range signalHarnesses {
+		t.Run(h.signal.String(), func(t *testing.T) {
+			c, _, _ := h.create(t, metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
+			require.NoError(t, c.Shutdown(context.Background()))
+		})
+	}
+}
+
+// TestProcessorWithThrottleExtension runs every signal's processor against a
+// real throttle extension whose state is driven through its resource source.
+func TestProcessorWithThrottleExtension(t *testing.T) {
+	for _, h := range signalHarnesses {
+		t.Run(h.signal.String(), func(t *testing.T) {
+			ctx := context.Background()
+			rt := startRealThrottle(t)
+			tel := componenttest.NewTelemetry()
+			t.Cleanup(func() { require.NoError(t, tel.Shutdown(ctx)) })
+			c, send, received := h.create(t, metadatatest.NewSettings(tel), createDefaultConfig())
+			require.NoError(t, c.Start(ctx, rt.host()))
+			t.Cleanup(func() { require.NoError(t, c.Shutdown(ctx)) })
+
+			require.NoError(t, send(ctx, 4))
+			assert.Equal(t, 4, received())
+
+			rt.overload(t)
+			err := send(ctx, 5)
+			code, delay := retryInfo(t, err)
+			assert.Equal(t, codes.ResourceExhausted, code)
+			assert.GreaterOrEqual(t, delay, testRetryMin)
+			assert.LessOrEqual(t, delay, testRetryMax)
+			assert.Contains(t, err.Error(), "(open)")
+			assert.Equal(t, 4, received())
+
+			rt.calm(t)
+			require.NoError(t, send(ctx, 6))
+			assert.Equal(t, 10, received())
+
+			metadatatest.AssertEqualProcessorThrottleItems(t, tel,
+				outcomePoints(h.signal, map[string]int64{"passed": 10, "refused": 5}),
+				metricdatatest.IgnoreTimestamp())
+			metadatatest.AssertEqualProcessorThrottleBatches(t, tel,
+				outcomePoints(h.signal, map[string]int64{"passed": 2, "refused": 1}),
+				metricdatatest.IgnoreTimestamp())
+
+			// Every decision is counted in the extension's requests metric
+			// with protocol=processor.
+			assert.Equal(t, int64(2), extensionRequests(t, rt, h.signal, "allowed", ""))
+			assert.Equal(t, int64(1), extensionRequests(t, rt, h.signal, "denied", "open"))
+		})
+	}
+}
+
+// TestProcessorFollowsItsSignalRule: each processor asks for its own signal,
+// so a signal exempted by its rule passes while another one is refused.
+func TestProcessorFollowsItsSignalRule(t *testing.T) {
+	ctx := context.Background()
+	rt := startRealThrottle(t, map[string]any{
+		"rules": map[string]any{"metrics": map[string]any{"enabled": false}},
+	})
+	traces, sendTraces, tracesReceived := signalHarnesses[throttleextension.SignalTraces].create(t,
+		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
+	metrics, sendMetrics, metricsReceived := signalHarnesses[throttleextension.SignalMetrics].create(t,
+		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
+	for _, c := range []component.Component{traces, metrics} {
+		require.NoError(t, c.Start(ctx, rt.host()))
+		t.Cleanup(func() { require.NoError(t, c.Shutdown(ctx)) })
+	}
+
+	rt.overload(t)
+	code, _ := retryInfo(t, sendTraces(ctx, 3))
+	assert.Equal(t, codes.ResourceExhausted, code)
+	require.NoError(t, sendMetrics(ctx, 3))
+	assert.Equal(t, 0, tracesReceived())
+	assert.Equal(t, 3, metricsReceived())
+}
+
+// extensionRequests sums the extension's otelcol_throttle_requests points of
+// the processor protocol for signal, decision and reason ("" = no reason).
+func extensionRequests(t *testing.T, rt *realThrottle, sig throttleextension.Signal, decision, reason string) int64 {
+	t.Helper()
+	m, err := rt.tel.GetMetric("otelcol_throttle_requests")
+	require.NoError(t, err)
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	require.True(t, ok, "otelcol_throttle_requests is a %T", m.Data)
+	attr := func(dp metricdata.DataPoint[int64], key string) string {
+		v, _ := dp.Attributes.Value(attribute.Key(key))
+		return v.AsString()
+	}
+	var total int64
+	for _, dp := range sum.DataPoints {
+		if attr(dp, "protocol") == "processor" && attr(dp, "signal") == sig.String() &&
+			attr(dp, "decision") == decision && attr(dp, "reason") == reason {
+			total += dp.Value
+		}
+	}
+	return total
+}

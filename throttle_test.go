@@ -1,0 +1,128 @@
+package throttleprocessor
+
+import (
+	"context"
+	"maps"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/extension/extensiontest"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/cgroup"
+)
+
+// fakeSource is the resource source of a real throttle extension in tests:
+// no CPU used, a working set the test sets, against a fixed memory limit.
+type fakeSource struct {
+	workingSet atomic.Uint64
+}
+
+const (
+	fakeMemLimit   = 1000
+	fakeCalm       = 100 // 0.10 of the limit: under every memory line
+	fakeOverloaded = 950 // 0.95: over mem hard (0.92), Open in one sample
+)
+
+var _ throttleextension.ResourceSource = (*fakeSource)(nil)
+
+func (*fakeSource) CPUTime() (time.Duration, error) { return 0, nil }
+func (s *fakeSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
+func (*fakeSource) Limits() (cgroup.Limits, error)  { return cgroup.Limits{MemLimit: fakeMemLimit}, nil }
+func (*fakeSource) Describe() string                { return "fake source (test)" }
+
+// Retry range of the real extension in tests: short, so that clients retry
+// soon, and at least one second so that Retry-After (whole seconds) is not 0.
+const (
+	testRetryMin = time.Second
+	testRetryMax = 2 * time.Second
+)
+
+// realThrottle is a started throttle extension built by the extension's own
+// factory, whose water level the test drives through its resource source.
+type realThrottle struct {
+	throttleextension.Throttle
+	ext component.Component
+	src *fakeSource
+	tel *componenttest.Telemetry
+}
+
+// startRealThrottle creates and starts a throttle extension with a 10ms
+// sample interval, no CPU slot, no recovery ramp, and retry_after
+// [testRetryMin, testRetryMax], plus the given configuration keys (top-level
+// keys replace the defaults above). It is shut down when the test ends.
+func startRealThrottle(t testing.TB, extra ...map[string]any) *realThrottle {
+	t.Helper()
+	src := &fakeSource{}
+	src.workingSet.Store(fakeCalm)
+
+	f := throttleextension.NewFactory(throttleextension.WithResourceSource(src))
+	cfg := f.CreateDefaultConfig()
+	conf := map[string]any{
+		"sample_interval": "10ms",
+		"recovery_ramp":   "0s",
+		// A sampler starved under -race must not turn Open into Normal.
+		"stale_after_intervals": 0,
+		"retry_after":           map[string]any{"min": testRetryMin.String(), "max": testRetryMax.String()},
+		"thresholds":            map[string]any{"cpu": map[string]any{"enabled": false}},
+	}
+	for _, e := range extra {
+		maps.Copy(conf, e)
+	}
+	require.NoError(t, confmap.NewFromStringMap(conf).Unmarshal(cfg))
+	require.NoError(t, confmap.Validate(cfg))
+
+	tel := componenttest.NewTelemetry()
+	set := extensiontest.NewNopSettings(f.Type())
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	ext, err := f.Create(context.Background(), set, cfg)
+	require.NoError(t, err)
+	th, ok := ext.(throttleextension.Throttle)
+	require.Truef(t, ok, "the extension (%T) does not implement throttleextension.Throttle", ext)
+	require.NoError(t, ext.Start(context.Background(), componenttest.NewNopHost()))
+	t.Cleanup(func() {
+		require.NoError(t, ext.Shutdown(context.Background()))
+		require.NoError(t, tel.Shutdown(context.Background()))
+	})
+	rt := &realThrottle{Throttle: th, ext: ext, src: src, tel: tel}
+	rt.waitState(t, throttleextension.StateNormal)
+	return rt
+}
+
+// host returns a host holding the extension under the processor's default
+// extension ID.
+func (rt *realThrottle) host() component.Host {
+	return hostWith(defaultExtensionID, rt.ext)
+}
+
+// overload puts every signal in Open (one sample over mem hard) and waits
+// until the traces state machine says so.
+func (rt *realThrottle) overload(t testing.TB) {
+	t.Helper()
+	rt.src.workingSet.Store(fakeOverloaded)
+	rt.waitState(t, throttleextension.StateOpen)
+}
+
+// calm brings the memory level under every line and waits for Normal.
+func (rt *realThrottle) calm(t testing.TB) {
+	t.Helper()
+	rt.src.workingSet.Store(fakeCalm)
+	rt.waitState(t, throttleextension.StateNormal)
+}
+
+func (rt *realThrottle) waitState(t testing.TB, want throttleextension.State) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for s := range throttleextension.SignalProfiles + 1 {
+			if rt.State(s) != want {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "waiting for every signal to be %v", want)
+}
