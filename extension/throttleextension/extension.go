@@ -48,6 +48,8 @@ type throttleExtension struct {
 	stopped bool
 	sampler *sampler.Sampler
 
+	status *extensionStatus // status page and component status (status.go)
+
 	// Sampler goroutine only.
 	lastWarn map[string]time.Time
 	lastAt   time.Time
@@ -82,12 +84,13 @@ func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*thro
 	if e.tel, err = newTelemetry(set.TelemetrySettings, set.ID, e.telemetrySources()); err != nil {
 		return nil, err
 	}
+	e.status = newExtensionStatus(e, set.TelemetrySettings)
 	return e, nil
 }
 
 // Start starts the sampler. It is idempotent; with enabled: false it starts
 // nothing and every decision admits.
-func (e *throttleExtension) Start(_ context.Context, _ component.Host) error {
+func (e *throttleExtension) Start(ctx context.Context, host component.Host) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.started || e.stopped {
@@ -101,6 +104,9 @@ func (e *throttleExtension) Start(_ context.Context, _ component.Host) error {
 	src := e.source
 	if src == nil {
 		src = defaultSource(e.logger)
+	}
+	if err := e.status.start(ctx, host, src); err != nil {
+		return err
 	}
 	e.sampler = sampler.New(src, e.cfg.samplerConfig(), sampler.Options{
 		OnSample: e.onSample,
@@ -136,23 +142,25 @@ func defaultSource(logger *zap.Logger) ResourceSource {
 
 // Shutdown stops the sampler and waits for it. Safe without Start, and more
 // than once.
-func (e *throttleExtension) Shutdown(context.Context) error {
+func (e *throttleExtension) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.stopped {
 		return nil
 	}
 	e.stopped = true
+	err := e.status.shutdown(ctx)
 	if e.sampler != nil {
 		e.sampler.Stop()
 	}
 	e.tel.shutdown()
-	return nil
+	return err
 }
 
 // onSample runs on the sampler goroutine after each publish.
 func (e *throttleExtension) onSample(wl *sampler.WaterLevel, took time.Duration) {
 	e.engine.Observe(wl)
+	e.status.record(wl)
 	var interval time.Duration
 	if !e.lastAt.IsZero() {
 		interval = wl.At.Sub(e.lastAt)

@@ -48,9 +48,15 @@ type telemetrySources struct {
 type telemetry struct {
 	tb *metadata.TelemetryBuilder
 
-	requests [numProtocols][decision.NumSignals][decision.DenyBudget + 1]metric.AddOption
+	// requests holds one pre-built option slice per cell: passing a stored
+	// slice as opts... does not allocate, building one per call would.
+	requests [numProtocols][decision.NumSignals][decision.DenyBudget + 1][]metric.AddOption
 	errors   map[string]metric.AddOption
 	plain    metric.RecordOption
+
+	// counts mirror throttle_requests per signal and verdict in memory, for
+	// the status page (status.go).
+	counts decisionCounts
 }
 
 const idKey = "extension"
@@ -79,7 +85,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 				} else {
 					attrs = append(attrs, attribute.String("decision", "denied"), attribute.String("reason", v.Reason()))
 				}
-				t.requests[p][s][v] = metric.WithAttributeSet(attribute.NewSet(attrs...))
+				t.requests[p][s][v] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
 			}
 		}
 	}
@@ -160,7 +166,8 @@ func (t *telemetry) record(p protocol, s decision.Signal, v decision.Verdict) {
 	if s >= decision.NumSignals || v > decision.DenyBudget {
 		return
 	}
-	t.tb.ThrottleRequests.Add(context.Background(), 1, t.requests[p][s][v])
+	t.counts.add(s, v)
+	t.tb.ThrottleRequests.Add(context.Background(), 1, t.requests[p][s][v]...)
 }
 
 // sampled records one published sample: how long it took and the time since

@@ -104,6 +104,9 @@ type Stat struct {
 	Signals [NumSignals]SignalStat
 	// Level is the last level observed (the zero level before the first).
 	Level sampler.WaterLevel
+	// Stale is true while Expire has found the level too old and every
+	// signal is admitted (see Expire).
+	Stale bool
 }
 
 // Engine holds the state machines and makes the admission decisions.
@@ -131,6 +134,8 @@ type Engine struct {
 	rampActive bool
 	lastRelief time.Time
 	reliefEver bool
+	observedAt time.Time // when Observe last ran, on e.now; New's time before
+	stale      atomic.Bool
 
 	// Read by the request path and Stat.
 	level      atomic.Pointer[sampler.WaterLevel]
@@ -185,6 +190,7 @@ func New(cfg Config, opts Options) *Engine {
 	if e.rand == nil {
 		e.rand = rand.Float64
 	}
+	e.observedAt = e.now()
 	e.level.Store(&sampler.WaterLevel{})
 	normal := &admission{state: Normal}
 	for i := range e.admissions {
@@ -224,7 +230,64 @@ func (e *Engine) Stat() Stat {
 		}
 	}
 	st.Level = *e.level.Load()
+	st.Stale = e.stale.Load()
 	return st
+}
+
+// admitAll is the snapshot published for every signal while the level is
+// stale.
+var admitAll = &admission{state: Normal}
+
+// Expire is the stale-level bound. When Observe has not run for maxAge or
+// longer (on the engine's clock), it publishes an admit-all Normal snapshot
+// for every signal and returns true; the next Observe publishes the real
+// snapshots again. maxAge <= 0 never expires. It is called by a watchdog
+// goroutine other than the sampler's, so that it runs while the sampler is
+// blocked; the request path is unchanged (Decide still loads one pointer).
+//
+// Why fall back to admitting: a stuck sampler must not leave the throttle
+// rejecting everything for ever on a level nobody measures any more; a
+// protection that fails must fail open. The cost is that a starved sampler
+// may be starved by the very overload it should act on, hence a generous
+// bound (stale_after_intervals in the extension's config).
+//
+// The check and the publication are under the lock Observe holds, so an
+// Observe that lands between them cannot be overwritten by an admit-all
+// snapshot based on the level it replaced. The state machine itself is kept
+// (a signal in Open is still Open inside, and the first fresh frame decides
+// from there) but its streak counters restart: frames on either side of a
+// gap are not consecutive. State and Stat report what Decide acts on:
+// Normal, with Stat.Stale set. No transition is reported for the fallback.
+func (e *Engine) Expire(maxAge time.Duration) bool {
+	if maxAge <= 0 {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stale.Load() {
+		return true
+	}
+	if e.now().Sub(e.observedAt) < maxAge {
+		return false
+	}
+	e.stale.Store(true)
+	e.cpu.reset()
+	e.mem.reset()
+	for i := range e.admissions {
+		e.admissions[i].Store(admitAll)
+	}
+	return true
+}
+
+// Stale reports whether the engine is in the stale fallback (see Expire).
+func (e *Engine) Stale() bool { return e.stale.Load() }
+
+// ObservedAt returns when Observe last ran (on the engine's clock), or when
+// the engine was created before the first Observe.
+func (e *Engine) ObservedAt() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.observedAt
 }
 
 // Observe advances the state machine by one frame, publishes every signal's
@@ -237,6 +300,8 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
+	e.observedAt = now
+	e.stale.Store(false)
 	e.level.Store(wl)
 
 	cpu := reading{valid: wl.CPUValid, slow: wl.CPUSlow, fast: wl.CPUFast}
@@ -373,9 +438,12 @@ func (s *slot) safe(r reading) bool {
 	return !s.Enabled || !r.valid || math.IsNaN(r.slow) || math.IsNaN(r.fast)
 }
 
+// reset breaks every streak.
+func (s *slot) reset() { s.aboveEnter, s.atHard, s.belowExit, s.belowHard = 0, 0, 0, 0 }
+
 func (s *slot) observe(r reading) {
 	if s.safe(r) {
-		s.aboveEnter, s.atHard, s.belowExit, s.belowHard = 0, 0, 0, 0
+		s.reset()
 		return
 	}
 	s.aboveEnter = streak(s.aboveEnter, r.slow > s.Enter)

@@ -135,16 +135,15 @@ func (c *Classifier) GRPC(fullMethod string) (decision.Signal, bool) {
 
 // isCleanPath reports whether p is rooted and path.Clean(p) == p: no empty,
 // "." or ".." segment and no trailing slash (except for "/"). Only the byte
-// after each slash needs a look, so the common case is one tight scan.
+// after each slash needs a look.
 func isCleanPath(p string) bool {
 	n := len(p)
 	if n == 0 || p[0] != '/' {
 		return false
 	}
-	for i := 0; i < n; i++ {
-		if p[i] != '/' {
-			continue
-		}
+	// Jump from slash to slash (IndexByte is vectorised, which matters for
+	// very long hostile paths).
+	for i := 0; ; {
 		switch {
 		case i+1 == n: // trailing slash
 			return n == 1
@@ -159,6 +158,11 @@ func isCleanPath(p string) bool {
 				return false
 			}
 		}
+		j := strings.IndexByte(p[i+1:], '/')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
 	}
 	return true
 }
