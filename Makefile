@@ -78,3 +78,12 @@ run: $(OTELCOL)
 .PHONY: smoke
 smoke:
 	$(GO) test -count=1 -v -timeout 20m ./test/distribution/...
+
+## overload: the overload benchmark (Linux, root): builds the distribution, then
+## runs it in a 1 CPU / 300 MiB cgroup under scenarios A B C D M (bench/overload).
+## Without -rate-over it first finds A's saturation point. Results in bench/results/.
+## e.g. make overload OVERLOAD_FLAGS='-d 90s -rate-over 1800 -c-below 8'
+OVERLOAD_FLAGS ?=
+.PHONY: overload
+overload: $(OTELCOL)
+	$(GO) run ./bench/overload -collector $(OTELCOL) $(OVERLOAD_FLAGS)

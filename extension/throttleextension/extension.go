@@ -3,6 +3,7 @@ package throttleextension // import "github.com/otelthrottle/throttle/extension/
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -47,12 +48,18 @@ type throttleExtension struct {
 	started bool
 	stopped bool
 	sampler *sampler.Sampler
+	stale   *staleWatchdog // stale.go; nil when off
 
 	status *extensionStatus // status page and component status (status.go)
 
-	// Sampler goroutine only.
+	// ownedSource is the source Start created (not injected), closed at
+	// Shutdown so its open cgroup or proc files are released at once.
+	ownedSource ResourceSource
+
+	// Sampler goroutine only (and Shutdown once the sampler has stopped).
 	lastWarn map[string]time.Time
 	lastAt   time.Time
+	translog *transitionLog
 }
 
 var (
@@ -71,6 +78,7 @@ func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*thro
 		logger:   set.Logger,
 		source:   fo.source,
 		lastWarn: map[string]time.Time{},
+		translog: newTransitionLog(set.Logger, nil),
 	}
 	e.engine = decision.New(cfg.decisionConfig(), decision.Options{OnTransition: e.logTransition})
 	for s := range decision.NumSignals {
@@ -85,6 +93,7 @@ func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*thro
 		return nil, err
 	}
 	e.status = newExtensionStatus(e, set.TelemetrySettings)
+	e.status.stale = e.engine.Stale
 	return e, nil
 }
 
@@ -104,6 +113,7 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 	src := e.source
 	if src == nil {
 		src = defaultSource(e.logger)
+		e.ownedSource = src
 	}
 	if err := e.status.start(ctx, host, src); err != nil {
 		return err
@@ -115,6 +125,7 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 	// Start takes the first sample before it returns, so the memory limit
 	// is known when the budget is sized.
 	e.sampler.Start()
+	e.stale = startStaleWatchdog(e.engine, e.logger, e.cfg)
 	wl := e.sampler.Load()
 	if !e.cfg.Admission.MaxInflightBytes.Off() {
 		e.budget.Store(middleware.NewBudget(int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit))))
@@ -150,8 +161,14 @@ func (e *throttleExtension) Shutdown(ctx context.Context) error {
 	}
 	e.stopped = true
 	err := e.status.shutdown(ctx)
+	e.stale.stop()
 	if e.sampler != nil {
 		e.sampler.Stop()
+		// Changes counted but not yet summarised would otherwise be lost.
+		e.translog.flush()
+	}
+	if c, ok := e.ownedSource.(io.Closer); ok {
+		_ = c.Close()
 	}
 	e.tel.shutdown()
 	return err
@@ -160,6 +177,7 @@ func (e *throttleExtension) Shutdown(ctx context.Context) error {
 // onSample runs on the sampler goroutine after each publish.
 func (e *throttleExtension) onSample(wl *sampler.WaterLevel, took time.Duration) {
 	e.engine.Observe(wl)
+	e.translog.tick()
 	e.status.record(wl)
 	var interval time.Duration
 	if !e.lastAt.IsZero() {
@@ -193,21 +211,12 @@ func errorResource(err error) string {
 	return "cpu" // skipped CPU windows
 }
 
-// logTransition logs one state change. The message names the signal and
-// both states so that the collector's log sampling, which keys on the
-// message, cannot hide one kind of transition behind another.
+// logTransition logs one state change (sampler goroutine). The message
+// names the signal and both states; transitionLog keeps a flapping state
+// from losing its changes to the collector's log sampling (see
+// transitionlog.go).
 func (e *throttleExtension) logTransition(t decision.Transition) {
-	e.logger.Info("throttle "+t.Signal.String()+": "+t.From.String()+" -> "+t.To.String(),
-		zap.String("signal", t.Signal.String()),
-		zap.String("from", t.From.String()),
-		zap.String("to", t.To.String()),
-		zap.Float64("cpu", t.Level.CPU),
-		zap.Float64("cpu_slow", t.Level.CPUSlow),
-		zap.Float64("cpu_fast", t.Level.CPUFast),
-		zap.Bool("cpu_valid", t.Level.CPUValid),
-		zap.Float64("mem", t.Level.Mem),
-		zap.Bool("mem_valid", t.Level.MemValid),
-	)
+	e.translog.transition(t)
 }
 
 // Decide implements Throttle and middleware.Decider.
@@ -304,7 +313,7 @@ func (e *throttleExtension) telemetrySources() telemetrySources {
 		level:      e.level,
 		state:      e.State,
 		budget:     e.budgetValues,
-		stale:      func() bool { return false },
+		stale:      e.engine.Stale,
 		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
 		cpuEnabled: c.CPU.Enabled,
 		memEnabled: c.Mem.Enabled,

@@ -21,26 +21,35 @@ import (
 // numVerdicts is the number of verdicts counted per signal.
 const numVerdicts = int(decision.DenyBudget) + 1
 
-// decisionCounts are cumulative in-memory counts of decisions per signal and
-// verdict, for the status page (the OTel counters cannot be read back).
-// Each signal's row has its own cache line so that receivers of different
-// signals do not contend on one line.
+// decisionCounts are cumulative in-memory counts of decisions per protocol,
+// signal and verdict. They are the only counting the request path does (one
+// atomic add, no allocation): the throttle_requests counter is observed from
+// them, and the status page reads them. Each (protocol, signal) row has its
+// own cache line so that receivers of different signals do not contend.
 type decisionCounts struct {
-	rows [decision.NumSignals]struct {
+	rows [numProtocols][decision.NumSignals]struct {
 		n [numVerdicts]atomic.Uint64
 		_ [64 - numVerdicts*8%64]byte
 	}
 }
 
-// add counts one decision: one atomic add, no allocation. Callers check the
-// bounds of s and v.
-func (c *decisionCounts) add(s decision.Signal, v decision.Verdict) {
-	c.rows[s].n[v].Add(1)
+// add counts one decision. Callers check the bounds of p, s and v.
+func (c *decisionCounts) add(p protocol, s decision.Signal, v decision.Verdict) {
+	c.rows[p][s].n[v].Add(1)
 }
 
-// load returns the count of (s, v).
+// loadProtocol returns the count of (p, s, v).
+func (c *decisionCounts) loadProtocol(p protocol, s decision.Signal, v decision.Verdict) uint64 {
+	return c.rows[p][s].n[v].Load()
+}
+
+// load returns the count of (s, v) over every protocol.
 func (c *decisionCounts) load(s decision.Signal, v decision.Verdict) uint64 {
-	return c.rows[s].n[v].Load()
+	var n uint64
+	for p := range numProtocols {
+		n += c.rows[p][s].n[v].Load()
+	}
+	return n
 }
 
 // extensionStatus is the extension's outward view of itself: the optional
@@ -52,9 +61,9 @@ type extensionStatus struct {
 	info   statuspage.Info // Source is filled in by start
 	report bool
 
-	// stale says whether the published water level is too old to act on.
-	// The stale watchdog plugs in here; until then it is always false. It
-	// is called from the status handler, so it must not take e.mu (Shutdown
+	// stale says whether the published water level is too old to act on
+	// (newExtension sets the engine's; always false by default). It is
+	// called from the status handler, so it must not take e.mu (Shutdown
 	// holds it while it waits for the handler).
 	stale func() bool
 
@@ -65,12 +74,17 @@ type extensionStatus struct {
 	// reads them without a lock.
 	host component.Host
 
-	// Sampler goroutine only: the set of Open signals last reported, one bit
-	// per signal.
+	// reportMu orders the reports: the sampler goroutine reports after each
+	// sample, and the stale watchdog may report when its fallback starts or
+	// ends (it turns every signal Normal without a sample).
+	reportMu sync.Mutex
+	// reportedOpen is the set of Open signals last reported, one bit per
+	// signal (reportMu).
 	reportedOpen uint8
-	// closing stops reports once Shutdown has begun: the host has moved the
-	// component to Stopping, from where an error is not a valid transition.
-	closing atomic.Bool
+	// closing stops reports once Shutdown has begun (reportMu): the host
+	// has moved the component to Stopping, from where StatusOK is not a
+	// valid transition.
+	closing bool
 
 	// Start and Shutdown only (both under e.mu).
 	server  *http.Server
@@ -158,7 +172,10 @@ func (st *extensionStatus) shutdown(ctx context.Context) error {
 	if st == nil {
 		return nil
 	}
-	st.closing.Store(true)
+	// Under reportMu: no report is in progress once Shutdown goes on.
+	st.reportMu.Lock()
+	st.closing = true
+	st.reportMu.Unlock()
 	if st.server == nil {
 		return nil
 	}
@@ -191,9 +208,7 @@ func (st *extensionStatus) record(wl *sampler.WaterLevel) {
 		s.Allowed, s.Denied = st.totals()
 		st.ring.Record(s)
 	}
-	if st.report {
-		st.reportTransition()
-	}
+	st.reportChange()
 }
 
 // totals sums the decision counts over every signal.
@@ -208,13 +223,20 @@ func (st *extensionStatus) totals() (allowed, denied uint64) {
 	return allowed, denied
 }
 
-// reportTransition reports a RecoverableError while any throttled signal is
-// Open and StatusOK when none is any more. Only changes are reported: the
-// host already sets StatusOK after Start, and the health check extension
-// keeps the last event. An exempt signal in Open rejects nothing, so it does
-// not count.
-func (st *extensionStatus) reportTransition() {
-	if st.closing.Load() {
+// reportChange reports a RecoverableError while any throttled signal is
+// Open and StatusOK when none is any more, with report_status only. Only
+// changes are reported: the host already sets StatusOK after Start, and the
+// health check extension keeps the last event. An exempt signal in Open
+// rejects nothing, so it does not count. It is safe from any goroutine; the
+// sampler goroutine calls it after every sample, and whatever changes the
+// states without a sample (the stale fallback) should call it too.
+func (st *extensionStatus) reportChange() {
+	if st == nil || !st.report {
+		return
+	}
+	st.reportMu.Lock()
+	defer st.reportMu.Unlock()
+	if st.closing {
 		return
 	}
 	var open uint8

@@ -48,13 +48,10 @@ type telemetrySources struct {
 type telemetry struct {
 	tb *metadata.TelemetryBuilder
 
-	// requests holds one pre-built option slice per cell: passing a stored
-	// slice as opts... does not allocate, building one per call would.
-	requests [numProtocols][decision.NumSignals][decision.DenyBudget + 1][]metric.AddOption
 	errors   map[string]metric.AddOption
 	plain    metric.RecordOption
 
-	// counts mirror throttle_requests per signal and verdict in memory, for
+	// counts are the decisions, observed as throttle_requests and read by
 	// the status page (status.go).
 	counts decisionCounts
 }
@@ -72,6 +69,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 		errors: map[string]metric.AddOption{},
 		plain:  metric.WithAttributeSet(attribute.NewSet(idAttr)),
 	}
+	var requestOpts [numProtocols][decision.NumSignals][numVerdicts]metric.ObserveOption
 	for p := range numProtocols {
 		for s := range decision.NumSignals {
 			for v := decision.Admit; v <= decision.DenyBudget; v++ {
@@ -85,12 +83,30 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 				} else {
 					attrs = append(attrs, attribute.String("decision", "denied"), attribute.String("reason", v.Reason()))
 				}
-				t.requests[p][s][v] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
+				requestOpts[p][s][v] = metric.WithAttributeSet(attribute.NewSet(attrs...))
 			}
 		}
 	}
 	for _, r := range []string{"cpu", "mem", "limits"} {
 		t.errors[r] = metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("resource", r)))
+	}
+
+	// Only cells that counted something are observed, as a synchronous
+	// counter would only have the series it was incremented with.
+	err = tb.RegisterThrottleRequestsCallback(func(_ context.Context, o metric.Int64Observer) error {
+		for p := range numProtocols {
+			for s := range decision.NumSignals {
+				for v := decision.Admit; v <= decision.DenyBudget; v++ {
+					if n := t.counts.loadProtocol(p, s, v); n > 0 {
+						o.Observe(int64(n), requestOpts[p][s][v])
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 
 	var kindOpts [len(levelKinds)]metric.ObserveOption
@@ -166,8 +182,7 @@ func (t *telemetry) record(p protocol, s decision.Signal, v decision.Verdict) {
 	if s >= decision.NumSignals || v > decision.DenyBudget {
 		return
 	}
-	t.counts.add(s, v)
-	t.tb.ThrottleRequests.Add(context.Background(), 1, t.requests[p][s][v]...)
+	t.counts.add(p, s, v)
 }
 
 // sampled records one published sample: how long it took and the time since

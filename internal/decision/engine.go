@@ -150,6 +150,9 @@ type admission struct {
 	open bool
 	// pDrop is the probability of rejecting a request when not open.
 	pDrop float64
+	// threshold is pDrop scaled to 53 bits: a draw r in [0, 2^53) rejects
+	// when r < threshold, which happens with probability pDrop.
+	threshold uint64
 }
 
 // verdict is the drop decision: at most one random draw, and only when the
@@ -160,7 +163,17 @@ func (a *admission) verdict(draw func() float64) Verdict {
 		return DenyOpen
 	case a.pDrop <= 0:
 		return Admit
-	case a.pDrop >= 1 || draw() < a.pDrop:
+	case a.pDrop >= 1:
+		return DenyShed
+	case draw == nil:
+		// The production path: a direct call the compiler can see, against
+		// a 53-bit threshold, the same resolution as rand.Float64 without
+		// an indirect call or a float conversion.
+		if rand.Uint64()>>11 < a.threshold {
+			return DenyShed
+		}
+		return Admit
+	case draw() < a.pDrop:
 		return DenyShed
 	}
 	return Admit
@@ -187,9 +200,8 @@ func New(cfg Config, opts Options) *Engine {
 	if e.onTransition == nil {
 		e.onTransition = func(Transition) {}
 	}
-	if e.rand == nil {
-		e.rand = rand.Float64
-	}
+	// e.rand stays nil without an injected source: verdict then draws
+	// from math/rand/v2 directly.
 	e.observedAt = e.now()
 	e.level.Store(&sampler.WaterLevel{})
 	normal := &admission{state: Normal}
@@ -410,6 +422,7 @@ func admissionFor(r Rule, state State, t, ramp float64) admission {
 		a.pDrop = clamp01(r.DropMin + (r.DropMax-r.DropMin)*t)
 	}
 	a.pDrop = max(a.pDrop, ramp)
+	a.threshold = uint64(a.pDrop * (1 << 53))
 	return a
 }
 

@@ -30,11 +30,25 @@ var (
 	// than half the interval: a late timer under CFS throttling followed by
 	// an early one gives readings far above 1 that are not real.
 	ErrShortWindow = errors.New("sample window shorter than half the interval")
+	// ErrSlowRead means reading the CPU counter took more than a quarter of
+	// the interval: the instant the counter stands for is then uncertain by
+	// that much, and the window computed from it would be off by as much.
+	ErrSlowRead = errors.New("CPU time read slower than a quarter of the interval")
+	// ErrImpossibleCPU means a window used more CPU time than every CPU the
+	// process can run on could have given it (with a margin of 2x): the
+	// baseline was a bad reading, for example a partial line that cut a
+	// number short and looked like a counter reset. Folding it into the
+	// EWMAs would hold the fast one above hard for seconds.
+	ErrImpossibleCPU = errors.New("CPU window above what the CPUs could use")
 )
 
+// cpuCeilingMargin is the slack over the machine's CPUs before a window is
+// called impossible: counter granularity and timer jitter, never 2x.
+const cpuCeilingMargin = 2
+
 // ReadError is what Options.OnError receives when a read of the Source
-// failed. Skipped CPU windows are reported with ErrCPUCounterBackwards or
-// ErrShortWindow instead.
+// failed. Skipped CPU windows are reported with ErrCPUCounterBackwards,
+// ErrShortWindow, ErrSlowRead or ErrImpossibleCPU instead.
 type ReadError struct {
 	// Resource is "cpu", "mem" or "limits".
 	Resource string
@@ -201,9 +215,9 @@ func (s *Sampler) Stop() {
 // started by Start calls it every interval; it is exported for tests and
 // benchmarks, which drive it with a fake clock and Source.
 //
-// A skipped CPU window (counter backwards, short window) keeps the last CPU
-// values and their validity: the frame still publishes a fresh memory level,
-// which is the one that cannot wait.
+// A skipped CPU window (counter backwards, short window, slow read,
+// impossible value) keeps the last CPU values and their validity: the frame
+// still publishes a fresh memory level, which is the one that cannot wait.
 func (s *Sampler) Tick() {
 	s.tickMu.Lock()
 	defer s.tickMu.Unlock()
@@ -213,15 +227,26 @@ func (s *Sampler) Tick() {
 	// measured on both is the same; limits are read after, they may be slow.
 	at := s.now()
 	cpuTime, cpuErr := s.src.CPUTime()
+	read := s.now().Sub(at)
 
-	if !t.limitsRead || at.Sub(t.limitsReadAt) >= s.cfg.LimitsEvery {
+	// Before also re-reads after a clock that went backwards (only an
+	// injected clock without a monotonic reading can).
+	if !t.limitsRead || at.Sub(t.limitsReadAt) >= s.cfg.LimitsEvery || at.Before(t.limitsReadAt) {
 		s.readLimits(at)
 	}
 
 	cpuValid := false
-	if cpuErr != nil {
+	switch {
+	case cpuErr != nil:
 		s.onError(&ReadError{Resource: "cpu", Err: fmt.Errorf("reading CPU time: %w", cpuErr)})
-	} else {
+	case read > s.cfg.Interval/4:
+		// Drop the baseline rather than move it: this reading's instant is
+		// as uncertain as the read was long. The next tick takes a new
+		// baseline and the one after measures a clean window again.
+		s.onError(fmt.Errorf("%w: took %v at an interval of %v; frame skipped", ErrSlowRead, read, s.cfg.Interval))
+		t.havePrev = false
+		cpuValid = t.seeded
+	default:
 		cpuValid = s.observeCPU(at, cpuTime)
 	}
 
@@ -283,6 +308,15 @@ func (s *Sampler) observeCPU(at time.Time, cpuTime time.Duration) bool {
 		return t.seeded
 	}
 	wall := at.Sub(t.prevAt)
+	if wall < 0 {
+		// Impossible on the default clock, whose readings carry a monotonic
+		// reading that Sub uses; an injected wall clock may jump back.
+		// Keeping the baseline would skip every frame until the clock caught
+		// up again, so restart from this one.
+		s.onError(fmt.Errorf("%w: clock went back by %v; baseline reset, frame skipped", ErrShortWindow, -wall))
+		t.prevCPU, t.prevAt = cpuTime, at
+		return t.seeded
+	}
 	if wall < s.cfg.Interval/2 {
 		// Keep the baseline: the next window spans this one, so no CPU time
 		// is lost, only the too-short division.
@@ -291,6 +325,12 @@ func (s *Sampler) observeCPU(at time.Time, cpuTime time.Duration) bool {
 	}
 	cpu := float64(cpuTime-t.prevCPU) / (float64(wall) * t.cores)
 	t.prevCPU, t.prevAt = cpuTime, at
+	if ceiling := cpuCeilingMargin * float64(max(runtime.NumCPU(), t.limits.CPUSetCores)) / t.cores; cpu > ceiling {
+		// The new baseline is this reading: of the two, the previous one is
+		// the more likely to be wrong (it went "backwards" or was cut short).
+		s.onError(fmt.Errorf("%w: %.3g > %.3g of %.3g cores; frame skipped", ErrImpossibleCPU, cpu, ceiling, t.cores))
+		return t.seeded
+	}
 
 	// cpu above 1 is real for one window (CFS quota spent in a burst): keep it.
 	t.cpu = cpu

@@ -29,7 +29,7 @@ type TelemetryBuilder struct {
 	mu                      sync.Mutex
 	registrations           []metric.Registration
 	ThrottleInflightBytes   metric.Int64ObservableGauge
-	ThrottleRequests        metric.Int64Counter
+	ThrottleRequests        metric.Int64ObservableCounter
 	ThrottleSamplerDuration metric.Float64Histogram
 	ThrottleSamplerErrors   metric.Int64Counter
 	ThrottleSamplerInterval metric.Float64Histogram
@@ -55,6 +55,21 @@ func (builder *TelemetryBuilder) RegisterThrottleInflightBytesCallback(cb metric
 		cb(ctx, &observerInt64{inst: builder.ThrottleInflightBytes, obs: o})
 		return nil
 	}, builder.ThrottleInflightBytes)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterThrottleRequestsCallback sets callback for observable ThrottleRequests metric.
+func (builder *TelemetryBuilder) RegisterThrottleRequestsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ThrottleRequests, obs: o})
+		return nil
+	}, builder.ThrottleRequests)
 	if err != nil {
 		return err
 	}
@@ -153,7 +168,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
-	builder.ThrottleRequests, err = builder.meter.Int64Counter(
+	builder.ThrottleRequests, err = builder.meter.Int64ObservableCounter(
 		"otelcol_throttle_requests",
 		metric.WithDescription("Admission decisions, per protocol, signal and decision; denials carry the reason. [Alpha]"),
 		metric.WithUnit("{request}"),

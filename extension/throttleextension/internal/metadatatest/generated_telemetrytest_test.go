@@ -24,6 +24,10 @@ func TestSetupTelemetry(t *testing.T) {
 		observer.Observe(1)
 		return nil
 	}))
+	require.NoError(t, tb.RegisterThrottleRequestsCallback(func(_ context.Context, observer metric.Int64Observer) error {
+		observer.Observe(1)
+		return nil
+	}))
 	require.NoError(t, tb.RegisterThrottleSamplerStaleCallback(func(_ context.Context, observer metric.Int64Observer) error {
 		observer.Observe(1)
 		return nil
@@ -36,7 +40,6 @@ func TestSetupTelemetry(t *testing.T) {
 		observer.Observe(1)
 		return nil
 	}))
-	tb.ThrottleRequests.Add(context.Background(), 1)
 	tb.ThrottleSamplerDuration.Record(context.Background(), 1)
 	tb.ThrottleSamplerErrors.Add(context.Background(), 1)
 	tb.ThrottleSamplerInterval.Record(context.Background(), 1)

@@ -1,0 +1,359 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// mount is one cgroup mount of /proc/self/mountinfo.
+type mount struct {
+	root, point string
+	v2          bool
+	controllers []string // v1: from the super options
+}
+
+// parseMountinfo returns the cgroup mounts.
+func parseMountinfo(data string) []mount {
+	var out []mount
+	for _, line := range strings.Split(data, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, p := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(p) < 3 {
+			continue
+		}
+		switch p[0] {
+		case "cgroup2":
+			out = append(out, mount{root: f[3], point: f[4], v2: true})
+		case "cgroup":
+			out = append(out, mount{root: f[3], point: f[4], controllers: strings.Split(p[2], ",")})
+		}
+	}
+	return out
+}
+
+// parseProcCgroup maps each v1 controller (and "" for v2) to the path of
+// /proc/self/cgroup.
+func parseProcCgroup(data string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			out[""] = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			out[c] = parts[2]
+		}
+	}
+	return out
+}
+
+// ownDir is the directory of this process's cgroup under the mount m for
+// the path p of /proc/self/cgroup.
+func ownDir(m mount, p string) string {
+	rel, err := filepath.Rel(m.root, p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		rel = "."
+	}
+	return filepath.Join(m.point, rel)
+}
+
+// cgroup is the limited cgroup the collector runs in, created by the
+// harness: v2 one directory, v1 one per controller (cpu, cpuacct, memory),
+// each a child of this process's own cgroup of that controller (on this
+// kind of machine memory sits under a sandbox's path and only a child of it
+// may be created).
+type cgroup struct {
+	version int
+	// dirs created, in creation order (removed in reverse).
+	dirs                       []string
+	cpuDir, cpuacctDir, memDir string
+}
+
+// resolve finds where a child cgroup would go for each controller.
+func resolve(root string) (version int, cpu, cpuacct, memory string, err error) {
+	mi, err := os.ReadFile(filepath.Join(root, "proc/self/mountinfo"))
+	if err != nil {
+		return 0, "", "", "", err
+	}
+	pc, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
+	if err != nil {
+		return 0, "", "", "", err
+	}
+	mounts, paths := parseMountinfo(string(mi)), parseProcCgroup(string(pc))
+	at := func(p string) string { return filepath.Join(root, p) }
+	// v1 first when it has memory and cpu: a hybrid host also mounts an
+	// empty v2 hierarchy, which must not be mistaken for the unified one.
+	for _, m := range mounts {
+		if m.v2 {
+			continue
+		}
+		for _, c := range m.controllers {
+			if p, ok := paths[c]; ok {
+				d := at(ownDir(m, p))
+				switch c {
+				case "cpu":
+					cpu = d
+				case "cpuacct":
+					cpuacct = d
+				case "memory":
+					memory = d
+				}
+			}
+		}
+	}
+	if cpu != "" && cpuacct != "" && memory != "" {
+		return 1, cpu, cpuacct, memory, nil
+	}
+	for _, m := range mounts {
+		if !m.v2 {
+			continue
+		}
+		p, ok := paths[""]
+		if !ok {
+			continue
+		}
+		d := at(ownDir(m, p))
+		ctrl, err := os.ReadFile(filepath.Join(d, "cgroup.controllers"))
+		if err != nil {
+			// The own directory of a process in a leaf it cannot read.
+			continue
+		}
+		if strings.Contains(string(ctrl), "cpu") && strings.Contains(string(ctrl), "memory") {
+			return 2, d, d, d, nil
+		}
+	}
+	return 0, "", "", "", errors.New("no cgroup v1 cpu+cpuacct+memory nor cgroup v2 with cpu and memory controllers")
+}
+
+// createCgroup creates the cgroup name limited to cpus cores and memBytes.
+func createCgroup(name string, cpus float64, memBytes uint64) (*cgroup, error) {
+	version, cpu, cpuacct, mem, err := resolve("/")
+	if err != nil {
+		return nil, err
+	}
+	cg := &cgroup{version: version}
+	mk := func(parent string) (string, error) {
+		d := filepath.Join(parent, name)
+		for _, existing := range cg.dirs {
+			if existing == d { // cpu and cpuacct mounted together
+				return d, nil
+			}
+		}
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return "", err
+		}
+		cg.dirs = append(cg.dirs, d)
+		return d, nil
+	}
+	fail := func(err error) (*cgroup, error) {
+		cg.destroy()
+		return nil, err
+	}
+	const period = 100000
+	quota := int64(cpus * period)
+	if version == 2 {
+		// Enable the controllers for children of the parent, if needed.
+		_ = os.WriteFile(filepath.Join(cpu, "cgroup.subtree_control"), []byte("+cpu +memory"), 0)
+		d, err := mk(cpu)
+		if err != nil {
+			return fail(err)
+		}
+		cg.cpuDir, cg.cpuacctDir, cg.memDir = d, d, d
+		if err := write(d, "cpu.max", fmt.Sprintf("%d %d", quota, period)); err != nil {
+			return fail(err)
+		}
+		if err := write(d, "memory.max", strconv.FormatUint(memBytes, 10)); err != nil {
+			return fail(err)
+		}
+		_ = write(d, "memory.swap.max", "0")
+		// A high weight so that a busy machine does not starve the collector
+		// below its quota (the quota still caps it), as a Guaranteed pod.
+		_ = write(d, "cpu.weight", "10000")
+		return cg, nil
+	}
+	if cg.cpuDir, err = mk(cpu); err != nil {
+		return fail(err)
+	}
+	if cg.cpuacctDir, err = mk(cpuacct); err != nil {
+		return fail(err)
+	}
+	if cg.memDir, err = mk(mem); err != nil {
+		return fail(err)
+	}
+	if err := write(cg.cpuDir, "cpu.cfs_period_us", strconv.Itoa(period)); err != nil {
+		return fail(err)
+	}
+	if err := write(cg.cpuDir, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10)); err != nil {
+		return fail(err)
+	}
+	// High shares so that a busy machine does not starve the collector
+	// below its quota (the quota still caps it), as a Guaranteed pod.
+	_ = write(cg.cpuDir, "cpu.shares", "10240")
+	if err := write(cg.memDir, "memory.limit_in_bytes", strconv.FormatUint(memBytes, 10)); err != nil {
+		return fail(err)
+	}
+	// No swap: the limit is the limit (fails harmlessly without swap accounting).
+	_ = write(cg.memDir, "memory.memsw.limit_in_bytes", strconv.FormatUint(memBytes, 10))
+	_ = write(cg.memDir, "memory.swappiness", "0")
+	return cg, nil
+}
+
+func write(dir, file, value string) error {
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		return fmt.Errorf("writing %q to %s: %w", value, filepath.Join(dir, file), err)
+	}
+	return nil
+}
+
+// procsFiles are the cgroup.procs a process must be written to.
+func (c *cgroup) procsFiles() []string {
+	var out []string
+	for _, d := range c.dirs {
+		out = append(out, filepath.Join(d, "cgroup.procs"))
+	}
+	return out
+}
+
+// pids lists the processes in the cgroup.
+func (c *cgroup) pids() []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, f := range c.procsFiles() {
+		data, _ := os.ReadFile(f)
+		for _, l := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(l); err == nil && !seen[pid] {
+				seen[pid] = true
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// destroy removes the directories; they must be empty of processes (the
+// caller kills what it started first). Retries briefly: the kernel frees a
+// memory cgroup a moment after its last process exits.
+func (c *cgroup) destroy() error {
+	var errs []error
+	for i := len(c.dirs) - 1; i >= 0; i-- {
+		var err error
+		for range 50 {
+			if err = os.Remove(c.dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
+				err = nil
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.dirs = nil
+	return errors.Join(errs...)
+}
+
+// cgStats is one reading of the cgroup.
+type cgStats struct {
+	Usage, InactiveFile, WorkingSet, Limit uint64
+	CPUUsage                               time.Duration // cumulative
+	OOMKills                               uint64
+	NrThrottled                            uint64
+	ThrottledTime                          time.Duration
+}
+
+func readUint(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "max" {
+		return 0, nil
+	}
+	return strconv.ParseUint(s, 10, 64)
+}
+
+// readKV reads a flat "key value" file (memory.stat, cpu.stat, ...).
+func readKV(path string) (map[string]uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]uint64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out, sc.Err()
+}
+
+func (c *cgroup) stats() (cgStats, error) {
+	var s cgStats
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.version == 2 {
+		var err error
+		s.Usage, err = readUint(filepath.Join(c.memDir, "memory.current"))
+		add(err)
+		s.Limit, err = readUint(filepath.Join(c.memDir, "memory.max"))
+		add(err)
+		ms, err := readKV(filepath.Join(c.memDir, "memory.stat"))
+		add(err)
+		s.InactiveFile = ms["inactive_file"]
+		ev, err := readKV(filepath.Join(c.memDir, "memory.events"))
+		add(err)
+		s.OOMKills = ev["oom_kill"]
+		cs, err := readKV(filepath.Join(c.cpuDir, "cpu.stat"))
+		add(err)
+		s.CPUUsage = time.Duration(cs["usage_usec"]) * time.Microsecond
+		s.NrThrottled = cs["nr_throttled"]
+		s.ThrottledTime = time.Duration(cs["throttled_usec"]) * time.Microsecond
+	} else {
+		var err error
+		s.Usage, err = readUint(filepath.Join(c.memDir, "memory.usage_in_bytes"))
+		add(err)
+		s.Limit, err = readUint(filepath.Join(c.memDir, "memory.limit_in_bytes"))
+		add(err)
+		ms, err := readKV(filepath.Join(c.memDir, "memory.stat"))
+		add(err)
+		s.InactiveFile = ms["total_inactive_file"]
+		oc, err := readKV(filepath.Join(c.memDir, "memory.oom_control"))
+		add(err)
+		s.OOMKills = oc["oom_kill"]
+		ns, err := readUint(filepath.Join(c.cpuacctDir, "cpuacct.usage"))
+		add(err)
+		s.CPUUsage = time.Duration(ns)
+		cs, err := readKV(filepath.Join(c.cpuDir, "cpu.stat"))
+		add(err)
+		s.NrThrottled = cs["nr_throttled"]
+		s.ThrottledTime = time.Duration(cs["throttled_time"])
+	}
+	if s.Usage > s.InactiveFile {
+		s.WorkingSet = s.Usage - s.InactiveFile
+	}
+	return s, errors.Join(errs...)
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// sample is one series of the Prometheus exposition.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// parseExposition parses the Prometheus text format (enough of it for the
+// collector's own metrics: no escapes in label values beyond \" and \\).
+func parseExposition(text string) []sample {
+	var out []sample
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		s := sample{labels: map[string]string{}}
+		rest := line
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			j := strings.LastIndexByte(line, '}')
+			if j < i {
+				continue
+			}
+			s.name = line[:i]
+			parseLabels(line[i+1:j], s.labels)
+			rest = strings.TrimSpace(line[j+1:])
+		} else {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			s.name, rest = f[0], f[1]
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		s.value = v
+		out = append(out, s)
+	}
+	return out
+}
+
+func parseLabels(s string, into map[string]string) {
+	for len(s) > 0 {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
+			return
+		}
+		key := strings.TrimSpace(strings.TrimPrefix(s[:eq], ","))
+		var val strings.Builder
+		i := eq + 2
+		for ; i < len(s) && s[i] != '"'; i++ {
+			if s[i] == '\\' && i+1 < len(s) {
+				i++
+			}
+			val.WriteByte(s[i])
+		}
+		into[key] = val.String()
+		s = strings.TrimPrefix(s[min(i+1, len(s)):], ",")
+	}
+}
+
+// sum adds the series of name (with or without a _total suffix) whose labels
+// include want; found is false when there is none.
+func sum(samples []sample, name string, want map[string]string) (total float64, found bool) {
+next:
+	for _, s := range samples {
+		if s.name != name && s.name != name+"_total" {
+			continue
+		}
+		for k, v := range want {
+			if s.labels[k] != v {
+				continue next
+			}
+		}
+		total += s.value
+		found = true
+	}
+	return total, found
+}
+
+// scraper fetches the collector's metrics in the background, so that a slow
+// answer from an overloaded collector never delays the 250 ms sampling.
+type scraper struct {
+	url    string
+	client *http.Client
+
+	mu      sync.Mutex
+	latest  []sample
+	at      time.Time
+	lastErr error
+}
+
+func newScraper(url string) *scraper {
+	return &scraper{url: url, client: &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1}}}
+}
+
+func (s *scraper) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	defer s.client.CloseIdleConnections()
+	for {
+		s.once(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *scraper) once(ctx context.Context) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url, http.NoBody)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		return
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return
+	}
+	parsed := parseExposition(string(body))
+	s.mu.Lock()
+	s.latest, s.at, s.lastErr = parsed, time.Now(), nil
+	s.mu.Unlock()
+}
+
+// get returns the latest scrape and its time.
+func (s *scraper) get() ([]sample, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latest, s.at
+}

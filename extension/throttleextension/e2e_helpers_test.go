@@ -1,0 +1,542 @@
+package throttleextension
+
+// Helpers of the end-to-end tests (e2e_test.go) and benchmarks
+// (bench_e2e_test.go): the real otlpreceiver with the throttle as its HTTP
+// and gRPC middleware, a started throttle extension whose water level the
+// test drives through a fake resource source, and real OTLP exporters as
+// clients. Every identifier starts with e2e so that it cannot clash with the
+// other test files of the package.
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"maps"
+	"math"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/exporter"
+	"go.opentelemetry.io/collector/exporter/exportertest"
+	"go.opentelemetry.io/collector/exporter/otlpexporter"
+	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
+	"go.opentelemetry.io/collector/exporter/xexporter"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/cgroup"
+)
+
+// e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
+// "auto" admission budget (limit/12 = 85 MiB) out of the way of the tests,
+// which are about the state machines, and of the 512 KiB benchmark bodies.
+const e2eMemLimit = 1 << 30
+
+// Memory levels, as a share of e2eMemLimit, against the test thresholds
+// (mem enter 0.5, exit 0.4, hard 0.9).
+const (
+	e2eCalm     = 0.1  // under every line: Normal
+	e2eShedding = 0.7  // half way from enter to hard: Shedding, p_drop = 0.5
+	e2eOpen     = 0.95 // over hard: Open
+)
+
+// e2eRetryMin and e2eRetryMax are the retry_after range of the tests: at
+// least one second so that Retry-After (whole seconds) is not 0 and the
+// exporters really wait, short so that the retry tests stay quick.
+const (
+	e2eRetryMin = time.Second
+	e2eRetryMax = 2 * time.Second
+)
+
+// e2eWait bounds every wait of the tests.
+const e2eWait = 30 * time.Second
+
+// e2eSource is the resource source of the extension under test: no CPU,
+// and a working set the test sets against a fixed limit.
+type e2eSource struct{ workingSet atomic.Uint64 }
+
+var _ ResourceSource = (*e2eSource)(nil)
+
+func (*e2eSource) CPUTime() (time.Duration, error) { return 0, nil }
+func (s *e2eSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
+func (*e2eSource) Limits() (cgroup.Limits, error)  { return cgroup.Limits{MemLimit: e2eMemLimit}, nil }
+func (*e2eSource) Describe() string                { return "e2e fake source" }
+
+func (s *e2eSource) setLevel(level float64) {
+	s.workingSet.Store(uint64(math.Round(level * e2eMemLimit)))
+}
+
+// e2eHost is the host the receiver starts with: it holds the throttle
+// extension, which is all confighttp and configgrpc need to resolve the
+// middlewares.
+type e2eHost struct {
+	exts map[component.ID]component.Component
+}
+
+func (h e2eHost) GetExtensions() map[component.ID]component.Component { return h.exts }
+
+// e2eEnv is a started throttle extension and a started otlpreceiver (gRPC
+// and HTTP, both with middlewares: [{id: throttle}]) feeding sinks.
+type e2eEnv struct {
+	src *e2eSource
+	ext component.Component
+	th  Throttle
+	tel *componenttest.Telemetry
+
+	httpAddr, grpcAddr string
+
+	traces   *consumertest.TracesSink
+	metrics  *consumertest.MetricsSink
+	logs     *consumertest.LogsSink
+	profiles *consumertest.ProfilesSink
+}
+
+// e2eOptions customise startE2E.
+type e2eOptions struct {
+	// conf holds throttle configuration keys; top-level keys replace the
+	// test defaults.
+	conf map[string]any
+	// nopConsumers sends everything to consumertest.NewNop instead of the
+	// sinks (benchmarks: the sinks would keep every batch).
+	nopConsumers bool
+	// nopTelemetry gives the extension no-op telemetry instead of an SDK
+	// meter provider.
+	nopTelemetry bool
+}
+
+// e2eFreeAddr returns a loopback address nobody listens on right now.
+func e2eFreeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	addr := l.Addr().String()
+	require.NoError(tb, l.Close())
+	return addr
+}
+
+// e2eThrottleConfig is the throttle configuration of the tests: a 10ms
+// sample interval, no CPU slot (the fake source uses none), a memory slot
+// that reacts to one sample, no recovery ramp so that leaving Open is
+// immediate, no stale fallback (a sampler starved under -race must not turn
+// Open into Normal) and a short retry_after range.
+func e2eThrottleConfig(tb testing.TB, extra map[string]any) *Config {
+	tb.Helper()
+	conf := map[string]any{
+		"sample_interval":       "10ms",
+		"recovery_ramp":         "0s",
+		"stale_after_intervals": 0,
+		"retry_after":           map[string]any{"min": e2eRetryMin.String(), "max": e2eRetryMax.String()},
+		"thresholds": map[string]any{
+			"cpu": map[string]any{"enabled": false},
+			"mem": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_n": 1},
+		},
+	}
+	maps.Copy(conf, extra)
+	cfg := createDefaultConfig().(*Config)
+	require.NoError(tb, confmap.NewFromStringMap(conf).Unmarshal(cfg))
+	require.NoError(tb, confmap.Validate(cfg))
+	return cfg
+}
+
+// startE2EThrottle starts the throttle extension alone (no receiver): the
+// admit-path benchmark wraps a handler of its own with it.
+func startE2EThrottle(tb testing.TB, opts e2eOptions) *e2eEnv {
+	tb.Helper()
+	ctx := context.Background()
+	env := &e2eEnv{
+		src:      &e2eSource{},
+		tel:      componenttest.NewTelemetry(),
+		traces:   new(consumertest.TracesSink),
+		metrics:  new(consumertest.MetricsSink),
+		logs:     new(consumertest.LogsSink),
+		profiles: new(consumertest.ProfilesSink),
+	}
+	env.src.setLevel(e2eCalm)
+	tb.Cleanup(func() { require.NoError(tb, env.tel.Shutdown(ctx)) })
+
+	// The extension, created by the public factory with the test seam.
+	f := NewFactory(WithResourceSource(env.src))
+	set := metadatatest.NewSettings(env.tel)
+	if opts.nopTelemetry {
+		set.TelemetrySettings = componenttest.NewNopTelemetrySettings()
+	}
+	ext, err := f.Create(ctx, set, e2eThrottleConfig(tb, opts.conf))
+	require.NoError(tb, err)
+	th, ok := ext.(Throttle)
+	require.Truef(tb, ok, "the extension (%T) does not implement Throttle", ext)
+	env.ext, env.th = ext, th
+	require.NoError(tb, ext.Start(ctx, componenttest.NewNopHost()))
+	tb.Cleanup(func() { require.NoError(tb, ext.Shutdown(ctx)) })
+	return env
+}
+
+// startE2E starts the throttle extension and the otlpreceiver that uses it
+// as the middleware of both its servers.
+func startE2E(tb testing.TB, opts e2eOptions) *e2eEnv {
+	tb.Helper()
+	ctx := context.Background()
+	env := startE2EThrottle(tb, opts)
+	ext := env.ext
+
+	// The receiver, configured as a user would in YAML.
+	env.httpAddr, env.grpcAddr = e2eFreeAddr(tb), e2eFreeAddr(tb)
+	middlewares := []any{map[string]any{"id": "throttle"}}
+	rf := otlpreceiver.NewFactory()
+	rcfg := rf.CreateDefaultConfig()
+	require.NoError(tb, confmap.NewFromStringMap(map[string]any{
+		"protocols": map[string]any{
+			"grpc": map[string]any{"endpoint": env.grpcAddr, "middlewares": middlewares},
+			"http": map[string]any{"endpoint": env.httpAddr, "middlewares": middlewares},
+		},
+	}).Unmarshal(rcfg))
+	require.NoError(tb, confmap.Validate(rcfg))
+
+	var (
+		tc consumer.Traces    = env.traces
+		mc consumer.Metrics   = env.metrics
+		lc consumer.Logs      = env.logs
+		pc xconsumer.Profiles = env.profiles
+	)
+	if opts.nopConsumers {
+		nop := consumertest.NewNop()
+		tc, mc, lc, pc = nop, nop, nop, nop
+	}
+	rset := receivertest.NewNopSettings(rf.Type())
+	// otlpreceiver shares one server between the receivers of one config:
+	// creating all four registers every signal, starting one starts it.
+	var rcvs []component.Component
+	tr, err := rf.CreateTraces(ctx, rset, rcfg, tc)
+	require.NoError(tb, err)
+	mr, err := rf.CreateMetrics(ctx, rset, rcfg, mc)
+	require.NoError(tb, err)
+	lr, err := rf.CreateLogs(ctx, rset, rcfg, lc)
+	require.NoError(tb, err)
+	pr, err := rf.(xreceiver.Factory).CreateProfiles(ctx, rset, rcfg, pc)
+	require.NoError(tb, err)
+	rcvs = append(rcvs, tr, mr, lr, pr)
+	host := e2eHost{exts: map[component.ID]component.Component{component.MustNewID("throttle"): ext}}
+	for _, r := range rcvs {
+		require.NoError(tb, r.Start(ctx, host))
+	}
+	tb.Cleanup(func() {
+		for _, r := range rcvs {
+			require.NoError(tb, r.Shutdown(ctx))
+		}
+	})
+	return env
+}
+
+// setLevel sets the memory level and waits until the state machines (every
+// signal shares them) are in want.
+func (env *e2eEnv) setLevel(tb testing.TB, level float64, want State) {
+	tb.Helper()
+	env.src.setLevel(level)
+	require.Eventuallyf(tb, func() bool {
+		for s := range SignalProfiles + 1 {
+			if env.th.State(s) != want {
+				return false
+			}
+		}
+		return true
+	}, e2eWait, time.Millisecond, "state never became %v at level %v", want, level)
+}
+
+// requests is the throttle_requests counter for one protocol, signal and
+// decision ("allowed", or "denied" with a reason), ignoring any other
+// attribute; 0 before the first decision.
+func (env *e2eEnv) requests(tb testing.TB, protocol string, s Signal, decision, reason string) int64 {
+	tb.Helper()
+	m, err := env.tel.GetMetric("otelcol_throttle_requests")
+	if err != nil {
+		return 0
+	}
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	require.Truef(tb, ok, "throttle_requests is a %T", m.Data)
+	var total int64
+	for _, dp := range sum.DataPoints {
+		if attrIs(dp.Attributes, "protocol", protocol) && attrIs(dp.Attributes, "signal", s.String()) &&
+			attrIs(dp.Attributes, "decision", decision) && attrIs(dp.Attributes, "reason", reason) {
+			total += dp.Value
+		}
+	}
+	return total
+}
+
+// attrIs: the attribute has value want, or is absent when want is "".
+func attrIs(set attribute.Set, key, want string) bool {
+	v, ok := set.Value(attribute.Key(key))
+	if want == "" {
+		return !ok
+	}
+	return ok && v.AsString() == want
+}
+
+// e2eSignal is one signal as the tests send it: its throttle signal, its
+// OTLP/HTTP path, and payload builders of n items.
+type e2eSignal struct {
+	sig  Signal
+	path string
+	// proto and json encode an export request of n items.
+	proto, json func(n int) ([]byte, error)
+	// grpcExport sends n items with a raw grpc-go client.
+	grpcExport func(ctx context.Context, cc *grpc.ClientConn, n int) error
+	// received counts the items at env's sink.
+	received func(env *e2eEnv) int
+}
+
+var e2eSignals = []e2eSignal{
+	{
+		sig:  SignalTraces,
+		path: "/v1/traces",
+		proto: func(n int) ([]byte, error) {
+			return ptraceotlp.NewExportRequestFromTraces(e2eTraces(n)).MarshalProto()
+		},
+		json: func(n int) ([]byte, error) {
+			return ptraceotlp.NewExportRequestFromTraces(e2eTraces(n)).MarshalJSON()
+		},
+		grpcExport: func(ctx context.Context, cc *grpc.ClientConn, n int) error {
+			_, err := ptraceotlp.NewGRPCClient(cc).Export(ctx, ptraceotlp.NewExportRequestFromTraces(e2eTraces(n)))
+			return err
+		},
+		received: func(env *e2eEnv) int { return env.traces.SpanCount() },
+	},
+	{
+		sig:  SignalMetrics,
+		path: "/v1/metrics",
+		proto: func(n int) ([]byte, error) {
+			return pmetricotlp.NewExportRequestFromMetrics(e2eMetrics(n)).MarshalProto()
+		},
+		json: func(n int) ([]byte, error) {
+			return pmetricotlp.NewExportRequestFromMetrics(e2eMetrics(n)).MarshalJSON()
+		},
+		grpcExport: func(ctx context.Context, cc *grpc.ClientConn, n int) error {
+			_, err := pmetricotlp.NewGRPCClient(cc).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(e2eMetrics(n)))
+			return err
+		},
+		received: func(env *e2eEnv) int { return env.metrics.DataPointCount() },
+	},
+	{
+		sig:  SignalLogs,
+		path: "/v1/logs",
+		proto: func(n int) ([]byte, error) {
+			return plogotlp.NewExportRequestFromLogs(e2eLogs(n)).MarshalProto()
+		},
+		json: func(n int) ([]byte, error) {
+			return plogotlp.NewExportRequestFromLogs(e2eLogs(n)).MarshalJSON()
+		},
+		grpcExport: func(ctx context.Context, cc *grpc.ClientConn, n int) error {
+			_, err := plogotlp.NewGRPCClient(cc).Export(ctx, plogotlp.NewExportRequestFromLogs(e2eLogs(n)))
+			return err
+		},
+		received: func(env *e2eEnv) int { return env.logs.LogRecordCount() },
+	},
+	{
+		sig:  SignalProfiles,
+		path: "/v1development/profiles",
+		proto: func(n int) ([]byte, error) {
+			return pprofileotlp.NewExportRequestFromProfiles(e2eProfiles(n)).MarshalProto()
+		},
+		json: func(n int) ([]byte, error) {
+			return pprofileotlp.NewExportRequestFromProfiles(e2eProfiles(n)).MarshalJSON()
+		},
+		grpcExport: func(ctx context.Context, cc *grpc.ClientConn, n int) error {
+			_, err := pprofileotlp.NewGRPCClient(cc).Export(ctx, pprofileotlp.NewExportRequestFromProfiles(e2eProfiles(n)))
+			return err
+		},
+		received: func(env *e2eEnv) int { return env.profiles.SampleCount() },
+	},
+}
+
+// The generators spread the items over two resources so that counting at
+// the sink covers more than the first one.
+
+func e2eTraces(n int) ptrace.Traces {
+	td := ptrace.NewTraces()
+	a := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+	b := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		sp := s.AppendEmpty()
+		sp.SetName("span")
+		sp.SetTraceID([16]byte{1, byte(i >> 8), byte(i)})
+		sp.SetSpanID([8]byte{2, byte(i >> 8), byte(i)})
+	}
+	return td
+}
+
+func e2eMetrics(n int) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	a := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	b := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	a.SetName("a")
+	b.SetName("b")
+	ga, gb := a.SetEmptyGauge().DataPoints(), b.SetEmptyGauge().DataPoints()
+	for i := range n {
+		g := ga
+		if i%2 == 1 {
+			g = gb
+		}
+		g.AppendEmpty().SetIntValue(int64(i))
+	}
+	return md
+}
+
+func e2eLogs(n int) plog.Logs {
+	ld := plog.NewLogs()
+	a := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	b := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	for i := range n {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		l.AppendEmpty().Body().SetStr("log")
+	}
+	return ld
+}
+
+func e2eProfiles(n int) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	a := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
+	b := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		s.AppendEmpty()
+	}
+	return pd
+}
+
+// e2eHTTPClient returns a client of its own whose idle connections are
+// closed when the test ends (goleak).
+func e2eHTTPClient(tb testing.TB) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, ExpectContinueTimeout: time.Minute}
+	tb.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: e2eWait}
+}
+
+// e2eResponse is a response with its body read.
+type e2eResponse struct {
+	*http.Response
+	body []byte
+}
+
+// post sends body to env's HTTP server at path.
+func (env *e2eEnv) post(tb testing.TB, c *http.Client, path, contentType string, body []byte) e2eResponse {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+env.httpAddr+path, bytes.NewReader(body))
+	require.NoError(tb, err)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := c.Do(req)
+	require.NoError(tb, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(tb, err)
+	return e2eResponse{Response: resp, body: b}
+}
+
+// grpcConn returns a raw grpc-go client connection to env's gRPC server,
+// closed when the test ends.
+func (env *e2eEnv) grpcConn(tb testing.TB) *grpc.ClientConn {
+	tb.Helper()
+	cc, err := grpc.NewClient(env.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, cc.Close()) })
+	return cc
+}
+
+// e2eExporters are real OTLP exporters of every signal for one protocol.
+type e2eExporters struct {
+	protocol string // "http" or "grpc", as in throttle_requests
+	send     map[Signal]func(ctx context.Context, n int) error
+}
+
+// startExporters starts otlphttpexporter (protocol "http") or otlpexporter
+// ("grpc") for every signal, without a sending queue (an export returns
+// when its data is delivered or given up, so nothing needs to be waited
+// for), with retries on a short back-off bounded at 30s. They are shut down
+// when the test ends.
+func (env *e2eEnv) startExporters(tb testing.TB, protocol string) *e2eExporters {
+	tb.Helper()
+	ctx := context.Background()
+	conf := map[string]any{
+		"timeout":       "5s",
+		"sending_queue": map[string]any{"enabled": false},
+		"retry_on_failure": map[string]any{
+			"enabled":          true,
+			"initial_interval": "50ms",
+			"max_interval":     "200ms",
+			"max_elapsed_time": "30s",
+		},
+	}
+	var ef exporter.Factory
+	switch protocol {
+	case "http":
+		ef = otlphttpexporter.NewFactory()
+		conf["endpoint"] = "http://" + env.httpAddr
+	case "grpc":
+		ef = otlpexporter.NewFactory()
+		conf["endpoint"] = env.grpcAddr
+		conf["tls"] = map[string]any{"insecure": true}
+	default:
+		tb.Fatalf("unknown protocol %q", protocol)
+	}
+	cfg := ef.CreateDefaultConfig()
+	require.NoError(tb, confmap.NewFromStringMap(conf).Unmarshal(cfg))
+	require.NoError(tb, confmap.Validate(cfg))
+	set := exportertest.NewNopSettings(ef.Type())
+
+	start := func(c component.Component) {
+		require.NoError(tb, c.Start(ctx, componenttest.NewNopHost()))
+		tb.Cleanup(func() { require.NoError(tb, c.Shutdown(ctx)) })
+	}
+	te, err := ef.CreateTraces(ctx, set, cfg)
+	require.NoError(tb, err)
+	me, err := ef.CreateMetrics(ctx, set, cfg)
+	require.NoError(tb, err)
+	le, err := ef.CreateLogs(ctx, set, cfg)
+	require.NoError(tb, err)
+	pe, err := ef.(xexporter.Factory).CreateProfiles(ctx, set, cfg)
+	require.NoError(tb, err)
+	for _, c := range []component.Component{te, me, le, pe} {
+		start(c)
+	}
+	return &e2eExporters{
+		protocol: protocol,
+		send: map[Signal]func(context.Context, int) error{
+			SignalTraces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, e2eTraces(n)) },
+			SignalMetrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, e2eMetrics(n)) },
+			SignalLogs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, e2eLogs(n)) },
+			SignalProfiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, e2eProfiles(n)) },
+		},
+	}
+}

@@ -1,0 +1,521 @@
+package throttleextension
+
+// End-to-end proof of issue 3 with real components: the real otlpreceiver
+// with middlewares: [{id: throttle}] on its gRPC and HTTP servers, a started
+// throttle extension whose state is driven through its resource source (the
+// real sampler and state machines decide), and real OTLP exporters and raw
+// net/http and grpc-go clients. Helpers are in e2e_helpers_test.go.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+const (
+	pbType   = "application/x-protobuf"
+	jsonType = "application/json"
+)
+
+// TestE2ENormalAdmitsEverything: in Normal every signal sent by the real
+// exporters of both protocols reaches the sinks, exactly, and each decision
+// is counted as allowed.
+func TestE2ENormalAdmitsEverything(t *testing.T) {
+	env := startE2E(t, e2eOptions{})
+	ctx := context.Background()
+	const perExport = 10
+	for _, protocol := range []string{"http", "grpc"} {
+		exps := env.startExporters(t, protocol)
+		for _, s := range e2eSignals {
+			require.NoError(t, exps.send[s.sig](ctx, perExport), "%s %v", protocol, s.sig)
+		}
+	}
+	for _, s := range e2eSignals {
+		assert.Equal(t, 2*perExport, s.received(env), "%v items at the sink", s.sig)
+		for _, protocol := range []string{"http", "grpc"} {
+			assert.EqualValues(t, 1, env.requests(t, protocol, s.sig, "allowed", ""), "%s %v allowed", protocol, s.sig)
+			assert.Zero(t, env.requests(t, protocol, s.sig, "denied", "open"))
+			assert.Zero(t, env.requests(t, protocol, s.sig, "denied", "shed"))
+		}
+	}
+}
+
+// requireHTTPRejection checks a 429 of SPEC section 7: Retry-After in the
+// configured range, the Status body in the request's encoding, and
+// Connection: close when open.
+func requireHTTPRejection(t *testing.T, resp e2eResponse, contentType string, open bool) {
+	t.Helper()
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "body: %s", resp.body)
+	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err, "Retry-After %q", resp.Header.Get("Retry-After"))
+	assert.GreaterOrEqual(t, secs, int(e2eRetryMin/time.Second))
+	assert.LessOrEqual(t, secs, int(e2eRetryMax/time.Second))
+	assert.Equal(t, contentType, resp.Header.Get("Content-Type"))
+	st := &spb.Status{}
+	if contentType == pbType {
+		require.NoError(t, proto.Unmarshal(resp.body, st))
+	} else {
+		require.NoError(t, protojson.Unmarshal(resp.body, st))
+	}
+	assert.EqualValues(t, codes.ResourceExhausted, st.GetCode())
+	assert.Contains(t, st.GetMessage(), "throttle")
+	// net/http consumes the Connection header into resp.Close.
+	assert.Equal(t, open, resp.Close, "Connection: close iff Open")
+}
+
+// requireGRPCRejection checks RESOURCE_EXHAUSTED with a RetryInfo detail in
+// the configured range.
+func requireGRPCRejection(t *testing.T, err error) {
+	t.Helper()
+	require.Error(t, err)
+	st, ok := status.FromError(err)
+	require.True(t, ok, "not a status error: %v", err)
+	require.Equal(t, codes.ResourceExhausted, st.Code(), "%v", err)
+	var info *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			info = ri
+		}
+	}
+	require.NotNil(t, info, "no RetryInfo in %v", st.Details())
+	d := info.GetRetryDelay().AsDuration()
+	assert.GreaterOrEqual(t, d, e2eRetryMin)
+	assert.LessOrEqual(t, d, e2eRetryMax)
+}
+
+// TestE2EOpenRejectsHTTP: in Open every signal is rejected over HTTP, in
+// both encodings, with the answer of SPEC section 7, also on paths that only
+// clean to an OTLP route; nothing reaches the sinks and every rejection is
+// counted.
+func TestE2EOpenRejectsHTTP(t *testing.T) {
+	env := startE2E(t, e2eOptions{})
+	env.setLevel(t, e2eOpen, StateOpen)
+	c := e2eHTTPClient(t)
+
+	want := map[Signal]int64{}
+	for _, s := range e2eSignals {
+		pb, err := s.proto(5)
+		require.NoError(t, err)
+		js, err := s.json(5)
+		require.NoError(t, err)
+		for _, path := range []string{s.path, s.path + "/", "/" + s.path, s.path + "?x=1"} {
+			requireHTTPRejection(t, env.post(t, c, path, pbType, pb), pbType, true)
+			// Content-Type parameters and case do not change the encoding.
+			requireHTTPRejection(t, env.post(t, c, path, "Application/X-Protobuf; charset=binary", pb), pbType, true)
+			requireHTTPRejection(t, env.post(t, c, path, jsonType, js), jsonType, true)
+			want[s.sig] += 3
+		}
+	}
+	for _, s := range e2eSignals {
+		assert.Zero(t, s.received(env), "%v reached the sink", s.sig)
+		assert.Equal(t, want[s.sig], env.requests(t, "http", s.sig, "denied", "open"), "%v denied", s.sig)
+		assert.Zero(t, env.requests(t, "http", s.sig, "allowed", ""), "%v allowed", s.sig)
+	}
+}
+
+// TestE2EOpenRejectsGRPC: in Open every signal is rejected over gRPC with
+// RESOURCE_EXHAUSTED + RetryInfo; nothing reaches the sinks and every
+// rejection is counted.
+func TestE2EOpenRejectsGRPC(t *testing.T) {
+	env := startE2E(t, e2eOptions{})
+	env.setLevel(t, e2eOpen, StateOpen)
+	cc := env.grpcConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	const calls = 3
+	for _, s := range e2eSignals {
+		for range calls {
+			requireGRPCRejection(t, s.grpcExport(ctx, cc, 5))
+		}
+	}
+	for _, s := range e2eSignals {
+		assert.Zero(t, s.received(env), "%v reached the sink", s.sig)
+		assert.EqualValues(t, calls, env.requests(t, "grpc", s.sig, "denied", "open"), "%v denied", s.sig)
+		assert.Zero(t, env.requests(t, "grpc", s.sig, "allowed", ""))
+	}
+}
+
+// TestE2EOpenExemptSignal: with rules.metrics.enabled: false, metrics are
+// delivered in Open by both exporters on the first attempt while the other
+// signals are rejected.
+func TestE2EOpenExemptSignal(t *testing.T) {
+	env := startE2E(t, e2eOptions{conf: map[string]any{
+		"rules": map[string]any{"metrics": map[string]any{"enabled": false}},
+	}})
+	env.setLevel(t, e2eOpen, StateOpen)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	const perExport = 7
+	for _, protocol := range []string{"http", "grpc"} {
+		exps := env.startExporters(t, protocol)
+		require.NoError(t, exps.send[SignalMetrics](ctx, perExport))
+		assert.EqualValues(t, 1, env.requests(t, protocol, SignalMetrics, "allowed", ""), protocol)
+		assert.Zero(t, env.requests(t, protocol, SignalMetrics, "denied", "open"), protocol)
+	}
+	assert.Equal(t, 2*perExport, env.metrics.DataPointCount())
+
+	// The others are still rejected.
+	c := e2eHTTPClient(t)
+	cc := env.grpcConn(t)
+	for _, s := range e2eSignals {
+		if s.sig == SignalMetrics {
+			continue
+		}
+		pb, err := s.proto(1)
+		require.NoError(t, err)
+		requireHTTPRejection(t, env.post(t, c, s.path, pbType, pb), pbType, true)
+		requireGRPCRejection(t, s.grpcExport(ctx, cc, 1))
+		assert.Zero(t, s.received(env))
+	}
+}
+
+// TestE2EExportersRetryUntilNormal: exports started in Open are rejected,
+// retried by the exporters (429 + Retry-After, RESOURCE_EXHAUSTED +
+// RetryInfo) and all delivered, exactly once, when the state returns to
+// Normal: nothing is lost.
+func TestE2EExportersRetryUntilNormal(t *testing.T) {
+	env := startE2E(t, e2eOptions{})
+	env.setLevel(t, e2eOpen, StateOpen)
+	protocols := []string{"http", "grpc"}
+	items := map[string]int{"http": 11, "grpc": 13}
+
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(protocols)*len(e2eSignals))
+	for _, protocol := range protocols {
+		exps := env.startExporters(t, protocol)
+		for _, s := range e2eSignals {
+			wg.Go(func() {
+				if err := exps.send[s.sig](ctx, items[protocol]); err != nil {
+					errs <- fmt.Errorf("%s %v: %w", protocol, s.sig, err)
+				}
+			})
+		}
+	}
+	// Every export has been rejected at least once before the state is
+	// brought back: the deliveries below are retries.
+	require.Eventually(t, func() bool {
+		for _, protocol := range protocols {
+			for _, s := range e2eSignals {
+				if env.requests(t, protocol, s.sig, "denied", "open") == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}, e2eWait, time.Millisecond, "not every export was rejected")
+	for _, s := range e2eSignals {
+		require.Zero(t, s.received(env))
+	}
+
+	env.setLevel(t, e2eCalm, StateNormal)
+	wg.Wait() // bounded by ctx and the exporters' max_elapsed_time
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, s := range e2eSignals {
+		assert.Equal(t, items["http"]+items["grpc"], s.received(env), "%v items at the sink", s.sig)
+		for _, protocol := range protocols {
+			assert.EqualValues(t, 1, env.requests(t, protocol, s.sig, "allowed", ""), "%s %v admitted once", protocol, s.sig)
+			t.Logf("%s %v: rejected %d times before delivery", protocol, s.sig, env.requests(t, protocol, s.sig, "denied", "open"))
+		}
+	}
+}
+
+// TestE2ESheddingRejectsAboutPDrop: half way between enter (0.5) and hard
+// (0.9) with drop_min 0 and drop_max 1, p_drop is 0.5. Of N requests the
+// rejected count is Binomial(N, 0.5); the test allows 5 standard deviations
+// (a false failure about once in 1.7 million runs). Admitted requests are
+// delivered exactly, and shed ones keep their connection.
+func TestE2ESheddingRejectsAboutPDrop(t *testing.T) {
+	const (
+		n     = 400
+		pDrop = 0.5
+	)
+	tolerance := 5 * math.Sqrt(n*pDrop*(1-pDrop))
+	checkShare := func(t *testing.T, rejected int) {
+		t.Logf("rejected %d of %d (expected %.0f ± %.0f)", rejected, n, n*pDrop, tolerance)
+		assert.InDelta(t, n*pDrop, float64(rejected), tolerance)
+	}
+
+	t.Run("http", func(t *testing.T) {
+		env := startE2E(t, e2eOptions{})
+		env.setLevel(t, e2eShedding, StateShedding)
+		c := e2eHTTPClient(t)
+		body, err := e2eSignals[0].proto(1)
+		require.NoError(t, err)
+		rejected := 0
+		for range n {
+			resp := env.post(t, c, "/v1/traces", pbType, body)
+			if resp.StatusCode == http.StatusTooManyRequests {
+				rejected++
+				requireHTTPRejection(t, resp, pbType, false)
+			} else {
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+			}
+		}
+		checkShare(t, rejected)
+		assert.Equal(t, n-rejected, env.traces.SpanCount())
+		assert.EqualValues(t, rejected, env.requests(t, "http", SignalTraces, "denied", "shed"))
+		assert.EqualValues(t, n-rejected, env.requests(t, "http", SignalTraces, "allowed", ""))
+	})
+
+	t.Run("grpc", func(t *testing.T) {
+		env := startE2E(t, e2eOptions{})
+		env.setLevel(t, e2eShedding, StateShedding)
+		cc := env.grpcConn(t)
+		ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+		defer cancel()
+		rejected := 0
+		for range n {
+			if err := e2eSignals[2].grpcExport(ctx, cc, 1); err != nil {
+				rejected++
+				requireGRPCRejection(t, err)
+			}
+		}
+		checkShare(t, rejected)
+		assert.Equal(t, n-rejected, env.logs.LogRecordCount())
+		assert.EqualValues(t, rejected, env.requests(t, "grpc", SignalLogs, "denied", "shed"))
+		assert.EqualValues(t, n-rejected, env.requests(t, "grpc", SignalLogs, "allowed", ""))
+	})
+}
+
+// TestE2EUnknownPathsNeverRejected: requests the classifier does not know
+// (a health probe, an unknown path, an unknown gRPC service) go to the
+// receiver even in Open, which answers them itself, and are not counted.
+func TestE2EUnknownPathsNeverRejected(t *testing.T) {
+	env := startE2E(t, e2eOptions{})
+	env.setLevel(t, e2eOpen, StateOpen)
+	c := e2eHTTPClient(t)
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodGet, "/healthz"},
+		{http.MethodGet, "/"},
+		{http.MethodPost, "/v1/unknown"},
+		{http.MethodPost, "/v1/traces/extra"},
+		{http.MethodPost, "/api/v2/spans"}, // not configured in routes.http
+	} {
+		req, err := http.NewRequest(tc.method, "http://"+env.httpAddr+tc.path, bytes.NewReader([]byte("{}")))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", jsonType)
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s %s", tc.method, tc.path)
+		assert.Empty(t, resp.Header.Get("Retry-After"), "%s %s", tc.method, tc.path)
+	}
+
+	cc := env.grpcConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	err := cc.Invoke(ctx, "/grpc.health.v1.Health/Check", &emptypb.Empty{}, &emptypb.Empty{})
+	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+
+	for _, s := range e2eSignals {
+		for _, protocol := range []string{"http", "grpc"} {
+			assert.Zero(t, env.requests(t, protocol, s.sig, "denied", "open"))
+			assert.Zero(t, env.requests(t, protocol, s.sig, "allowed", ""))
+		}
+	}
+}
+
+// e2eFailingBody fails the test when it is read.
+type e2eFailingBody struct {
+	t    *testing.T
+	read atomic.Bool
+}
+
+func (b *e2eFailingBody) Read([]byte) (int, error) {
+	b.read.Store(true)
+	b.t.Error("the request body was read")
+	return 0, errors.New("the body must not be read")
+}
+
+func (*e2eFailingBody) Close() error { return nil }
+
+// e2eCountingBody counts what is read of it.
+type e2eCountingBody struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (b *e2eCountingBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+func (*e2eCountingBody) Close() error { return nil }
+
+// TestE2ERejectedBodyNeverSent: a client that sends Expect: 100-continue
+// (curl does for large bodies) is answered 429 by the real receiver without
+// ever being asked for its body, which fails the test if read. The Normal
+// case shows the check is not vacuous: there the receiver asks for the body
+// and decodes it.
+func TestE2ERejectedBodyNeverSent(t *testing.T) {
+	env := startE2E(t, e2eOptions{})
+	c := e2eHTTPClient(t)
+	send := func(body io.ReadCloser, size int64) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, "http://"+env.httpAddr+"/v1/traces", body)
+		require.NoError(t, err)
+		req.ContentLength = size
+		req.Header.Set("Content-Type", pbType)
+		req.Header.Set("Expect", "100-continue")
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+
+	payload, err := e2eSignals[0].proto(50)
+	require.NoError(t, err)
+	ok := &e2eCountingBody{r: bytes.NewReader(payload)}
+	assert.Equal(t, http.StatusOK, send(ok, int64(len(payload))).StatusCode)
+	assert.EqualValues(t, len(payload), ok.n.Load())
+	assert.Equal(t, 50, env.traces.SpanCount())
+
+	env.setLevel(t, e2eOpen, StateOpen)
+	fb := &e2eFailingBody{t: t}
+	resp := send(fb, 4<<20)
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.False(t, fb.read.Load())
+	assert.Equal(t, 50, env.traces.SpanCount())
+}
+
+// e2eCountingProxy forwards one TCP connection to target and counts the
+// bytes it hands to the server's socket. Its upstream send buffer is small
+// and fixed, so what it counts is what the server read plus at most the two
+// kernel buffers in between (a fixed ~64 KiB send buffer here, the server's
+// receive buffer, which does not grow while the server is not reading).
+type e2eCountingProxy struct {
+	ln        net.Listener
+	forwarded atomic.Int64
+	done      chan struct{}
+}
+
+func startE2ECountingProxy(t *testing.T, target string) *e2eCountingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &e2eCountingProxy{ln: ln, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		down, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer down.Close()
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			t.Errorf("proxy dial: %v", err)
+			return
+		}
+		defer up.Close()
+		// A fixed send buffer (no autotuning) bounds what waits in it.
+		if err := up.(*net.TCPConn).SetWriteBuffer(32 << 10); err != nil {
+			t.Errorf("proxy: %v", err)
+			return
+		}
+
+		var wg sync.WaitGroup
+		// Server to client: the response, then a half close so that the
+		// client reads it in full.
+		wg.Go(func() {
+			_, _ = io.Copy(down, up)
+			_ = down.(*net.TCPConn).CloseWrite()
+		})
+		// Client to server, counting. Once the server has closed, keep
+		// draining the client rather than resetting its connection before
+		// it has read the response.
+		buf := make([]byte, 32<<10)
+		upOpen := true
+		for {
+			n, rerr := down.Read(buf)
+			if n > 0 && upOpen {
+				w, werr := up.Write(buf[:n])
+				p.forwarded.Add(int64(w))
+				if werr != nil {
+					upOpen = false
+					_ = up.Close()
+				}
+			}
+			if rerr != nil {
+				break
+			}
+		}
+		_ = up.Close()
+		wg.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-p.done
+	})
+	return p
+}
+
+// TestE2ERejectedBodyServerBytes sends a 4 MiB body to the real receiver in
+// Open through a proxy that counts what it hands to the server: far less
+// than the body gets past the kernel buffers, because the throttle answers
+// before anything reads the body, and net/http then closes rather than
+// draining.
+func TestE2ERejectedBodyServerBytes(t *testing.T) {
+	env := startE2E(t, e2eOptions{})
+	env.setLevel(t, e2eOpen, StateOpen)
+	p := startE2ECountingProxy(t, env.httpAddr)
+
+	const bodySize = 4 << 20
+	conn, err := net.Dial("tcp", p.ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	head := fmt.Sprintf("POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", pbType, bodySize)
+	// The body is written from another goroutine: it blocks once the
+	// buffers are full, and fails or finishes when the connection closes.
+	writeDone := make(chan struct{})
+	go func() {
+		defer close(writeDone)
+		_, _ = conn.Write(append([]byte(head), make([]byte, bodySize)...))
+	}()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(e2eWait)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	requireHTTPRejection(t, e2eResponse{Response: resp, body: b}, pbType, true)
+	require.NoError(t, conn.Close())
+	<-writeDone
+	require.NoError(t, p.ln.Close())
+	<-p.done
+
+	fwd := p.forwarded.Load()
+	t.Logf("handed %d bytes of a %d byte request to the server's socket", fwd, len(head)+bodySize)
+	// The headers and the kernel buffers (tens to a few hundred KiB) vs
+	// 4 MiB: a server that read the body would take all of it.
+	assert.Less(t, fwd, int64(1<<20))
+	assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "denied", "open"))
+	assert.Zero(t, env.traces.SpanCount())
+}

@@ -1,0 +1,334 @@
+package throttleextension
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
+	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// testMemLimit is the memory limit the fake source reports.
+const testMemLimit = 100 << 20
+
+// fakeSource is a ResourceSource whose memory working set the test sets.
+// CPU time is constant, so the CPU level is 0 once valid and only memory
+// drives the state; memory has breach_n 1, so one tick makes a change.
+type fakeSource struct {
+	ws    atomic.Uint64
+	cores float64
+	// wsErrors is how many more WorkingSet calls fail.
+	wsErrors atomic.Int64
+	wsCalls  atomic.Int64
+}
+
+var errFakeRead = errors.New("fake: memory.usage_in_bytes: read failed")
+
+func newFakeSource(pct uint64) *fakeSource {
+	f := &fakeSource{}
+	f.setMem(pct)
+	return f
+}
+
+// setMem sets the working set to pct percent of the limit.
+func (f *fakeSource) setMem(pct uint64) { f.ws.Store(pct * testMemLimit / 100) }
+
+func (f *fakeSource) CPUTime() (time.Duration, error) { return time.Second, nil }
+
+func (f *fakeSource) WorkingSet() (uint64, error) {
+	f.wsCalls.Add(1)
+	if f.wsErrors.Load() > 0 && f.wsErrors.Add(-1) >= 0 {
+		return 0, errFakeRead
+	}
+	return f.ws.Load(), nil
+}
+
+func (f *fakeSource) Limits() (cgroup.Limits, error) {
+	return cgroup.Limits{QuotaCores: f.cores, MemLimit: testMemLimit}, nil
+}
+
+func (f *fakeSource) Describe() string { return "fake source (test)" }
+
+// testConfig is the default configuration with a 10ms interval, no recovery
+// ramp, metrics exempt (rules.metrics.enabled: false) and no stale-level
+// fallback (so a slow machine cannot turn a state back to Normal).
+func testConfig(t testing.TB, mutate ...func(*Config)) *Config {
+	cfg := createDefaultConfig().(*Config)
+	cfg.SampleInterval = 10 * time.Millisecond
+	cfg.RecoveryRamp = 0
+	cfg.StaleAfterIntervals = 0
+	cfg.Rules["metrics"] = RuleConfig{Enabled: ptrTo(false)}
+	for _, m := range mutate {
+		m(cfg)
+	}
+	require.NoError(t, cfg.Validate())
+	return cfg
+}
+
+// newTestExtension creates (but does not start) an extension through the
+// factory, with src injected when not nil. Shutdown runs at cleanup.
+func newTestExtension(t testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+	var opts []Option
+	if src != nil {
+		opts = append(opts, WithResourceSource(src))
+	}
+	ext, err := NewFactory(opts...).Create(context.Background(), set, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ext.Shutdown(context.Background())) })
+	return ext.(*throttleExtension)
+}
+
+func startTestExtension(t testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+	e := newTestExtension(t, src, cfg, set)
+	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
+	return e
+}
+
+func nopSettings() extension.Settings { return extensiontest.NewNopSettings(metadata.Type) }
+
+// waitState waits until every signal is in want.
+func waitState(t testing.TB, e *throttleExtension, want State) {
+	require.Eventually(t, func() bool {
+		for s := range decision.NumSignals {
+			if e.State(s) != want {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "state never became %v", want)
+}
+
+// waitValid waits until the published level has a valid CPU window (the
+// second tick) and the given memory level.
+func waitValid(t testing.TB, e *throttleExtension, mem float64) {
+	require.Eventually(t, func() bool {
+		wl := e.level()
+		return wl != nil && wl.CPUValid && wl.MemValid && wl.Mem == mem
+	}, 10*time.Second, time.Millisecond)
+}
+
+var allSignals = []Signal{SignalTraces, SignalMetrics, SignalLogs, SignalProfiles}
+
+func TestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	host := componenttest.NewNopHost()
+
+	t.Run("start_shutdown", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		e := newTestExtension(t, newFakeSource(50), testConfig(t), nopSettings())
+		require.NoError(t, e.Start(ctx, host))
+		require.NotNil(t, e.sampler)
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	t.Run("shutdown_without_start", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		e := newTestExtension(t, newFakeSource(50), testConfig(t), nopSettings())
+		require.NoError(t, e.Shutdown(ctx))
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	t.Run("double_start_double_shutdown", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		e := newTestExtension(t, newFakeSource(50), testConfig(t), nopSettings())
+		require.NoError(t, e.Start(ctx, host))
+		first := e.sampler
+		require.NoError(t, e.Start(ctx, host))
+		assert.Same(t, first, e.sampler, "a second Start must not create a second sampler")
+		require.NoError(t, e.Shutdown(ctx))
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	t.Run("start_after_shutdown_does_not_restart", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		src := newFakeSource(50)
+		e := newTestExtension(t, src, testConfig(t), nopSettings())
+		require.NoError(t, e.Start(ctx, host))
+		require.NoError(t, e.Shutdown(ctx))
+		calls := src.wsCalls.Load()
+		ignore := goleak.IgnoreCurrent()
+		require.NoError(t, e.Start(ctx, host))
+		goleak.VerifyNone(t, ignore)
+		assert.Equal(t, calls, src.wsCalls.Load(), "Start after Shutdown must not sample")
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	t.Run("disabled_starts_no_sampler_and_admits", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		src := newFakeSource(100)
+		e := newTestExtension(t, src, testConfig(t, func(c *Config) { c.Enabled = false }), nopSettings())
+		ignore := goleak.IgnoreCurrent()
+		require.NoError(t, e.Start(ctx, host))
+		goleak.VerifyNone(t, ignore)
+		assert.Nil(t, e.sampler)
+		assert.Zero(t, src.wsCalls.Load(), "a disabled throttle must not read resources")
+		for _, s := range allSignals {
+			assert.Equal(t, Admit, e.Decide(s), s.String())
+			assert.True(t, e.Exempt(s), s.String())
+			assert.Equal(t, StateNormal, e.State(s), s.String())
+		}
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	t.Run("default_source_on_this_machine", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		core, logs := observer.New(zapcore.InfoLevel)
+		set := nopSettings()
+		set.Logger = zap.New(core)
+		e := newTestExtension(t, nil, testConfig(t), set)
+		require.NoError(t, e.Start(ctx, host))
+		started := logs.FilterMessage("throttle started").All()
+		require.Len(t, started, 1)
+		src := started[0].ContextMap()["resource_source"].(string)
+		assert.True(t, strings.HasPrefix(src, "cgroup v") || strings.HasPrefix(src, "process"), src)
+		t.Logf("resource source on this machine: %s", src)
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	t.Run("process_fallback", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		core, logs := observer.New(zapcore.InfoLevel)
+		set := nopSettings()
+		set.Logger = zap.New(core)
+		proc := cgroup.NewProcess("/")
+		defer proc.Close()
+		e := newTestExtension(t, proc, testConfig(t), set)
+		require.NoError(t, e.Start(ctx, host))
+		started := logs.FilterMessage("throttle started").All()
+		require.Len(t, started, 1)
+		fields := started[0].ContextMap()
+		assert.Contains(t, fields["resource_source"], "process")
+		// No limit from the process: the memory signal is off and "auto"
+		// is the fixed budget.
+		assert.Equal(t, uint64(0), fields["memory_limit_bytes"])
+		assert.Equal(t, int64(noLimitAutoBudget), fields["admission_budget_bytes"])
+		require.NoError(t, e.Shutdown(ctx))
+	})
+}
+
+// TestStateThroughSeam drives the memory level through the fake source and
+// checks the states and decisions that follow.
+func TestStateThroughSeam(t *testing.T) {
+	src := newFakeSource(50)
+	e := startTestExtension(t, src, testConfig(t), nopSettings())
+	waitValid(t, e, 0.5)
+	for _, s := range allSignals {
+		require.Equal(t, StateNormal, e.State(s))
+		require.Equal(t, Admit, e.Decide(s))
+	}
+
+	// 95% is over mem hard (0.92): Open in one tick (breach_n 1).
+	src.setMem(95)
+	waitState(t, e, StateOpen)
+	for _, s := range allSignals {
+		want := DenyOpen
+		if s == SignalMetrics { // rules.metrics.enabled: false
+			want = Admit
+		}
+		assert.Equal(t, want, e.Decide(s), s.String())
+	}
+	assert.Equal(t, e.exempt, [decision.NumSignals]bool{false, true, false, false})
+
+	// Back to 50% with recovery_ramp 0: Normal and admitting at once.
+	src.setMem(50)
+	waitState(t, e, StateNormal)
+	for _, s := range allSignals {
+		assert.Equal(t, Admit, e.Decide(s), s.String())
+	}
+
+	// 87% lies between mem enter (0.85) and hard (0.92): Shedding with
+	// p_drop = (0.87-0.85)/(0.92-0.85) under the default rule 0..1.
+	src.setMem(87)
+	waitState(t, e, StateShedding)
+	wantP := (0.87 - 0.85) / (0.92 - 0.85)
+	st := e.engine.Stat()
+	assert.InDelta(t, wantP, st.Signals[SignalTraces].DropProbability, 1e-9)
+	assert.Zero(t, st.Signals[SignalMetrics].DropProbability)
+	const n = 4000
+	denied := 0
+	for range n {
+		switch v := e.Decide(SignalTraces); v {
+		case DenyShed:
+			denied++
+		case Admit:
+		default:
+			t.Fatalf("unexpected verdict %v in Shedding", v)
+		}
+		require.Equal(t, Admit, e.Decide(SignalMetrics))
+	}
+	// Binomial(4000, 0.286): the standard deviation is 0.7%; allow 6.
+	assert.InDelta(t, wantP, float64(denied)/n, 0.045, "denied %d of %d", denied, n)
+
+	src.setMem(50)
+	waitState(t, e, StateNormal)
+}
+
+// TestRecoveryRampAfterOpen checks that leaving Open does not admit at once
+// when a ramp is configured.
+func TestRecoveryRampAfterOpen(t *testing.T) {
+	src := newFakeSource(50)
+	// An hour-long ramp keeps p_drop within 1e-5 of 1 for the whole test.
+	e := startTestExtension(t, src, testConfig(t, func(c *Config) { c.RecoveryRamp = time.Hour }), nopSettings())
+	waitValid(t, e, 0.5)
+	src.setMem(95)
+	waitState(t, e, StateOpen)
+	src.setMem(50)
+	waitState(t, e, StateNormal)
+
+	shed := 0
+	for range 100 {
+		v := e.Decide(SignalTraces)
+		require.NotEqual(t, DenyOpen, v, "Normal must not deny as Open")
+		if v == DenyShed {
+			shed++
+		}
+		require.Equal(t, Admit, e.Decide(SignalMetrics), "an exempt signal is not ramped")
+	}
+	assert.Greater(t, shed, 90, "right after Open the ramp must shed nearly everything")
+	assert.Greater(t, e.engine.Stat().Signals[SignalTraces].DropProbability, 0.99)
+}
+
+func TestRetryDelay(t *testing.T) {
+	e := newTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
+		c.RetryAfter.Min = 2 * time.Second
+		c.RetryAfter.Max = 3 * time.Second
+	}), nopSettings())
+	for range 50 {
+		d := e.RetryDelay(DenyOpen)
+		assert.GreaterOrEqual(t, d, 2*time.Second)
+		assert.LessOrEqual(t, d, 3*time.Second)
+	}
+}
+
+// TestShutdownClosesOwnedSource checks that a source the extension created
+// itself is closed, and an injected one is left to its owner.
+func TestShutdownClosesOwnedSource(t *testing.T) {
+	src := &closeCountingSource{fakeSource: newFakeSource(50)}
+	e := startTestExtension(t, src, testConfig(t), nopSettings())
+	require.NoError(t, e.Shutdown(context.Background()))
+	assert.Zero(t, src.closed.Load(), "an injected source belongs to the caller")
+
+	e = newTestExtension(t, nil, testConfig(t), nopSettings())
+	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
+	require.NotNil(t, e.ownedSource)
+	require.NoError(t, e.Shutdown(context.Background()))
+}
+
+type closeCountingSource struct {
+	*fakeSource
+	closed atomic.Int64
+}
+
+func (c *closeCountingSource) Close() error {
+	c.closed.Add(1)
+	return nil
+}

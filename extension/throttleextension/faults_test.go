@@ -1,0 +1,276 @@
+package throttleextension
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// Sampler faults seen from the extension (issue 8 item 1): whatever the
+// reader does, every failure is counted in throttle_sampler_errors under its
+// resource, each resource is logged at Warn at most once per warnEvery (30s,
+// so once in these tests however many ticks fail), decisions stay sane and
+// nothing panics. The sampler-level outcomes (frame skipped, signal invalid)
+// are in internal/sampler/faults_test.go.
+
+// faultSource is a reader seam whose faults the test switches on and off.
+type faultSource struct {
+	ws        atomic.Uint64
+	cpu       atomic.Int64
+	cpuFail   atomic.Bool
+	wsFail    atomic.Bool
+	limitFail atomic.Bool
+	// backwards makes every CPU reading lower than the one before (a counter
+	// that keeps resetting).
+	backwards atomic.Bool
+	reads     atomic.Int64 // WorkingSet calls: one per tick
+}
+
+func newFaultSource(pct uint64) *faultSource {
+	f := &faultSource{}
+	f.ws.Store(pct * testMemLimit / 100)
+	f.cpu.Store(int64(time.Hour))
+	return f
+}
+
+func (f *faultSource) CPUTime() (time.Duration, error) {
+	if f.cpuFail.Load() {
+		return 0, fmt.Errorf("read cpu.stat: %w", fs.ErrNotExist)
+	}
+	if f.backwards.Load() {
+		return time.Duration(f.cpu.Add(-int64(time.Millisecond))), nil
+	}
+	return time.Duration(f.cpu.Load()), nil
+}
+
+func (f *faultSource) WorkingSet() (uint64, error) {
+	f.reads.Add(1)
+	if f.wsFail.Load() {
+		return 0, errors.New("parse memory.current: invalid syntax (content \"garb\")")
+	}
+	return f.ws.Load(), nil
+}
+
+func (f *faultSource) Limits() (cgroup.Limits, error) {
+	if f.limitFail.Load() {
+		return cgroup.Limits{}, errors.New("read cpu.max: is a directory")
+	}
+	return cgroup.Limits{QuotaCores: 1, MemLimit: testMemLimit}, nil
+}
+
+func (*faultSource) Describe() string { return "fault source (test)" }
+
+// waitTicks waits for n more ticks of the sampler reading f.
+func (f *faultSource) waitTicks(t *testing.T, n int64) {
+	t.Helper()
+	target := f.reads.Load() + n
+	require.Eventually(t, func() bool { return f.reads.Load() >= target }, 30*time.Second, time.Millisecond)
+}
+
+// samplerErrors returns throttle_sampler_errors by resource.
+func samplerErrors(t *testing.T, tel *componenttest.Telemetry) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	m, err := tel.GetMetric("otelcol_throttle_sampler_errors")
+	if err != nil {
+		return out
+	}
+	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+		r, _ := dp.Attributes.Value("resource")
+		out[r.AsString()] = dp.Value
+	}
+	return out
+}
+
+const samplerWarn = "throttle sampler: resource read failed or frame skipped"
+
+// samplerWarns counts the sampler's Warn lines by resource.
+func samplerWarns(logs *observer.ObservedLogs) map[string]int {
+	out := map[string]int{}
+	for _, l := range logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet(samplerWarn).All() {
+		out[l.ContextMap()["resource"].(string)]++
+	}
+	return out
+}
+
+func faultExtension(t *testing.T, src ResourceSource, mutate ...func(*Config)) (*throttleExtension, *componenttest.Telemetry, *observer.ObservedLogs) {
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
+	set := metadatatest.NewSettings(tel)
+	core, logs := observer.New(zapcore.InfoLevel)
+	set.Logger = zap.New(core)
+	e := startTestExtension(t, src, testConfig(t, mutate...), set)
+	return e, tel, logs
+}
+
+// TestFaultsCountedAndWarnedOnce: CPU and memory reads fail for 50 ticks.
+// Every failure is counted, each resource is warned about once. An unreadable memory level counts as safe, so a
+// throttle in Open falls back to Normal (fail open) rather than rejecting on
+// a level it cannot read; when memory reads again it is Open again.
+func TestFaultsCountedAndWarnedOnce(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	src := newFaultSource(95)
+	e, tel, logs := faultExtension(t, src)
+	waitState(t, e, StateOpen)
+	require.Equal(t, DenyOpen, e.Decide(SignalTraces))
+
+	src.cpuFail.Store(true)
+	src.wsFail.Store(true)
+	src.waitTicks(t, 50)
+	waitState(t, e, StateNormal)
+	assert.Equal(t, Admit, e.Decide(SignalTraces), "an unreadable level fails open")
+	wl := e.level()
+	assert.False(t, wl.CPUValid)
+	assert.False(t, wl.MemValid)
+
+	errs := samplerErrors(t, tel)
+	assert.GreaterOrEqual(t, errs["cpu"], int64(50))
+	assert.GreaterOrEqual(t, errs["mem"], int64(50))
+	assert.Equal(t, map[string]int{"cpu": 1, "mem": 1}, samplerWarns(logs),
+		"one Warn per resource per 30s, not one per tick")
+
+	src.cpuFail.Store(false)
+	src.wsFail.Store(false)
+	waitState(t, e, StateOpen)
+	assert.Equal(t, DenyOpen, e.Decide(SignalTraces))
+	src.waitTicks(t, 5)
+	assert.Equal(t, map[string]int{"cpu": 1, "mem": 1}, samplerWarns(logs))
+	require.NoError(t, e.Shutdown(context.Background()))
+}
+
+// TestFaultsLimitsUnreadableFromStart: with no limits ever read there is no
+// memory limit, so the memory signal is off (invalid, safe) and the
+// throttle admits; it is counted and warned once.
+func TestFaultsLimitsUnreadableFromStart(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	src := newFaultSource(95)
+	src.limitFail.Store(true)
+	e, tel, logs := faultExtension(t, src)
+	src.waitTicks(t, 10)
+	assert.False(t, e.level().MemValid)
+	assert.Equal(t, Admit, e.Decide(SignalTraces))
+	assert.Equal(t, StateNormal, e.State(SignalTraces))
+	assert.Equal(t, int64(1), samplerErrors(t, tel)["limits"], "limits are read at Start, then every 10s")
+	assert.Equal(t, 1, samplerWarns(logs)["limits"])
+	require.NoError(t, e.Shutdown(context.Background()))
+}
+
+// TestFaultsCounterKeepsResetting: a CPU counter that goes backwards on
+// every tick skips every CPU window (counted under cpu, warned once); the
+// memory level still drives the state.
+func TestFaultsCounterKeepsResetting(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	src := newFaultSource(50)
+	src.backwards.Store(true)
+	e, tel, logs := faultExtension(t, src)
+	src.waitTicks(t, 30)
+	assert.GreaterOrEqual(t, samplerErrors(t, tel)["cpu"], int64(28))
+	assert.Equal(t, map[string]int{"cpu": 1}, samplerWarns(logs))
+	assert.False(t, e.level().CPUValid, "no window was ever valid")
+
+	src.ws.Store(95 * testMemLimit / 100)
+	waitState(t, e, StateOpen)
+	require.NoError(t, e.Shutdown(context.Background()))
+}
+
+// slowSource takes longer than the sample interval to read the CPU time.
+type slowSource struct {
+	*faultSource
+	delay time.Duration
+}
+
+func (s *slowSource) CPUTime() (time.Duration, error) {
+	time.Sleep(s.delay) // the simulated slow read, not a synchronisation
+	return s.faultSource.CPUTime()
+}
+
+// TestFaultsSlowTicks: every read takes twice the interval. Ticks do not
+// pile up (the ticker drops them), each CPU window is skipped as a slow read
+// and warned about once, memory still drives the state, and Shutdown
+// returns.
+func TestFaultsSlowTicks(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	src := &slowSource{faultSource: newFaultSource(50), delay: 20 * time.Millisecond}
+	e, tel, logs := faultExtension(t, src)
+	src.waitTicks(t, 10)
+	assert.GreaterOrEqual(t, samplerErrors(t, tel)["cpu"], int64(9))
+	assert.Equal(t, map[string]int{"cpu": 1}, samplerWarns(logs))
+	warn := logs.FilterMessageSnippet(samplerWarn).All()[0]
+	assert.Contains(t, warn.ContextMap()["error"], sampler.ErrSlowRead.Error())
+
+	src.ws.Store(95 * testMemLimit / 100)
+	waitState(t, e, StateOpen)
+	require.NoError(t, e.Shutdown(context.Background()))
+}
+
+// TestFaultsRealCgroupReader runs the extension on the real cgroup reader
+// over a copy of a fixture tree and breaks its files while it runs: garbage,
+// a partial line, a counter reset. Files are rewritten in place (the reader
+// keeps them open), so a read may also catch one half-written: whatever it
+// reads, it is counted and warned at most once per resource.
+func TestFaultsRealCgroupReader(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	root := filepath.Join(t.TempDir(), "root")
+	require.NoError(t, os.CopyFS(root, os.DirFS(filepath.Join("..", "..", "internal", "cgroup", "testdata", "v2-container"))))
+	dir := filepath.Join(root, "sys", "fs", "cgroup")
+	write := func(file, content string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644))
+	}
+	r, err := cgroup.NewReader(root)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+
+	e, tel, logs := faultExtension(t, r)
+	const fixtureMem = 80.0 / 512 // working set / memory.max in the fixture
+	require.Eventually(t, func() bool {
+		wl := e.level()
+		return wl.MemValid && wl.Mem == fixtureMem && wl.CPUValid
+	}, 10*time.Second, time.Millisecond)
+
+	// Past mem hard: the reader drives the state.
+	write("memory.current", fmt.Sprint(uint64(95*512<<20)/100+20971520)) // + inactive_file
+	waitState(t, e, StateOpen)
+
+	// Garbage in memory.current: mem invalid, counted; the state falls back.
+	write("memory.current", "garbage\n")
+	require.Eventually(t, func() bool { return samplerErrors(t, tel)["mem"] >= 20 }, 30*time.Second, time.Millisecond)
+	waitState(t, e, StateNormal)
+
+	// A partial line in cpu.stat.
+	write("cpu.stat", "usage_u")
+	require.Eventually(t, func() bool { return samplerErrors(t, tel)["cpu"] >= 20 }, 30*time.Second, time.Millisecond)
+	assert.False(t, e.level().CPUValid)
+
+	// A counter reset, then counting again.
+	write("cpu.stat", "usage_usec 10\n")
+	write("memory.current", "104857600\n")
+	require.Eventually(t, func() bool {
+		wl := e.level()
+		return wl.MemValid && wl.Mem == fixtureMem && wl.CPUValid
+	}, 10*time.Second, time.Millisecond)
+	waitState(t, e, StateNormal)
+
+	warns := samplerWarns(logs)
+	assert.Equal(t, 1, warns["cpu"], "%v", warns)
+	assert.Equal(t, 1, warns["mem"], "%v", warns)
+	require.NoError(t, e.Shutdown(context.Background()))
+}

@@ -1,0 +1,458 @@
+package throttleextension
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+)
+
+// Lifecycle (issue 8 item 3): Start and Shutdown in any order and more than
+// once, Shutdown while requests are in flight, several servers sharing one
+// extension, two throttle extensions in one process. Run under -race; every
+// test checks that no goroutine is left.
+
+// verifyNoLeaks checks, after every other cleanup of t (servers, clients,
+// extensions) has run, that no goroutine started since is left.
+func verifyNoLeaks(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// gate holds requests inside the receiver's handler until released.
+type gate struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func newGate(capacity int) *gate {
+	return &gate{entered: make(chan struct{}, capacity), release: make(chan struct{})}
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+func (g *gate) hold() {
+	if g == nil {
+		return
+	}
+	g.entered <- struct{}{}
+	<-g.release
+}
+
+// traceReceiver stands for a receiver's handlers: it reads the request,
+// optionally waits on a gate, and counts what it accepted.
+type traceReceiver struct {
+	ptraceotlp.UnimplementedGRPCServer
+	gate     *gate
+	accepted atomic.Int64
+}
+
+func (r *traceReceiver) Export(context.Context, ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	r.gate.hold()
+	r.accepted.Add(1)
+	return ptraceotlp.NewExportResponse(), nil
+}
+
+func (r *traceReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	r.gate.hold()
+	r.accepted.Add(1)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.WriteHeader(http.StatusOK)
+}
+
+// serveHTTP serves the receiver behind the extension's HTTP middleware on
+// 127.0.0.1:0 until cleanup and returns the traces URL.
+func serveHTTP(t *testing.T, e *throttleExtension, rcv *traceReceiver) string {
+	t.Helper()
+	ctx := context.Background()
+	wrap, err := e.GetHTTPHandler(ctx)
+	require.NoError(t, err)
+	h, err := wrap(ctx, rcv)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ln) })
+	t.Cleanup(func() {
+		_ = srv.Close()
+		wg.Wait()
+	})
+	return "http://" + ln.Addr().String() + "/v1/traces"
+}
+
+// serveGRPC serves the receiver with the extension's gRPC server options on
+// 127.0.0.1:0 until cleanup and returns a client for it.
+func serveGRPC(t *testing.T, e *throttleExtension, rcv *traceReceiver) ptraceotlp.GRPCClient {
+	t.Helper()
+	opts, err := e.GetGRPCServerOptions(context.Background())
+	require.NoError(t, err)
+	s := grpc.NewServer(opts...)
+	ptraceotlp.RegisterGRPCServer(s, rcv)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Serve(ln) })
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = conn.Close()
+		s.Stop()
+		wg.Wait()
+	})
+	return ptraceotlp.NewGRPCClient(conn)
+}
+
+func testTraces() ptrace.Traces {
+	td := ptrace.NewTraces()
+	td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("span")
+	return td
+}
+
+var traceBody = func() []byte {
+	b, err := ptraceotlp.NewExportRequestFromTraces(testTraces()).MarshalProto()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// newHTTPClient is a client without keep-alive, so no idle connection
+// outlives the test.
+func newHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
+// postTraces posts one OTLP/HTTP traces request and returns its status code.
+func postTraces(c *http.Client, url string) (int, error) {
+	resp, err := c.Post(url, "application/x-protobuf", bytes.NewReader(traceBody))
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func exportTraces(c ptraceotlp.GRPCClient) codes.Code {
+	_, err := c.Export(context.Background(), ptraceotlp.NewExportRequestFromTraces(testTraces()))
+	return status.Code(err)
+}
+
+// TestLifecycleAnyOrder runs Start and Shutdown sequences, sequential and
+// concurrent, with the stale watchdog and the status page on.
+func TestLifecycleAnyOrder(t *testing.T) {
+	ctx := context.Background()
+	host := componenttest.NewNopHost()
+	withAll := func(c *Config) {
+		c.StaleAfterIntervals = 2
+		require.NoError(t, confmap.NewFromStringMap(map[string]any{
+			"status": map[string]any{"endpoint": "127.0.0.1:0"},
+		}).Unmarshal(c))
+	}
+	for _, seq := range [][]string{
+		{"shutdown"},
+		{"shutdown", "start"},
+		{"shutdown", "shutdown", "start", "start"},
+		{"start", "start", "shutdown", "shutdown"},
+		{"start", "shutdown", "start", "shutdown"},
+		{"start"}, // Shutdown at cleanup only
+	} {
+		t.Run(joinOps(seq), func(t *testing.T) {
+			verifyNoLeaks(t)
+			e := newTestExtension(t, newFakeSource(50), testConfig(t, withAll), nopSettings())
+			for _, op := range seq {
+				switch op {
+				case "start":
+					require.NoError(t, e.Start(ctx, host))
+				case "shutdown":
+					require.NoError(t, e.Shutdown(ctx))
+				}
+				// Decisions are safe in every phase.
+				for _, s := range allSignals {
+					_ = e.Decide(s)
+					_ = e.State(s)
+				}
+			}
+			require.NoError(t, e.Shutdown(ctx))
+		})
+	}
+
+	t.Run("concurrent", func(t *testing.T) {
+		verifyNoLeaks(t)
+		for range 20 {
+			e := newTestExtension(t, newFakeSource(95), testConfig(t, withAll), nopSettings())
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Go(func() {
+					if i%2 == 0 {
+						assert.NoError(t, e.Start(ctx, host))
+					} else {
+						assert.NoError(t, e.Shutdown(ctx))
+					}
+					_ = e.Decide(SignalTraces)
+					_ = e.RetryDelay(DenyOpen)
+				})
+			}
+			wg.Wait()
+			require.NoError(t, e.Shutdown(ctx))
+		}
+	})
+}
+
+func joinOps(ops []string) string {
+	var b bytes.Buffer
+	for i, op := range ops {
+		if i > 0 {
+			b.WriteByte('_')
+		}
+		b.WriteString(op)
+	}
+	return b.String()
+}
+
+// TestShutdownWithRequestsInFlight: requests admitted and held inside the
+// receiver on an HTTP and a gRPC server while the extension shuts down.
+// Shutdown does not wait for them; they complete; the admission budget is
+// released; later requests are still answered (the last decision holds), and
+// nothing panics or leaks.
+func TestShutdownWithRequestsInFlight(t *testing.T) {
+	verifyNoLeaks(t)
+	const n = 4
+	g := newGate(2 * n)
+	rcv := &traceReceiver{gate: g}
+	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfterIntervals = 2 }), nopSettings())
+	url := serveHTTP(t, e, rcv)
+	gc := serveGRPC(t, e, rcv)
+	hc := newHTTPClient()
+	defer g.open()
+
+	var wg sync.WaitGroup
+	httpCodes := make(chan int, n)
+	grpcCodes := make(chan codes.Code, n)
+	for range n {
+		wg.Go(func() {
+			code, err := postTraces(hc, url)
+			assert.NoError(t, err)
+			httpCodes <- code
+		})
+		wg.Go(func() { grpcCodes <- exportTraces(gc) })
+	}
+	for range 2 * n {
+		<-g.entered
+	}
+	reserved, _ := e.budgetValues()
+	assert.Positive(t, reserved, "the held HTTP requests hold budget")
+
+	require.NoError(t, e.Shutdown(context.Background()), "Shutdown returns with requests in flight")
+	require.NoError(t, e.Shutdown(context.Background()))
+
+	g.open()
+	wg.Wait()
+	close(httpCodes)
+	close(grpcCodes)
+	for c := range httpCodes {
+		assert.Equal(t, http.StatusOK, c)
+	}
+	for c := range grpcCodes {
+		assert.Equal(t, codes.OK, c)
+	}
+	assert.Equal(t, int64(2*n), rcv.accepted.Load())
+	reserved, _ = e.budgetValues()
+	assert.Zero(t, reserved, "every reservation was released")
+
+	// After Shutdown (a receiver that outlives it, in a wrong order): still
+	// answered, from the last published decision.
+	code, err := postTraces(hc, url)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, codes.OK, exportTraces(gc))
+}
+
+// TestSharedByManyServers: two HTTP and two gRPC servers (the receivers of
+// a pipeline) and the processor path share one extension under concurrent
+// load while its state moves between Normal and Open.
+func TestSharedByManyServers(t *testing.T) {
+	verifyNoLeaks(t)
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
+	src := newFakeSource(50)
+	// A budget that 20 concurrent streams of unknown size (1 MiB each)
+	// cannot exhaust: the "auto" one of the fake 100 MiB limit is 8 MiB.
+	e := startTestExtension(t, src, testConfig(t, func(c *Config) {
+		c.Admission.MaxInflightBytes = FixedInflightBudget(64 * MiB)
+	}), metadatatest.NewSettings(tel))
+	rcv := &traceReceiver{}
+	urls := []string{serveHTTP(t, e, rcv), serveHTTP(t, e, rcv)}
+	clients := []ptraceotlp.GRPCClient{serveGRPC(t, e, rcv), serveGRPC(t, e, rcv)}
+	hc := newHTTPClient()
+
+	check := func(wantHTTP int, wantGRPC codes.Code, wantVerdict Verdict) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for range 5 {
+			for _, u := range urls {
+				wg.Go(func() {
+					code, err := postTraces(hc, u)
+					assert.NoError(t, err)
+					assert.Equal(t, wantHTTP, code)
+				})
+			}
+			for _, c := range clients {
+				wg.Go(func() { assert.Equal(t, wantGRPC, exportTraces(c)) })
+			}
+			wg.Go(func() {
+				v := e.Decide(SignalTraces)
+				e.RecordProcessorDecision(SignalTraces, v)
+				assert.Equal(t, wantVerdict, v)
+			})
+		}
+		wg.Wait()
+	}
+
+	waitValid(t, e, 0.5)
+	check(http.StatusOK, codes.OK, Admit)
+	src.setMem(95)
+	waitState(t, e, StateOpen)
+	check(http.StatusTooManyRequests, codes.ResourceExhausted, DenyOpen)
+	src.setMem(50)
+	waitState(t, e, StateNormal)
+	check(http.StatusOK, codes.OK, Admit)
+	assert.Equal(t, int64(40), rcv.accepted.Load())
+
+	// Every server's decisions land in the one extension's counter.
+	m, err := tel.GetMetric("otelcol_throttle_requests")
+	require.NoError(t, err)
+	var total int64
+	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+		total += dp.Value
+	}
+	assert.Equal(t, int64(3*5*(2+2+1)), total)
+	require.NoError(t, e.Shutdown(context.Background()))
+}
+
+// TestTwoThrottleExtensions: throttle and throttle/2 in one process, with
+// different configurations and sources, sharing the MeterProvider as in a
+// collector. Each decides on its own level and reports under its own ID; they
+// start and shut down concurrently.
+func TestTwoThrottleExtensions(t *testing.T) {
+	verifyNoLeaks(t)
+	ctx := context.Background()
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tel.Shutdown(ctx)) })
+
+	type inst struct {
+		id  component.ID
+		src *fakeSource
+		cfg *Config
+		e   *throttleExtension
+	}
+	insts := []*inst{
+		{id: component.MustNewID("throttle"), src: newFakeSource(95), cfg: testConfig(t, func(c *Config) {
+			c.StaleAfterIntervals = 1000 // on, but out of reach of a starved -race run
+		})},
+		{id: component.MustNewIDWithName("throttle", "2"), src: newFakeSource(95), cfg: testConfig(t, func(c *Config) {
+			c.SampleInterval = 15 * time.Millisecond
+			c.Thresholds.Mem.Enter, c.Thresholds.Mem.Exit, c.Thresholds.Mem.Hard = 0.97, 0.96, 0.99
+			// No budget: with "auto" (8 MiB of the 100 MiB limit) ten
+			// concurrent gRPC streams of unknown size (1 MiB each) would
+			// exhaust it.
+			c.Admission.MaxInflightBytes = FixedInflightBudget(0)
+		})},
+	}
+	for _, in := range insts {
+		set := metadatatest.NewSettings(tel)
+		set.ID = in.id
+		ext, err := NewFactory(WithResourceSource(in.src)).Create(ctx, set, in.cfg)
+		require.NoError(t, err)
+		in.e = ext.(*throttleExtension)
+	}
+	var wg sync.WaitGroup
+	for _, in := range insts {
+		wg.Go(func() { assert.NoError(t, in.e.Start(ctx, componenttest.NewNopHost())) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, in := range insts {
+			require.NoError(t, in.e.Shutdown(ctx))
+		}
+	})
+
+	a, b := insts[0].e, insts[1].e
+	waitState(t, a, StateOpen)
+	waitValid(t, b, 0.95)
+	assert.Equal(t, StateNormal, b.State(SignalTraces), "0.95 is under throttle/2's enter line")
+
+	rcvA, rcvB := &traceReceiver{}, &traceReceiver{}
+	urlA, urlB := serveHTTP(t, a, rcvA), serveHTTP(t, b, rcvB)
+	gcA, gcB := serveGRPC(t, a, rcvA), serveGRPC(t, b, rcvB)
+	hc := newHTTPClient()
+	var load sync.WaitGroup
+	for range 10 {
+		load.Go(func() {
+			code, err := postTraces(hc, urlA)
+			assert.NoError(t, err)
+			assert.Equal(t, http.StatusTooManyRequests, code)
+			assert.Equal(t, codes.ResourceExhausted, exportTraces(gcA))
+		})
+		load.Go(func() {
+			code, err := postTraces(hc, urlB)
+			assert.NoError(t, err)
+			assert.Equal(t, http.StatusOK, code)
+			assert.Equal(t, codes.OK, exportTraces(gcB))
+		})
+	}
+	load.Wait()
+	assert.Zero(t, rcvA.accepted.Load())
+	assert.Equal(t, int64(20), rcvB.accepted.Load())
+
+	// One state series per extension and signal, each with its own value.
+	m, err := tel.GetMetric("otelcol_throttle_state")
+	require.NoError(t, err)
+	got := map[string]int64{}
+	for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+		id, _ := dp.Attributes.Value("extension")
+		sig, _ := dp.Attributes.Value("signal")
+		if sig.AsString() == "traces" {
+			got[id.AsString()] = dp.Value
+		}
+	}
+	assert.Equal(t, map[string]int64{"throttle": int64(StateOpen), "throttle/2": int64(StateNormal)}, got)
+
+	// Moving one source moves only its extension.
+	insts[1].src.setMem(99)
+	waitState(t, b, StateOpen)
+	insts[0].src.setMem(50)
+	waitState(t, a, StateNormal)
+
+	// Shut down concurrently, twice each, in random order.
+	for _, i := range rand.Perm(2 * len(insts)) {
+		in := insts[i%len(insts)]
+		wg.Go(func() { assert.NoError(t, in.e.Shutdown(ctx)) })
+	}
+	wg.Wait()
+}

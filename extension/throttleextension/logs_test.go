@@ -1,0 +1,295 @@
+package throttleextension
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// The collector's default log sampling (service telemetry
+// logs.sampling in otelconftelemetry's default config): per 10s tick, the
+// first 10 entries of a message, then 1 in 100.
+const (
+	collectorSamplingTick       = 10 * time.Second
+	collectorSamplingInitial    = 10
+	collectorSamplingThereafter = 100
+)
+
+// sampledLogger wraps an observer core the way the collector wraps its
+// core, and counts what the sampler drops.
+func sampledLogger(opts ...zap.Option) (*zap.Logger, *observer.ObservedLogs, *atomic.Int64) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	var dropped atomic.Int64
+	sampled := zapcore.NewSamplerWithOptions(core, collectorSamplingTick, collectorSamplingInitial, collectorSamplingThereafter,
+		zapcore.SamplerHook(func(_ zapcore.Entry, d zapcore.SamplingDecision) {
+			if d&zapcore.LogDropped != 0 {
+				dropped.Add(1)
+			}
+		}))
+	return zap.New(sampled, opts...), logs, &dropped
+}
+
+func transitionMessage(s Signal, from, to State) string {
+	return "throttle " + s.String() + ": " + from.String() + " -> " + to.String()
+}
+
+func TestLogTransitionsAndStartup(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	set := nopSettings()
+	set.Logger = zap.New(core)
+	src := newFakeSource(50)
+	src.cores = 2
+	e := startTestExtension(t, src, testConfig(t), set)
+
+	started := logs.FilterMessage("throttle started").All()
+	require.Len(t, started, 1)
+	f := started[0].ContextMap()
+	assert.Equal(t, "fake source (test)", f["resource_source"])
+	assert.Equal(t, 2.0, f["effective_cores"])
+	assert.Equal(t, uint64(testMemLimit), f["memory_limit_bytes"])
+	assert.Equal(t, zapcore.InfoLevel, started[0].Level)
+
+	waitValid(t, e, 0.5)
+	src.setMem(95)
+	waitState(t, e, StateOpen)
+	src.setMem(50)
+	waitState(t, e, StateNormal)
+	// The engine publishes a state before it reports the change, so the
+	// line may still be being written: stop the sampler to have them all.
+	require.NoError(t, e.Shutdown(context.Background()))
+
+	for _, s := range allSignals {
+		open := logs.FilterMessage(transitionMessage(s, StateNormal, StateOpen)).All()
+		require.Len(t, open, 1, s.String())
+		f := open[0].ContextMap()
+		assert.Equal(t, zapcore.InfoLevel, open[0].Level)
+		assert.Equal(t, s.String(), f["signal"])
+		assert.Equal(t, "normal", f["from"])
+		assert.Equal(t, "open", f["to"])
+		assert.Equal(t, 0.95, f["mem"])
+		assert.Equal(t, true, f["mem_valid"])
+		assert.Equal(t, 0.0, f["cpu_fast"])
+		assert.Equal(t, 0.0, f["cpu_slow"])
+
+		back := logs.FilterMessage(transitionMessage(s, StateOpen, StateNormal)).All()
+		require.Len(t, back, 1, s.String())
+		assert.Equal(t, 0.5, back[0].ContextMap()["mem"])
+	}
+	assert.Equal(t, 8, logs.FilterMessageSnippet("throttle ").FilterFieldKey("from").Len(), "one line per change per signal")
+	assert.Zero(t, logs.FilterMessage(transitionSummaryMessage).Len(), "nothing to summarise")
+}
+
+// TestSamplingDropsRepeatedMessages is the premise: under the collector's
+// default sampling a message logged more than 10 times in 10s loses lines.
+func TestSamplingDropsRepeatedMessages(t *testing.T) {
+	logger, logs, dropped := sampledLogger()
+	for range 80 {
+		logger.Info(transitionMessage(SignalTraces, StateNormal, StateOpen))
+	}
+	assert.Equal(t, 10, logs.Len())
+	assert.Equal(t, int64(70), dropped.Load())
+}
+
+// logAccount adds up, per signal, the changes the log shows: each
+// individual line, plus the counts of the summary lines. last is the state
+// the log last reports for the signal.
+type logAccount struct {
+	lines, summarised [decision.NumSignals]int
+	last              [decision.NumSignals]string
+}
+
+func accountLogs(t *testing.T, entries []observer.LoggedEntry) logAccount {
+	var a logAccount
+	for _, en := range entries {
+		f := en.ContextMap()
+		switch {
+		case en.Message == transitionSummaryMessage:
+			for _, s := range allSignals {
+				v, ok := f[s.String()]
+				if !ok {
+					continue
+				}
+				m := v.(map[string]any)
+				a.summarised[s] += m["changes"].(int)
+				a.last[s] = m["state"].(string)
+			}
+		case f["from"] != nil:
+			s, ok := decision.ParseSignal(f["signal"].(string))
+			require.True(t, ok)
+			require.Equal(t, transitionMessage(s, parseState(t, f["from"]), parseState(t, f["to"])), en.Message)
+			a.lines[s]++
+			a.last[s] = f["to"].(string)
+		}
+	}
+	return a
+}
+
+func parseState(t *testing.T, v any) State {
+	for st := decision.Normal; st <= decision.Open; st++ {
+		if st.String() == v {
+			return st
+		}
+	}
+	t.Fatalf("unknown state %v", v)
+	return 0
+}
+
+// TestTransitionsSurviveLogSampling flaps the state 40 times (80 changes
+// per signal, well within 10s) under the collector's default sampling: the
+// sampler must drop nothing, and the log must account for every change,
+// individually or in the summary, and end on the current state.
+func TestTransitionsSurviveLogSampling(t *testing.T) {
+	logger, logs, dropped := sampledLogger()
+	set := nopSettings()
+	set.Logger = logger
+	src := newFakeSource(50)
+	e := startTestExtension(t, src, testConfig(t), set)
+	waitValid(t, e, 0.5)
+
+	const cycles = 40
+	start := time.Now()
+	for range cycles {
+		src.setMem(95)
+		waitState(t, e, StateOpen)
+		src.setMem(50)
+		waitState(t, e, StateNormal)
+	}
+	// Shutdown writes the summary of the window still open.
+	require.NoError(t, e.Shutdown(context.Background()))
+
+	assert.Zero(t, dropped.Load(), "the collector's sampler dropped state-change lines")
+	a := accountLogs(t, logs.All())
+	for _, s := range allSignals {
+		assert.Equal(t, 2*cycles, a.lines[s]+a.summarised[s], "%s: every change is in the log", s)
+		assert.LessOrEqual(t, a.lines[s], 2*cycles)
+		assert.Positive(t, a.lines[s], s.String())
+		assert.Equal(t, "normal", a.last[s], "%s: the log ends on the current state", s)
+	}
+	// Bounded volume: per 10s window at most 5 lines per signal and one
+	// summary (normally the whole run is one window).
+	windows := 1 + int(time.Since(start)/transitionLogWindow)
+	assert.LessOrEqual(t, logs.FilterMessage(transitionSummaryMessage).Len(), windows)
+	for _, s := range allSignals {
+		assert.LessOrEqual(t, a.lines[s], windows*transitionLinesPerWindow, s.String())
+	}
+}
+
+// fakeClock is a zapcore.Clock and the transitionLog's clock at once, so the
+// collector's sampler and the extension's window see the same time.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) NewTicker(d time.Duration) *time.Ticker { return time.NewTicker(d) }
+
+// TestTransitionLogUnderSamplingLongRun replays half an hour of a flapping
+// state at random rates against the collector's sampler on a fake clock:
+// nothing is ever dropped, every change is accounted for, the summaries
+// come at most once per window and within one sample of the window's end.
+func TestTransitionLogUnderSamplingLongRun(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	logger, logs, dropped := sampledLogger(zap.WithClock(clock))
+	l := newTransitionLog(logger, clock.Now)
+	rng := rand.New(rand.NewPCG(1, 2))
+
+	const interval = 250 * time.Millisecond
+	var changes [decision.NumSignals]int
+	state := decision.Normal
+	end := clock.Now().Add(30 * time.Minute)
+	for clock.Now().Before(end) {
+		clock.advance(interval)
+		// Bursts of flapping (a change every tick) alternate with calm.
+		if (clock.Now().Unix()/45)%2 == 0 || rng.IntN(20) == 0 {
+			next := decision.State(rng.IntN(3))
+			if next != state {
+				for s := range decision.NumSignals {
+					l.transition(decision.Transition{Signal: s, From: state, To: next, Level: sampler.WaterLevel{At: clock.Now()}})
+					changes[s]++
+				}
+				state = next
+			}
+		}
+		l.tick()
+	}
+	l.flush()
+
+	assert.Zero(t, dropped.Load())
+	a := accountLogs(t, logs.All())
+	for _, s := range allSignals {
+		assert.Equal(t, changes[s], a.lines[s]+a.summarised[s], s.String())
+		assert.Equal(t, state.String(), a.last[s], s.String())
+		assert.Positive(t, a.summarised[s], "the replay must exercise the summary")
+	}
+	var prev time.Time
+	summaries := logs.FilterMessage(transitionSummaryMessage).All()
+	require.Greater(t, len(summaries), 10)
+	for _, en := range summaries[:len(summaries)-1] { // the last may be the final flush
+		if !prev.IsZero() {
+			assert.GreaterOrEqual(t, en.Time.Sub(prev), transitionLogWindow)
+		}
+		prev = en.Time
+		w := en.ContextMap()["window"].(time.Duration)
+		assert.GreaterOrEqual(t, w, transitionLogWindow)
+		assert.Less(t, w, transitionLogWindow+interval)
+	}
+}
+
+// TestLogMessagesHaveDistinctSamplerKeys: zap's sampler counts entries per
+// level in 4096 buckets keyed by fnv32a(message). Two of our messages in one
+// bucket would share one allowance of 10 and lose lines; check they do not.
+func TestLogMessagesHaveDistinctSamplerKeys(t *testing.T) {
+	fnv32a := func(s string) uint32 { // as in zapcore/sampler.go
+		h := uint32(2166136261)
+		for i := 0; i < len(s); i++ {
+			h ^= uint32(s[i])
+			h *= 16777619
+		}
+		return h
+	}
+	info := []string{transitionSummaryMessage, "throttle started"}
+	for _, s := range allSignals {
+		for from := decision.Normal; from <= decision.Open; from++ {
+			for to := decision.Normal; to <= decision.Open; to++ {
+				if from != to {
+					info = append(info, transitionMessage(s, from, to))
+				}
+			}
+		}
+	}
+	seen := map[uint32]string{}
+	for _, m := range info {
+		b := fnv32a(m) % 4096
+		if other, ok := seen[b]; ok {
+			t.Errorf("%q and %q share sampler bucket %d", m, other, b)
+		}
+		seen[b] = m
+	}
+	assert.Len(t, info, 26)
+	assert.True(t, strings.HasPrefix(transitionSummaryMessage, "throttle: "))
+}

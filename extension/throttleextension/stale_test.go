@@ -1,0 +1,168 @@
+package throttleextension
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+)
+
+// blockingSource is a fakeSource whose CPUTime blocks while a gate is set,
+// as a read stuck in the kernel would.
+type blockingSource struct {
+	*fakeSource
+	mu      sync.Mutex
+	gate    chan struct{}
+	blocked chan struct{} // one send when a read starts blocking
+}
+
+func newBlockingSource(pct uint64) *blockingSource {
+	return &blockingSource{fakeSource: newFakeSource(pct), blocked: make(chan struct{}, 1)}
+}
+
+func (b *blockingSource) CPUTime() (time.Duration, error) {
+	b.mu.Lock()
+	g := b.gate
+	b.mu.Unlock()
+	if g != nil {
+		select {
+		case b.blocked <- struct{}{}:
+		default:
+		}
+		<-g
+	}
+	return b.fakeSource.CPUTime()
+}
+
+// block makes the next CPUTime block and waits until the sampler is stuck in
+// it; the returned func releases it (idempotent).
+func (b *blockingSource) block(t *testing.T) (release func()) {
+	gate := make(chan struct{})
+	b.mu.Lock()
+	b.gate = gate
+	b.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.gate = nil
+			b.mu.Unlock()
+			close(gate)
+		})
+	}
+	t.Cleanup(release) // before Shutdown, which waits for the sampler
+	select {
+	case <-b.blocked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sampler never read the CPU time")
+	}
+	return release
+}
+
+// staleGauge reads throttle_sampler_stale (-1 when not reported).
+func staleGauge(t *testing.T, tel *componenttest.Telemetry) int64 {
+	m, err := tel.GetMetric("otelcol_throttle_sampler_stale")
+	require.NoError(t, err)
+	g, ok := m.Data.(metricdata.Gauge[int64])
+	require.True(t, ok, "%T", m.Data)
+	if len(g.DataPoints) != 1 {
+		return -1
+	}
+	return g.DataPoints[0].Value
+}
+
+func observedSettings(tel *componenttest.Telemetry, level zapcore.Level) (*observer.ObservedLogs, func() *zap.Logger) {
+	core, logs := observer.New(level)
+	return logs, func() *zap.Logger { return zap.New(core) }
+}
+
+// TestStaleLevelFallsBackToAdmit: the sampler blocks in a read while the
+// collector is Open. After stale_after_intervals without a fresh sample,
+// every signal is admitted, the gauge is 1 and a Warn is logged once; when
+// the read returns, the fresh level rules again (still Open), the gauge is 0
+// and an Info says so.
+func TestStaleLevelFallsBackToAdmit(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
+	set := metadatatest.NewSettings(tel)
+	logs, logger := observedSettings(tel, zapcore.InfoLevel)
+	set.Logger = logger()
+
+	src := newBlockingSource(95) // over mem hard: Open
+	cfg := testConfig(t, func(c *Config) { c.StaleAfterIntervals = 20 })
+	// 200ms: short for the test, long enough that a sampler starved by a
+	// loaded -race run does not start a second episode after the release.
+	require.Equal(t, 200*time.Millisecond, cfg.StaleAfter())
+	e := startTestExtension(t, src, cfg, set)
+	waitState(t, e, StateOpen)
+	require.Equal(t, DenyOpen, e.Decide(SignalTraces))
+	require.Equal(t, int64(0), staleGauge(t, tel))
+
+	release := src.block(t)
+	require.Eventually(t, func() bool { return e.Decide(SignalTraces) == Admit }, 10*time.Second, time.Millisecond,
+		"a blocked sampler must not hold Open for ever")
+	assert.True(t, e.engine.Stale())
+	for _, s := range allSignals {
+		assert.Equal(t, Admit, e.Decide(s), s.String())
+		assert.Equal(t, StateNormal, e.State(s), s.String())
+	}
+	metadatatest.AssertEqualThrottleSamplerStale(t, tel, []metricdata.DataPoint[int64]{
+		{Attributes: attribute.NewSet(attribute.String("extension", "throttle")), Value: 1},
+	}, metricdatatest.IgnoreTimestamp())
+	warns := logs.FilterMessageSnippet("no fresh water level").All()
+	require.Len(t, warns, 1, "one Warn per stale episode, not one per tick")
+	assert.Equal(t, zapcore.WarnLevel, warns[0].Level)
+	assert.Equal(t, 200*time.Millisecond, warns[0].ContextMap()["stale_after"])
+	assert.GreaterOrEqual(t, warns[0].ContextMap()["since_last_sample"], 200*time.Millisecond)
+
+	release()
+	require.Eventually(t, func() bool { return e.Decide(SignalTraces) == DenyOpen }, 10*time.Second, time.Millisecond,
+		"the first fresh sample restores the real decision")
+	require.Eventually(t, func() bool { return staleGauge(t, tel) == 0 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		return logs.FilterMessageSnippet("fresh water level again").FilterLevelExact(zapcore.InfoLevel).Len() == 1
+	}, 10*time.Second, time.Millisecond)
+	assert.Len(t, logs.FilterMessageSnippet("no fresh water level").All(), 1)
+	assert.False(t, e.engine.Stale())
+
+	require.NoError(t, e.Shutdown(context.Background()))
+}
+
+// TestStaleAfterZeroHolds: stale_after_intervals: 0 starts no watchdog and
+// holds the last level however long the sampler is stuck.
+func TestStaleAfterZeroHolds(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	src := newBlockingSource(95)
+	e := startTestExtension(t, src, testConfig(t), nopSettings()) // testConfig: 0
+	require.Nil(t, e.stale)
+	waitState(t, e, StateOpen)
+	release := src.block(t)
+	assert.Never(t, func() bool { return e.Decide(SignalTraces) != DenyOpen }, 200*time.Millisecond, 5*time.Millisecond)
+	assert.False(t, e.engine.Stale())
+	release()
+	require.NoError(t, e.Shutdown(context.Background()))
+}
+
+// TestStaleWatchdogStopsAtShutdown: the watchdog goroutine is gone after
+// Shutdown, with or without a stale episode, and a second Shutdown is fine.
+func TestStaleWatchdogStopsAtShutdown(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfterIntervals = 2 }), nopSettings())
+	require.NotNil(t, e.stale)
+	require.NoError(t, e.Shutdown(context.Background()))
+	require.NoError(t, e.Shutdown(context.Background()))
+}

@@ -1,0 +1,407 @@
+package throttleextension
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/extension/extensiontest"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
+	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// statusTestSource drives the water level: no CPU used, a working set the
+// test sets, against a fixed memory limit.
+type statusTestSource struct{ workingSet atomic.Uint64 }
+
+const (
+	statusTestLimit = 1000
+	statusTestCalm  = 500 // 0.50: under every memory line
+	statusTestOver  = 950 // 0.95: over mem hard (0.92, breach_n 1): Open in one sample
+)
+
+func (*statusTestSource) CPUTime() (time.Duration, error) { return 0, nil }
+func (s *statusTestSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
+func (*statusTestSource) Limits() (cgroup.Limits, error) {
+	return cgroup.Limits{MemLimit: statusTestLimit}, nil
+}
+func (*statusTestSource) Describe() string { return "status test source" }
+
+// statusHost is a host that records the component status events reported to
+// it, as the service's host does.
+type statusHost struct {
+	component.Host
+	mu     sync.Mutex
+	events []*componentstatus.Event
+	ch     chan *componentstatus.Event
+}
+
+var _ componentstatus.Reporter = (*statusHost)(nil)
+
+func newStatusHost() *statusHost {
+	return &statusHost{Host: componenttest.NewNopHost(), ch: make(chan *componentstatus.Event, 100)}
+}
+
+func (h *statusHost) Report(ev *componentstatus.Event) {
+	h.mu.Lock()
+	h.events = append(h.events, ev)
+	h.mu.Unlock()
+	h.ch <- ev
+}
+
+func (h *statusHost) recorded() []*componentstatus.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*componentstatus.Event(nil), h.events...)
+}
+
+// next waits for the next reported event; the timeout only bounds a failing
+// test.
+func (h *statusHost) next(t *testing.T) *componentstatus.Event {
+	t.Helper()
+	select {
+	case ev := <-h.ch:
+		return ev
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no component status event reported")
+		return nil
+	}
+}
+
+// startStatusExtension creates the extension through its factory with a 10ms
+// sample interval and no CPU slot plus the extra keys, and starts it on host.
+func startStatusExtension(t *testing.T, host component.Host, extra map[string]any) (*throttleExtension, *statusTestSource) {
+	t.Helper()
+	src := &statusTestSource{}
+	src.workingSet.Store(statusTestCalm)
+	f := NewFactory(WithResourceSource(src))
+	cfg := f.CreateDefaultConfig()
+	conf := map[string]any{
+		"sample_interval": "10ms",
+		"recovery_ramp":   "0s",
+		// A sampler starved under -race must not turn Open into Normal.
+		"stale_after_intervals": 0,
+		"thresholds":            map[string]any{"cpu": map[string]any{"enabled": false}},
+	}
+	maps.Copy(conf, extra)
+	require.NoError(t, confmap.NewFromStringMap(conf).Unmarshal(cfg))
+	require.NoError(t, confmap.Validate(cfg))
+	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	e := ext.(*throttleExtension)
+	require.NoError(t, e.Start(context.Background(), host))
+	// Shutdown is idempotent: tests that check what it does call it first.
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	return e, src
+}
+
+// statusDoc is the part of GET /status the tests read.
+type statusDoc struct {
+	Source string `json:"source"`
+	Time   int64  `json:"time"`
+	Level  struct {
+		Mem        float64 `json:"mem"`
+		MemValid   bool    `json:"mem_valid"`
+		WorkingSet uint64  `json:"working_set"`
+		MemLimit   uint64  `json:"mem_limit"`
+	} `json:"level"`
+	Thresholds map[string]struct {
+		Enabled bool    `json:"enabled"`
+		Hard    float64 `json:"hard"`
+	} `json:"thresholds"`
+	Signals []struct {
+		Name            string  `json:"name"`
+		Enabled         bool    `json:"enabled"`
+		State           string  `json:"state"`
+		DropProbability float64 `json:"drop_probability"`
+		Allowed         uint64  `json:"allowed"`
+		Denied          struct {
+			Shed   uint64 `json:"shed"`
+			Open   uint64 `json:"open"`
+			Budget uint64 `json:"budget"`
+		} `json:"denied"`
+	} `json:"signals"`
+	Budget struct {
+		Limit int64 `json:"limit"`
+	} `json:"budget"`
+	History struct {
+		Length int `json:"length"`
+	} `json:"history"`
+}
+
+func getStatus(t require.TestingT, c *http.Client, base string) statusDoc {
+	resp, err := c.Get(base + "/status")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Type"), "application/json")
+	var doc statusDoc
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+	return doc
+}
+
+func TestStatusPageServesLiveStatus(t *testing.T) {
+	e, src := startStatusExtension(t, componenttest.NewNopHost(), map[string]any{
+		"status": map[string]any{"endpoint": "127.0.0.1:0"},
+		"rules":  map[string]any{"logs": map[string]any{"enabled": false}},
+	})
+	addr := e.status.addr()
+	require.NotNil(t, addr, "status server not listening")
+	base := "http://" + addr.String()
+	tr := &http.Transport{}
+	c := &http.Client{Transport: tr}
+	defer tr.CloseIdleConnections()
+
+	// Decisions counted by every path show up per signal.
+	e.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
+	e.Record(middleware.ProtocolGRPC, decision.Traces, decision.Admit)
+	e.RecordProcessorDecision(decision.Traces, decision.DenyShed)
+	e.Record(middleware.ProtocolGRPC, decision.Metrics, decision.DenyBudget)
+
+	doc := getStatus(t, c, base)
+	assert.Equal(t, "status test source", doc.Source)
+	assert.NotZero(t, doc.Time)
+	assert.True(t, doc.Level.MemValid)
+	assert.InDelta(t, 0.5, doc.Level.Mem, 1e-9)
+	assert.Equal(t, uint64(statusTestCalm), doc.Level.WorkingSet)
+	assert.Equal(t, uint64(statusTestLimit), doc.Level.MemLimit)
+	assert.False(t, doc.Thresholds["cpu"].Enabled)
+	assert.True(t, doc.Thresholds["mem"].Enabled)
+	assert.InDelta(t, 0.92, doc.Thresholds["mem"].Hard, 1e-9)
+	require.Len(t, doc.Signals, int(decision.NumSignals))
+	for i, s := range doc.Signals {
+		assert.Equal(t, decision.Signal(i).String(), s.Name)
+		assert.Equal(t, "normal", s.State, s.Name)
+		assert.Equal(t, decision.Signal(i) != decision.Logs, s.Enabled, s.Name)
+	}
+	tr0 := doc.Signals[decision.Traces]
+	assert.Equal(t, uint64(2), tr0.Allowed)
+	assert.Equal(t, uint64(1), tr0.Denied.Shed)
+	assert.Equal(t, uint64(1), doc.Signals[decision.Metrics].Denied.Budget)
+	assert.Positive(t, doc.Budget.Limit, "auto budget sized from the memory limit")
+	assert.Positive(t, doc.History.Length, "the ring holds the samples taken so far")
+
+	// Overload: the page follows the state machines within a few samples.
+	src.workingSet.Store(statusTestOver)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		d := getStatus(ct, c, base)
+		assert.InDelta(ct, 0.95, d.Level.Mem, 1e-9)
+		for _, s := range d.Signals {
+			assert.Equal(ct, "open", s.State, s.Name)
+			if s.Enabled {
+				assert.InDelta(ct, 1, s.DropProbability, 1e-9, s.Name)
+			} else { // exempt: admitted even in Open
+				assert.Zero(ct, s.DropProbability, s.Name)
+			}
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+
+	// The history shows the Open state and the totals. At a 10ms interval
+	// the ring keeps one sample per 125ms (statuspage.NewRingFor), so the
+	// Open sample may not be there yet.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		resp, err := c.Get(base + "/status/history")
+		require.NoError(ct, err)
+		defer resp.Body.Close()
+		var hist struct {
+			Samples []struct {
+				States  []uint8 `json:"states"`
+				Allowed uint64  `json:"allowed"`
+				Denied  uint64  `json:"denied"`
+			} `json:"samples"`
+		}
+		require.NoError(ct, json.NewDecoder(resp.Body).Decode(&hist))
+		require.NotEmpty(ct, hist.Samples)
+		last := hist.Samples[len(hist.Samples)-1]
+		assert.Equal(ct, uint8(decision.Open), last.States[decision.Traces])
+		assert.Equal(ct, uint64(2), last.Allowed)
+		assert.Equal(ct, uint64(2), last.Denied)
+	}, 10*time.Second, 20*time.Millisecond)
+
+	// The page.
+	resp, err := c.Get(base + "/")
+	require.NoError(t, err)
+	page, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, resp.Header.Get("Content-Type"), "text/html")
+	assert.Contains(t, strings.ToLower(string(page)), "<html")
+
+	tr.CloseIdleConnections()
+	require.NoError(t, e.Shutdown(context.Background()))
+	assert.Nil(t, e.status.addr())
+	conn, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
+	if err == nil {
+		_ = conn.Close()
+	}
+	require.Error(t, err, "the status port is still open after Shutdown")
+}
+
+func TestStatusPageOffByDefault(t *testing.T) {
+	e, _ := startStatusExtension(t, componenttest.NewNopHost(), nil)
+	assert.Nil(t, e.status.addr())
+	assert.Nil(t, e.status.ring)
+}
+
+func TestStatusPageEndpointInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+
+	src := &statusTestSource{}
+	f := NewFactory(WithResourceSource(src))
+	cfg := f.CreateDefaultConfig()
+	require.NoError(t, confmap.NewFromStringMap(map[string]any{
+		"status": map[string]any{"endpoint": busy.Addr().String()},
+	}).Unmarshal(cfg))
+	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	require.Error(t, ext.Start(context.Background(), componenttest.NewNopHost()))
+	// Nothing was left running: Shutdown succeeds and goleak is clean.
+	require.NoError(t, ext.Shutdown(context.Background()))
+}
+
+func TestReportStatusOpenAndRecovery(t *testing.T) {
+	host := newStatusHost()
+	e, src := startStatusExtension(t, host, map[string]any{
+		"report_status": true,
+		// An exempt signal rejects nothing in Open, so it is not named.
+		"rules": map[string]any{"logs": map[string]any{"enabled": false}},
+	})
+
+	src.workingSet.Store(statusTestOver)
+	ev := host.next(t)
+	require.Equal(t, componentstatus.StatusRecoverableError, ev.Status())
+	require.EqualError(t, ev.Err(), "throttle: traces, metrics, profiles open (collector overloaded); rejecting requests")
+	assert.Equal(t, StateOpen, e.State(SignalTraces))
+
+	src.workingSet.Store(statusTestCalm)
+	ev = host.next(t)
+	require.Equal(t, componentstatus.StatusOK, ev.Status())
+	require.NoError(t, ev.Err())
+	assert.NotEqual(t, StateOpen, e.State(SignalTraces))
+
+	// Twice more, to see that only transitions are reported.
+	src.workingSet.Store(statusTestOver)
+	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status())
+	src.workingSet.Store(statusTestCalm)
+	require.Equal(t, componentstatus.StatusOK, host.next(t).Status())
+
+	require.NoError(t, e.Shutdown(context.Background()))
+	got := host.recorded()
+	statuses := make([]componentstatus.Status, len(got))
+	for i, ev := range got {
+		statuses[i] = ev.Status()
+	}
+	assert.Equal(t, []componentstatus.Status{
+		componentstatus.StatusRecoverableError, componentstatus.StatusOK,
+		componentstatus.StatusRecoverableError, componentstatus.StatusOK,
+	}, statuses)
+}
+
+// The first sample is taken inside Start: an extension that starts already
+// overloaded reports the error too.
+func TestReportStatusOpenAtStart(t *testing.T) {
+	host := newStatusHost()
+	src := &statusTestSource{}
+	src.workingSet.Store(statusTestOver)
+	f := NewFactory(WithResourceSource(src))
+	cfg := f.CreateDefaultConfig()
+	require.NoError(t, confmap.NewFromStringMap(map[string]any{
+		"report_status": true, "sample_interval": "10ms", "stale_after_intervals": 0,
+	}).Unmarshal(cfg))
+	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	require.NoError(t, ext.Start(context.Background(), host))
+	defer func() { require.NoError(t, ext.Shutdown(context.Background())) }()
+	ev := host.next(t)
+	assert.Equal(t, componentstatus.StatusRecoverableError, ev.Status())
+	assert.EqualError(t, ev.Err(), "throttle: traces, metrics, logs, profiles open (collector overloaded); rejecting requests")
+}
+
+func TestReportStatusOffByDefault(t *testing.T) {
+	host := newStatusHost()
+	e, src := startStatusExtension(t, host, nil)
+	src.workingSet.Store(statusTestOver)
+	require.Eventually(t, func() bool { return e.State(SignalTraces) == StateOpen }, 10*time.Second, 5*time.Millisecond)
+	src.workingSet.Store(statusTestCalm)
+	require.Eventually(t, func() bool { return e.State(SignalTraces) != StateOpen }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, e.Shutdown(context.Background()))
+	assert.Empty(t, host.recorded())
+}
+
+// The sampler goroutine records into the ring and checks for a status
+// change on every sample: without a change it must not allocate.
+func TestStatusRecordDoesNotAllocate(t *testing.T) {
+	src := &statusTestSource{}
+	f := NewFactory(WithResourceSource(src))
+	cfg := f.CreateDefaultConfig()
+	require.NoError(t, confmap.NewFromStringMap(map[string]any{
+		"report_status": true, "status": map[string]any{"endpoint": "127.0.0.1:0"},
+	}).Unmarshal(cfg))
+	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	e := ext.(*throttleExtension)
+	wl := &sampler.WaterLevel{Mem: 0.5, MemValid: true, At: time.Now()}
+	allocs := testing.AllocsPerRun(100, func() {
+		e.status.record(wl)
+		e.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
+	})
+	assert.Zero(t, allocs)
+	assert.Positive(t, e.status.ring.Len())
+	require.NoError(t, ext.Shutdown(context.Background()))
+}
+
+// The stale fallback turns every signal Normal without a sample; whoever
+// triggers it calls reportChange, which then reports OK: a throttle that
+// admits everything must not keep the component in error.
+func TestReportStatusStaleFallback(t *testing.T) {
+	f := NewFactory(WithResourceSource(&statusTestSource{}))
+	cfg := f.CreateDefaultConfig()
+	require.NoError(t, confmap.NewFromStringMap(map[string]any{"report_status": true}).Unmarshal(cfg))
+	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	e := ext.(*throttleExtension)
+	host := newStatusHost()
+	e.status.host = host // as Start does; the engine is driven by hand below
+
+	e.engine.Observe(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()})
+	e.status.reportChange()
+	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status())
+	e.status.reportChange() // no change, no report
+
+	require.Eventually(t, func() bool { return e.engine.Expire(time.Nanosecond) }, 10*time.Second, time.Millisecond)
+	live := e.status.live()
+	assert.True(t, live.Stale)
+	for _, s := range live.Signals {
+		assert.Equal(t, StateNormal, s.State)
+		assert.Zero(t, s.DropProbability)
+	}
+	e.status.reportChange()
+	require.Equal(t, componentstatus.StatusOK, host.next(t).Status())
+
+	// Once Shutdown has begun nothing is reported (the host is Stopping).
+	e.engine.Observe(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()})
+	require.NoError(t, ext.Shutdown(context.Background()))
+	e.status.reportChange()
+	assert.Len(t, host.recorded(), 2)
+}

@@ -1,0 +1,379 @@
+package throttleextension
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// idAttr is the component ID attribute metadatatest.NewSettings gives.
+var idAttr = attribute.String("extension", "throttle")
+
+func newTestTelemetry(t *testing.T) *componenttest.Telemetry {
+	tt := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
+	return tt
+}
+
+// wantLevels is the water_level gauge with CPU at 0 (constant CPU time),
+// memory at mem, and the default lines.
+func wantLevels(mem float64) []metricdata.DataPoint[float64] {
+	kv := []struct {
+		kind string
+		v    float64
+	}{
+		{"cpu", 0}, {"cpu_slow", 0}, {"cpu_fast", 0}, {"mem", mem},
+		{"cpu_enter", 0.80}, {"cpu_exit", 0.70}, {"cpu_hard", 0.90},
+		{"mem_enter", 0.85}, {"mem_exit", 0.78}, {"mem_hard", 0.92},
+	}
+	dps := make([]metricdata.DataPoint[float64], 0, len(kv))
+	for _, p := range kv {
+		dps = append(dps, metricdata.DataPoint[float64]{
+			Attributes: attribute.NewSet(idAttr, attribute.String("kind", p.kind)),
+			Value:      p.v,
+		})
+	}
+	return dps
+}
+
+func wantStates(st State) []metricdata.DataPoint[int64] {
+	var dps []metricdata.DataPoint[int64]
+	for _, s := range allSignals {
+		dps = append(dps, metricdata.DataPoint[int64]{
+			Attributes: attribute.NewSet(idAttr, attribute.String("signal", s.String())),
+			Value:      int64(st),
+		})
+	}
+	return dps
+}
+
+func wantInflight(reserved, limit int64) []metricdata.DataPoint[int64] {
+	return []metricdata.DataPoint[int64]{
+		{Attributes: attribute.NewSet(idAttr, attribute.String("budget", "reserved")), Value: reserved},
+		{Attributes: attribute.NewSet(idAttr, attribute.String("budget", "limit")), Value: limit},
+	}
+}
+
+// requestCounts is the expected throttle_requests, cumulative.
+type requestCounts map[[3]string]int64 // protocol, signal, reason ("" = allowed)
+
+func (c requestCounts) add(p string, s Signal, v Verdict) { c[[3]string{p, s.String(), v.Reason()}]++ }
+
+func (c requestCounts) dps() []metricdata.DataPoint[int64] {
+	var dps []metricdata.DataPoint[int64]
+	for k, n := range c {
+		attrs := []attribute.KeyValue{idAttr, attribute.String("protocol", k[0]), attribute.String("signal", k[1])}
+		if k[2] == "" {
+			attrs = append(attrs, attribute.String("decision", "allowed"))
+		} else {
+			attrs = append(attrs, attribute.String("decision", "denied"), attribute.String("reason", k[2]))
+		}
+		dps = append(dps, metricdata.DataPoint[int64]{Attributes: attribute.NewSet(attrs...), Value: n})
+	}
+	return dps
+}
+
+// inflightReserved reads budget=reserved from the gauge.
+func inflightReserved(t *testing.T, tt *componenttest.Telemetry) int64 {
+	m, err := tt.GetMetric("otelcol_throttle_inflight_bytes")
+	require.NoError(t, err)
+	for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+		if v, _ := dp.Attributes.Value("budget"); v.AsString() == "reserved" {
+			return dp.Value
+		}
+	}
+	t.Fatal("no budget=reserved point")
+	return 0
+}
+
+// TestTelemetryThroughSeam drives the state through the fake source and
+// checks every metric, exactly, after each step.
+func TestTelemetryThroughSeam(t *testing.T) {
+	ctx := context.Background()
+	tt := newTestTelemetry(t)
+	src := newFakeSource(50)
+	e := startTestExtension(t, src, testConfig(t), metadatatest.NewSettings(tt))
+
+	// auto with a 100 MiB limit: 100MiB/12, inside the [4MiB, 256MiB] clamp.
+	const budget = 8738133
+	require.Equal(t, int64(budget), int64(AutoInflightBudget().ResolveBudget(testMemLimit)))
+
+	// A tiny receiver behind the HTTP middleware; it records the reserved
+	// bytes it sees while it runs.
+	var seenReserved int64
+	wrap, err := e.GetHTTPHandler(ctx)
+	require.NoError(t, err)
+	h, err := wrap(ctx, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		seenReserved = inflightReserved(t, tt)
+		w.WriteHeader(http.StatusOK)
+	}))
+	require.NoError(t, err)
+	post := func(path string, contentLength int64) int {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(strings.Repeat("x", 1000)))
+		req.ContentLength = contentLength
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	paths := map[Signal]string{
+		SignalTraces: "/v1/traces", SignalMetrics: "/v1/metrics",
+		SignalLogs: "/v1/logs", SignalProfiles: "/v1development/profiles",
+	}
+	want := requestCounts{}
+	assertRequests := func() {
+		t.Helper()
+		metadatatest.AssertEqualThrottleRequests(t, tt, want.dps(), metricdatatest.IgnoreTimestamp())
+	}
+
+	// Step 1: Normal at 50%.
+	waitValid(t, e, 0.5)
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateNormal), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+	for _, s := range allSignals {
+		seenReserved = -1
+		require.Equal(t, http.StatusOK, post(paths[s], 1000), s.String())
+		want.add("http", s, Admit)
+		if s == SignalMetrics {
+			assert.Zero(t, seenReserved, "an exempt signal bypasses the budget")
+		} else {
+			assert.Equal(t, int64(1000), seenReserved, "reserved while %s is handled", s)
+		}
+	}
+	require.Equal(t, http.StatusOK, post("/health", 1000), "unclassified")
+	e.RecordProcessorDecision(SignalTraces, Admit)
+	want.add("processor", SignalTraces, Admit)
+	assertRequests()
+	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+
+	// Step 2: Open at 95%.
+	src.setMem(95)
+	waitState(t, e, StateOpen)
+	waitValid(t, e, 0.95)
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateOpen), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.95), metricdatatest.IgnoreTimestamp())
+	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalTraces], 1000))
+	want.add("http", SignalTraces, DenyOpen)
+	require.Equal(t, http.StatusOK, post(paths[SignalMetrics], 1000), "metrics is exempt")
+	want.add("http", SignalMetrics, Admit)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalLogs], 1000))
+	want.add("http", SignalLogs, DenyOpen)
+	e.RecordProcessorDecision(SignalLogs, DenyOpen)
+	want.add("processor", SignalLogs, DenyOpen)
+	e.Record(middleware.ProtocolGRPC, SignalTraces, DenyOpen)
+	want.add("grpc", SignalTraces, DenyOpen)
+	assertRequests()
+
+	// Step 3: Shedding at 87% (below hard, above exit).
+	src.setMem(87)
+	waitState(t, e, StateShedding)
+	waitValid(t, e, 0.87)
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateShedding), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.87), metricdatatest.IgnoreTimestamp())
+	e.RecordProcessorDecision(SignalTraces, DenyShed)
+	want.add("processor", SignalTraces, DenyShed)
+	e.Record(middleware.ProtocolGRPC, SignalProfiles, Admit)
+	want.add("grpc", SignalProfiles, Admit)
+	assertRequests()
+
+	// Step 4: Normal again at 50%; a request larger than the budget is
+	// denied by it, and nothing stays reserved.
+	src.setMem(50)
+	waitState(t, e, StateNormal)
+	waitValid(t, e, 0.5)
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateNormal), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
+	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalTraces], budget+1))
+	want.add("http", SignalTraces, DenyBudget)
+	require.Equal(t, http.StatusOK, post(paths[SignalTraces], budget))
+	want.add("http", SignalTraces, Admit)
+	assert.Equal(t, int64(budget), seenReserved, "a request of exactly the budget fits")
+	e.RecordProcessorDecision(SignalProfiles, DenyBudget)
+	want.add("processor", SignalProfiles, DenyBudget)
+	assertRequests()
+	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+
+	// The sampler histograms: one point with the component ID, counts > 0,
+	// the declared buckets.
+	for name, bounds := range map[string][]float64{
+		"otelcol_throttle_sampler_interval": {0.01, 0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 1, 2, 5},
+		"otelcol_throttle_sampler_duration": {0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05},
+	} {
+		m, err := tt.GetMetric(name)
+		require.NoError(t, err)
+		dps := m.Data.(metricdata.Histogram[float64]).DataPoints
+		require.Len(t, dps, 1, name)
+		assert.Equal(t, attribute.NewSet(idAttr), dps[0].Attributes, name)
+		assert.Positive(t, dps[0].Count, name)
+		assert.Equal(t, bounds, dps[0].Bounds, name)
+	}
+	hist := []metricdata.HistogramDataPoint[float64]{{Attributes: attribute.NewSet(idAttr)}}
+	metadatatest.AssertEqualThrottleSamplerInterval(t, tt, hist, metricdatatest.IgnoreTimestamp(), metricdatatest.IgnoreValue())
+	metadatatest.AssertEqualThrottleSamplerDuration(t, tt, hist, metricdatatest.IgnoreTimestamp(), metricdatatest.IgnoreValue())
+}
+
+// TestTelemetryBudgetReserved checks budget=limit for a fixed budget and
+// the disabled budget (0 = off: no limit, nothing reserved).
+func TestTelemetryBudgetSettings(t *testing.T) {
+	for name, tc := range map[string]struct {
+		budget InflightBudget
+		limit  int64
+	}{
+		"fixed": {FixedInflightBudget(24 << 20), 24 << 20},
+		"off":   {FixedInflightBudget(0), 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tt := newTestTelemetry(t)
+			startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
+				c.Admission.MaxInflightBytes = tc.budget
+			}), metadatatest.NewSettings(tt))
+			metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, tc.limit), metricdatatest.IgnoreTimestamp())
+		})
+	}
+}
+
+// TestTelemetryDisabledSlot checks that a disabled slot's lines are not
+// reported, and that levels are absent before the sampler starts.
+func TestTelemetryDisabledSlot(t *testing.T) {
+	tt := newTestTelemetry(t)
+	e := newTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
+		c.Thresholds.CPU.Enabled = false
+	}), metadatatest.NewSettings(tt))
+	var lines []metricdata.DataPoint[float64]
+	for _, dp := range wantLevels(0) {
+		if k, _ := dp.Attributes.Value("kind"); strings.HasPrefix(k.AsString(), "mem_") {
+			lines = append(lines, dp)
+		}
+	}
+	// Not started: only the lines.
+	metadatatest.AssertEqualThrottleWaterLevel(t, tt, lines, metricdatatest.IgnoreTimestamp())
+	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
+	waitValid(t, e, 0.5)
+	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines[:len(lines):len(lines)], wantLevels(0.5)[:4]...), metricdatatest.IgnoreTimestamp())
+}
+
+// TestSamplerErrors makes the memory read fail three times: each failure
+// is counted with resource=mem, and logged once.
+func TestSamplerErrors(t *testing.T) {
+	tt := newTestTelemetry(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	set := metadatatest.NewSettings(tt)
+	set.Logger = zap.New(core)
+	src := newFakeSource(50)
+	src.wsErrors.Store(3)
+	e := startTestExtension(t, src, testConfig(t), set)
+
+	memErrors := func() int64 {
+		m, err := tt.GetMetric("otelcol_throttle_sampler_errors")
+		if err != nil {
+			return 0
+		}
+		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+			if v, _ := dp.Attributes.Value("resource"); v.AsString() == "mem" {
+				return dp.Value
+			}
+		}
+		return 0
+	}
+	require.Eventually(t, func() bool { return memErrors() == 3 }, 10*time.Second, time.Millisecond)
+	// Memory reads again: the level is valid and the count stays.
+	waitValid(t, e, 0.5)
+	assert.Equal(t, int64(3), memErrors())
+
+	m, err := tt.GetMetric("otelcol_throttle_sampler_errors")
+	require.NoError(t, err)
+	sum := m.Data.(metricdata.Sum[int64])
+	assert.True(t, sum.IsMonotonic)
+	for _, dp := range sum.DataPoints {
+		r, _ := dp.Attributes.Value("resource")
+		// Skipped CPU windows (timer jitter) may be counted under cpu;
+		// every point carries the component ID.
+		assert.Contains(t, []string{"mem", "cpu"}, r.AsString())
+		id, _ := dp.Attributes.Value("extension")
+		assert.Equal(t, "throttle", id.AsString())
+		assert.Equal(t, 2, dp.Attributes.Len())
+	}
+
+	warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("resource", "mem")).All()
+	require.Len(t, warns, 1, "a failing read is logged once per 30s, not per tick")
+	assert.Contains(t, warns[0].ContextMap()["error"], errFakeRead.Error())
+}
+
+// TestRecordResourceFallback checks that an unknown resource is counted as
+// limits (the metric's enum has no other value) rather than dropped.
+func TestRecordResourceFallback(t *testing.T) {
+	tt := newTestTelemetry(t)
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
+		level:  func() *sampler.WaterLevel { return nil },
+		state:  func(decision.Signal) decision.State { return decision.Normal },
+		budget: func() (int64, int64) { return 0, 0 },
+		stale:  func() bool { return false },
+	})
+	require.NoError(t, err)
+	defer tel.shutdown()
+	tel.samplerError("limits")
+	tel.samplerError("something")
+	metadatatest.AssertEqualThrottleSamplerErrors(t, tt, []metricdata.DataPoint[int64]{
+		{Attributes: attribute.NewSet(idAttr, attribute.String("resource", "limits")), Value: 2},
+	}, metricdatatest.IgnoreTimestamp())
+	// Out-of-range inputs are ignored, not a panic.
+	tel.record(protocolHTTP, decision.NumSignals, decision.Admit)
+	tel.record(protocolHTTP, decision.Traces, decision.DenyBudget+1)
+	_, err = tt.GetMetric("otelcol_throttle_requests")
+	require.Error(t, err, "nothing recorded")
+}
+
+// BenchmarkRecord is the request path's telemetry: it must not allocate.
+func BenchmarkRecord(b *testing.B) {
+	tt := componenttest.NewTelemetry()
+	defer func() { _ = tt.Shutdown(context.Background()) }()
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
+		level:  func() *sampler.WaterLevel { return nil },
+		state:  func(decision.Signal) decision.State { return decision.Normal },
+		budget: func() (int64, int64) { return 0, 0 },
+		stale:  func() bool { return false },
+	})
+	require.NoError(b, err)
+	defer tel.shutdown()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		tel.record(protocol(i%int(numProtocols)), decision.Signal(i%int(decision.NumSignals)), decision.Verdict(i%4))
+	}
+}
+
+func TestRecordDoesNotAllocate(t *testing.T) {
+	tt := newTestTelemetry(t)
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
+		level:  func() *sampler.WaterLevel { return nil },
+		state:  func(decision.Signal) decision.State { return decision.Normal },
+		budget: func() (int64, int64) { return 0, 0 },
+		stale:  func() bool { return false },
+	})
+	require.NoError(t, err)
+	defer tel.shutdown()
+	tel.record(protocolHTTP, decision.Traces, decision.Admit) // first use creates the series
+	allocs := testing.AllocsPerRun(1000, func() {
+		tel.record(protocolHTTP, decision.Traces, decision.Admit)
+		tel.record(protocolGRPC, decision.Logs, decision.DenyOpen)
+	})
+	assert.Zero(t, allocs)
+}

@@ -1,0 +1,145 @@
+package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// State changes must stay visible in the log when the state flaps, and the
+// collector samples its log by default (service::telemetry::logs::sampling:
+// per 10s tick, the first 10 entries of a message, then 1 in 100; the
+// sampler keys on level and message). A sampled core is what the collector
+// hands us: it cannot be unwrapped, and a distinct message per line would
+// defeat it only by spamming the log. So the extension does its own,
+// deterministic sampling below the collector's, and accounts for what it
+// leaves out:
+//
+//   - Each state change is logged on its own line ("throttle traces: normal
+//     -> open", one message per signal and pair of states) while fewer than
+//     transitionLinesPerWindow changes of that signal have been logged in
+//     the current window.
+//   - A window lasts transitionLogWindow, as long as the collector's tick,
+//     and starts at the first change after the previous one ended. Any tick
+//     of the collector's sampler therefore overlaps at most two windows and
+//     sees at most 2*5 = 10 entries of one message: all of them pass.
+//   - Changes beyond that are counted, and once the window is over a single
+//     summary line ("throttle: state changes not logged individually") gives
+//     each signal's count and the state it is in now. The summary is written
+//     at most once per window (and once more at Shutdown), so it passes too.
+//
+// The guarantee holds for the collector's default sampling as long as no
+// other component logs a message with the same sampler key (fnv32a of the
+// message modulo 4096; our own messages are checked to be distinct by a
+// test). Everything here runs on the sampler goroutine (or in Shutdown after
+// it has stopped); the request path is not involved.
+const (
+	transitionLogWindow      = 10 * time.Second
+	transitionLinesPerWindow = 5
+	transitionSummaryMessage = "throttle: state changes not logged individually (more than 5 of a signal in 10s); counts per signal and the state now"
+)
+
+// transitionLog writes state-change lines with the bounds described above.
+// It is not safe for concurrent use: the sampler goroutine owns it.
+type transitionLog struct {
+	logger *zap.Logger
+	now    func() time.Time
+
+	windowStart time.Time // zero: no window open
+	logged      [decision.NumSignals]int
+	unlogged    [decision.NumSignals]int
+	// latest is each signal's most recent change not logged individually.
+	latest [decision.NumSignals]decision.Transition
+}
+
+func newTransitionLog(logger *zap.Logger, now func() time.Time) *transitionLog {
+	if now == nil {
+		now = time.Now
+	}
+	return &transitionLog{logger: logger, now: now}
+}
+
+// transition logs one state change, or counts it when its signal has used
+// up its lines of the window.
+func (l *transitionLog) transition(t decision.Transition) {
+	if t.Signal >= decision.NumSignals {
+		return
+	}
+	now := l.now()
+	if l.windowStart.IsZero() || now.Sub(l.windowStart) >= transitionLogWindow {
+		l.summarize()
+		l.windowStart = now
+	}
+	if l.logged[t.Signal] >= transitionLinesPerWindow {
+		l.unlogged[t.Signal]++
+		l.latest[t.Signal] = t
+		return
+	}
+	l.logged[t.Signal]++
+	l.logger.Info("throttle "+t.Signal.String()+": "+t.From.String()+" -> "+t.To.String(),
+		zap.String("signal", t.Signal.String()),
+		zap.String("from", t.From.String()),
+		zap.String("to", t.To.String()),
+		zap.Float64("cpu", t.Level.CPU),
+		zap.Float64("cpu_slow", t.Level.CPUSlow),
+		zap.Float64("cpu_fast", t.Level.CPUFast),
+		zap.Bool("cpu_valid", t.Level.CPUValid),
+		zap.Float64("mem", t.Level.Mem),
+		zap.Bool("mem_valid", t.Level.MemValid),
+	)
+}
+
+// tick writes the summary of the window once it is over. It is called
+// after every sample, so the summary is at most one sample interval late.
+func (l *transitionLog) tick() {
+	if !l.windowStart.IsZero() && l.now().Sub(l.windowStart) >= transitionLogWindow {
+		l.summarize()
+	}
+}
+
+// flush writes the summary of the current window now (Shutdown).
+func (l *transitionLog) flush() { l.summarize() }
+
+// summarize writes the summary line if changes went unlogged, and closes the
+// window.
+func (l *transitionLog) summarize() {
+	var fields []zap.Field
+	var lvl *decision.Transition
+	for s := range decision.NumSignals {
+		if l.unlogged[s] == 0 {
+			continue
+		}
+		t := &l.latest[s]
+		fields = append(fields, zap.Object(s.String(), unloggedChanges{n: l.unlogged[s], to: t.To}))
+		if lvl == nil || t.Level.At.After(lvl.Level.At) {
+			lvl = t
+		}
+	}
+	if lvl != nil {
+		fields = append(fields,
+			zap.Duration("window", l.now().Sub(l.windowStart)),
+			zap.Float64("cpu_slow", lvl.Level.CPUSlow),
+			zap.Float64("cpu_fast", lvl.Level.CPUFast),
+			zap.Float64("mem", lvl.Level.Mem),
+		)
+		l.logger.Info(transitionSummaryMessage, fields...)
+	}
+	l.windowStart = time.Time{}
+	l.logged = [decision.NumSignals]int{}
+	l.unlogged = [decision.NumSignals]int{}
+}
+
+// unloggedChanges is one signal's entry of the summary line.
+type unloggedChanges struct {
+	n  int
+	to decision.State
+}
+
+func (u unloggedChanges) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	enc.AddInt("changes", u.n)
+	enc.AddString("state", u.to.String())
+	return nil
+}
