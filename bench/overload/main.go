@@ -51,6 +51,7 @@ type options struct {
 	cpus         float64
 	memMiB       uint64
 	warmup       time.Duration
+	warmupRate   float64
 	duration     time.Duration
 	cooldown     time.Duration
 	cBelow       int
@@ -76,7 +77,8 @@ func main() {
 	flag.StringVar(&o.scenarios, "scenarios", "A,B,C,D,M", "scenarios to run, in order")
 	flag.Float64Var(&o.cpus, "cpus", 1, "CPU quota of the cgroup, in cores")
 	flag.Uint64Var(&o.memMiB, "mem-mib", 300, "memory limit of the cgroup, MiB")
-	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "warmup phase (2 workers, 50-item requests)")
+	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "warmup phase (open loop at -warmup-rate, 50-item requests)")
+	flag.Float64Var(&o.warmupRate, "warmup-rate", 200, "warmup requests/s")
 	flag.DurationVar(&o.duration, "d", 60*time.Second, "load phase per scenario")
 	flag.DurationVar(&o.cooldown, "cooldown", 5*time.Second, "sampling after the load, before stopping the collector")
 	flag.IntVar(&o.cBelow, "c-below", 8, "closed loop concurrency of A and C (the saturation point)")
@@ -338,7 +340,9 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 		Target: e.target, Protocol: loadgen.Protocol(o.protocol), Signals: sigs, Timeout: o.timeout, GRPCConns: 8,
 		CSVPath: filepath.Join(o.out, "loadgen-"+s.name+".csv"),
 		Phases: []loadgen.Phase{
-			{Name: "warmup", Duration: o.warmup, Concurrency: 2, Items: 50, AttrSize: o.attrSize},
+			// Open loop at a low rate: a closed loop saturates a 1-CPU
+			// collector even at c=2, and warmup must reject nothing.
+			{Name: "warmup", Duration: o.warmup, Rate: o.warmupRate, MaxInflight: o.maxInflight, Items: 50, AttrSize: o.attrSize},
 			load,
 		},
 	}
@@ -354,6 +358,7 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 	defer lgOut.Close()
 	st0, _ := e.cg.stats()
 	rep, runErr := r.Run(ctx, io.MultiWriter(lgOut, os.Stdout))
+	e.rec.loadDone.Store(true)
 	if runErr == nil {
 		select {
 		case <-ctx.Done():

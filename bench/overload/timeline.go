@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/loadgen"
@@ -59,6 +60,8 @@ type recorder struct {
 	runner   func() *loadgen.Runner // current generator, nil before it starts
 	w        *csv.Writer
 	logf     func(string, ...any)
+	// loadDone: the generator has finished; later rows are "cooldown".
+	loadDone atomic.Bool
 
 	mu     sync.Mutex
 	points []point
@@ -91,6 +94,9 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 		if lg := r.runner(); lg != nil {
 			p.lg = lg.Snapshot()
 			p.phase = p.lg.Phase
+		}
+		if r.loadDone.Load() {
+			p.phase = "cooldown"
 		}
 		row := []string{r.scenario, f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase,
 			b2s(alive), strconv.Itoa(pid), strconv.Itoa(restarts)}

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -127,7 +126,7 @@ func faultExtension(t *testing.T, src ResourceSource, mutate ...func(*Config)) (
 // throttle in Open falls back to Normal (fail open) rather than rejecting on
 // a level it cannot read; when memory reads again it is Open again.
 func TestFaultsCountedAndWarnedOnce(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	verifyNoLeaks(t)
 	src := newFaultSource(95)
 	e, tel, logs := faultExtension(t, src)
 	waitState(t, e, StateOpen)
@@ -161,7 +160,7 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 // memory limit, so the memory signal is off (invalid, safe) and the
 // throttle admits; it is counted and warned once.
 func TestFaultsLimitsUnreadableFromStart(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	verifyNoLeaks(t)
 	src := newFaultSource(95)
 	src.limitFail.Store(true)
 	e, tel, logs := faultExtension(t, src)
@@ -178,7 +177,7 @@ func TestFaultsLimitsUnreadableFromStart(t *testing.T) {
 // every tick skips every CPU window (counted under cpu, warned once); the
 // memory level still drives the state.
 func TestFaultsCounterKeepsResetting(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	verifyNoLeaks(t)
 	src := newFaultSource(50)
 	src.backwards.Store(true)
 	e, tel, logs := faultExtension(t, src)
@@ -208,7 +207,7 @@ func (s *slowSource) CPUTime() (time.Duration, error) {
 // and warned about once, memory still drives the state, and Shutdown
 // returns.
 func TestFaultsSlowTicks(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	verifyNoLeaks(t)
 	src := &slowSource{faultSource: newFaultSource(50), delay: 20 * time.Millisecond}
 	e, tel, logs := faultExtension(t, src)
 	src.waitTicks(t, 10)
@@ -228,7 +227,7 @@ func TestFaultsSlowTicks(t *testing.T) {
 // keeps them open), so a read may also catch one half-written: whatever it
 // reads, it is counted and warned at most once per resource.
 func TestFaultsRealCgroupReader(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	verifyNoLeaks(t)
 	root := filepath.Join(t.TempDir(), "root")
 	require.NoError(t, os.CopyFS(root, os.DirFS(filepath.Join("..", "..", "internal", "cgroup", "testdata", "v2-container"))))
 	dir := filepath.Join(root, "sys", "fs", "cgroup")

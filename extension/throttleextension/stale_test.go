@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -72,6 +71,11 @@ func (b *blockingSource) block(t *testing.T) (release func()) {
 	return release
 }
 
+// waitTicksBlocked lets a few more watchdog ticks pass while the sampler is
+// blocked, so that a Warn per tick would show. There is nothing to wait on
+// in a ticker that must not fire, so this one sleeps.
+func (b *blockingSource) waitTicksBlocked(*testing.T) { time.Sleep(100 * time.Millisecond) }
+
 // staleGauge reads throttle_sampler_stale (-1 when not reported).
 func staleGauge(t *testing.T, tel *componenttest.Telemetry) int64 {
 	m, err := tel.GetMetric("otelcol_throttle_sampler_stale")
@@ -95,7 +99,7 @@ func observedSettings(tel *componenttest.Telemetry, level zapcore.Level) (*obser
 // the read returns, the fresh level rules again (still Open), the gauge is 0
 // and an Info says so.
 func TestStaleLevelFallsBackToAdmit(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	verifyNoLeaks(t)
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
 	set := metadatatest.NewSettings(tel)
@@ -123,6 +127,10 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	metadatatest.AssertEqualThrottleSamplerStale(t, tel, []metricdata.DataPoint[int64]{
 		{Attributes: attribute.NewSet(attribute.String("extension", "throttle")), Value: 1},
 	}, metricdatatest.IgnoreTimestamp())
+	// The Warn follows the fallback on the watchdog's goroutine.
+	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("no fresh water level").Len() > 0 },
+		10*time.Second, time.Millisecond)
+	src.waitTicksBlocked(t)
 	warns := logs.FilterMessageSnippet("no fresh water level").All()
 	require.Len(t, warns, 1, "one Warn per stale episode, not one per tick")
 	assert.Equal(t, zapcore.WarnLevel, warns[0].Level)
@@ -145,7 +153,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 // TestStaleAfterZeroHolds: stale_after_intervals: 0 starts no watchdog and
 // holds the last level however long the sampler is stuck.
 func TestStaleAfterZeroHolds(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	verifyNoLeaks(t)
 	src := newBlockingSource(95)
 	e := startTestExtension(t, src, testConfig(t), nopSettings()) // testConfig: 0
 	require.Nil(t, e.stale)
@@ -160,7 +168,7 @@ func TestStaleAfterZeroHolds(t *testing.T) {
 // TestStaleWatchdogStopsAtShutdown: the watchdog goroutine is gone after
 // Shutdown, with or without a stale episode, and a second Shutdown is fine.
 func TestStaleWatchdogStopsAtShutdown(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	verifyNoLeaks(t)
 	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfterIntervals = 2 }), nopSettings())
 	require.NotNil(t, e.stale)
 	require.NoError(t, e.Shutdown(context.Background()))

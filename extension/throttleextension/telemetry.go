@@ -48,8 +48,8 @@ type telemetrySources struct {
 type telemetry struct {
 	tb *metadata.TelemetryBuilder
 
-	errors   map[string]metric.AddOption
-	plain    metric.RecordOption
+	errors map[string]metric.AddOption
+	plain  metric.RecordOption
 
 	// counts are the decisions, observed as throttle_requests and read by
 	// the status page (status.go).

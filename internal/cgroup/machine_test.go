@@ -41,12 +41,20 @@ type helperResult struct {
 // again with helperEnv set, moves it into the cgroups it created, closes its
 // stdin, and this function then reads the cgroup with NewReader("/") and
 // prints the result.
+// spin is written by the helper's busy loop so the loop is not optimised away.
+var spin uint64
+
 func TestHelperProcess(*testing.T) {
 	if os.Getenv(helperEnv) != "1" {
 		return
 	}
 	// Wait until the parent has moved this process into the cgroups.
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	// Burn some CPU inside the new cgroup, whose cpuacct counter starts at 0
+	// when the process is moved in, so that the reader has usage to see.
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+		spin++
+	}
 	var res helperResult
 	r, err := NewReader("/")
 	if err != nil {

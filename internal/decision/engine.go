@@ -132,6 +132,9 @@ type Engine struct {
 	state      State
 	leftOpenAt time.Time // start of the recovery ramp
 	rampActive bool
+	// openByMem: in the current Open episode the memory slot reached its
+	// hard line, so leaving it starts the recovery ramp.
+	openByMem bool
 	lastRelief time.Time
 	reliefEver bool
 	observedAt time.Time // when Observe last ran, on e.now; New's time before
@@ -323,8 +326,21 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 
 	from := e.state
 	to := e.next(cpu, mem)
-	if from == Open && to != Open && e.recoveryRamp > 0 {
-		e.leftOpenAt, e.rampActive = now, true
+	// The recovery ramp guards against memory, not CPU: after a GC the
+	// memory level drops in one sample and a burst let in during the next
+	// interval can exceed the headroom (the prototype's OOM kill). CPU
+	// overshoot only costs CFS throttling, and a ramp after a CPU-only Open
+	// made the load oscillate (Open, 5 s of near-total shedding, CPU falls,
+	// ramp ends, Open again; measured at 2x overload in 1 CPU). So the ramp
+	// follows only an Open episode in which memory was at its hard line.
+	if to == Open && !e.mem.safe(mem) && mem.fast >= e.mem.Hard {
+		e.openByMem = true
+	}
+	if from == Open && to != Open {
+		if e.openByMem && e.recoveryRamp > 0 {
+			e.leftOpenAt, e.rampActive = now, true
+		}
+		e.openByMem = false
 	}
 	e.state = to
 

@@ -831,3 +831,42 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 }
+
+// TestRecoveryRampFollowsMemoryOpenOnly: the ramp exists because memory can
+// jump from below the exit line to the OOM killer within one interval; a
+// CPU-only Open is left without it, so shedding resumes at p_drop at once.
+func TestRecoveryRampFollowsMemoryOpenOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		open     frame
+		wantRamp float64
+	}{
+		{"cpu only", cpuOnly(0.95, 0.95), 0},
+		{"memory", memOnly(0.95), 1},
+		{"both", frame{0.95, 0.95, 0.95}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(1, 1)
+			cfg.RecoveryRamp = 5 * time.Second
+			clock := newFakeClock()
+			e := New(cfg, Options{Now: clock.Now})
+			e.Observe(tc.open.level())
+			require.Equal(t, Open, e.State(Traces))
+			clock.Advance(time.Second)
+			e.Observe(frame{0.5, 0.5, 0.5}.level())
+			require.Equal(t, Normal, e.State(Traces))
+			assert.InDelta(t, tc.wantRamp, e.Stat().Signals[Traces].DropProbability, 1e-9)
+		})
+	}
+	// A memory Open entered through CPU still ramps: memory reached its
+	// hard line during the episode.
+	cfg := testConfig(1, 1)
+	cfg.RecoveryRamp = 5 * time.Second
+	clock := newFakeClock()
+	e := New(cfg, Options{Now: clock.Now})
+	e.Observe(cpuOnly(0.95, 0.95).level())
+	e.Observe(frame{0.95, 0.95, 0.95}.level())
+	e.Observe(frame{0.5, 0.5, 0.5}.level())
+	require.Equal(t, Normal, e.State(Traces))
+	assert.InDelta(t, 1, e.Stat().Signals[Traces].DropProbability, 1e-9)
+}

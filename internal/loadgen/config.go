@@ -158,6 +158,7 @@ func ParseFlags(args []string, errOut io.Writer) (Config, error) {
 		warmupC     = fs.Int("warmup-c", 2, "concurrency of warmup (always closed loop)")
 		d           = fs.Duration("d", 30*time.Second, "duration of each phase")
 		warmupD     = fs.Duration("warmup-d", 0, "duration of warmup (0: -d)")
+		warmupRate  = fs.Float64("warmup-rate", 0, "open loop requests per second in warmup (0: closed loop with -warmup-c; a closed loop saturates a 1-CPU collector even at c=2)")
 		warmupItems = fs.Int("warmup-spans", 50, "items per request in warmup")
 		burstItems  = fs.Int("burst-spans", 100, "items per request in burst")
 		bigItems    = fs.Int("bigpayload-spans", 500, "items per request in bigpayload")
@@ -211,7 +212,7 @@ func ParseFlags(args []string, errOut io.Writer) (Config, error) {
 		ba = *attrSize
 	}
 	all := map[string]Phase{
-		"warmup":     {Name: "warmup", Duration: wd, Concurrency: *warmupC, Items: *warmupItems, AttrSize: *attrSize},
+		"warmup":     {Name: "warmup", Duration: wd, Concurrency: *warmupC, Rate: *warmupRate, MaxInflight: *maxInflight, Items: *warmupItems, AttrSize: *attrSize},
 		"burst":      {Name: "burst", Duration: *d, Concurrency: *c, Rate: *rate, MaxInflight: *maxInflight, Items: *burstItems, AttrSize: *attrSize},
 		"bigpayload": {Name: "bigpayload", Duration: *d, Concurrency: *c, Rate: *rate, MaxInflight: *maxInflight, Items: *bigItems, AttrSize: ba},
 	}

@@ -18,7 +18,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	assert.Equal(t, Proto, cfg.Encoding)
 	assert.Equal(t, []Weighted{{Traces, 1}}, cfg.Signals)
 	require.Len(t, cfg.Phases, 3)
-	assert.Equal(t, Phase{Name: "warmup", Duration: 30 * time.Second, Concurrency: 2, Items: 50, AttrSize: 256}, cfg.Phases[0])
+	assert.Equal(t, Phase{Name: "warmup", Duration: 30 * time.Second, Concurrency: 2, MaxInflight: 512, Items: 50, AttrSize: 256}, cfg.Phases[0])
 	assert.Equal(t, Phase{Name: "burst", Duration: 30 * time.Second, Concurrency: 32, MaxInflight: 512, Items: 100, AttrSize: 256}, cfg.Phases[1])
 	assert.Equal(t, Phase{Name: "bigpayload", Duration: 30 * time.Second, Concurrency: 32, MaxInflight: 512, Items: 500, AttrSize: 256}, cfg.Phases[2])
 }
