@@ -134,7 +134,7 @@ type Engine struct {
 	rampActive bool
 	// openByMem: in the current Open episode the memory slot reached its
 	// hard line, so leaving it starts the recovery ramp.
-	openByMem bool
+	openByMem  bool
 	lastRelief time.Time
 	reliefEver bool
 	observedAt time.Time // when Observe last ran, on e.now; New's time before
