@@ -17,10 +17,24 @@ test:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -cpu 1,2 ./...
 
+## fuzz: run every fuzz target for FUZZTIME each (seeds in testdata/fuzz).
+FUZZTIME ?= 10s
+FUZZ_TARGETS := \
+	./internal/cgroup:FuzzParseMountinfo ./internal/cgroup:FuzzParseProcCgroup \
+	./internal/cgroup:FuzzParseCPUMax ./internal/cgroup:FuzzParseCPUSet \
+	./internal/cgroup:FuzzParseMemoryStat ./internal/cgroup:FuzzParseProcStat \
+	./internal/middleware:FuzzClassifyHTTP ./extension/throttleextension:FuzzConfigUnmarshal
+.PHONY: fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t#*:} ($(FUZZTIME))"; \
+	  $(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) $${t%%:*}; \
+	done
+
 ## lint: gofmt and go vet.
 .PHONY: lint
 lint:
-	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+	@bad=$$(gofmt -l $$(find . -name '*.go' -not -path './_build/*' -not -path './bin/*')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 
 ## generate: regenerate mdatagen output for the processor (root) and the extension.
@@ -53,7 +67,8 @@ CONFIG ?= examples/otelcol-config.yaml
 # second `make run` with nothing changed does not rebuild.
 OTELCOL_SRCS := builder-config.yaml go.mod go.sum $(shell find . -name '*.go' -not -name '*_test.go' \
 	-not -path './_build/*' -not -path './bin/*' -not -path './.git/*' -not -path './internal/tools/*' \
-	-not -path './test/*' -not -path '*/testdata/*' 2>/dev/null)
+	-not -path './test/*' -not -path '*/testdata/*' -not -path './bench/*' -not -path './cmd/*' \
+	-not -path './internal/loadgen/*' 2>/dev/null)
 
 $(OCB):
 	@mkdir -p $(CURDIR)/bin

@@ -40,6 +40,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/otelthrottle/throttle/bench/report"
 	"github.com/otelthrottle/throttle/internal/loadgen"
 )
 
@@ -67,6 +68,8 @@ type options struct {
 	satSteps     string
 	satStep      time.Duration
 	timeout      time.Duration
+	rateBelow    float64
+	report       string
 }
 
 func main() {
@@ -94,7 +97,18 @@ func main() {
 	flag.StringVar(&o.satSteps, "sat-steps", "1,2,4,8,16,32,64", "saturate: concurrency steps")
 	flag.DurationVar(&o.satStep, "sat-step", 10*time.Second, "saturate: duration of each step")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout of the generator")
+	flag.Float64Var(&o.rateBelow, "rate-below", 0, "open loop requests/s of A and C instead of the closed loop at -c-below (below overload: about 70-80% of A's saturated ok req/s)")
+	flag.StringVar(&o.report, "report", "", "only (re)generate the report (report.md, report.html, timeline-*.png, chart.csv) of this results folder, and exit")
 	flag.Parse()
+	if o.report != "" {
+		files, err := report.Generate(o.report)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "overload: report:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("report: %s %s %s %v\n", files.Markdown, files.HTML, files.CSV, files.PNG)
+		return
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "overload:", err)
 		os.Exit(1)
@@ -164,6 +178,9 @@ func run(o options) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logf("results in %s; whole run bounded to %s", o.out, budget.Round(time.Second))
+	if err := os.WriteFile(filepath.Join(o.out, "machine.txt"), []byte(machineInfo(os.Args)), 0o644); err != nil {
+		return err
+	}
 
 	tl, err := os.Create(filepath.Join(o.out, "timeline.csv"))
 	if err != nil {
@@ -204,6 +221,11 @@ func run(o options) error {
 		}
 	}
 	printSummaries(os.Stdout, sums)
+	files, err := report.Generate(o.out)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	logf("report: %s, %s, %s, %v", files.Markdown, files.HTML, files.CSV, files.PNG)
 	return nil
 }
 
@@ -224,6 +246,7 @@ type env struct {
 	cg       *cgroup
 	col      *collector
 	rec      *recorder
+	scr      *scraper
 	ports    colConfig
 	target   string
 	mu       sync.Mutex
@@ -308,6 +331,7 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 	}
 
 	scr := newScraper(metricsURL)
+	e.scr = scr
 	sctx, stopScr := context.WithCancel(context.Background())
 	e.scrDone = make(chan struct{})
 	go func() { defer close(e.scrDone); scr.run(sctx, o.interval) }()
@@ -335,6 +359,8 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 	load := loadgen.Phase{Name: "load", Duration: o.duration, Concurrency: o.cBelow, Items: o.spans, AttrSize: o.attrSize}
 	if s.overload {
 		load.Rate, load.MaxInflight = o.rateOver, o.maxInflight
+	} else if o.rateBelow > 0 {
+		load.Rate, load.MaxInflight = o.rateBelow, o.maxInflight
 	}
 	cfg := loadgen.Config{
 		Target: e.target, Protocol: loadgen.Protocol(o.protocol), Signals: sigs, Timeout: o.timeout, GRPCConns: 8,
@@ -357,6 +383,7 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 	}
 	defer lgOut.Close()
 	st0, _ := e.cg.stats()
+	la0 := loadAvg()
 	rep, runErr := r.Run(ctx, io.MultiWriter(lgOut, os.Stdout))
 	e.rec.loadDone.Store(true)
 	if runErr == nil {
@@ -368,6 +395,9 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 	}
 	stEnd, _ := e.cg.stats()
 	sum := summarize(o, s, e, rep, st0, stEnd)
+	sum.report = rep
+	sum.final, _ = e.scr.get()
+	sum.LoadAvgStart, sum.LoadAvgEnd = la0, loadAvg()
 	return sum, runErr
 }
 

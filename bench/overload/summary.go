@@ -27,6 +27,16 @@ type summary struct {
 	CPUSeconds, CPUSecPerMItems                     float64
 	MetricsSent, MetricsOK, MetricsLost             int64
 	MaxStateTraces, MaxStateMetrics, GeneratorCores float64
+	// LoadAvgStart, LoadAvgEnd: the machine's 1-minute load average when
+	// the generator started and when the scenario ended.
+	LoadAvgStart, LoadAvgEnd string
+
+	// For tests of the harness as a library (not in the CSV): the
+	// generator's report, every sample, and the collector's metrics as
+	// last scraped (after the cooldown).
+	report *loadgen.Report
+	points []point
+	final  []sample
 }
 
 var summaryHeader = []string{
@@ -35,6 +45,7 @@ var summaryHeader = []string{
 	"accepted_items", "goodput_items_s", "ok_req_s", "p50_ms", "p99_ms",
 	"oom_kills", "restarts", "peak_ws_pct", "mean_cpu_pct", "peak_cpu_pct", "cpu_s", "cpu_s_per_m_items",
 	"metrics_sent", "metrics_ok", "metrics_lost", "max_state_traces", "max_state_metrics", "generator_cores",
+	"loadavg_start", "loadavg_end",
 }
 
 func summarize(o options, s scenario, e *env, rep *loadgen.Report, st0, stEnd cgStats) *summary {
@@ -65,6 +76,7 @@ func summarize(o options, s scenario, e *env, rep *loadgen.Report, st0, stEnd cg
 	_, _, sum.Restarts = e.col.state()
 	e.rec.mu.Lock()
 	defer e.rec.mu.Unlock()
+	sum.points = append([]point(nil), e.rec.points...)
 	var cpuSum float64
 	var n int
 	var first, last *point
@@ -115,7 +127,7 @@ func (s *summary) row() []string {
 		u64(s.OOMKills), strconv.Itoa(s.Restarts), f64(s.PeakWSPct, 1), f64(s.MeanCPUPct, 1), f64(s.PeakCPUPct, 1),
 		f64(s.CPUSeconds, 2), f64(s.CPUSecPerMItems, 3),
 		i64(s.MetricsSent), i64(s.MetricsOK), i64(s.MetricsLost), f64(s.MaxStateTraces, 0), f64(s.MaxStateMetrics, 0),
-		f64(s.GeneratorCores, 2),
+		f64(s.GeneratorCores, 2), s.LoadAvgStart, s.LoadAvgEnd,
 	}
 }
 

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"encoding/csv"
+	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +34,8 @@ var timelineHeader = []string{
 	"inflight_reserved", "inflight_limit",
 	"thr_allowed", "thr_denied_shed", "thr_denied_open", "thr_denied_budget",
 	"rcv_accepted_items", "rcv_refused_items", "heap_alloc_bytes",
+	// the collector process (/proc/<pid>)
+	"threads", "fds",
 	// the generator (cumulative since the scenario's start)
 	"lg_inflight", "lg_sent", "lg_ok", "lg_rejected", "lg_unavailable", "lg_other", "lg_errors", "lg_skipped",
 	"lg_accepted_items", "lg_metrics_sent", "lg_metrics_ok",
@@ -48,6 +53,10 @@ type point struct {
 	cpuPct   float64 // of the quota over the last interval; <0 unknown
 	lg       loadgen.Snapshot
 	maxState map[string]float64
+	// heap is otelcol_process_runtime_heap_alloc_bytes (<0 unknown);
+	// threads and fds are the collector's OS threads and open file
+	// descriptors (<0 unknown).
+	heap, threads, fds float64
 }
 
 type recorder struct {
@@ -77,7 +86,7 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 	var prevAt time.Time
 	for {
 		now := time.Now()
-		p := point{t: now.Sub(r.start), cpuPct: -1}
+		p := point{t: now.Sub(r.start), cpuPct: -1, heap: -1, threads: -1, fds: -1}
 		pid, alive, restarts := r.col.state()
 		p.alive, p.restarts = alive, restarts
 		st, err := r.cg.stats()
@@ -145,6 +154,13 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 			sumOf(fresh, samples, "otelcol_receiver_refused_spans", "otelcol_receiver_refused_metric_points", "otelcol_receiver_refused_log_records"),
 			metric("otelcol_process_runtime_heap_alloc_bytes", nil, 0),
 		)
+		if v, err := strconv.ParseFloat(row[len(row)-1], 64); err == nil {
+			p.heap = v
+		}
+		if alive {
+			p.threads, p.fds = procCounts(pid)
+		}
+		row = append(row, opt(p.threads >= 0, p.threads, 0), opt(p.fds >= 0, p.fds, 0))
 		lg := p.lg
 		m := lg.PerSignal[loadgen.Metrics]
 		row = append(row, i64(lg.Inflight), i64(lg.Total.Sent), i64(lg.Total.OK), i64(lg.Total.Rejected), i64(lg.Total.Unavailable),
@@ -195,4 +211,23 @@ func opt(ok bool, v float64, prec int) string {
 		return ""
 	}
 	return f64(v, prec)
+}
+
+// procCounts returns the OS threads and open file descriptors of pid (-1
+// when unreadable).
+func procCounts(pid int) (threads, fds float64) {
+	threads, fds = -1, -1
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+					threads = float64(n)
+				}
+			}
+		}
+	}
+	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+		fds = float64(len(ents))
+	}
+	return threads, fds
 }

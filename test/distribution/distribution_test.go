@@ -147,6 +147,12 @@ func TestRunAcceptsOTLP(t *testing.T) {
 	t.Logf("throttle series: %v", e2e.Names(samples, "otelcol_throttle_"))
 	assertDecisions(t, col, metricsURL)
 
+	// The throttle status page answers on its own endpoint.
+	code, statusJSON, err := e2e.Get(ctx, fmt.Sprintf("http://127.0.0.1:%d/status", ports.StatusPort))
+	require.NoError(t, err)
+	assert.Equal(t, 200, code, "GET /status: %s", statusJSON)
+	assert.Contains(t, statusJSON, "traces", "GET /status names the signals")
+
 	// Clean stop.
 	require.NoError(t, col.cmd.Process.Signal(syscall.SIGTERM))
 	code, err = col.wait(stopTimeout)

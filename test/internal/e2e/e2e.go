@@ -38,6 +38,7 @@ type Ports struct {
 	MetricsPort int
 	HealthPort  int
 	ZPagesPort  int
+	StatusPort  int
 }
 
 // FreePorts picks free TCP ports on 127.0.0.1: it listens on port 0 for every
@@ -46,7 +47,7 @@ type Ports struct {
 // rare enough, and far better than fixed ports.
 func FreePorts(t testing.TB) Ports {
 	t.Helper()
-	const n = 5
+	const n = 6
 	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -54,7 +55,7 @@ func FreePorts(t testing.TB) Ports {
 		defer l.Close()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	return Ports{GRPCPort: ports[0], HTTPPort: ports[1], MetricsPort: ports[2], HealthPort: ports[3], ZPagesPort: ports[4]}
+	return Ports{GRPCPort: ports[0], HTTPPort: ports[1], MetricsPort: ports[2], HealthPort: ports[3], ZPagesPort: ports[4], StatusPort: ports[5]}
 }
 
 // Render fills the Go text/template in file tmplPath with data and returns the

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// loadAvg is the machine's 1-minute load average ("" when unknown).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// machineInfo describes the machine and the command of a run, for the
+// report (machine.txt).
+func machineInfo(args []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "date (UTC)  %s\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "cpus        %d online (nproc)\n", runtime.NumCPU())
+	model := "unknown"
+	if ci, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(ci), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	fmt.Fprintf(&b, "cpu model   %s\n", model)
+	if k, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		fmt.Fprintf(&b, "kernel      Linux %s\n", strings.TrimSpace(string(k)))
+	}
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(&b, "load avg    %s (at the start of the run)\n", strings.TrimSpace(string(la)))
+	}
+	fmt.Fprintf(&b, "go          %s\n", runtime.Version())
+	fmt.Fprintf(&b, "command     %s\n", strings.Join(args, " "))
+	return b.String()
+}
