@@ -102,3 +102,13 @@ OVERLOAD_FLAGS ?=
 .PHONY: overload
 overload: $(OTELCOL)
 	$(GO) run ./bench/overload -collector $(OTELCOL) $(OVERLOAD_FLAGS)
+
+## soak: the soak of issue 8 (Linux, root; not part of `make test`): the
+## distribution with throttle in a 1 CPU / 300 MiB cgroup at twice its
+## saturating load for 10 minutes (bench/overload/soak_test.go, build tag soak).
+## Shorter: make soak SOAK_FLAGS='-soak.duration=2m'; results in bench/results/.
+SOAK_FLAGS ?=
+SOAK_TIMEOUT ?= 40m
+.PHONY: soak
+soak: $(OTELCOL)
+	OTELCOL_THROTTLE_BINARY=$(OTELCOL) $(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout $(SOAK_TIMEOUT) ./bench/overload -args $(SOAK_FLAGS)

@@ -3,6 +3,7 @@ package throttleextension // import "github.com/otelthrottle/throttle/extension/
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -163,7 +164,20 @@ func (e *throttleExtension) Shutdown(ctx context.Context) error {
 	err := e.status.shutdown(ctx)
 	e.stale.stop()
 	if e.sampler != nil {
-		e.sampler.Stop()
+		// A source read that never returns (a hung filesystem) must not
+		// hang the collector's shutdown: wait for the sampler only as long
+		// as ctx allows, and leave the source open if it is still in use.
+		stopped := make(chan struct{})
+		go func() {
+			e.sampler.Stop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			e.tel.shutdown()
+			return errors.Join(err, fmt.Errorf("throttle: sampler did not stop: %w", ctx.Err()))
+		}
 		// Changes counted but not yet summarised would otherwise be lost.
 		e.translog.flush()
 	}

@@ -174,3 +174,22 @@ func TestStaleWatchdogStopsAtShutdown(t *testing.T) {
 	require.NoError(t, e.Shutdown(context.Background()))
 	require.NoError(t, e.Shutdown(context.Background()))
 }
+
+// TestShutdownDoesNotHangOnABlockedRead: a source read stuck in the kernel
+// must not hang the collector's shutdown past its context.
+func TestShutdownDoesNotHangOnABlockedRead(t *testing.T) {
+	src := newBlockingSource(10)
+	e := startTestExtension(t, src, testConfig(t), nopSettings())
+	release := src.block(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := e.Shutdown(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "sampler did not stop")
+
+	// Once the read returns, the sampler goroutine ends (goleak checks it
+	// after the test) and a second Shutdown is a no-op.
+	release()
+	require.NoError(t, e.Shutdown(context.Background()))
+}

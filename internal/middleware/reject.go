@@ -76,6 +76,15 @@ func isProtobuf(contentType string) bool {
 // asks for the connection to be closed so a flood does not keep idle
 // sockets and their buffers alive (Go's HTTP/2 server turns it into a
 // GOAWAY).
+//
+// The answer is flushed (with an explicit Content-Length, so that flushing
+// does not switch it to chunked encoding) before returning: a handler
+// outside the middleware may block on the request body after it returns.
+// confighttp's decompressor closes the request body in a deferred call for
+// lz4 and x-snappy-framed, which net/http turns into a drain of up to
+// 256 KiB; a client waiting for "100 Continue" before sending its body would
+// otherwise never see the 429, and a slow one would see it only once its
+// body had been read.
 func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodies, v decision.Verdict, delay time.Duration) {
 	if int(v) >= numVerdicts || v == decision.Admit {
 		v = decision.DenyOpen
@@ -91,8 +100,13 @@ func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodi
 	if v == decision.DenyOpen {
 		h.Set("Connection", "close")
 	}
+	body := bodies[v][enc]
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = w.Write(bodies[v][enc])
+	_, _ = w.Write(body)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // grpcRejection returns RESOURCE_EXHAUSTED with a RetryInfo detail: the
