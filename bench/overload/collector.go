@@ -24,6 +24,11 @@ type colConfig struct {
 	// Thresholds: "default" (SPEC section 8) or "benchmark" (the original
 	// design's 0x08 a).
 	Thresholds string
+	// ThrottleYAML, when set, replaces the throttle extension's settings
+	// (the lines under extensions.throttle, at any indentation): for
+	// experiments such as shedding everything to measure the cost of a
+	// rejection.
+	ThrottleYAML string
 	// MemoryLimiter: the stock memory_limiter processor first in every
 	// pipeline.
 	MemoryLimiter bool
@@ -35,11 +40,13 @@ type colConfig struct {
 // machine's CPUs with the collector and the generator, and measure the
 // sink). Metrics are exempt from throttling (SPEC section 10): the harness
 // checks that they lose nothing.
-var configTmpl = template.Must(template.New("config").Funcs(template.FuncMap{"split": strings.Fields}).Parse(`# Written by bench/overload; one scenario's collector.
+var configTmpl = template.Must(template.New("config").Funcs(template.FuncMap{"split": strings.Fields, "indent": indent4}).Parse(`# Written by bench/overload; one scenario's collector.
 {{- if .Throttle }}
 extensions:
   throttle:
-{{- if eq .Thresholds "benchmark" }}
+{{- if .ThrottleYAML }}
+{{ indent .ThrottleYAML }}
+{{- else if eq .Thresholds "benchmark" }}
     # The original design's benchmark thresholds (0x08 a).
     sample_interval: 250ms
     signal: { cpu_slow_beta: 0.95, cpu_fast_beta: 0.7, fallback_cores: 1 }
@@ -271,4 +278,13 @@ func waitReady(ctx context.Context, url string, timeout time.Duration) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// indent4 re-indents a YAML block by four spaces.
+func indent4(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "    " + l
+	}
+	return strings.Join(lines, "\n")
 }

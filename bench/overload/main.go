@@ -70,6 +70,7 @@ type options struct {
 	timeout      time.Duration
 	rateBelow    float64
 	report       string
+	throttleYAML string
 }
 
 func main() {
@@ -99,7 +100,16 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout of the generator")
 	flag.Float64Var(&o.rateBelow, "rate-below", 0, "open loop requests/s of A and C instead of the closed loop at -c-below (below overload: about 70-80% of A's saturated ok req/s)")
 	flag.StringVar(&o.report, "report", "", "only (re)generate the report (report.md, report.html, timeline-*.png, chart.csv) of this results folder, and exit")
+	throttleFile := flag.String("throttle-config", "", "YAML file with the throttle extension's settings (replaces -thresholds), for experiments")
 	flag.Parse()
+	if *throttleFile != "" {
+		b, err := os.ReadFile(*throttleFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "overload:", err)
+			os.Exit(2)
+		}
+		o.throttleYAML = string(b)
+	}
 	if o.report != "" {
 		files, err := report.Generate(o.report)
 		if err != nil {
@@ -306,6 +316,7 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 		}
 	}
 	e.ports.Throttle, e.ports.MemoryLimiter, e.ports.Thresholds = s.throttle, s.memoryLimiter, o.thresholds
+	e.ports.ThrottleYAML = o.throttleYAML
 	cfg, err := renderConfig(e.ports)
 	if err != nil {
 		return nil, cleanup, err

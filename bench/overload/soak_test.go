@@ -162,4 +162,6 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-func sumSamples(s []sample, name string, want map[string]string) (float64, bool) { return sum(s, name, want) }
+func sumSamples(s []sample, name string, want map[string]string) (float64, bool) {
+	return sum(s, name, want)
+}

@@ -62,25 +62,15 @@ type lineOpt struct {
 	clip   float64 // values above are drawn at clip (0: none)
 }
 
-// legends holds each panel's legend, drawn beside the panel rather than over
-// its data.
-var legends = map[*plot.Plot]*plot.Legend{}
-
-func legendOf(p *plot.Plot) *plot.Legend {
-	l, ok := legends[p]
-	if !ok {
-		nl := plot.NewLegend()
-		nl.TextStyle.Font.Size = vg.Points(10)
-		nl.Top, nl.Left = true, true
-		nl.Padding = vg.Points(1.5)
-		l = &nl
-		legends[p] = l
-	}
-	return l
+// panel is one stacked plot and its legend, drawn beside the plot rather
+// than over its data.
+type panel struct {
+	*plot.Plot
+	leg plot.Legend
 }
 
 // addLine draws one series (with gaps) and adds it to the legend once.
-func addLine(p *plot.Plot, name string, x, y []float64, o lineOpt) {
+func addLine(p *panel, name string, x, y []float64, o lineOpt) {
 	yy := make([]float64, len(y))
 	for i, v := range y {
 		yy[i] = v + o.offset
@@ -105,14 +95,14 @@ func addLine(p *plot.Plot, name string, x, y []float64, o lineOpt) {
 		}
 		p.Add(l)
 		if first && name != "" {
-			legendOf(p).Add(name, l)
+			p.leg.Add(name, l)
 			first = false
 		}
 	}
 }
 
 // hline draws a horizontal threshold line across [x0, x1].
-func hline(p *plot.Plot, name string, y, x0, x1 float64, c color.Color, dashes []vg.Length) {
+func hline(p *panel, name string, y, x0, x1 float64, c color.Color, dashes []vg.Length) {
 	if math.IsNaN(y) {
 		return
 	}
@@ -120,7 +110,7 @@ func hline(p *plot.Plot, name string, y, x0, x1 float64, c color.Color, dashes [
 }
 
 // vlines marks events at times ts across [y0, y1].
-func vlines(p *plot.Plot, name string, ts []float64, y0, y1 float64, c color.Color, dashes []vg.Length, w vg.Length) {
+func vlines(p *panel, name string, ts []float64, y0, y1 float64, c color.Color, dashes []vg.Length, w vg.Length) {
 	for i, t := range ts {
 		n := ""
 		if i == 0 {
@@ -149,8 +139,11 @@ func maxOf(vs ...[]float64) float64 {
 	return m
 }
 
-func newPanel(title, ylabel string) *plot.Plot {
-	p := plot.New()
+func newPanel(title, ylabel string) *panel {
+	p := &panel{Plot: plot.New(), leg: plot.NewLegend()}
+	p.leg.TextStyle.Font.Size = vg.Points(10)
+	p.leg.Top, p.leg.Left = true, true
+	p.leg.Padding = vg.Points(1.5)
 	p.Title.Text = title
 	p.Title.TextStyle.Font.Size = vg.Points(12)
 	p.Title.Padding = vg.Points(3)
@@ -163,7 +156,7 @@ func newPanel(title, ylabel string) *plot.Plot {
 }
 
 // panels builds the stacked panels of one scenario, sharing the time axis.
-func panels(s *Series) []*plot.Plot {
+func panels(s *Series) []*panel {
 	x0, x1 := 0.0, 1.0
 	if len(s.T) > 0 {
 		x1 = s.T[len(s.T)-1]
@@ -221,7 +214,7 @@ func panels(s *Series) []*plot.Plot {
 	den.X.Label.Text = "seconds since the collector started (load phase between the grey dashed lines)"
 	den.X.Label.TextStyle.Font.Size = vg.Points(11)
 
-	ps := []*plot.Plot{res, st, gen, den}
+	ps := []*panel{res, st, gen, den}
 	for i, p := range ps {
 		p.X.Min, p.X.Max = x0, x1
 		// Load phase bounds, OOM kills and restarts across every panel.
@@ -253,7 +246,7 @@ func panels(s *Series) []*plot.Plot {
 	return ps
 }
 
-func addMarks(p *plot.Plot, ts []float64, y float64, g draw.GlyphDrawer, c color.Color) {
+func addMarks(p *panel, ts []float64, y float64, g draw.GlyphDrawer, c color.Color) {
 	if len(ts) == 0 {
 		return
 	}
@@ -282,7 +275,7 @@ func drawPanels(s *Series, c draw.Canvas) {
 	// resize each tile vertically.
 	rows := make([][]*plot.Plot, len(ps))
 	for i := range ps {
-		rows[i] = []*plot.Plot{ps[i]}
+		rows[i] = []*plot.Plot{ps[i].Plot}
 	}
 	// The legends take a column on the right.
 	legW := 3.1 * vg.Inch
@@ -297,13 +290,10 @@ func drawPanels(s *Series, c draw.Canvas) {
 		cv.Min.Y = top - ph + vg.Points(4)
 		top -= ph
 		p.Draw(cv)
-		if l, ok := legends[p]; ok {
-			lc := cv
-			lc.Min.X, lc.Max.X = pc.Max.X+vg.Points(2), c.Max.X-vg.Points(4)
-			lc.Max.Y -= vg.Points(22)
-			l.Draw(lc)
-			delete(legends, p)
-		}
+		lc := cv
+		lc.Min.X, lc.Max.X = pc.Max.X+vg.Points(2), c.Max.X-vg.Points(4)
+		lc.Max.Y -= vg.Points(22)
+		p.leg.Draw(lc)
 	}
 }
 

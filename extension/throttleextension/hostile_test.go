@@ -708,21 +708,22 @@ func TestHostileChunkedBudget(t *testing.T) {
 }
 
 // TestHostileCompressedBodyReadBeforeThrottle measures, through a counting
-// proxy, what the server reads of a 4 MiB compressed body rejected in Open.
+// proxy, what the server reads of a 2 MiB compressed body rejected in Open.
 // confighttp runs the middlewares after its decompressor, which builds the
-// decoder before the throttle sees the request: gzip, deflate and zstd
-// only read their header then (the rest stays unread, as with no
-// encoding; lz4 reads lazily), but "snappy" (the block format) is read and decoded in full
-// by the decoder's constructor. That is a limitation of confighttp's order,
-// outside the throttle: the 429 still comes, but only after the whole body
-// has been read and decompressed (up to max_request_body_size, 20 MiB by
-// default, allocated per request). Operators can refuse the block format
-// with the receiver's compression_algorithms (x-snappy-framed streams).
+// decoder before the throttle sees the request: gzip, deflate and zstd only
+// read their header then, lz4 and x-snappy-framed nothing, so the rest stays
+// unread as with no encoding; but "snappy" (the block format) is read and
+// decoded in full by the decoder's constructor. That is a limitation of
+// confighttp's order, outside the throttle: the 429 still comes, but only
+// after the whole body has been read and decompressed (up to
+// max_request_body_size, 20 MiB by default, allocated per request).
+// Operators can refuse the block format with the receiver's
+// compression_algorithms (x-snappy-framed streams).
 func TestHostileCompressedBodyReadBeforeThrottle(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
 	env.setLevel(t, e2eOpen, StateOpen)
-	const size = 4 << 20
-	// Incompressible, so the compressed bodies are about 4 MiB too.
+	const size = 2 << 20
+	// Incompressible, so the compressed bodies are about 2 MiB too.
 	plain := make([]byte, size)
 	_, err := rand.Read(plain)
 	require.NoError(t, err)
