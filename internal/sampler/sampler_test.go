@@ -496,3 +496,25 @@ func BenchmarkTick(b *testing.B) {
 	require.True(b, s.Load().CPUValid)
 	require.True(b, s.Load().MemValid)
 }
+
+// BenchmarkTickCgroupFixture is one tick against the real cgroup reader on a
+// fixture tree: the file reads are what a tick costs in production.
+func BenchmarkTickCgroupFixture(b *testing.B) {
+	for _, tree := range []string{"v2-container", "v1-separate"} {
+		b.Run(tree, func(b *testing.B) {
+			r, err := cgroup.NewReader("../cgroup/testdata/" + tree)
+			require.NoError(b, err)
+			clock := newFakeClock()
+			s := New(r, Config{}, Options{Now: clock.Now})
+			s.Tick()
+			b.ReportAllocs()
+			for b.Loop() {
+				clock.Advance(DefaultInterval)
+				s.Tick()
+			}
+			b.StopTimer()
+			require.True(b, s.Load().CPUValid)
+			require.True(b, s.Load().MemValid)
+		})
+	}
+}
