@@ -101,8 +101,9 @@ func (p *throttleProcessor) refusal(v throttleextension.Verdict) error {
 			p.signal, v.Reason(), delay))
 	withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
 	if err != nil {
-		// Only a detail that fails to marshal gets here; the code alone
-		// still makes the client back off.
+		// Unreachable: a RetryInfo always marshals. Without it the OTLP
+		// exporters would treat the code as permanent, but a status is
+		// still better than no error at all.
 		return st.Err()
 	}
 	return withInfo.Err()

@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -120,6 +121,24 @@ func vlines(p *panel, name string, ts []float64, y0, y1 float64, c color.Color, 
 	}
 }
 
+// secondTicks: a major tick every 5 or 10 seconds, labelled in whole
+// seconds.
+type secondTicks struct{}
+
+func (secondTicks) Ticks(min, max float64) []plot.Tick {
+	step := 5.0
+	if max-min > 120 {
+		step = 30
+	} else if max-min > 60 {
+		step = 10
+	}
+	var ts []plot.Tick
+	for v := math.Ceil(min/step) * step; v <= max; v += step {
+		ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 0, 64)})
+	}
+	return ts
+}
+
 // stateTicks labels the state axis.
 type stateTicks struct{}
 
@@ -217,6 +236,7 @@ func panels(s *Series) []*panel {
 	ps := []*panel{res, st, gen, den}
 	for i, p := range ps {
 		p.X.Min, p.X.Max = x0, x1
+		p.X.Tick.Marker = secondTicks{}
 		// Load phase bounds, OOM kills and restarts across every panel.
 		for _, t := range []float64{s.LoadStart, s.LoadEnd} {
 			if !math.IsNaN(t) {
