@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -43,6 +44,11 @@ func machineInfo(args []string) string {
 		fmt.Fprintf(&b, "load avg    %s (at the start of the run)\n", strings.TrimSpace(string(la)))
 	}
 	fmt.Fprintf(&b, "go          %s\n", runtime.Version())
+	if len(args) > 0 {
+		// go run and go test build into a temporary folder: the name is
+		// what matters.
+		args = append([]string{filepath.Base(args[0])}, args[1:]...)
+	}
 	fmt.Fprintf(&b, "command     %s\n", strings.Join(args, " "))
 	return b.String()
 }

@@ -13,10 +13,14 @@
 // one and counts restarts, as Kubernetes would), the collector's own metrics
 // and the generator's counts, into timeline.csv; per scenario a summary row
 // goes into summary.csv and summary.md, and the generator's per-second
-// figures into loadgen-<scenario>.csv. Linux, root.
+// figures into loadgen-<scenario>.csv. Linux, root. At the end it writes
+// the report (bench/report): report.md, report.html (charts in SVG),
+// timeline-<scenario>.png and chart.csv, plus machine.txt.
 //
 //	go run ./bench/overload -mode saturate            # find A's saturation point
 //	go run ./bench/overload -rate-over 300 -c-below 8  # the scenarios
+//	go run ./bench/overload -scenarios A,C -rate-below 700  # C against A in open loop below overload
+//	go run ./bench/overload -report bench/results/<run>     # regenerate a run's report
 //
 // It stops by itself (every phase is bounded, the whole run has a deadline)
 // and removes its cgroups and stops the processes it started, by PID, also

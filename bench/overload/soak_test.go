@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/otelthrottle/throttle/bench/report"
 	"github.com/otelthrottle/throttle/internal/loadgen"
 )
 
@@ -56,6 +57,11 @@ func TestSoak(t *testing.T) {
 	o := options{out: out, cpus: 1, memMiB: 300, warmup: 10 * time.Second, warmupRate: 200,
 		duration: *soakDuration, cooldown: 5 * time.Second, rateOver: *soakRate, maxInflight: 512}
 	sum := harnessRun(t, o, allScenarios["D"])
+	if files, err := report.Generate(out); err != nil {
+		t.Errorf("report: %v", err)
+	} else {
+		t.Logf("report: %s, %s, %v", files.Markdown, files.HTML, files.PNG)
+	}
 	lp := loadPhase(sum.report)
 	if lp == nil {
 		t.Fatal("no load phase in the generator's report")

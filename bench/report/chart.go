@@ -139,6 +139,19 @@ func (secondTicks) Ticks(min, max float64) []plot.Tick {
 	return ts
 }
 
+// countTicks are the default ticks labelled without decimals.
+type countTicks struct{}
+
+func (countTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', 0, 64)
+		}
+	}
+	return ts
+}
+
 // stateTicks labels the state axis.
 type stateTicks struct{}
 
@@ -199,6 +212,7 @@ func panels(s *Series) []*panel {
 		hline(res, "", s.MemHard, x0, x1, cBlue, dot)
 	}
 	hline(res, "limit", 100, x0, x1, cBlack, nil)
+	res.Y.Tick.Marker = countTicks{}
 	res.Y.Min, res.Y.Max = 0, yTop
 
 	// 2. State.
@@ -218,6 +232,7 @@ func panels(s *Series) []*panel {
 	addLine(gen, "accepted (2xx)", s.T, s.OKps, lineOpt{color: cGreen, width: vg.Points(1.6)})
 	addLine(gen, "rejected (429 / RESOURCE_EXHAUSTED)", s.T, s.Rejectedps, lineOpt{color: cRed, width: vg.Points(1.3)})
 	addLine(gen, "failed (503, other, transport error)", s.T, s.Failedps, lineOpt{color: cBlack, width: vg.Points(1.3)})
+	gen.Y.Tick.Marker = countTicks{}
 	gen.Y.Min, gen.Y.Max = 0, math.Max(10, maxOf(s.OKps, s.Rejectedps, s.Failedps)*1.25)
 
 	// 4. Throttle denials by reason.
@@ -229,6 +244,7 @@ func panels(s *Series) []*panel {
 	} else {
 		den.Title.Text = "throttle denials: no throttle in this scenario"
 	}
+	den.Y.Tick.Marker = countTicks{}
 	den.Y.Min, den.Y.Max = 0, math.Max(10, maxOf(s.Shedps, s.Openps, s.Budgetps)*1.25)
 	den.X.Label.Text = "seconds since the collector started (load phase between the grey dashed lines)"
 	den.X.Label.TextStyle.Font.Size = vg.Points(11)

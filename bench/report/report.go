@@ -117,23 +117,34 @@ func last(v []float64) float64 {
 	return math.NaN()
 }
 
-// rate turns a cumulative column into a per-second rate; a counter that
-// goes down (a restarted collector) or a missing value gives a gap.
+// rateWindow is the window of the per-second rates: the collector's
+// counters are scraped asynchronously and advance in steps, so a rate over
+// one 250 ms sample aliases into a 0 / double sawtooth.
+const rateWindow = 1.0
+
+// rate turns a cumulative column into a per-second rate over the last
+// rateWindow seconds; a counter that goes down (a restarted collector) or
+// a missing value gives a gap, and the window restarts after it.
 func rate(t, c []float64) []float64 {
 	out := make([]float64, len(c))
-	out[0] = math.NaN()
-	prev := 0
-	for i := 1; i < len(c); i++ {
+	start := -1 // first sample of the current unbroken run
+	for i := range c {
 		out[i] = math.NaN()
-		if math.IsNaN(c[i]) {
+		if math.IsNaN(c[i]) || math.IsNaN(t[i]) {
+			start = -1
 			continue
 		}
-		if math.IsNaN(c[prev]) || c[i] < c[prev] || t[i] <= t[prev] {
-			prev = i
+		if start < 0 || c[i] < c[i-1] || math.IsNaN(c[i-1]) {
+			start = i
 			continue
 		}
-		out[i] = (c[i] - c[prev]) / (t[i] - t[prev])
-		prev = i
+		j := i - 1
+		for j > start && t[i]-t[j] < rateWindow-1e-9 {
+			j--
+		}
+		if t[i] > t[j] {
+			out[i] = (c[i] - c[j]) / (t[i] - t[j])
+		}
 	}
 	return out
 }

@@ -126,16 +126,23 @@ func TestLoadSeries(t *testing.T) {
 	assert.Equal(t, 2.0, a.LoadStart)
 	assert.InDelta(t, 40.0, a.OKps[5], 1e-9) // 10 per 0.25 s
 	assert.InDelta(t, 12.0, d.Openps[5], 1e-9)
+	assert.InDelta(t, 40.0, a.OKps[1], 1e-9, "a shorter window at the start")
 	assert.Equal(t, 90.0, d.CPUHard)
 	assert.Equal(t, 2.0, d.StateTraces[25])
 	assert.Len(t, segments(a.T, a.WSPct), 2)
 }
 
 func TestRateGapOnReset(t *testing.T) {
-	r := rate([]float64{0, 1, 2, 3, 4}, []float64{0, 10, 2, math.NaN(), 6})
+	r := rate([]float64{0, 1, 2, 3, 4, 5}, []float64{0, 10, 2, math.NaN(), 6, 9})
 	assert.True(t, math.IsNaN(r[0]))
 	assert.Equal(t, 10.0, r[1])
 	assert.True(t, math.IsNaN(r[2]), "a counter that went down (restart) is a gap")
 	assert.True(t, math.IsNaN(r[3]))
-	assert.Equal(t, 2.0, r[4])
+	assert.True(t, math.IsNaN(r[4]), "the window restarts after a gap")
+	assert.Equal(t, 3.0, r[5])
+	// Steps of a scraped counter (0, 0, 8, 8, 16) average out over 1 s.
+	q := rate([]float64{0, 0.25, 0.5, 0.75, 1, 1.25, 1.5}, []float64{0, 0, 8, 8, 16, 16, 24})
+	assert.Equal(t, 16.0, q[4])
+	assert.Equal(t, 16.0, q[5])
+	assert.Equal(t, 16.0, q[6])
 }

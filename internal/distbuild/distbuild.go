@@ -318,3 +318,10 @@ func tail(s string, lines int) string {
 	}
 	return strings.Join(parts, "\n")
 }
+
+// RepoRoot returns the root of the throttle module (the nearest folder at or
+// above the working directory whose go.mod declares it).
+func RepoRoot() (string, error) { return repoRoot() }
+
+// Tail returns the last lines of s, for failure messages.
+func Tail(s string, lines int) string { return tail(s, lines) }
