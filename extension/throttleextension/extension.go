@@ -126,7 +126,7 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 	// Start takes the first sample before it returns, so the memory limit
 	// is known when the budget is sized.
 	e.sampler.Start()
-	e.stale = startStaleWatchdog(e.engine, e.logger, e.cfg)
+	e.stale = startStaleWatchdog(e.engine, e.logger, e.cfg, e.status.reportChange)
 	wl := e.sampler.Load()
 	if !e.cfg.Admission.MaxInflightBytes.Off() {
 		e.budget.Store(middleware.NewBudget(int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit))))
@@ -306,14 +306,15 @@ func (e *throttleExtension) GetGRPCServerOptions(context.Context) ([]grpc.Server
 	return m.ServerOptions(), nil
 }
 
+// level is the last water level the engine observed, nil before the first
+// sample. It takes no lock: metric callbacks call it, and Shutdown holds e.mu
+// while it unregisters them, which waits for a collection in progress.
 func (e *throttleExtension) level() *sampler.WaterLevel {
-	e.mu.Lock()
-	s := e.sampler
-	e.mu.Unlock()
-	if s == nil {
+	wl := e.engine.Level()
+	if wl == nil || wl.At.IsZero() {
 		return nil
 	}
-	return s.Load()
+	return wl
 }
 
 func (e *throttleExtension) budgetValues() (reserved, limit int64) {

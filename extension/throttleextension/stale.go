@@ -32,18 +32,22 @@ type staleWatchdog struct {
 	logger   *zap.Logger
 	maxAge   time.Duration
 	interval time.Duration
+	// onChange is called when the fallback starts or ends, so that the
+	// reported component status follows what Decide does.
+	onChange func()
 	done     chan struct{}
 	wg       sync.WaitGroup
 }
 
 // startStaleWatchdog starts the watchdog, or returns nil when the bound is
 // off (stale_after_intervals: 0).
-func startStaleWatchdog(engine *decision.Engine, logger *zap.Logger, cfg *Config) *staleWatchdog {
+func startStaleWatchdog(engine *decision.Engine, logger *zap.Logger, cfg *Config, onChange func()) *staleWatchdog {
 	maxAge := cfg.StaleAfter()
 	if maxAge <= 0 {
 		return nil
 	}
 	w := &staleWatchdog{
+		onChange: onChange,
 		engine:   engine,
 		logger:   logger,
 		maxAge:   maxAge,
@@ -77,6 +81,9 @@ func (w *staleWatchdog) run() {
 			w.logger.Info("throttle: fresh water level again; decisions act on it",
 				zap.Duration("gap", w.engine.ObservedAt().Sub(since)),
 			)
+		}
+		if now != stale {
+			w.onChange()
 		}
 		stale = now
 	}

@@ -2,6 +2,7 @@ package throttleextension
 
 import (
 	"context"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"sync"
 	"testing"
 	"time"
@@ -192,4 +193,24 @@ func TestShutdownDoesNotHangOnABlockedRead(t *testing.T) {
 	// after the test) and a second Shutdown is a no-op.
 	release()
 	require.NoError(t, e.Shutdown(context.Background()))
+}
+
+// TestStaleFallbackReportsStatus: when the watchdog starts admitting on a
+// stale level, the reported status follows at once, without waiting for a
+// sample that a stuck sampler will not publish.
+func TestStaleFallbackReportsStatus(t *testing.T) {
+	src := newBlockingSource(95) // over mem hard: Open
+	cfg := testConfig(t, func(c *Config) {
+		c.StaleAfterIntervals = 20
+		c.ReportStatus = true
+	})
+	e := newTestExtension(t, src, cfg, nopSettings())
+	host := newStatusHost()
+	require.NoError(t, e.Start(context.Background(), host))
+	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status())
+
+	release := src.block(t)
+	require.Equal(t, componentstatus.StatusOK, host.next(t).Status(), "stale fallback admits: OK")
+	release()
+	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status(), "fresh level, Open again")
 }

@@ -38,7 +38,8 @@ type Rule struct {
 	// Enabled false admits the signal always, even in Open.
 	Enabled bool
 	// DropMin and DropMax bound the drop probability in Shedding. DropMax 0
-	// exempts the signal from shedding and from the recovery ramp, not from Open.
+	// exempts the signal from shedding, not from Open nor from the recovery
+	// ramp that follows a memory Open.
 	DropMin, DropMax float64
 }
 
@@ -297,6 +298,10 @@ func (e *Engine) Expire(maxAge time.Duration) bool {
 	return true
 }
 
+// Level returns the last water level observed: a zero (invalid) level
+// before the first Observe. Lock-free, for metric callbacks.
+func (e *Engine) Level() *sampler.WaterLevel { return e.level.Load() }
+
 // Stale reports whether the engine is in the stale fallback (see Expire).
 func (e *Engine) Stale() bool { return e.stale.Load() }
 
@@ -324,7 +329,11 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 
 	cpu := reading{valid: wl.CPUValid, slow: wl.CPUSlow, fast: wl.CPUFast}
 	mem := reading{valid: wl.MemValid, slow: wl.Mem, fast: wl.Mem}
-	e.cpu.observe(cpu)
+	// A carried-over CPU frame is no new measurement: counting it would
+	// let one reading fill a breach_n streak.
+	if !wl.CPUCarried {
+		e.cpu.observe(cpu)
+	}
 	e.mem.observe(mem)
 
 	from := e.state
@@ -434,10 +443,9 @@ func admissionFor(r Rule, state State, t, ramp float64) admission {
 		a.open = true
 		return a
 	}
-	if r.DropMax <= 0 {
-		return a
-	}
-	if state == Shedding {
+	// DropMax 0 exempts the signal from shedding, not from what follows a
+	// memory Open: the ramp guards the same OOM risk as Open itself.
+	if state == Shedding && r.DropMax > 0 {
 		a.pDrop = clamp01(r.DropMin + (r.DropMax-r.DropMin)*t)
 	}
 	a.pDrop = max(a.pDrop, ramp)

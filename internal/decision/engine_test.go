@@ -475,7 +475,7 @@ func TestDropMaxZeroShedsNothingButOpens(t *testing.T) {
 	clock.Advance(time.Second)
 	e.Observe(memOnly(0.5).level())
 	require.Equal(t, Normal, e.State(Metrics))
-	assert.Equal(t, Admit, e.Decide(Metrics), "exempt from the recovery ramp")
+	assert.Equal(t, DenyShed, e.Decide(Metrics), "not exempt from the ramp after a memory Open")
 	assert.Equal(t, DenyShed, e.Decide(Traces), "others ramp")
 }
 
@@ -530,7 +530,7 @@ func TestRecoveryRamp(t *testing.T) {
 		assert.InDelta(t, max(st.ramp, shed), p[Traces], 1e-9, "traces step %d", i)
 		assert.InDelta(t, max(st.ramp, shed*0.2), p[Metrics], 1e-9, "metrics step %d", i)
 		assert.Zero(t, p[Logs], "logs step %d", i)
-		assert.Zero(t, p[Profiles], "profiles step %d", i)
+		assert.InDelta(t, st.ramp, p[Profiles], 1e-9, "profiles (drop_max 0) ramp only, step %d", i)
 	}
 
 	t.Run("decided with the ramp", func(t *testing.T) {
@@ -869,4 +869,24 @@ func TestRecoveryRampFollowsMemoryOpenOnly(t *testing.T) {
 	e.Observe(frame{0.5, 0.5, 0.5}.level())
 	require.Equal(t, Normal, e.State(Traces))
 	assert.InDelta(t, 1, e.Stat().Signals[Traces].DropProbability, 1e-9)
+}
+
+// TestCarriedCPUFramesDoNotCount: a frame whose CPU window was skipped
+// repeats the last reading; it must not advance a breach_n streak, or one
+// measurement over the hard line followed by two skipped frames would Open.
+func TestCarriedCPUFramesDoNotCount(t *testing.T) {
+	e := New(testConfig(3, 1), Options{Now: newFakeClock().Now})
+	carried := func(f frame) *sampler.WaterLevel {
+		wl := f.level()
+		wl.CPUCarried = true
+		return wl
+	}
+	hot := cpuOnly(0.95, 0.95)
+	e.Observe(hot.level())
+	e.Observe(carried(hot))
+	e.Observe(carried(hot))
+	assert.Equal(t, Normal, e.State(Traces), "one measurement, two repeats")
+	e.Observe(hot.level())
+	e.Observe(hot.level())
+	assert.Equal(t, Open, e.State(Traces), "three measurements")
 }

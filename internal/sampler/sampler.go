@@ -119,10 +119,13 @@ type tickState struct {
 	prevAt   time.Time
 
 	// The last valid CPU window and its EWMAs; carried over skipped frames.
-	seeded  bool
-	cpu     float64
-	cpuFast float64
-	cpuSlow float64
+	seeded bool
+	// cpuFresh: this tick measured a new CPU window (else CPU is carried
+	// over from the last one).
+	cpuFresh bool
+	cpu      float64
+	cpuFast  float64
+	cpuSlow  float64
 
 	// Limits and cores, re-read every LimitsEvery.
 	limitsRead   bool
@@ -236,6 +239,7 @@ func (s *Sampler) Tick() {
 	}
 
 	cpuValid := false
+	t.cpuFresh = false
 	switch {
 	case cpuErr != nil:
 		s.onError(&ReadError{Resource: "cpu", Err: fmt.Errorf("reading CPU time: %w", cpuErr)})
@@ -255,8 +259,11 @@ func (s *Sampler) Tick() {
 		CPUFast:  t.cpuFast,
 		CPUSlow:  t.cpuSlow,
 		CPUValid: cpuValid,
-		Cores:    t.cores,
-		At:       at,
+		// A skipped frame repeats the last window: the state machine must
+		// not count it as one more consecutive frame at that level.
+		CPUCarried: cpuValid && !t.cpuFresh,
+		Cores:      t.cores,
+		At:         at,
 	}
 	wl.MemLimit = s.cfg.MemoryLimit
 	if wl.MemLimit == 0 {
@@ -334,6 +341,7 @@ func (s *Sampler) observeCPU(at time.Time, cpuTime time.Duration) bool {
 
 	// cpu above 1 is real for one window (CFS quota spent in a burst): keep it.
 	t.cpu = cpu
+	t.cpuFresh = true
 	if !t.seeded {
 		t.seeded = true
 		t.cpuFast, t.cpuSlow = cpu, cpu

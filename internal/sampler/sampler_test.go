@@ -195,10 +195,14 @@ func TestShortWindowSkipsFrame(t *testing.T) {
 	assert.ErrorIs(t, h.errs[0], ErrShortWindow)
 	assert.Equal(t, before.CPU, wl.CPU)
 	assert.Equal(t, before.CPUSlow, wl.CPUSlow)
+	assert.False(t, before.CPUCarried)
+	assert.True(t, wl.CPUValid)
+	assert.True(t, wl.CPUCarried, "a skipped frame repeats the last window")
 
 	// The baseline was kept: the next window spans both (400ms, 300ms of CPU).
 	wl = h.step(300*time.Millisecond, 60*time.Millisecond)
 	assert.InDelta(t, 0.75, wl.CPU, 1e-12)
+	assert.False(t, wl.CPUCarried)
 	assert.Len(t, h.errs, 1)
 
 	// Exactly half the interval is long enough.

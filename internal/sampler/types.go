@@ -19,6 +19,10 @@ type WaterLevel struct {
 	CPUSlow float64
 	// CPUValid is false until the first valid CPU window.
 	CPUValid bool
+	// CPUCarried is true when this frame measured no new CPU window (it was
+	// skipped: short window, slow read, counter reset) and the CPU fields
+	// repeat the last valid one.
+	CPUCarried bool
 	// Mem is the memory working set over the memory limit.
 	Mem float64
 	// MemValid is false when there is no memory limit or memory could not be
