@@ -599,18 +599,48 @@ func TestHostileH2CNotServed(t *testing.T) {
 	assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "open"))
 }
 
+// hostileHold opens a silent gRPC traces stream, which holds one
+// unknown_size reservation for as long as it is open, so that an HTTP
+// request is not alone in the budget. The returned func cancels it and
+// waits for the budget to be empty again.
+func hostileHold(t *testing.T, env *e2eEnv) func() {
+	t.Helper()
+	cc := env.grpcConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	cs, err := hostileSilentStream(ctx, cc, hostileTracesMethod)
+	if err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- cs.RecvMsg(&emptypb.Empty{}) }()
+	require.Eventually(t, func() bool { return hostileReserved(env) == hostileUnknown }, e2eWait, time.Millisecond,
+		"the silent stream does not hold its reservation")
+	return func() {
+		t.Helper()
+		cancel()
+		<-recvErr
+		require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond,
+			"the held reservation was not released")
+	}
+}
+
 // TestHostileChunkedBudget: in Normal, against a 64 KiB admission budget
 // with unknown_size 16 KiB, a body of unknown size (chunked, or compressed:
 // confighttp drops Content-Length when it decompresses) is charged the
 // decompressed bytes it actually reads. One that fits is delivered; one
-// that does not is cut off when the budget cannot grow, otlpreceiver
-// answers the read error 429 + Retry-After with the throttle's Status
-// (RetryInfo included), nothing reaches the sink and the reservation is
-// returned. The throttle counts such a request as allowed: the admission
-// decision was made before the body, and the 429 comes from the receiver.
+// that does not, while another request (a silent gRPC stream) holds part of
+// the budget, is cut off when the budget cannot grow, otlpreceiver answers
+// the read error 429 + Retry-After with the throttle's Status (RetryInfo
+// included), nothing reaches the sink and the reservation is returned. The
+// throttle counts such a request as allowed: the admission decision was
+// made before the body, and the 429 comes from the receiver. A body larger
+// than the whole budget with nothing else reserved runs alone: it holds the
+// whole budget and is delivered (a retryable 429 could never succeed and
+// the client would end up dropping the data).
 func TestHostileChunkedBudget(t *testing.T) {
 	fits, fitsSpans := hostileTraces(t, 40<<10)
-	tooBig, _ := hostileTraces(t, 200<<10)
+	tooBig, tooBigSpans := hostileTraces(t, 200<<10)
 	send := func(t *testing.T, env *e2eEnv, contentType string, extra []string, body []byte) hostileResp {
 		h := append([]string{"Host: x", "Content-Type: " + contentType}, extra...)
 		return hostileRaw(t, env.httpAddr, append(hostileHead(http.MethodPost, "/v1/traces", "HTTP/1.1", h...), body...), false)
@@ -635,17 +665,29 @@ func TestHostileChunkedBudget(t *testing.T) {
 	for _, ct := range []string{pbType, jsonType} {
 		t.Run("chunked too big "+ct, func(t *testing.T) {
 			env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+			unhold := hostileHold(t, env)
 			r := send(t, env, ct, chunked, hostileChunked(tooBig, 4<<10))
 			requireBudgetCutOff(t, r, ct)
 			assert.Zero(t, env.traces.SpanCount())
 			assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "allowed", ""))
 			assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "budget"))
+			unhold()
 			released(t, env)
 		})
 	}
 
+	t.Run("chunked too big alone", func(t *testing.T) {
+		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		r := send(t, env, pbType, chunked, hostileChunked(tooBig, 4<<10))
+		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
+		assert.Equal(t, tooBigSpans, env.traces.SpanCount())
+		assert.EqualValues(t, hostileBudget, hostileHighWater(t, env), "it holds the whole budget, never more")
+		released(t, env)
+	})
+
 	t.Run("chunked 8MiB server bytes", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		unhold := hostileHold(t, env)
 		p := startE2ECountingProxy(t, env.httpAddr)
 		const size = 8 << 20
 		raw := append(hostileHead(http.MethodPost, "/v1/traces", "HTTP/1.1", "Host: x", "Content-Type: "+pbType, chunked[0]),
@@ -661,6 +703,7 @@ func TestHostileChunkedBudget(t *testing.T) {
 		// reads those): a fraction of the 8 MiB body.
 		assert.Less(t, fwd, int64(2<<20))
 		assert.Zero(t, env.traces.SpanCount())
+		unhold()
 		released(t, env)
 	})
 
@@ -681,18 +724,28 @@ func TestHostileChunkedBudget(t *testing.T) {
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
 		gz := hostileGzip(t, tooBig)
 		require.Less(t, len(gz), hostileBudget, "the compressed body alone would fit the budget")
+		unhold := hostileHold(t, env)
 		r := send(t, env, pbType, []string{"Content-Encoding: gzip", "Content-Length: " + strconv.Itoa(len(gz))}, gz)
 		requireBudgetCutOff(t, r, pbType)
 		assert.Zero(t, env.traces.SpanCount())
+		unhold()
+		released(t, env)
+
+		// Alone, the same request runs with the whole budget.
+		r = send(t, env, pbType, []string{"Content-Encoding: gzip", "Content-Length: " + strconv.Itoa(len(gz))}, gz)
+		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
+		assert.Equal(t, tooBigSpans, env.traces.SpanCount())
+		assert.EqualValues(t, hostileBudget, hostileHighWater(t, env))
 		released(t, env)
 	})
 
 	t.Run("declared size over budget", func(t *testing.T) {
-		// A Content-Length larger than the whole budget is refused up
-		// front with the budget's short Retry-After, without asking for
-		// the body; sent with its body, the connection is kept (no
-		// Connection: close outside Open).
+		// A Content-Length larger than the whole budget, while another
+		// request holds part of it, is refused up front with the budget's
+		// short Retry-After, without asking for the body; sent with its
+		// body, the connection is kept (no Connection: close outside Open).
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		unhold := hostileHold(t, env)
 		const size = hostileBudget + 1
 		head := []string{"Host: x", "Content-Type: " + pbType, "Content-Length: " + strconv.Itoa(size)}
 		r := hostileRaw(t, env.httpAddr, hostileHead(http.MethodPost, "/v1/traces", "HTTP/1.1", append(head, "Expect: 100-continue")...), false)
@@ -703,6 +756,21 @@ func TestHostileChunkedBudget(t *testing.T) {
 		assert.Equal(t, "1", r.Header.Get("Retry-After"))
 		assert.EqualValues(t, 2, env.requests(t, "http", SignalTraces, "denied", "budget"))
 		assert.Zero(t, env.requests(t, "http", SignalTraces, "allowed", ""))
+		unhold()
+		released(t, env)
+	})
+
+	t.Run("declared size over budget alone", func(t *testing.T) {
+		// With nothing else reserved, a Content-Length over the whole
+		// budget reserves the whole budget and is delivered.
+		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		body, spans := hostileTraces(t, hostileBudget+1)
+		r := send(t, env, pbType, []string{"Content-Length: " + strconv.Itoa(len(body))}, body)
+		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
+		assert.Equal(t, spans, env.traces.SpanCount())
+		assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "allowed", ""))
+		assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "budget"))
+		assert.EqualValues(t, hostileBudget, hostileHighWater(t, env), "the whole budget, never more")
 		released(t, env)
 	})
 }

@@ -118,12 +118,18 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	require.Equal(t, int64(budget), int64(AutoInflightBudget().ResolveBudget(testMemLimit)))
 
 	// A tiny receiver behind the HTTP middleware; it records the reserved
-	// bytes it sees while it runs.
+	// bytes it sees while it runs, then runs during (if set) while its
+	// request still holds its reservation.
 	var seenReserved int64
+	var during func()
 	wrap, err := e.GetHTTPHandler(ctx)
 	require.NoError(t, err)
 	h, err := wrap(ctx, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		seenReserved = inflightReserved(t, tt)
+		if f := during; f != nil {
+			during = nil
+			f()
+		}
 		w.WriteHeader(http.StatusOK)
 	}))
 	require.NoError(t, err)
@@ -196,14 +202,23 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	assertRequests()
 
 	// Step 4: Normal again at 50%; a request larger than the budget is
-	// denied by it, and nothing stays reserved.
+	// denied by it while another request holds part of it, admitted with
+	// the whole budget when alone, and nothing stays reserved.
 	src.setMem(50)
 	waitState(t, e, StateNormal)
 	waitValid(t, e, 0.5)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
-	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalTraces], budget+1))
+	innerCode := 0
+	during = func() { innerCode = post(paths[SignalTraces], budget+1) }
+	require.Equal(t, http.StatusOK, post(paths[SignalTraces], 1000))
+	want.add("http", SignalTraces, Admit)
+	require.Equal(t, http.StatusTooManyRequests, innerCode, "over the budget while another request holds 1000 bytes")
 	want.add("http", SignalTraces, DenyBudget)
+	seenReserved = -1
+	require.Equal(t, http.StatusOK, post(paths[SignalTraces], budget+1), "over the budget, alone")
+	want.add("http", SignalTraces, Admit)
+	assert.Equal(t, int64(budget), seenReserved, "a request over the budget takes the whole budget, no more")
 	require.Equal(t, http.StatusOK, post(paths[SignalTraces], budget))
 	want.add("http", SignalTraces, Admit)
 	assert.Equal(t, int64(budget), seenReserved, "a request of exactly the budget fits")

@@ -11,12 +11,17 @@
 // options to confighttp and configgrpc.
 //
 // Admission budget: an HTTP request with a Content-Length reserves exactly
-// that (one larger than the whole budget is refused, DenyBudget); one without
-// (chunked, or compressed: confighttp drops the length when it sets up
-// decompression) reserves Config.UnknownSize and is charged, before reading,
-// for every byte it reads beyond it, so a body larger than the budget fails
-// with a RESOURCE_EXHAUSTED read error, which otlpreceiver answers 429 +
-// Retry-After. A gRPC call reserves the running average of the messages
+// that; one without (chunked, or compressed: confighttp drops the length
+// when it sets up decompression) reserves Config.UnknownSize and is charged,
+// before reading, for every byte it reads beyond it, so a body that outgrows
+// what others leave of the budget fails with a RESOURCE_EXHAUSTED read
+// error, which otlpreceiver answers 429 + Retry-After. A request larger than
+// the whole budget "runs alone": it takes the whole budget (a Content-Length
+// over it reserves Max; a body of unknown size that holds all of it reads on
+// uncharged), so it runs only while nothing else is reserved and is bounded
+// by the receiver's max_request_body_size. Refusing it instead would be a
+// retryable rejection that could never succeed, and the client would retry
+// until it dropped the data. A gRPC call reserves the running average of the messages
 // received for its signal on that server (UnknownSize before the first one)
 // and releases it on *stats.End; it is not settled to the actual size.
 // Reservations are released on every path, panics included. Exempt signals

@@ -108,8 +108,8 @@ func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
 
 // sizeEstimate is what an RPC of sig reserves: the running average of the
 // messages received on this server, or unknownSize before any; never more
-// than the whole budget, since an estimate (unlike an HTTP Content-Length)
-// is not the request's real size and must not lock a signal out.
+// than the whole budget, as an HTTP body larger than it reserves the whole
+// budget: a reservation that can never be made would lock a signal out.
 //
 // The reservation is not settled to the actual size: the message has been
 // read and decoded by the time its size is known, so growing then protects

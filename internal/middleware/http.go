@@ -68,7 +68,15 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body cannot be longer than Content-Length (net/http enforces it
 	// for HTTP/1 and HTTP/2), so the reservation is exact and final.
-	n := r.ContentLength
+	//
+	// A body larger than the whole budget could never be reserved, and a
+	// retryable 429 that can never succeed makes the client retry until it
+	// gives up and drops the data. Such a request takes the whole budget
+	// instead ("runs alone"): it is admitted only while nothing else is
+	// reserved, and until then it gets the usual retryable DenyBudget,
+	// which will succeed once the others finish. The receiver's
+	// max_request_body_size still bounds it.
+	n := min(r.ContentLength, m.budget.Max())
 	if !m.budget.Reserve(n) {
 		m.reject(w, r, sig, decision.DenyBudget)
 		return
@@ -107,10 +115,17 @@ func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signa
 
 // budgetBody charges the budget for a body of unknown size as it is read.
 // Bytes are reserved before they are read: a Read never pulls more than the
-// reservation covers, and when the reservation cannot grow the Read fails
-// with a RESOURCE_EXHAUSTED status error, which otlpreceiver answers 429 +
-// Retry-After. A body larger than the budget can therefore never be read in
-// full.
+// reservation covers, and when the reservation cannot grow because others
+// hold the rest of the budget, the Read fails with a RESOURCE_EXHAUSTED
+// status error, which otlpreceiver answers 429 + Retry-After. A chunked
+// body therefore cannot bypass the budget while others hold part of it.
+//
+// A body that already holds the whole budget runs alone, like a
+// Content-Length over the budget: it is read on without further charge,
+// bounded by the receiver's max_request_body_size rather than the budget.
+// Refusing it would be a retryable error that could never succeed (the
+// body would outgrow the budget on every retry), so the client would
+// retry until it gives up and drops the data. Reserved never exceeds Max.
 type budgetBody struct {
 	rc   io.ReadCloser
 	b    *Budget
@@ -136,7 +151,13 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		return 0, http.ErrBodyReadAfterClose
 	}
 	avail := b.reserved - b.read
-	if avail <= 0 {
+	switch {
+	case avail > 0:
+	case b.reserved >= b.b.Max():
+		// Alone: this body holds the whole budget, nothing else can be
+		// admitted until it finishes. Read on uncharged (see budgetBody).
+		avail = int64(len(p))
+	default:
 		grow := b.b.reserveUpTo(min(int64(len(p)), b.step))
 		if grow == 0 {
 			b.mu.Unlock()
@@ -157,10 +178,10 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// probeEOF runs when the budget cannot cover one more byte. A body that ends
-// exactly at its reservation must still succeed, so one byte is read to tell
-// "finished" from "too big": EOF is passed on, a byte means the body exceeds
-// what the budget allows.
+// probeEOF runs when the budget cannot cover one more byte because others
+// hold part of it. A body that ends exactly at its reservation must still
+// succeed, so one byte is read to tell "finished" from "too big": EOF is
+// passed on, a byte means the body exceeds what the budget allows.
 func (b *budgetBody) probeEOF() (int, error) {
 	n, err := b.rc.Read(b.probe[:])
 	switch {

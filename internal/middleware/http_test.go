@@ -168,14 +168,19 @@ func TestHTTPRejection(t *testing.T) {
 			t.Run(v.Reason()+"/"+ct.ct, func(t *testing.T) {
 				var f *httpFixture
 				if v == decision.DenyBudget {
-					f = newHTTPFixture(t, NewBudget(100), 0, NewRetryDelay(0, 30*time.Second, nil))
+					// Another request holds 1 byte: the 1000-byte request
+					// below would take the whole budget (runs alone), which
+					// cannot be reserved until that one finishes.
+					b := NewBudget(100)
+					require.True(t, b.Reserve(1))
+					f = newHTTPFixture(t, b, 0, NewRetryDelay(0, 30*time.Second, nil))
 				} else {
 					f = newHTTPFixture(t, nil, 0, NewRetryDelay(0, 30*time.Second, nil))
 					f.dec.set(decision.Traces, v)
 				}
 				body := &failingBody{t: t}
 				req := httptest.NewRequest(http.MethodPost, "/v1/traces?x=y", body)
-				req.ContentLength = 1000 // over the budget of 100
+				req.ContentLength = 1000 // over the budget of 100, not alone
 				if ct.ct != "" {
 					req.Header.Set("Content-Type", ct.ct)
 				}
@@ -406,21 +411,52 @@ func TestHTTPBudgetContentLength(t *testing.T) {
 	assert.EqualValues(t, 60, during)
 	assert.Zero(t, f.budget.Reserved())
 
-	// Larger than the whole budget: refused up front, body unread.
+	// Larger than the whole budget while another request holds part of
+	// it: refused up front (retryable: it fits once the other finishes),
+	// body unread.
+	require.True(t, f.budget.Reserve(1))
 	req := httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t})
 	req.ContentLength = 101
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, req)
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
+	assert.EqualValues(t, 1, f.budget.Reserved())
+	f.budget.Release(1)
+
+	// The same request alone: it takes the whole budget (never more) and
+	// runs; a retryable 429 would never succeed and the data would be lost.
+	req = httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, 101)))
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	assert.EqualValues(t, 100, during, "an over-budget request reserves the whole budget")
+	assert.Zero(t, f.budget.Reserved())
+	assert.EqualValues(t, 100, f.budget.HighWater())
+
+	// While it runs, nothing else is admitted, not even one byte.
+	var inner int
+	h = f.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("x")))
+		inner = rec.Code
+	}))
+	req = httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t})
+	req.ContentLength = 1 << 30
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	assert.Equal(t, http.StatusTooManyRequests, inner)
+	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, f.budget.Reserved())
+	assert.LessOrEqual(t, f.budget.HighWater(), int64(100))
 }
 
-// TestHTTPChunkedCannotBypass: a body without Content-Length larger than
-// the budget is cut off with a RESOURCE_EXHAUSTED read error after reading
-// no more than the budget.
+// TestHTTPChunkedCannotBypass: while another request holds part of the
+// budget, a body without Content-Length larger than what is left is cut off
+// with a RESOURCE_EXHAUSTED read error after reading no more than that.
 func TestHTTPChunkedCannotBypass(t *testing.T) {
 	const maxBytes = 16 << 10
+	const other = 1 << 10
 	f := newHTTPFixture(t, NewBudget(maxBytes), 4<<10, nil)
+	require.True(t, f.budget.Reserve(other), "another request holds part of the budget")
 	req := httptest.NewRequest(http.MethodPost, "/v1/traces", nil)
 	req.ContentLength = -1
 	req.Body = io.NopCloser(bytes.NewReader(make([]byte, 100<<10)))
@@ -434,11 +470,57 @@ func TestHTTPChunkedCannotBypass(t *testing.T) {
 	require.True(t, ok, "the read error is a gRPC status otlpreceiver maps to 429")
 	assert.Equal(t, codes.ResourceExhausted, st.Code())
 	require.Len(t, st.Details(), 1)
-	assert.LessOrEqual(t, f.next.read.Load(), int64(maxBytes))
+	assert.LessOrEqual(t, f.next.read.Load(), int64(maxBytes-other))
 	assert.Positive(t, f.next.read.Load())
-	assert.LessOrEqual(t, f.budget.HighWater(), int64(maxBytes))
+	assert.EqualValues(t, maxBytes, f.budget.HighWater())
+	assert.EqualValues(t, other, f.budget.Reserved(), "only the other request's bytes remain")
+	f.budget.Release(other)
 	assert.Zero(t, f.budget.Reserved())
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit), "counted once, as admitted")
+}
+
+// TestHTTPChunkedAlone: a body without Content-Length larger than the whole
+// budget, with nothing else reserved, grows to the whole budget and is then
+// read in full without further charge (it runs alone; the receiver's
+// max_request_body_size bounds it). Meanwhile nothing else is admitted, and
+// the reservation never exceeds the budget.
+func TestHTTPChunkedAlone(t *testing.T) {
+	const maxBytes = 16 << 10
+	const size = 100 << 10
+	f := newHTTPFixture(t, NewBudget(maxBytes), 4<<10, nil)
+	var peak int64
+	var inner int
+	h := f.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 1000)
+		for {
+			n, err := r.Body.Read(buf)
+			f.next.read.Add(int64(n))
+			peak = max(peak, f.budget.Reserved())
+			if errors.Is(err, io.EOF) {
+				rec := httptest.NewRecorder()
+				f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("x")))
+				inner = rec.Code
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+		}
+	}))
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", nil)
+	req.ContentLength = -1
+	req.Body = io.NopCloser(bytes.NewReader(make([]byte, size)))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.EqualValues(t, size, f.next.read.Load())
+	assert.EqualValues(t, maxBytes, peak, "it holds the whole budget, never more")
+	assert.EqualValues(t, maxBytes, f.budget.HighWater())
+	assert.Equal(t, http.StatusTooManyRequests, inner, "nothing else runs beside it")
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, f.budget.Reserved())
 }
 
 // TestHTTPChunkedGrows: a chunked body beyond unknown_size but within the
@@ -524,7 +606,8 @@ func TestHTTPPanicReleases(t *testing.T) {
 }
 
 // TestHTTPRealServerBudget goes through a real server and client with a
-// chunked upload larger than the budget.
+// chunked upload larger than the budget: cut off while another request
+// holds part of the budget, read in full when alone.
 func TestHTTPRealServerBudget(t *testing.T) {
 	f := newHTTPFixture(t, NewBudget(32<<10), 8<<10, nil)
 	srv := httptest.NewServer(f.h)
@@ -543,8 +626,13 @@ func TestHTTPRealServerBudget(t *testing.T) {
 		return resp
 	}
 	assert.Equal(t, http.StatusOK, send(20<<10).StatusCode)
+	require.True(t, f.budget.Reserve(1), "another request holds part of the budget")
 	assert.Equal(t, http.StatusBadRequest, send(1<<20).StatusCode)
 	assert.LessOrEqual(t, f.next.read.Load(), int64(20<<10+32<<10))
+	f.budget.Release(1)
+	before := f.next.read.Load()
+	assert.Equal(t, http.StatusOK, send(1<<20).StatusCode, "alone, it runs")
+	assert.EqualValues(t, 1<<20, f.next.read.Load()-before)
 	srv.Close()
 	assert.Zero(t, f.budget.Reserved())
 	assert.LessOrEqual(t, f.budget.HighWater(), int64(32<<10))
