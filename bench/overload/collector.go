@@ -32,6 +32,9 @@ type colConfig struct {
 	// MemoryLimiter: the stock memory_limiter processor first in every
 	// pipeline.
 	MemoryLimiter bool
+	// PprofPort, when not 0: contrib's pprof extension on 127.0.0.1 at this
+	// port, for the goroutine count of the timeline (-pprof).
+	PprofPort int
 }
 
 // The pipeline is otlp -> [memory_limiter] -> batch -> nop: the receiver's
@@ -41,8 +44,10 @@ type colConfig struct {
 // sink). Metrics are exempt from throttling (SPEC section 10): the harness
 // checks that they lose nothing.
 var configTmpl = template.Must(template.New("config").Funcs(template.FuncMap{"split": strings.Fields, "indent": indent4}).Parse(`# Written by bench/overload; one scenario's collector.
-{{- if .Throttle }}
+{{- if or .Throttle .PprofPort }}
 extensions:
+{{- end }}
+{{- if .Throttle }}
   throttle:
 {{- if .ThrottleYAML }}
 {{ indent .ThrottleYAML }}
@@ -61,6 +66,11 @@ extensions:
     rules:
       metrics: { enabled: false }
 {{- end }}
+{{- end }}
+{{- if .PprofPort }}
+  # Go's pprof: the harness reads the goroutine count from it.
+  pprof:
+    endpoint: 127.0.0.1:{{ .PprofPort }}
 {{- end }}
 
 receivers:
@@ -90,8 +100,8 @@ exporters:
   nop: {}
 
 service:
-{{- if .Throttle }}
-  extensions: [throttle]
+{{- if or .Throttle .PprofPort }}
+  extensions: [{{ if .Throttle }}throttle{{ end }}{{ if and .Throttle .PprofPort }}, {{ end }}{{ if .PprofPort }}pprof{{ end }}]
 {{- end }}
   pipelines:
 {{- range $p := (split "traces metrics logs") }}

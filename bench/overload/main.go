@@ -75,6 +75,9 @@ type options struct {
 	rateBelow    float64
 	report       string
 	throttleYAML string
+	// pprof: enable the collector's pprof extension and record its
+	// goroutine count every goroutineEvery (timeline column goroutines).
+	pprof bool
 }
 
 func main() {
@@ -104,6 +107,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout of the generator")
 	flag.Float64Var(&o.rateBelow, "rate-below", 0, "open loop requests/s of A and C instead of the closed loop at -c-below (below overload: about 70-80% of A's saturated ok req/s)")
 	flag.StringVar(&o.report, "report", "", "only (re)generate the report (report.md, report.html, timeline-*.png, chart.csv) of this results folder, and exit")
+	flag.BoolVar(&o.pprof, "pprof", false, "enable the collector's pprof extension on a free localhost port and record its goroutine count every 5 s (timeline column goroutines)")
 	throttleFile := flag.String("throttle-config", "", "YAML file with the throttle extension's settings (replaces -thresholds), for experiments")
 	flag.Parse()
 	if *throttleFile != "" {
@@ -321,6 +325,11 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 	}
 	e.ports.Throttle, e.ports.MemoryLimiter, e.ports.Thresholds = s.throttle, s.memoryLimiter, o.thresholds
 	e.ports.ThrottleYAML = o.throttleYAML
+	if o.pprof {
+		if e.ports.PprofPort, err = freePort(); err != nil {
+			return nil, cleanup, err
+		}
+	}
 	cfg, err := renderConfig(e.ports)
 	if err != nil {
 		return nil, cleanup, err
@@ -352,7 +361,16 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 	go func() { defer close(e.scrDone); scr.run(sctx, o.interval) }()
 	cleanups = append(cleanups, func() { stopScr(); <-e.scrDone })
 
-	e.rec = &recorder{scenario: s.name, start: time.Now(), cpus: o.cpus, cg: cg, col: col, scr: scr,
+	var gor *goroutineScraper
+	if e.ports.PprofPort != 0 {
+		gor = newGoroutineScraper(e.ports.PprofPort)
+		gctx, stopGor := context.WithCancel(context.Background())
+		gorDone := make(chan struct{})
+		go func() { defer close(gorDone); gor.run(gctx, goroutineEvery) }()
+		cleanups = append(cleanups, func() { stopGor(); <-gorDone })
+	}
+
+	e.rec = &recorder{scenario: s.name, start: time.Now(), cpus: o.cpus, cg: cg, col: col, scr: scr, gor: gor,
 		runner: e.getRunner, w: tw, logf: logf}
 	rctx, stopRec := context.WithCancel(context.Background())
 	e.recDone = make(chan struct{})

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,6 +17,8 @@ func TestRenderConfig(t *testing.T) {
 		{GRPCPort: 1, HTTPPort: 2, MetricsPort: 3, Throttle: true, Thresholds: "default"},
 		{GRPCPort: 1, HTTPPort: 2, MetricsPort: 3, Throttle: true, Thresholds: "benchmark"},
 		{GRPCPort: 1, HTTPPort: 2, MetricsPort: 3, MemoryLimiter: true},
+		{GRPCPort: 1, HTTPPort: 2, MetricsPort: 3, PprofPort: 4},
+		{GRPCPort: 1, HTTPPort: 2, MetricsPort: 3, Throttle: true, Thresholds: "default", PprofPort: 4},
 	} {
 		b, err := renderConfig(c)
 		require.NoError(t, err)
@@ -41,6 +44,52 @@ func TestRenderConfig(t *testing.T) {
 		}
 		if c.Thresholds == "benchmark" {
 			assert.Equal(t, 1.2, conf.Get("extensions::throttle::thresholds::cpu::hard"))
+		}
+		var exts []any
+		if c.Throttle {
+			exts = append(exts, "throttle")
+		}
+		if c.PprofPort != 0 {
+			exts = append(exts, "pprof")
+			assert.Equal(t, "127.0.0.1:4", conf.Get("extensions::pprof::endpoint"))
+		} else {
+			assert.False(t, conf.IsSet("extensions::pprof"))
+		}
+		if exts == nil {
+			assert.False(t, conf.IsSet("service::extensions"), string(b))
+		} else {
+			assert.Equal(t, exts, conf.Get("service::extensions"), string(b))
+		}
+	}
+}
+
+func TestParseGoroutineTotal(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"goroutine profile: total 137\n42 @ 0x43e1ce 0x44f2a5\n#\t0x43e1cd\truntime.gopark+0xcd\n", 137, true},
+		{"goroutine profile: total 5\r\n", 5, true},
+		{"goroutine profile: total 0", 0, true}, // no newline: EOF after the line
+		{"goroutine profile: total  12 \n", 12, true},
+		{"", 0, false},
+		{"\n", 0, false},
+		{"goroutine profile: total\n", 0, false},
+		{"goroutine profile: total -3\n", 0, false},
+		{"goroutine profile: total 1e3\n", 0, false},
+		{"goroutine profile: total 99999999999999999999999\n", 0, false},
+		{"goroutine 1 [running]:\nmain.main()\n", 0, false}, // debug=2
+		{"<html>404 page not found</html>\n", 0, false},
+		{"\x1f\x8b\x08\x00binary", 0, false}, // debug=0: gzipped protobuf
+		{strings.Repeat("x", 10000), 0, false},
+	} {
+		n, err := parseGoroutineTotal(strings.NewReader(tc.in))
+		if tc.ok {
+			require.NoError(t, err, "%q", tc.in)
+			assert.Equal(t, tc.want, n, "%q", tc.in)
+		} else {
+			assert.Error(t, err, "%q", tc.in)
 		}
 	}
 }

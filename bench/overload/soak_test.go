@@ -4,6 +4,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -24,22 +25,30 @@ var (
 	soakRate     = flag.Float64("soak.rate", 2400, "open loop requests/s (about twice the saturating rate of the 1 CPU collector; 2x 1204 on the reference machine)")
 	soakOut      = flag.String("soak.out", "", "results folder (default bench/results/<UTC date-time>-soak)")
 	soakHeapTol  = flag.Float64("soak.heap-tolerance", 0.25, "allowed growth of the heap floor (and of threads, fds) from the middle to the last third")
+	soakGorTol   = flag.Float64("soak.goroutine-tolerance", 0.10, "allowed growth of the goroutine floor (10th percentile of the readings) from the middle to the last third, at least 20 goroutines")
 )
+
+// soakGorSlack is the absolute noise allowed on the goroutine count: the
+// HTTP server's connection goroutines and the batch processor's come and go
+// with the requests in flight.
+const soakGorSlack = 20
 
 // TestSoak keeps the distribution with throttle (default thresholds,
 // metrics exempt) in a 1 CPU / 300 MiB cgroup at twice its saturating load
 // and asserts: no OOM kill, no restart, the working set below the limit at
 // every sample, no growth trend of the heap after GC, of the OS threads or
 // of the open file descriptors (mean of the last third against the middle
-// third), and the throttle's counters consistent with the generator's:
-// allowed + denied = requests answered, per signal, over HTTP.
+// third), nor of the goroutines (floor of the last third against the
+// middle third, within max(10%, 20); medians reported), and the
+// throttle's counters consistent with the generator's: allowed + denied =
+// requests answered, per signal, over HTTP.
 //
 // The collector (v0.165.0) exposes no goroutine gauge
 // (otelcol_process_*: cpu_seconds, memory_rss, runtime_heap_alloc_bytes,
-// runtime_total_alloc_bytes, runtime_total_sys_memory_bytes, uptime), so a
-// goroutine leak is watched through what it would hold: heap, threads and
-// file descriptors (each leaked HTTP/gRPC connection goroutine holds a socket).
-// The heap after GC is approximated by the floor (10th percentile) of
+// runtime_total_alloc_bytes, runtime_total_sys_memory_bytes, uptime), so
+// the soak's collector runs contrib's pprof extension on localhost (-pprof)
+// and the harness reads "goroutine profile: total N" from
+// /debug/pprof/goroutine?debug=1 every 5 s. The heap after GC is approximated by the floor (10th percentile) of
 // otelcol_process_runtime_heap_alloc_bytes over each third: the troughs
 // of the sawtooth are the live heap right after a collection.
 func TestSoak(t *testing.T) {
@@ -55,7 +64,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := options{out: out, cpus: 1, memMiB: 300, warmup: 10 * time.Second, warmupRate: 200,
-		duration: *soakDuration, cooldown: 5 * time.Second, rateOver: *soakRate, maxInflight: 512}
+		duration: *soakDuration, cooldown: 5 * time.Second, rateOver: *soakRate, maxInflight: 512, pprof: true}
 	sum := harnessRun(t, o, allScenarios["D"])
 	if files, err := report.Generate(out); err != nil {
 		t.Errorf("report: %v", err)
@@ -121,19 +130,50 @@ func TestSoak(t *testing.T) {
 		return s / float64(k)
 	}
 	tol := *soakHeapTol
+	// trends: the figures, also written into the results' summary.md.
+	var trends []string
 	check := func(name string, a, b, slack float64) {
 		t.Logf("%s: middle third %.1f, last third %.1f (%+.1f%%)", name, a, b, 100*(b-a)/a)
-		if math.IsNaN(a) || math.IsNaN(b) {
+		verdict := "ok"
+		switch {
+		case math.IsNaN(a) || math.IsNaN(b):
+			verdict = "NOT MEASURED"
 			t.Errorf("%s: not measured", name)
-			return
-		}
-		if b > a*(1+tol)+slack {
+		case b > a*(1+tol)+slack:
+			verdict = "GROWS"
 			t.Errorf("%s grows: %.1f -> %.1f (more than %.0f%% + %.0f)", name, a, b, 100*tol, slack)
 		}
+		trends = append(trends, fmt.Sprintf("| %s | %.1f | %.1f | %+.1f%% | %.1f | %s |", name, a, b, 100*(b-a)/a, a*(1+tol)+slack, verdict))
 	}
 	check("heap floor (after GC), MiB", floor(mid)/(1<<20), floor(end)/(1<<20), 4)
-	check("OS threads", mean(mid, func(p point) float64 { return p.threads }), mean(end, func(p point) float64 { return p.threads }), 4)
-	check("open fds", mean(mid, func(p point) float64 { return p.fds }), mean(end, func(p point) float64 { return p.fds }), 16)
+	check("OS threads (mean)", mean(mid, func(p point) float64 { return p.threads }), mean(end, func(p point) float64 { return p.threads }), 4)
+	check("open fds (mean)", mean(mid, func(p point) float64 { return p.fds }), mean(end, func(p point) float64 { return p.fds }), 16)
+	gMid, gEnd := goroutineReadings(mid), goroutineReadings(end)
+	t.Logf("goroutine readings (pprof, every %s): middle third %d (min %.0f, max %.0f), last third %d (min %.0f, max %.0f)",
+		goroutineEvery, len(gMid), minOf(gMid), maxOf(gMid), len(gEnd), minOf(gEnd), maxOf(gEnd))
+	if len(gMid) < 3 || len(gEnd) < 3 {
+		t.Errorf("goroutines: only %d and %d readings in the middle and last thirds", len(gMid), len(gEnd))
+	}
+	// Under this load the goroutine count follows the connections in
+	// flight (one or two per HTTP connection: from about 20 when the
+	// throttle is Open and the generator's connections have drained, to
+	// several hundred when it admits), so the median of a third moves with
+	// the shedding cycle by far more than a leak would. A leaked goroutine
+	// never exits: it raises the floor (10th percentile) of the readings,
+	// the troughs between bursts, as a leak of memory raises the heap
+	// floor. The floor is asserted; the median is reported.
+	tol = *soakGorTol
+	// Allowed: max(tol*a, 20); the slack is what 20 exceeds tol*a by.
+	gf := floorOf(gMid)
+	check("goroutines floor (10th percentile)", gf, floorOf(gEnd), max(0, soakGorSlack-tol*gf))
+	gm, ge := median(gMid), median(gEnd)
+	t.Logf("goroutines (median, reported, not asserted): middle third %.1f, last third %.1f (%+.1f%%)", gm, ge, 100*(ge-gm)/gm)
+	trends = append(trends, fmt.Sprintf("| goroutines (median) | %.1f | %.1f | %+.1f%% | not asserted | - |", gm, ge, 100*(ge-gm)/gm))
+	defer func() {
+		if err := appendTrends(filepath.Join(out, "summary.md"), trends); err != nil {
+			t.Logf("summary.md: %v", err)
+		}
+	}()
 
 	// 3. Throttle counters against the generator, per signal, over HTTP:
 	// every request the generator got an answer to was decided once.
@@ -166,6 +206,69 @@ func TestSoak(t *testing.T) {
 	if grpc != 0 {
 		t.Errorf("%.0f gRPC decisions counted; the generator sent none", grpc)
 	}
+}
+
+// goroutineReadings returns the distinct goroutine readings of ps (one
+// reading every goroutineEvery spans several points).
+func goroutineReadings(ps []point) []float64 {
+	var v []float64
+	var last time.Time
+	for _, p := range ps {
+		if p.goroutines >= 0 && !p.goroutinesAt.Equal(last) {
+			v = append(v, p.goroutines)
+			last = p.goroutinesAt
+		}
+	}
+	return v
+}
+
+// floorOf is the 10th percentile of v (NaN when empty).
+func floorOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/10]
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Sorted(slices.Values(v))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+func minOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return slices.Min(v)
+}
+
+func maxOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return slices.Max(v)
+}
+
+// appendTrends appends the soak's trend figures to the run's summary.md.
+func appendTrends(path string, rows []string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "\nSoak trends, load phase, middle third -> last third:\n\n")
+	fmt.Fprintln(f, "| figure | middle third | last third | change | allowed up to | verdict |")
+	fmt.Fprintln(f, "|---|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintln(f, r)
+	}
+	return f.Close()
 }
 
 func sumSamples(s []sample, name string, want map[string]string) (float64, bool) {

@@ -39,6 +39,9 @@ var timelineHeader = []string{
 	// the generator (cumulative since the scenario's start)
 	"lg_inflight", "lg_sent", "lg_ok", "lg_rejected", "lg_unavailable", "lg_other", "lg_errors", "lg_skipped",
 	"lg_accepted_items", "lg_metrics_sent", "lg_metrics_ok",
+	// the collector's goroutines, from its pprof extension every 5 s (only
+	// with -pprof; the latest reading, empty when older than 10 s)
+	"goroutines",
 }
 
 // point is one row of the timeline; the summary is computed from them.
@@ -57,6 +60,10 @@ type point struct {
 	// threads and fds are the collector's OS threads and open file
 	// descriptors (<0 unknown).
 	heap, threads, fds float64
+	// goroutines is the latest reading of the pprof extension (<0 unknown),
+	// taken at goroutinesAt: one reading spans several points.
+	goroutines   float64
+	goroutinesAt time.Time
 }
 
 type recorder struct {
@@ -66,6 +73,7 @@ type recorder struct {
 	cg       *cgroup
 	col      *collector
 	scr      *scraper
+	gor      *goroutineScraper      // nil without the pprof extension
 	runner   func() *loadgen.Runner // current generator, nil before it starts
 	w        *csv.Writer
 	logf     func(string, ...any)
@@ -86,7 +94,7 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 	var prevAt time.Time
 	for {
 		now := time.Now()
-		p := point{t: now.Sub(r.start), cpuPct: -1, heap: -1, threads: -1, fds: -1}
+		p := point{t: now.Sub(r.start), cpuPct: -1, heap: -1, threads: -1, fds: -1, goroutines: -1}
 		pid, alive, restarts := r.col.state()
 		p.alive, p.restarts = alive, restarts
 		st, err := r.cg.stats()
@@ -165,6 +173,12 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 		m := lg.PerSignal[loadgen.Metrics]
 		row = append(row, i64(lg.Inflight), i64(lg.Total.Sent), i64(lg.Total.OK), i64(lg.Total.Rejected), i64(lg.Total.Unavailable),
 			i64(lg.Total.Other), i64(lg.Total.Errors), i64(lg.Total.Skipped), i64(lg.Total.AcceptedItems), i64(m.Sent), i64(m.OK))
+		if r.gor != nil && alive {
+			if n, at := r.gor.get(); !at.IsZero() && now.Sub(at) < 2*goroutineEvery {
+				p.goroutines, p.goroutinesAt = n, at
+			}
+		}
+		row = append(row, opt(p.goroutines >= 0, p.goroutines, 0))
 		r.mu.Lock()
 		r.points = append(r.points, p)
 		if err := r.w.Write(row); err != nil {
