@@ -4,10 +4,10 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/otelthrottle/throttle/internal/promtext"
 )
 
 // sample is one series of the Prometheus exposition.
@@ -17,64 +17,15 @@ type sample struct {
 	value  float64
 }
 
-// parseExposition parses the Prometheus text format (enough of it for the
-// collector's own metrics: no escapes in label values beyond \" and \\).
+// parseExposition parses the Prometheus text format into the harness's
+// samples.
 func parseExposition(text string) []sample {
-	var out []sample
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s := sample{labels: map[string]string{}}
-		rest := line
-		if i := strings.IndexByte(line, '{'); i >= 0 {
-			j := strings.LastIndexByte(line, '}')
-			if j < i {
-				continue
-			}
-			s.name = line[:i]
-			parseLabels(line[i+1:j], s.labels)
-			rest = strings.TrimSpace(line[j+1:])
-		} else {
-			f := strings.Fields(line)
-			if len(f) < 2 {
-				continue
-			}
-			s.name, rest = f[0], f[1]
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		s.value = v
-		out = append(out, s)
+	parsed := promtext.Parse(text)
+	out := make([]sample, len(parsed))
+	for i, p := range parsed {
+		out[i] = sample{name: p.Name, labels: p.Labels, value: p.Value}
 	}
 	return out
-}
-
-func parseLabels(s string, into map[string]string) {
-	for len(s) > 0 {
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
-			return
-		}
-		key := strings.TrimSpace(strings.TrimPrefix(s[:eq], ","))
-		var val strings.Builder
-		i := eq + 2
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] == '\\' && i+1 < len(s) {
-				i++
-			}
-			val.WriteByte(s[i])
-		}
-		into[key] = val.String()
-		s = strings.TrimPrefix(s[min(i+1, len(s)):], ",")
-	}
 }
 
 // sum adds the series of name (with or without a _total suffix) whose labels
