@@ -233,13 +233,10 @@ func (e *throttleExtension) logTransition(t decision.Transition) {
 	e.translog.transition(t)
 }
 
-// Decide implements Throttle and middleware.Decider.
-func (e *throttleExtension) Decide(s Signal) Verdict {
-	if s < decision.NumSignals && e.exempt[s] {
-		return decision.Admit
-	}
-	return e.engine.Decide(s)
-}
+// Decide implements Throttle and middleware.Decider. The engine already
+// admits a signal whose rule is disabled, and with enabled: false nothing
+// feeds it, so it stays Normal and admits everything.
+func (e *throttleExtension) Decide(s Signal) Verdict { return e.engine.Decide(s) }
 
 // Exempt implements middleware.Decider.
 func (e *throttleExtension) Exempt(s Signal) bool {
@@ -247,12 +244,7 @@ func (e *throttleExtension) Exempt(s Signal) bool {
 }
 
 // State implements Throttle.
-func (e *throttleExtension) State(s Signal) State {
-	if !e.cfg.Enabled {
-		return decision.Normal
-	}
-	return e.engine.State(s)
-}
+func (e *throttleExtension) State(s Signal) State { return e.engine.State(s) }
 
 // RetryDelay implements Throttle.
 func (e *throttleExtension) RetryDelay(v Verdict) time.Duration { return e.retry.Draw(v) }
