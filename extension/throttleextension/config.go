@@ -52,6 +52,15 @@ const (
 
 	defaultUnknownSize ByteSize = 1 << 20 // 1 MiB
 
+	// Pacing: a second is long enough to take a request slot from a client
+	// that re-sends at once for most of the time (an admitted request takes
+	// tens to hundreds of milliseconds) and short against the default
+	// Retry-After range (0-30s) of clients that wait anyway. 512 held
+	// requests cost about 10 MiB (goroutine and connection buffers).
+	defaultPacingDelay   = time.Second
+	maxPacingDelay       = 10 * time.Second
+	defaultPacingMaxHeld = 512
+
 	// autoBudgetDivisor: "auto" reserves memLimit/12 (8.3%) for the bytes of
 	// admitted, unfinished requests. A prototype held 2x overload in a
 	// 300 MiB container with a 24 MiB budget (peak working set 60-65%,
@@ -133,6 +142,11 @@ type Config struct {
 
 	// Admission bounds the bytes of admitted, unfinished requests.
 	Admission AdmissionConfig `mapstructure:"admission"`
+
+	// Pacing holds HTTP rejections in Shedding (and by the admission
+	// budget) before they are answered, so that clients which re-send at
+	// once do not turn rejections into a load of their own.
+	Pacing PacingConfig `mapstructure:"pacing"`
 
 	// Routes classify requests the default OTLP paths and methods do not
 	// cover.
@@ -265,6 +279,23 @@ type AdmissionConfig struct {
 	_ struct{}
 }
 
+// PacingConfig is how HTTP shed and budget rejections are paced (see
+// middleware.Pacer). Open rejections, gRPC rejections, and requests whose
+// body is over 256 KiB or of unknown length are answered at once.
+type PacingConfig struct {
+	// Delay is how long a rejection is held, after its body has been read
+	// and discarded, before the 429 is written. Default 1s; 0 = off; at
+	// most 10s.
+	Delay time.Duration `mapstructure:"delay"`
+	// MaxHeld bounds the rejections held at once (each holds a goroutine
+	// and a connection, about 20 KiB); beyond it they are answered at once.
+	// Default 512; 0 = off.
+	MaxHeld int `mapstructure:"max_held"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
 // RoutesConfig maps extra HTTP paths and gRPC methods to signals.
 type RoutesConfig struct {
 	// HTTP maps a URL path (clean, starting with "/") to a signal name.
@@ -285,7 +316,8 @@ var (
 
 func ptrTo[T any](v T) *T { return &v }
 
-// createDefaultConfig returns the configuration of SPEC section 8.
+// createDefaultConfig returns the configuration of SPEC section 8, but for
+// the CPU lines: see decision.DefaultConfig for why they moved.
 func createDefaultConfig() component.Config {
 	return &Config{
 		Enabled:        true,
@@ -295,7 +327,7 @@ func createDefaultConfig() component.Config {
 			CPUFastBeta: defaultCPUFastBeta,
 		},
 		Thresholds: ThresholdsConfig{
-			CPU: SlotConfig{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3},
+			CPU: SlotConfig{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3},
 			// breach_n 1: memory meets the OOM killer, which is final; CPU
 			// only gets throttled by CFS.
 			Mem: SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
@@ -313,6 +345,7 @@ func createDefaultConfig() component.Config {
 			MaxInflightBytes: AutoInflightBudget(),
 			UnknownSize:      defaultUnknownSize,
 		},
+		Pacing: PacingConfig{Delay: defaultPacingDelay, MaxHeld: defaultPacingMaxHeld},
 		Status: configoptional.Default(defaultStatusServerConfig()),
 		// ReportStatus false: see the field.
 		StaleAfterIntervals: defaultStaleAfterIntervals,
@@ -417,6 +450,14 @@ func (cfg *Config) Validate() error {
 			add("admission.unknown_size must be <= admission.max_inflight_bytes, got %v and %v",
 				cfg.Admission.UnknownSize, cfg.Admission.MaxInflightBytes.Size())
 		}
+	}
+
+	// Pacing.
+	if cfg.Pacing.Delay < 0 || cfg.Pacing.Delay > maxPacingDelay {
+		add("pacing.delay must be between 0s and %v, got %v", maxPacingDelay, cfg.Pacing.Delay)
+	}
+	if cfg.Pacing.MaxHeld < 0 {
+		add("pacing.max_held must be >= 0, got %d", cfg.Pacing.MaxHeld)
 	}
 
 	// Routes.

@@ -83,6 +83,7 @@ func TestLoadConfig(t *testing.T) {
 					MaxInflightBytes: FixedInflightBudget(24 * MiB),
 					UnknownSize:      512 * KiB,
 				},
+				Pacing: PacingConfig{Delay: 250 * time.Millisecond, MaxHeld: 64},
 				Routes: RoutesConfig{
 					HTTP: map[string]string{
 						"/prometheus/write": "metrics",
@@ -174,7 +175,10 @@ func TestLoadConfigInvalid(t *testing.T) {
 		name string
 		want []string // every line of the error, in order
 	}{
-		{"disabled_invalid", []string{"thresholds.cpu.exit must be < thresholds.cpu.enter, got 0.9 and 0.8"}},
+		{"disabled_invalid", []string{"thresholds.cpu.exit must be < thresholds.cpu.enter, got 0.95 and 0.9"}},
+		{"pacing_delay_negative", []string{"pacing.delay must be between 0s and 10s, got -1s"}},
+		{"pacing_delay_too_long", []string{"pacing.delay must be between 0s and 10s, got 11s"}},
+		{"pacing_max_held_negative", []string{"pacing.max_held must be >= 0, got -1"}},
 		{"cpu_exit_ge_enter", []string{"thresholds.cpu.exit must be < thresholds.cpu.enter, got 0.7 and 0.7"}},
 		{"cpu_enter_ge_hard", []string{"thresholds.cpu.enter must be < thresholds.cpu.hard, got 0.95 and 0.9"}},
 		{"mem_exit_zero", []string{"thresholds.mem.exit must be > 0, got 0"}},
@@ -221,7 +225,7 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"stale_after_one", []string{"stale_after_intervals must be 0 (never) or >= 2, got 1"}},
 		{"many", []string{
 			"sample_interval must be >= 10ms, got 0s",
-			"thresholds.cpu.exit must be < thresholds.cpu.enter, got 0.9 and 0.8",
+			"thresholds.cpu.exit must be < thresholds.cpu.enter, got 0.95 and 0.9",
 			"rules.metricz: unknown signal, want one of default, traces, metrics, logs, profiles",
 		}},
 	}
@@ -559,6 +563,7 @@ func TestConfigEngine(t *testing.T) {
 			decision.Profiles: {Enabled: true, DropMin: 0, DropMax: 0},
 		},
 		RecoveryRamp: 2 * time.Second,
+		Interval:     100 * time.Millisecond,
 	}, full.decisionConfig())
 }
 

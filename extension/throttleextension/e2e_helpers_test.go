@@ -142,7 +142,8 @@ func e2eFreeAddr(tb testing.TB) string {
 // sample interval, no CPU slot (the fake source uses none), a memory slot
 // that reacts to one sample, no recovery ramp so that leaving Open is
 // immediate, no stale fallback (a sampler starved under -race must not turn
-// Open into Normal) and a short retry_after range.
+// Open into Normal), a short retry_after range and no pacing (the tests of
+// pacing turn it on).
 func e2eThrottleConfig(tb testing.TB, extra map[string]any) *Config {
 	tb.Helper()
 	conf := map[string]any{
@@ -150,6 +151,7 @@ func e2eThrottleConfig(tb testing.TB, extra map[string]any) *Config {
 		"recovery_ramp":         "0s",
 		"stale_after_intervals": 0,
 		"retry_after":           map[string]any{"min": e2eRetryMin.String(), "max": e2eRetryMax.String()},
+		"pacing":                map[string]any{"delay": "0s"},
 		"thresholds": map[string]any{
 			"cpu": map[string]any{"enabled": false},
 			"mem": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_n": 1},

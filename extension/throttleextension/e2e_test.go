@@ -16,6 +16,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -518,4 +519,60 @@ func TestE2ERejectedBodyServerBytes(t *testing.T) {
 	assert.Less(t, fwd, int64(1<<20))
 	assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "denied", "open"))
 	assert.Zero(t, env.traces.SpanCount())
+}
+
+// TestE2EPacedShedding: with pacing on, a shed request through the real
+// otlpreceiver (confighttp's handler chain around the middleware) is
+// answered 429 only after the pacing delay and keeps its connection (its
+// body was read, so the next request reuses it); an Open rejection is not
+// held, which the second part shows with the longest delay allowed. In the
+// first part the delay is a lower bound only.
+func TestE2EPacedShedding(t *testing.T) {
+	start := func(t *testing.T, delay time.Duration) *e2eEnv {
+		env := startE2E(t, e2eOptions{conf: map[string]any{
+			"pacing": map[string]any{"delay": delay.String(), "max_held": 4},
+			"rules":  map[string]any{"default": map[string]any{"drop_min": 1.0, "drop_max": 1.0}},
+		}})
+		env.setLevel(t, e2eShedding, StateShedding)
+		return env
+	}
+	body, err := e2eSignals[0].proto(200) // about 40 KiB
+	require.NoError(t, err)
+
+	t.Run("shed is held, connection kept", func(t *testing.T) {
+		const delay = 300 * time.Millisecond
+		env := start(t, delay)
+		c := e2eHTTPClient(t)
+		var reused []bool
+		for range 2 {
+			req, err := http.NewRequest(http.MethodPost, "http://"+env.httpAddr+"/v1/traces", bytes.NewReader(body))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", pbType)
+			req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+				GotConn: func(info httptrace.GotConnInfo) { reused = append(reused, info.Reused) },
+			}))
+			began := time.Now()
+			resp, err := c.Do(req)
+			require.NoError(t, err)
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			resp.Body.Close()
+			elapsed := time.Since(began)
+			requireHTTPRejection(t, e2eResponse{Response: resp, body: b}, pbType, false)
+			assert.GreaterOrEqual(t, elapsed, delay, "answered before the pacing delay")
+		}
+		assert.Equal(t, []bool{false, true}, reused, "the paced rejection kept its connection")
+		assert.EqualValues(t, 2, env.requests(t, "http", SignalTraces, "denied", "shed"))
+		assert.Zero(t, env.traces.SpanCount())
+	})
+
+	t.Run("Open is not held", func(t *testing.T) {
+		const delay = 10 * time.Second // the longest allowed
+		env := start(t, delay)
+		env.setLevel(t, e2eOpen, StateOpen)
+		began := time.Now()
+		resp := env.post(t, e2eHTTPClient(t), "/v1/traces", pbType, body)
+		requireHTTPRejection(t, resp, pbType, true)
+		assert.Less(t, time.Since(began), delay, "an Open rejection was held")
+	})
 }

@@ -28,6 +28,7 @@ func (cfg *Config) decisionConfig() decision.Config {
 		CPU:          cfg.Thresholds.CPU.slot(),
 		Mem:          cfg.Thresholds.Mem.slot(),
 		RecoveryRamp: cfg.RecoveryRamp,
+		Interval:     cfg.SampleInterval,
 	}
 	for s := range decision.NumSignals {
 		r := cfg.RuleFor(s)

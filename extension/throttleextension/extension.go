@@ -38,6 +38,8 @@ type throttleExtension struct {
 	tel        *telemetry
 	classifier *middleware.Classifier
 	retry      *middleware.RetryDelay
+	// pacer is shared by every HTTP server of this extension (nil = off).
+	pacer *middleware.Pacer
 	// exempt[s]: signal s is always admitted and bypasses the budget.
 	exempt [decision.NumSignals]bool
 
@@ -90,6 +92,7 @@ func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*thro
 		return nil, err
 	}
 	e.retry = middleware.NewRetryDelay(cfg.RetryAfter.Min, cfg.RetryAfter.Max, nil)
+	e.pacer = middleware.NewPacer(cfg.Pacing.Delay, cfg.Pacing.MaxHeld)
 	if e.tel, err = newTelemetry(set.TelemetrySettings, set.ID, e.telemetrySources()); err != nil {
 		return nil, err
 	}
@@ -272,6 +275,7 @@ func (e *throttleExtension) middlewareConfig() middleware.Config {
 		Budget:      e.budget.Load(),
 		UnknownSize: int64(e.cfg.Admission.UnknownSize),
 		Recorder:    e,
+		Pacer:       e.pacer,
 	}
 }
 
@@ -321,6 +325,7 @@ func (e *throttleExtension) telemetrySources() telemetrySources {
 		state:      e.State,
 		budget:     e.budgetValues,
 		stale:      e.engine.Stale,
+		held:       e.pacer.Held,
 		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
 		cpuEnabled: c.CPU.Enabled,
 		memEnabled: c.Mem.Enabled,

@@ -36,6 +36,7 @@ type telemetrySources struct {
 	state  func(decision.Signal) decision.State
 	budget func() (reserved, limit int64)
 	stale  func() bool
+	held   func() int64
 	// lines are cpu enter/exit/hard, mem enter/exit/hard (0 for a disabled slot).
 	lines [6]float64
 	// cpuEnabled and memEnabled say whether a slot's lines are reported.
@@ -163,6 +164,13 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 	}
 
 	plainObserve := metric.WithAttributeSet(attribute.NewSet(idAttr))
+	err = tb.RegisterThrottleHeldRequestsCallback(func(_ context.Context, o metric.Int64Observer) error {
+		o.Observe(src.held(), plainObserve)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	err = tb.RegisterThrottleSamplerStaleCallback(func(_ context.Context, o metric.Int64Observer) error {
 		var v int64
 		if src.stale() {

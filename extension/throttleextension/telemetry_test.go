@@ -42,7 +42,7 @@ func wantLevels(mem float64) []metricdata.DataPoint[float64] {
 		v    float64
 	}{
 		{"cpu", 0}, {"cpu_slow", 0}, {"cpu_fast", 0}, {"mem", mem},
-		{"cpu_enter", 0.80}, {"cpu_exit", 0.70}, {"cpu_hard", 0.90},
+		{"cpu_enter", 0.90}, {"cpu_exit", 0.80}, {"cpu_hard", 1.10},
 		{"mem_enter", 0.85}, {"mem_exit", 0.78}, {"mem_hard", 0.92},
 	}
 	dps := make([]metricdata.DataPoint[float64], 0, len(kv))
@@ -155,6 +155,9 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleHeldRequests(t, tt, []metricdata.DataPoint[int64]{
+		{Attributes: attribute.NewSet(idAttr), Value: 0},
+	}, metricdatatest.IgnoreTimestamp())
 	for _, s := range allSignals {
 		seenReserved = -1
 		require.Equal(t, http.StatusOK, post(paths[s], 1000), s.String())
@@ -342,6 +345,7 @@ func TestRecordResourceFallback(t *testing.T) {
 		state:  func(decision.Signal) decision.State { return decision.Normal },
 		budget: func() (int64, int64) { return 0, 0 },
 		stale:  func() bool { return false },
+		held:   func() int64 { return 0 },
 	})
 	require.NoError(t, err)
 	defer tel.shutdown()
@@ -366,6 +370,7 @@ func BenchmarkRecord(b *testing.B) {
 		state:  func(decision.Signal) decision.State { return decision.Normal },
 		budget: func() (int64, int64) { return 0, 0 },
 		stale:  func() bool { return false },
+		held:   func() int64 { return 0 },
 	})
 	require.NoError(b, err)
 	defer tel.shutdown()
@@ -382,6 +387,7 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 		state:  func(decision.Signal) decision.State { return decision.Normal },
 		budget: func() (int64, int64) { return 0, 0 },
 		stale:  func() bool { return false },
+		held:   func() int64 { return 0 },
 	})
 	require.NoError(t, err)
 	defer tel.shutdown()

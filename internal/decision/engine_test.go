@@ -57,9 +57,18 @@ func feed(e *Engine, frames ...frame) string {
 	return b.String()
 }
 
-// testConfig is the default configuration with both slots' breach_n set.
-func testConfig(cpuN, memN int) Config {
+// linesConfig is the configuration the state-machine tests are written
+// against: the defaults with explicit CPU lines 0.80/0.70/0.90 under the
+// quota, so that the tests exercise the transitions whatever the defaults.
+func linesConfig() Config {
 	cfg := DefaultConfig()
+	cfg.CPU = Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3}
+	return cfg
+}
+
+// testConfig is linesConfig with both slots' breach_n set and no ramp.
+func testConfig(cpuN, memN int) Config {
+	cfg := linesConfig()
 	cfg.CPU.BreachN = cpuN
 	cfg.Mem.BreachN = memN
 	cfg.RecoveryRamp = 0
@@ -82,7 +91,7 @@ func concat(parts ...[]frame) []frame {
 	return out
 }
 
-// Levels used below against the defaults (cpu 0.80/0.70/0.90, mem 0.85/0.78/0.92).
+// Levels used below against linesConfig (cpu 0.80/0.70/0.90, mem 0.85/0.78/0.92).
 var (
 	calm       = frame{0.50, 0.50, 0.50}
 	cpuBand    = cpuOnly(0.75, 0.75) // between exit and enter
@@ -313,7 +322,7 @@ func TestInvalidMemoryCountsAsSafe(t *testing.T) {
 
 	e.Observe(invalidHigh(0.85, 0.85))
 	require.Equal(t, Shedding, e.State(Traces))
-	assert.InDelta(t, 0.5, e.Stat().Signals[Traces].DropProbability, 1e-9, "not in p_drop")
+	assert.InDelta(t, cpuShareGain*0.25*0.05, e.Stat().Signals[Traces].DropProbability, 1e-9, "not in p_drop: the CPU share only")
 
 	e.Observe(invalidHigh(0.5, 0.5))
 	assert.Equal(t, Normal, e.State(Traces), "never blocks Shedding->Normal")
@@ -377,23 +386,27 @@ func TestOpenExitDecidedOnCurrentFrame(t *testing.T) {
 	}
 }
 
+// TestDropProbability covers p_drop = drop_min + (drop_max - drop_min) * t
+// with t the larger of the memory severity (proportional, SPEC section 5)
+// and the CPU share (integral, see TestCPUShare). The memory rows use
+// linesConfig's memory lines: enter 0.85, hard 0.92.
 func TestDropProbability(t *testing.T) {
+	const step = cpuShareGain * 0.25 // per frame at the default 250ms
 	tests := []struct {
-		name  string
-		rule  Rule
-		frame frame // observed after entering Shedding
-		want  float64
+		name   string
+		rule   Rule
+		frames []frame // from Normal; the state after the last is Shedding
+		want   float64
 	}{
-		{"midway cpu", Rule{Enabled: true, DropMax: 1}, cpuOnly(0.85, 0.85), 0.5},
-		{"quarter cpu", Rule{Enabled: true, DropMax: 1}, cpuOnly(0.825, 0.825), 0.25},
-		{"drop_min and drop_max", Rule{Enabled: true, DropMin: 0.2, DropMax: 0.6}, cpuOnly(0.85, 0.85), 0.4},
-		{"clamped at 0 below enter", Rule{Enabled: true, DropMin: 0.1, DropMax: 0.6}, cpuBand, 0.1},
-		{"clamped at 1 above hard (slow over, fast under)", Rule{Enabled: true, DropMax: 0.8}, cpuOnly(0.97, 0.89), 0.8},
-		{"max over slots: mem", Rule{Enabled: true, DropMax: 1}, frame{0.825, 0.825, 0.885}, 0.5},
-		{"max over slots: cpu", Rule{Enabled: true, DropMax: 1}, frame{0.875, 0.875, 0.8675}, 0.75},
-		{"invalid mem ignored", Rule{Enabled: true, DropMax: 1}, frame{0.825, 0.825, -1}, 0.25},
-		{"drop_max 0", Rule{Enabled: true, DropMax: 0}, cpuOnly(0.89, 0.89), 0},
-		{"rule disabled", Rule{Enabled: false, DropMax: 1}, cpuOnly(0.89, 0.89), 0},
+		{"midway mem", Rule{Enabled: true, DropMax: 1}, []frame{memOnly(0.885)}, 0.5},
+		{"quarter mem", Rule{Enabled: true, DropMax: 1}, []frame{memOnly(0.86), memOnly(0.8675)}, 0.25},
+		{"drop_min and drop_max", Rule{Enabled: true, DropMin: 0.2, DropMax: 0.6}, []frame{memOnly(0.885)}, 0.4},
+		{"clamped at 0 below enter", Rule{Enabled: true, DropMin: 0.1, DropMax: 0.6}, []frame{memOnly(0.86), memOnly(0.80)}, 0.1},
+		{"max over slots: mem", Rule{Enabled: true, DropMax: 1}, []frame{{0.85, 0.85, 0.885}}, 0.5},
+		{"max over slots: cpu", Rule{Enabled: true, DropMax: 1}, repeat(frame{0.85, 0.88, 0.851}, 10), 10 * step * 0.08},
+		{"invalid mem ignored", Rule{Enabled: true, DropMax: 1}, []frame{{0.85, 0.85, -1}, {0.825, 0.825, -1}}, step*0.05 + step*0.025},
+		{"drop_max 0", Rule{Enabled: true, DropMax: 0}, []frame{memOnly(0.91)}, 0},
+		{"rule disabled", Rule{Enabled: false, DropMax: 1}, []frame{memOnly(0.91)}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -401,8 +414,9 @@ func TestDropProbability(t *testing.T) {
 			cfg.Rules[Logs] = tt.rule
 			var draw float64
 			e := New(cfg, Options{Rand: func() float64 { return draw }})
-			e.Observe(cpuEnter.level())
-			e.Observe(tt.frame.level())
+			for _, f := range tt.frames {
+				e.Observe(f.level())
+			}
 			require.Equal(t, Shedding, e.State(Logs))
 
 			p := e.Stat().Signals[Logs].DropProbability
@@ -421,6 +435,139 @@ func TestDropProbability(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCPUShare covers the CPU controller: in Shedding every new CPU frame
+// moves the share by gain*interval*(cpu_fast - enter), clamped to [0, 1].
+func TestCPUShare(t *testing.T) {
+	p := func(e *Engine) float64 { return e.Stat().Signals[Traces].DropProbability }
+	carried := func(f frame) *sampler.WaterLevel {
+		wl := f.level()
+		wl.CPUCarried = true
+		return wl
+	}
+
+	t.Run("integrates the error above and below enter", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{})
+		require.Equal(t, "S", feed(e, cpuOnly(0.85, 0.88)))
+		assert.InDelta(t, 0.02, p(e), 1e-9, "0.25 x 0.08")
+		feed(e, repeat(cpuOnly(0.85, 0.88), 3)...)
+		assert.InDelta(t, 0.08, p(e), 1e-9, "still rising while CPU is over enter")
+		feed(e, cpuOnly(0.85, 0.80))
+		assert.InDelta(t, 0.08, p(e), 1e-9, "at enter it holds")
+		feed(e, cpuOnly(0.78, 0.76))
+		assert.InDelta(t, 0.07, p(e), 1e-9, "below enter it falls")
+		require.Equal(t, "SS", feed(e, repeat(cpuOnly(0.75, 0.50), 2)...))
+		assert.Equal(t, 0.0, p(e), "clamped at 0, still Shedding in the band")
+	})
+
+	t.Run("clamped at 1, then mapped into the rule", func(t *testing.T) {
+		cfg := testConfig(1, 1)
+		cfg.CPU.Hard = 5 // never Open
+		cfg.Rules[Traces] = Rule{Enabled: true, DropMin: 0.05, DropMax: 0.2}
+		e := New(cfg, Options{})
+		feed(e, repeat(cpuOnly(1.2, 1.2), 20)...) // +0.1 a frame
+		assert.InDelta(t, 0.2, p(e), 1e-9, "share 1 is drop_max")
+	})
+
+	t.Run("the step scales with the interval", func(t *testing.T) {
+		cfg := testConfig(1, 1)
+		cfg.Interval = time.Second
+		e := New(cfg, Options{})
+		feed(e, cpuOnly(0.85, 0.88))
+		assert.InDelta(t, 0.08, p(e), 1e-9, "1.0/s x 1s x 0.08")
+		cfg.Interval = 0
+		e = New(cfg, Options{})
+		feed(e, cpuOnly(0.85, 0.88))
+		assert.InDelta(t, 0.02, p(e), 1e-9, "0 means 250ms")
+	})
+
+	t.Run("a carried frame is not integrated twice", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{})
+		feed(e, cpuOnly(0.85, 0.88))
+		e.Observe(carried(cpuOnly(0.85, 0.88)))
+		e.Observe(carried(cpuOnly(0.85, 0.88)))
+		assert.InDelta(t, 0.02, p(e), 1e-9)
+	})
+
+	t.Run("kept through Open, raised when CPU opened it", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{})
+		feed(e, repeat(cpuOnly(0.85, 0.88), 4)...)
+		require.InDelta(t, 0.08, p(e), 1e-9)
+		require.Equal(t, "OO", feed(e, cpuOnly(0.85, 0.95), cpuOnly(0.85, 0.99)))
+		assert.Equal(t, 1.0, p(e), "Open")
+		require.Equal(t, "S", feed(e, cpuOnly(0.85, 0.80)))
+		assert.InDelta(t, 0.18, p(e), 1e-9, "0.08 + 0.1 on opening; at enter it holds")
+	})
+
+	t.Run("not raised when memory opened it", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{FreeOSMemory: func() {}})
+		feed(e, repeat(frame{0.85, 0.88, 0.5}, 4)...)
+		require.Equal(t, "O", feed(e, frame{0.85, 0.80, 0.95}))
+		require.Equal(t, "S", feed(e, frame{0.85, 0.80, 0.5}))
+		assert.InDelta(t, 0.08, p(e), 1e-9)
+	})
+
+	t.Run("reset in Normal and when CPU cannot be read", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{})
+		feed(e, repeat(cpuOnly(0.85, 0.88), 4)...)
+		require.Equal(t, "N", feed(e, cpuOnly(0.5, 0.5)))
+		require.Equal(t, "S", feed(e, cpuOnly(0.85, 0.88)))
+		assert.InDelta(t, 0.02, p(e), 1e-9, "starts again from 0")
+
+		feed(e, repeat(frame{0.85, 0.88, 0.86}, 4)...) // memory keeps it Shedding
+		require.Equal(t, "S", feed(e, frame{-1, -1, 0.86}))
+		assert.InDelta(t, 1.0/7, p(e), 1e-9, "the memory severity only")
+	})
+}
+
+// TestCPUHeldAtEnter runs the defaults in closed loop against a model of a
+// collector offered twice what its CPU quota can serve: CPU used is the
+// admitted share of the load plus a cost per rejection, clipped at the
+// quota, with ±0.1 of noise per 250 ms window (what CFS windows of a loaded
+// collector show), fed through the sampler's EWMAs. What users rely on:
+// once settled, CPU sits at the enter line, not at the quota; the state
+// never opens; the share matches the overload.
+func TestCPUHeldAtEnter(t *testing.T) {
+	const (
+		offered    = 2.0  // cores of work offered
+		rejectCost = 0.15 // cores per core of rejected work
+		frames     = 480  // 2 minutes of 250 ms frames
+		settled    = 160  // after 40 s
+	)
+	cfg := DefaultConfig()
+	e := New(cfg, Options{Now: newFakeClock().Now})
+	noise := uint64(12345)
+	var fast, slow, sumCPU float64
+	opens := 0
+	for i := range frames {
+		pDrop := e.Stat().Signals[Traces].DropProbability
+		used := offered*(1-pDrop) + rejectCost*offered*pDrop
+		// xorshift: deterministic noise in [-0.1, 0.1)
+		noise ^= noise << 13
+		noise ^= noise >> 7
+		noise ^= noise << 17
+		cpu := min(used, 1) + (float64(noise%2000)/10000 - 0.1)
+		if i == 0 {
+			fast, slow = cpu, cpu
+		}
+		fast = 0.7*fast + 0.3*cpu
+		slow = 0.95*slow + 0.05*cpu
+		e.Observe(&sampler.WaterLevel{CPU: cpu, CPUFast: fast, CPUSlow: slow, CPUValid: true})
+		if e.State(Traces) == Open {
+			opens++
+		}
+		if i >= settled {
+			require.Equal(t, Shedding, e.State(Traces), "frame %d: settled shedding", i)
+			sumCPU += min(used, 1)
+		}
+	}
+	assert.Zero(t, opens, "no Open episode")
+	mean := sumCPU / (frames - settled)
+	assert.InDelta(t, cfg.CPU.Enter, mean, 0.02, "CPU held at enter, not at the quota")
+	p := e.Stat().Signals[Traces].DropProbability
+	// CPU at enter: 2(1-p) + 0.3p = 0.9 -> p = 1.1/1.7.
+	assert.InDelta(t, 1.1/1.7, p, 0.05)
 }
 
 func TestDecideDrawsOnlyWhenUncertain(t *testing.T) {
@@ -634,7 +781,7 @@ func TestBurstReplay(t *testing.T) {
 		{frame{0.55, 0.42, 0.52}, Normal},
 	}
 	var transitions []Transition
-	cfg := DefaultConfig()
+	cfg := linesConfig()
 	e := New(cfg, Options{
 		Now:          newFakeClock().Now,
 		FreeOSMemory: func() {},
@@ -669,7 +816,7 @@ func TestBurstReplay(t *testing.T) {
 // about a one-in-a-million event.
 func TestSheddingRejectsPDropOfDraws(t *testing.T) {
 	e := New(testConfig(1, 1), Options{})
-	e.Observe(cpuOnly(0.83, 0.83).level())
+	e.Observe(memOnly(0.871).level())
 	p := e.Stat().Signals[Traces].DropProbability
 	require.InDelta(t, 0.3, p, 1e-9)
 
@@ -693,7 +840,7 @@ func TestStat(t *testing.T) {
 	}
 	assert.False(t, st.Level.CPUValid)
 
-	wl := frame{0.85, 0.86, 0.5}.level()
+	wl := frame{0.5, 0.6, 0.885}.level()
 	e.Observe(wl)
 	st = e.Stat()
 	assert.Equal(t, *wl, st.Level)
@@ -709,24 +856,30 @@ func TestBadInput(t *testing.T) {
 	assert.Equal(t, Admit, e.Decide(Signal(200)))
 	assert.Equal(t, Normal, e.State(Signal(200)))
 
-	// hard <= enter (rejected by config validation) must not divide by zero.
+	// hard <= enter (rejected by config validation) must not divide by
+	// zero in the memory severity.
 	cfg := testConfig(0, 0) // breach_n 0 counts as 1
-	cfg.CPU = Slot{Enabled: true, Enter: 0.9, Exit: 0.5, Hard: 0.9, BreachN: 0}
+	cfg.Mem = Slot{Enabled: true, Enter: 0.9, Exit: 0.5, Hard: 0.9, BreachN: 0}
 	cfg.RecoveryRamp = -time.Second
 	e = New(cfg, Options{})
-	assert.Equal(t, "S", feed(e, cpuOnly(0.95, 0.85)))
+	assert.Equal(t, "S", feed(e, frame{0.85, 0.80, 0.89}))
+	assert.Equal(t, 0.0, e.Stat().Signals[Traces].DropProbability)
+	cfg.Mem.Enter = 0.95 // enter > hard: memory over enter counts as severity 1
+	e = New(cfg, Options{})
+	assert.Equal(t, "S", feed(e, frame{0.85, 0.80, 0.5}))
+	assert.Equal(t, "O", feed(e, frame{0.85, 0.80, 0.96}))
 	assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
 
 	// Out-of-range rules are clamped.
 	cfg = testConfig(1, 1)
 	cfg.Rules[Traces] = Rule{Enabled: true, DropMin: -1, DropMax: 3}
 	e = New(cfg, Options{})
-	feed(e, cpuOnly(0.89, 0.89))
+	feed(e, memOnly(0.91))
 	assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
 }
 
 func TestConcurrentDecideAndObserve(t *testing.T) {
-	e := New(DefaultConfig(), Options{FreeOSMemory: func() {}})
+	e := New(linesConfig(), Options{FreeOSMemory: func() {}})
 	levels := []frame{calm, cpuEnter, cpuEnterHd, memOnly(0.95), calm}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -754,7 +907,7 @@ func TestConcurrentDecideAndObserve(t *testing.T) {
 }
 
 func TestDefaultConfig(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := linesConfig()
 	assert.Equal(t, Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3}, cfg.CPU)
 	assert.Equal(t, Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1}, cfg.Mem)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
@@ -812,7 +965,7 @@ func BenchmarkDecideParallel(b *testing.B) {
 
 func BenchmarkObserve(b *testing.B) {
 	b.Run("steady", func(b *testing.B) {
-		e := New(DefaultConfig(), Options{Now: newFakeClock().Now})
+		e := New(linesConfig(), Options{Now: newFakeClock().Now})
 		wl := calm.level()
 		b.ReportAllocs()
 		for b.Loop() {

@@ -89,7 +89,7 @@ func TestExpireDisabled(t *testing.T) {
 
 func TestExpireBeforeFirstObserve(t *testing.T) {
 	clock := newFakeClock()
-	e := New(DefaultConfig(), Options{Now: clock.Now})
+	e := New(linesConfig(), Options{Now: clock.Now})
 	assert.False(t, e.Expire(time.Second))
 	clock.Advance(time.Second)
 	assert.True(t, e.Expire(time.Second), "no level at all for maxAge is stale too")

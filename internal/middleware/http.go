@@ -110,6 +110,9 @@ func (m *HTTP) serveUnknownSize(w http.ResponseWriter, r *http.Request, sig deci
 
 func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signal, v decision.Verdict) {
 	m.rec.Record(ProtocolHTTP, sig, v)
+	if v != decision.DenyOpen {
+		m.pacer.Hold(r) // nil-safe; see Pacer for why and for what is held
+	}
 	writeHTTPRejection(w, r, m.bodies, v, m.retry.Draw(v))
 }
 

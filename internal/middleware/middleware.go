@@ -43,6 +43,10 @@ type Config struct {
 	UnknownSize int64
 	// Recorder counts every decision. Nil means NopRecorder.
 	Recorder Recorder
+	// Pacer holds HTTP shed and budget rejections before they are
+	// answered. Nil means none. Share one Pacer between all servers of an
+	// extension.
+	Pacer *Pacer
 }
 
 // settings is a validated Config with defaults applied.
@@ -53,6 +57,7 @@ type settings struct {
 	budget      *Budget
 	unknownSize int64
 	rec         Recorder
+	pacer       *Pacer
 }
 
 func newSettings(cfg Config) (settings, error) {
@@ -66,6 +71,7 @@ func newSettings(cfg Config) (settings, error) {
 		cls:         cfg.Classifier,
 		dec:         cfg.Decider,
 		retry:       cfg.Retry,
+		pacer:       cfg.Pacer,
 		budget:      cfg.Budget,
 		unknownSize: cfg.UnknownSize,
 		rec:         cfg.Recorder,

@@ -28,6 +28,7 @@ type TelemetryBuilder struct {
 	meter                   metric.Meter
 	mu                      sync.Mutex
 	registrations           []metric.Registration
+	ThrottleHeldRequests    metric.Int64ObservableGauge
 	ThrottleInflightBytes   metric.Int64ObservableGauge
 	ThrottleRequests        metric.Int64ObservableCounter
 	ThrottleSamplerDuration metric.Float64Histogram
@@ -47,6 +48,21 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterThrottleHeldRequestsCallback sets callback for observable ThrottleHeldRequests metric.
+func (builder *TelemetryBuilder) RegisterThrottleHeldRequestsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ThrottleHeldRequests, obs: o})
+		return nil
+	}, builder.ThrottleHeldRequests)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
 }
 
 // RegisterThrottleInflightBytesCallback sets callback for observable ThrottleInflightBytes metric.
@@ -162,6 +178,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.ThrottleHeldRequests, err = builder.meter.Int64ObservableGauge(
+		"otelcol_throttle_held_requests",
+		metric.WithDescription("HTTP rejections being held by pacing before their 429 is written. [Alpha]"),
+		metric.WithUnit("{request}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ThrottleInflightBytes, err = builder.meter.Int64ObservableGauge(
 		"otelcol_throttle_inflight_bytes",
 		metric.WithDescription("Bytes reserved by admitted, unfinished requests (budget=reserved) and the admission budget (budget=limit). [Alpha]"),

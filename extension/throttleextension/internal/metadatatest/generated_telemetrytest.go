@@ -21,6 +21,20 @@ func NewSettings(tt *componenttest.Telemetry) extension.Settings {
 	return set
 }
 
+func AssertEqualThrottleHeldRequests(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_throttle_held_requests",
+		Description: "HTTP rejections being held by pacing before their 429 is written. [Alpha]",
+		Unit:        "{request}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_throttle_held_requests")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualThrottleInflightBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_inflight_bytes",

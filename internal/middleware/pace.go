@@ -1,0 +1,116 @@
+package middleware // import "github.com/otelthrottle/throttle/internal/middleware"
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxPacedBody is the largest request body a paced rejection reads: the
+// amount net/http itself reads and discards from an unread body to keep the
+// connection (maxPostHandlerReadBytes in net/http). A larger body, or one of
+// unknown length (chunked, or compressed: confighttp then drops the length
+// and hands over a decompressing reader, which reading would decompress), is
+// answered at once, as without pacing.
+const MaxPacedBody = 256 << 10
+
+// paceBufSize is the read size of the drain: 64 KiB reads take about four
+// syscalls for a 205 KiB body where net/http's own discard takes 27.
+const paceBufSize = 64 << 10
+
+// Pacer holds shed and budget rejections of HTTP requests for a delay before
+// they are answered, a bounded number at a time.
+//
+// Why: an early 429 is cheap but not free. The body still has to be read to
+// keep the connection, and the request pays for its headers, its handler
+// chain and its garbage: measured 157 µs of CPU for a 205 KiB request, a
+// quarter of admitting it. A client that ignores Retry-After and sends the
+// next request as soon as it has an answer turns fast rejections into a
+// load of their own: at 2x overload the rejections took 0.34 of a 1-core
+// collector holding CPU at 0.90. Held for a second, the same client has a
+// request slot tied up instead, and sends less. A client that honours
+// Retry-After only waits a little longer. This is nginx limit_req's "delay,
+// then reject", applied to the rejections only.
+//
+// A held request costs its goroutine and connection, not its body: the body
+// is read and discarded first, so neither the heap nor the kernel's socket
+// buffers keep it. MaxHeld bounds how many are held at once; beyond it, and
+// for Open rejections (which close the connection and should cost the least
+// possible), the answer goes out at once.
+//
+// One Pacer is shared by every HTTP server of an extension. Its methods are
+// safe for concurrent use.
+type Pacer struct {
+	delay   time.Duration
+	maxHeld int64
+	held    atomic.Int64
+	bufs    sync.Pool
+}
+
+// NewPacer returns a Pacer that holds rejections for delay, at most maxHeld
+// at a time, or nil (no pacing) when either is <= 0.
+func NewPacer(delay time.Duration, maxHeld int) *Pacer {
+	if delay <= 0 || maxHeld <= 0 {
+		return nil
+	}
+	p := &Pacer{delay: delay, maxHeld: int64(maxHeld)}
+	p.bufs.New = func() any {
+		b := make([]byte, paceBufSize)
+		return &b
+	}
+	return p
+}
+
+// Held returns the number of rejections being held now. Nil-safe.
+func (p *Pacer) Held() int64 {
+	if p == nil {
+		return 0
+	}
+	return p.held.Load()
+}
+
+// Hold reads and discards r's body (unless the client waits for "100
+// Continue" before sending it), then waits for the delay or until the
+// request's context ends, whichever comes first. It returns at once, without
+// reading anything, when p is nil, when MaxHeld requests are already held,
+// or when the body is not a known length of at most MaxPacedBody bytes.
+func (p *Pacer) Hold(r *http.Request) {
+	if p == nil || r.Body == nil || r.Body == http.NoBody || r.ContentLength < 0 || r.ContentLength > MaxPacedBody {
+		return
+	}
+	if p.held.Add(1) > p.maxHeld {
+		p.held.Add(-1)
+		return
+	}
+	defer p.held.Add(-1)
+
+	// A client that asked for "100 Continue" has not sent its body, and
+	// reading would ask for it: hold without reading, the 429 then tells
+	// it not to send the body at all (net/http closes such a connection).
+	if !strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		buf := p.bufs.Get().(*[]byte)
+		// One byte more than announced: net/http refuses a longer body, and
+		// the limit keeps a broken reader from holding the goroutine.
+		_, err := io.CopyBuffer(discardWriter{}, io.LimitReader(r.Body, r.ContentLength+1), *buf)
+		p.bufs.Put(buf)
+		if err != nil {
+			return // the connection is broken: answer (or fail) at once
+		}
+	}
+
+	t := time.NewTimer(p.delay)
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		t.Stop()
+	}
+}
+
+// discardWriter is io.Discard without ReaderFrom, so that io.CopyBuffer
+// reads into the pooled buffer instead of io.Discard's 8 KiB one.
+type discardWriter struct{}
+
+func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }

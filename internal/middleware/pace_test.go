@@ -1,0 +1,187 @@
+package middleware
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// countingBody counts the bytes read from it.
+type countingBody struct {
+	r    io.Reader
+	read atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.read.Add(int64(n))
+	return n, err
+}
+
+func (b *countingBody) Close() error { return nil }
+
+func pacedRequest(ctx context.Context, size int) (*http.Request, *countingBody) {
+	body := &countingBody{r: bytes.NewReader(make([]byte, size))}
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/traces", body)
+	r.ContentLength = int64(size)
+	return r, body
+}
+
+// holdAsync runs p.Hold(r) in a goroutine and returns a channel closed when
+// it returns.
+func holdAsync(p *Pacer, r *http.Request) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Hold(r)
+	}()
+	return done
+}
+
+func TestNewPacerOff(t *testing.T) {
+	assert.Nil(t, NewPacer(0, 10), "no delay")
+	assert.Nil(t, NewPacer(time.Second, 0), "no room")
+	var p *Pacer
+	r, body := pacedRequest(context.Background(), 100)
+	p.Hold(r) // nil-safe, reads nothing
+	assert.Zero(t, body.read.Load())
+	assert.Zero(t, p.Held())
+}
+
+// TestPacerHolds: a held rejection has had its body read and discarded, is
+// counted in Held while it waits, and ends with the request's context (the
+// client went away) without waiting for the rest of the delay.
+func TestPacerHolds(t *testing.T) {
+	p := NewPacer(time.Hour, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	const size = 200 << 10
+	r, body := pacedRequest(ctx, size)
+	done := holdAsync(p, r)
+
+	require.Eventually(t, func() bool { return p.Held() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return body.read.Load() == size }, 10*time.Second, time.Millisecond,
+		"the body is read before the wait, so neither the heap nor the socket buffers keep it")
+	select {
+	case <-done:
+		t.Fatal("returned before the delay or the context's end")
+	default:
+	}
+	cancel()
+	<-done
+	assert.Zero(t, p.Held())
+}
+
+// TestPacerDelayEnds: without the context ending, Hold returns after the
+// delay (a short one here; no upper bound is asserted).
+func TestPacerDelayEnds(t *testing.T) {
+	p := NewPacer(20*time.Millisecond, 1)
+	r, body := pacedRequest(context.Background(), 1000)
+	start := time.Now()
+	p.Hold(r)
+	assert.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
+	assert.EqualValues(t, 1000, body.read.Load())
+	assert.Zero(t, p.Held())
+}
+
+// TestPacerAnswersAtOnce lists what is never held: requests beyond
+// max_held, bodies over MaxPacedBody or of unknown length, no body. None of
+// them is read.
+func TestPacerAnswersAtOnce(t *testing.T) {
+	p := NewPacer(time.Hour, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, _ := pacedRequest(ctx, 10)
+	firstDone := holdAsync(p, first)
+	require.Eventually(t, func() bool { return p.Held() == 1 }, 10*time.Second, time.Millisecond)
+
+	full, fullBody := pacedRequest(context.Background(), 10)
+	p.Hold(full) // max_held reached: returns at once (the test would hang otherwise)
+	assert.Zero(t, fullBody.read.Load(), "beyond max_held")
+	cancel()
+	<-firstDone
+
+	p = NewPacer(time.Hour, 10)
+	big, bigBody := pacedRequest(context.Background(), MaxPacedBody+1)
+	p.Hold(big)
+	assert.Zero(t, bigBody.read.Load(), "over MaxPacedBody: net/http closes rather than drains it")
+
+	unknown, unknownBody := pacedRequest(context.Background(), 10)
+	unknown.ContentLength = -1
+	p.Hold(unknown)
+	assert.Zero(t, unknownBody.read.Load(), "unknown length: may be a decompressing reader")
+
+	none := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
+	p.Hold(none)
+	assert.Zero(t, p.Held())
+}
+
+// TestPacerExpectContinue: a client waiting for "100 Continue" has not sent
+// its body; holding must not ask for it.
+func TestPacerExpectContinue(t *testing.T) {
+	p := NewPacer(10*time.Millisecond, 1)
+	r := httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t})
+	r.ContentLength = 1000
+	r.Header.Set("Expect", "100-continue")
+	p.Hold(r)
+	assert.Zero(t, p.Held())
+}
+
+// TestHTTPPacedRejection runs the middleware on a real server: a shed
+// request is answered 429 only after its hold (it is counted as held while
+// the client waits), an Open one at once, and a held client that gives up
+// frees its place.
+func TestHTTPPacedRejection(t *testing.T) {
+	p := NewPacer(time.Hour, 8)
+	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, next: &countingHandler{}}
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: f.dec, Recorder: f.rec, Pacer: p})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Wrap(f.next))
+	defer srv.Close()
+	c := srv.Client()
+	post := func(ctx context.Context) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/traces", bytes.NewReader(make([]byte, 100<<10)))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-protobuf")
+		return c.Do(req)
+	}
+
+	f.dec.set(decision.Traces, decision.DenyShed)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := post(ctx)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return p.Held() == 1 }, 10*time.Second, time.Millisecond, "shed: held")
+	select {
+	case err := <-errc:
+		t.Fatalf("the shed request was answered while held: %v", err)
+	default:
+	}
+
+	f.dec.set(decision.Traces, decision.DenyOpen)
+	resp, err := post(context.Background())
+	require.NoError(t, err, "Open: answered at once, while the other is still held")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.EqualValues(t, 1, p.Held())
+
+	cancel()
+	require.Error(t, <-errc, "the client gave up")
+	require.Eventually(t, func() bool { return p.Held() == 0 }, 10*time.Second, time.Millisecond)
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyShed))
+	assert.Zero(t, f.next.calls.Load())
+}
