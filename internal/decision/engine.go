@@ -67,10 +67,12 @@ type Config struct {
 // matched in about 5 s; near the line it moves by a few thousandths per
 // frame, which averages out the ±0.1 noise of 250 ms CFS windows.
 // cpuShareOpenStep is added when the CPU slot opens: shedding was too weak.
+// cpuShareNormalDecay is the smallest error the share unlearns at in Normal.
 const (
-	cpuShareGain     = 1.0
-	cpuShareOpenStep = 0.1
-	defaultInterval  = 250 * time.Millisecond
+	cpuShareGain        = 1.0
+	cpuShareOpenStep    = 0.1
+	cpuShareNormalDecay = 0.1
+	defaultInterval     = 250 * time.Millisecond
 )
 
 // DefaultConfig returns the defaults: cpu enter 0.90 exit 0.80 hard 1.10
@@ -177,9 +179,11 @@ type Engine struct {
 	// severity cannot: to shed half the load it needs CPU halfway to the
 	// hard line, where the noise of cpu_fast reaches hard (measured: a
 	// Shedding/Open relay every ~2 s at 2x overload). It is kept through
-	// Open (raised by cpuShareOpenStep when the CPU slot opens) and reset
-	// in Normal. Memory keeps the proportional severity: it is a level
-	// that must act in the frame it is seen.
+	// Open (raised by cpuShareOpenStep when the CPU slot opens), through
+	// frames without a new CPU reading and through the stale fallback
+	// (like the state itself), and unlearnt in Normal (see
+	// updateCPUShare). Memory keeps the proportional severity: it is a
+	// level that must act in the frame it is seen.
 	cpuShare   float64
 	observedAt time.Time // when Observe last ran, on e.now; New's time before
 	stale      atomic.Bool
@@ -465,17 +469,25 @@ func (e *Engine) next(cpu, mem reading) State {
 // updateCPUShare advances the CPU controller by one frame (see cpuShare).
 func (e *Engine) updateCPUShare(from, to State, cpu reading, carried bool) {
 	switch {
-	case to == Normal || e.cpu.safe(cpu):
-		// Nothing to shed for, or nothing measured to steer by: a share
-		// learnt on an old level must not carry over a gap.
+	case !e.cpu.Enabled:
 		e.cpuShare = 0
+	case e.cpu.safe(cpu) || carried:
+		// Nothing new measured (a failed read, or a repeated frame): keep
+		// the share. Integrating a repeated reading would count it twice,
+		// and dropping the share would leave the next Shedding episode
+		// several seconds to learn it again (a single failed read turns
+		// Shedding into Normal, since an invalid slot counts as safe).
 	case to == Open:
 		if from != Open && e.cpu.hardReached(cpu) {
 			e.cpuShare = clamp01(e.cpuShare + cpuShareOpenStep)
 		}
-	case !carried:
-		// Shedding. A carried frame repeats the last reading: integrating
-		// it again would count one measurement twice.
+	case to == Normal:
+		// Not used in Normal, only unlearnt: at least as fast as with CPU
+		// 0.1 under enter (a full share is gone within 10 s), faster the
+		// lower CPU is. A load that comes back within seconds finds the
+		// share it left.
+		e.cpuShare = clamp01(e.cpuShare + e.cpuStep*min(cpu.fast-e.cpu.Enter, -cpuShareNormalDecay))
+	default: // Shedding
 		e.cpuShare = clamp01(e.cpuShare + e.cpuStep*(cpu.fast-e.cpu.Enter))
 	}
 }

@@ -508,15 +508,43 @@ func TestCPUShare(t *testing.T) {
 		assert.InDelta(t, 0.08, p(e), 1e-9)
 	})
 
-	t.Run("reset in Normal and when CPU cannot be read", func(t *testing.T) {
+	t.Run("unlearnt in Normal", func(t *testing.T) {
 		e := New(testConfig(1, 1), Options{})
 		feed(e, repeat(cpuOnly(0.85, 0.88), 4)...)
-		require.Equal(t, "N", feed(e, cpuOnly(0.5, 0.5)))
-		require.Equal(t, "S", feed(e, cpuOnly(0.85, 0.88)))
-		assert.InDelta(t, 0.02, p(e), 1e-9, "starts again from 0")
+		require.InDelta(t, 0.08, p(e), 1e-9)
+		require.Equal(t, "N", feed(e, cpuOnly(0.5, 0.78)))
+		assert.Zero(t, p(e), "Normal publishes no drop")
+		require.Equal(t, "S", feed(e, cpuOnly(0.85, 0.80)))
+		assert.InDelta(t, 0.055, p(e), 1e-9, "0.08 - 0.25 x 0.1 (the floor of the decay), then held at enter")
+		require.Equal(t, "NN", feed(e, cpuOnly(0.5, 0.5), cpuOnly(0.5, 0.5)))
+		require.Equal(t, "S", feed(e, cpuOnly(0.85, 0.80)))
+		assert.Zero(t, p(e), "0.055 - 0.075: gone, clamped at 0")
+	})
 
-		feed(e, repeat(frame{0.85, 0.88, 0.86}, 4)...) // memory keeps it Shedding
-		require.Equal(t, "S", feed(e, frame{-1, -1, 0.86}))
+	t.Run("kept over a failed CPU read", func(t *testing.T) {
+		e := New(testConfig(1, 1), Options{})
+		feed(e, repeat(cpuOnly(0.85, 0.88), 4)...)
+		require.Equal(t, "N", feed(e, frame{-1, -1, -1}), "an invalid slot counts as safe")
+		require.Equal(t, "S", feed(e, cpuOnly(0.85, 0.80)))
+		assert.InDelta(t, 0.08, p(e), 1e-9, "the share survived the gap")
+	})
+
+	t.Run("kept through the stale fallback", func(t *testing.T) {
+		clock := newFakeClock()
+		e := New(testConfig(1, 1), Options{Now: clock.Now})
+		feed(e, repeat(cpuOnly(0.85, 0.88), 4)...)
+		clock.Advance(time.Minute)
+		require.True(t, e.Expire(time.Second))
+		assert.Zero(t, p(e), "the fallback admits")
+		require.Equal(t, "S", feed(e, cpuOnly(0.85, 0.80)))
+		assert.InDelta(t, 0.08, p(e), 1e-9, "the state and the share are kept, as the state machine is")
+	})
+
+	t.Run("none with the CPU slot disabled", func(t *testing.T) {
+		cfg := testConfig(1, 1)
+		cfg.CPU.Enabled = false
+		e := New(cfg, Options{})
+		require.Equal(t, "S", feed(e, frame{0.99, 0.99, 0.86}))
 		assert.InDelta(t, 1.0/7, p(e), 1e-9, "the memory severity only")
 	})
 }

@@ -17,9 +17,11 @@ import (
 // answered at once, as without pacing.
 const MaxPacedBody = 256 << 10
 
-// paceBufSize is the read size of the drain: 64 KiB reads take about four
-// syscalls for a 205 KiB body where net/http's own discard takes 27.
-const paceBufSize = 64 << 10
+// paceBufSize is the read size of the drain: 16 KiB reads take about 13
+// syscalls for a 205 KiB body where net/http's own discard takes 27 (larger
+// buffers measured no cheaper: the reads catch up with the sender and wait).
+// A buffer is taken only while a body is read.
+const paceBufSize = 16 << 10
 
 // Pacer holds shed and budget rejections of HTTP requests for a delay before
 // they are answered, a bounded number at a time.
@@ -40,6 +42,11 @@ const paceBufSize = 64 << 10
 // buffers keep it. MaxHeld bounds how many are held at once; beyond it, and
 // for Open rejections (which close the connection and should cost the least
 // possible), the answer goes out at once.
+//
+// The cost of pacing falls on clients that share request slots between
+// signals: held rejections of one signal occupy slots another (even an
+// exempt one) would use. That, and compressed bodies not being paced, is why
+// it is off by default.
 //
 // One Pacer is shared by every HTTP server of an extension. Its methods are
 // safe for concurrent use.
@@ -72,13 +79,21 @@ func (p *Pacer) Held() int64 {
 	return p.held.Load()
 }
 
-// Hold reads and discards r's body (unless the client waits for "100
-// Continue" before sending it), then waits for the delay or until the
+// Hold reads and discards r's body, then waits for the delay or until the
 // request's context ends, whichever comes first. It returns at once, without
 // reading anything, when p is nil, when MaxHeld requests are already held,
-// or when the body is not a known length of at most MaxPacedBody bytes.
+// when the body is not a known length of at most MaxPacedBody bytes (a
+// compressed body is of unknown length by then), or when the client waits
+// for "100 Continue".
 func (p *Pacer) Hold(r *http.Request) {
 	if p == nil || r.Body == nil || r.Body == http.NoBody || r.ContentLength < 0 || r.ContentLength > MaxPacedBody {
+		return
+	}
+	// A client waiting for "100 Continue" has not sent its body and costs
+	// little to refuse; reading would ask for the body, and holding
+	// without reading does not work either: Go's and curl's clients send
+	// the body anyway after waiting a second.
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
 		return
 	}
 	if p.held.Add(1) > p.maxHeld {
@@ -87,18 +102,13 @@ func (p *Pacer) Hold(r *http.Request) {
 	}
 	defer p.held.Add(-1)
 
-	// A client that asked for "100 Continue" has not sent its body, and
-	// reading would ask for it: hold without reading, the 429 then tells
-	// it not to send the body at all (net/http closes such a connection).
-	if !strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
-		buf := p.bufs.Get().(*[]byte)
-		// One byte more than announced: net/http refuses a longer body, and
-		// the limit keeps a broken reader from holding the goroutine.
-		_, err := io.CopyBuffer(discardWriter{}, io.LimitReader(r.Body, r.ContentLength+1), *buf)
-		p.bufs.Put(buf)
-		if err != nil {
-			return // the connection is broken: answer (or fail) at once
-		}
+	buf := p.bufs.Get().(*[]byte)
+	// One byte more than announced: net/http refuses a longer body, and the
+	// limit keeps a broken reader from holding the goroutine.
+	_, err := io.CopyBuffer(discardWriter{}, io.LimitReader(r.Body, r.ContentLength+1), *buf)
+	p.bufs.Put(buf)
+	if err != nil {
+		return // the connection is broken: answer (or fail) at once
 	}
 
 	t := time.NewTimer(p.delay)
