@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/otelthrottle/throttle/bench/internal/harness"
 	"github.com/otelthrottle/throttle/internal/loadgen"
 )
 
@@ -26,7 +27,7 @@ func TestOverloadD(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs the distribution under overload for about a minute")
 	}
-	requireCgroups(t)
+	harness.RequireCgroups(t)
 	o := options{cpus: 0.5, memMiB: 300, warmup: 5 * time.Second, duration: 40 * time.Second,
 		cooldown: 3 * time.Second, rateOver: 1000, maxInflight: 512}
 	sum := harnessRun(t, o, allScenarios["D"])

@@ -3,36 +3,13 @@ package main
 import (
 	"context"
 	"encoding/csv"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/distbuild"
 )
-
-// requireCgroups skips the test, saying why, where this harness cannot
-// create a limited cgroup: not Linux, not root, or no writable cgroup with
-// the cpu and memory controllers.
-func requireCgroups(t *testing.T) {
-	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skipf("needs Linux cgroups (GOOS=%s)", runtime.GOOS)
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a cgroup (run as root, e.g. in a privileged CI container)")
-	}
-	probe := fmt.Sprintf("throttle-probe-%d", os.Getpid())
-	cg, err := createCgroup(probe, 1, 64<<20)
-	if err != nil {
-		t.Skipf("cannot create a limited cgroup here: %v", err)
-	}
-	if err := cg.destroy(); err != nil {
-		t.Logf("removing probe cgroup %s: %v", probe, err)
-	}
-}
 
 // harnessRun runs one scenario with the harness as a library and returns
 // its summary (with the samples and the final scrape). The collector, its

@@ -44,6 +44,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/otelthrottle/throttle/bench/internal/harness"
 	"github.com/otelthrottle/throttle/bench/report"
 	"github.com/otelthrottle/throttle/internal/loadgen"
 )
@@ -76,7 +77,7 @@ type options struct {
 	report       string
 	throttleYAML string
 	// pprof: enable the collector's pprof extension and record its
-	// goroutine count every goroutineEvery (timeline column goroutines).
+	// goroutine count every harness.GoroutineEvery (timeline column goroutines).
 	pprof bool
 }
 
@@ -196,7 +197,7 @@ func run(o options) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logf("results in %s; whole run bounded to %s", o.out, budget.Round(time.Second))
-	if err := os.WriteFile(filepath.Join(o.out, "machine.txt"), []byte(machineInfo(os.Args)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(o.out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644); err != nil {
 		return err
 	}
 
@@ -261,10 +262,10 @@ func parseInts(s string) ([]int, error) {
 
 // env is a collector running in its cgroup, with the recorder sampling it.
 type env struct {
-	cg       *cgroup
-	col      *collector
+	cg       *harness.Cgroup
+	col      *harness.Process
 	rec      *recorder
-	scr      *scraper
+	scr      *harness.Scraper
 	ports    colConfig
 	target   string
 	mu       sync.Mutex
@@ -300,7 +301,7 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 		}
 	}
 	name := fmt.Sprintf("throttle-overload-%d-%s", os.Getpid(), s.name)
-	cg, err := createCgroup(name, o.cpus, o.memMiB<<20)
+	cg, err := harness.CreateCgroup(name, o.cpus, o.memMiB<<20)
 	if err != nil {
 		return nil, cleanup, fmt.Errorf("creating cgroup %s: %w", name, err)
 	}
@@ -308,25 +309,25 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 	cleanups = append(cleanups, func() {
 		// Anything left in the cgroup was started by this harness (the
 		// collector's PID, and only the collector's, lives there).
-		for _, pid := range cg.pids() {
+		for _, pid := range cg.Pids() {
 			logf("killing leftover pid %d in %s", pid, name)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if err := cg.destroy(); err != nil {
+		if err := cg.Destroy(); err != nil {
 			logf("removing cgroup %s: %v", name, err)
 		}
 	})
-	logf("scenario %s: cgroup v%d %s (%.2g CPU, %d MiB): %v", s.name, cg.version, name, o.cpus, o.memMiB, cg.dirs)
+	logf("scenario %s: cgroup v%d %s (%.2g CPU, %d MiB): %v", s.name, cg.Version, name, o.cpus, o.memMiB, cg.Dirs)
 
 	for _, p := range []*int{&e.ports.GRPCPort, &e.ports.HTTPPort, &e.ports.MetricsPort} {
-		if *p, err = freePort(); err != nil {
+		if *p, err = harness.FreePort(); err != nil {
 			return nil, cleanup, err
 		}
 	}
 	e.ports.Throttle, e.ports.MemoryLimiter, e.ports.Thresholds = s.throttle, s.memoryLimiter, o.thresholds
 	e.ports.ThrottleYAML = o.throttleYAML
 	if o.pprof {
-		if e.ports.PprofPort, err = freePort(); err != nil {
+		if e.ports.PprofPort, err = harness.FreePort(); err != nil {
 			return nil, cleanup, err
 		}
 	}
@@ -338,14 +339,15 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return nil, cleanup, err
 	}
-	col, err := startCollector(o.bin, cfgPath, filepath.Join(o.out, "collector-"+s.name+".log"), cg, o.restartDelay, logf)
+	col, err := harness.StartProcess(harness.ProcessConfig{Bin: o.bin, Args: []string{"--config", cfgPath}, Cgroup: cg,
+		LogPath: filepath.Join(o.out, "collector-"+s.name+".log"), Restart: true, RestartDelay: o.restartDelay, Logf: logf})
 	if err != nil {
 		return nil, cleanup, err
 	}
 	e.col = col
-	cleanups = append(cleanups, func() { col.stop(10 * time.Second) })
+	cleanups = append(cleanups, func() { col.Stop(10 * time.Second) })
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", e.ports.MetricsPort)
-	if err := waitReady(ctx, metricsURL, 30*time.Second); err != nil {
+	if err := harness.WaitReady(ctx, metricsURL, 30*time.Second); err != nil {
 		return nil, cleanup, err
 	}
 	if o.protocol == "grpc" {
@@ -354,19 +356,19 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 		e.target = fmt.Sprintf("http://127.0.0.1:%d", e.ports.HTTPPort)
 	}
 
-	scr := newScraper(metricsURL)
+	scr := harness.NewScraper(metricsURL)
 	e.scr = scr
 	sctx, stopScr := context.WithCancel(context.Background())
 	e.scrDone = make(chan struct{})
-	go func() { defer close(e.scrDone); scr.run(sctx, o.interval) }()
+	go func() { defer close(e.scrDone); scr.Run(sctx, o.interval) }()
 	cleanups = append(cleanups, func() { stopScr(); <-e.scrDone })
 
-	var gor *goroutineScraper
+	var gor *harness.GoroutineScraper
 	if e.ports.PprofPort != 0 {
-		gor = newGoroutineScraper(e.ports.PprofPort)
+		gor = harness.NewGoroutineScraper(e.ports.PprofPort)
 		gctx, stopGor := context.WithCancel(context.Background())
 		gorDone := make(chan struct{})
-		go func() { defer close(gorDone); gor.run(gctx, goroutineEvery) }()
+		go func() { defer close(gorDone); gor.Run(gctx, harness.GoroutineEvery) }()
 		cleanups = append(cleanups, func() { stopGor(); <-gorDone })
 	}
 
@@ -415,8 +417,8 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 		return nil, err
 	}
 	defer lgOut.Close()
-	st0, _ := e.cg.stats()
-	la0 := loadAvg()
+	st0, _ := e.cg.Stats()
+	la0 := harness.LoadAvg()
 	rep, runErr := r.Run(ctx, io.MultiWriter(lgOut, os.Stdout))
 	e.rec.loadDone.Store(true)
 	if runErr == nil {
@@ -426,11 +428,11 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 		case <-time.After(o.cooldown):
 		}
 	}
-	stEnd, _ := e.cg.stats()
+	stEnd, _ := e.cg.Stats()
 	sum := summarize(o, s, e, rep, st0, stEnd)
 	sum.report = rep
-	sum.final, _ = e.scr.get()
-	sum.LoadAvgStart, sum.LoadAvgEnd = la0, loadAvg()
+	sum.final, _ = e.scr.Get()
+	sum.LoadAvgStart, sum.LoadAvgEnd = la0, harness.LoadAvg()
 	return sum, runErr
 }
 
@@ -460,8 +462,8 @@ func saturate(ctx context.Context, o options, tw *csv.Writer) (bestC int, bestRa
 	}
 	e.setRunner(r)
 	rep, runErr := r.Run(ctx, os.Stdout)
-	stEnd, _ := e.cg.stats()
-	_, _, restarts := e.col.state()
+	stEnd, _ := e.cg.Stats()
+	_, _, restarts := e.col.State()
 	fmt.Printf("\nsaturation of scenario A (%d-item requests, %d B attributes, %s):\n", o.spans, o.attrSize, o.protocol)
 	fmt.Printf("| c | ok req/s | goodput items/s | p50 | p99 | rejected/errors |\n|---|---|---|---|---|---|\n")
 	for _, p := range rep.Phases {

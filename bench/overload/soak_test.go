@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/otelthrottle/throttle/bench/internal/harness"
 	"github.com/otelthrottle/throttle/bench/report"
 	"github.com/otelthrottle/throttle/internal/loadgen"
 )
@@ -52,7 +53,7 @@ const soakGorSlack = 20
 // otelcol_process_runtime_heap_alloc_bytes over each third: the troughs
 // of the sawtooth are the live heap right after a collection.
 func TestSoak(t *testing.T) {
-	requireCgroups(t)
+	harness.RequireCgroups(t)
 	out := *soakOut
 	if out == "" {
 		out = filepath.Join("..", "results", time.Now().UTC().Format("2006-01-02T150405Z")+"-soak")
@@ -60,7 +61,7 @@ func TestSoak(t *testing.T) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(out, "machine.txt"), []byte(machineInfo(os.Args)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	o := options{out: out, cpus: 1, memMiB: 300, warmup: 10 * time.Second, warmupRate: 200,
@@ -150,7 +151,7 @@ func TestSoak(t *testing.T) {
 	check("open fds (mean)", mean(mid, func(p point) float64 { return p.fds }), mean(end, func(p point) float64 { return p.fds }), 16)
 	gMid, gEnd := goroutineReadings(mid), goroutineReadings(end)
 	t.Logf("goroutine readings (pprof, every %s): middle third %d (min %.0f, max %.0f), last third %d (min %.0f, max %.0f)",
-		goroutineEvery, len(gMid), minOf(gMid), maxOf(gMid), len(gEnd), minOf(gEnd), maxOf(gEnd))
+		harness.GoroutineEvery, len(gMid), minOf(gMid), maxOf(gMid), len(gEnd), minOf(gEnd), maxOf(gEnd))
 	if len(gMid) < 3 || len(gEnd) < 3 {
 		t.Errorf("goroutines: only %d and %d readings in the middle and last thirds", len(gMid), len(gEnd))
 	}
@@ -209,7 +210,7 @@ func TestSoak(t *testing.T) {
 }
 
 // goroutineReadings returns the distinct goroutine readings of ps (one
-// reading every goroutineEvery spans several points).
+// reading every harness.GoroutineEvery spans several points).
 func goroutineReadings(ps []point) []float64 {
 	var v []float64
 	var last time.Time
@@ -271,6 +272,6 @@ func appendTrends(path string, rows []string) error {
 	return f.Close()
 }
 
-func sumSamples(s []sample, name string, want map[string]string) (float64, bool) {
-	return sum(s, name, want)
+func sumSamples(s []harness.Sample, name string, want map[string]string) (float64, bool) {
+	return harness.Sum(s, name, want)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/otelthrottle/throttle/bench/internal/harness"
 	"github.com/otelthrottle/throttle/internal/loadgen"
 )
 
@@ -36,7 +37,7 @@ type summary struct {
 	// last scraped (after the cooldown).
 	report *loadgen.Report
 	points []point
-	final  []sample
+	final  []harness.Sample
 }
 
 var summaryHeader = []string{
@@ -48,7 +49,7 @@ var summaryHeader = []string{
 	"loadavg_start", "loadavg_end",
 }
 
-func summarize(o options, s scenario, e *env, rep *loadgen.Report, st0, stEnd cgStats) *summary {
+func summarize(o options, s scenario, e *env, rep *loadgen.Report, st0, stEnd harness.CgStats) *summary {
 	sum := &summary{Scenario: s.name, Throttle: s.throttle, MemoryLimiter: s.memoryLimiter}
 	if rep != nil {
 		for _, p := range rep.Phases {
@@ -73,7 +74,7 @@ func summarize(o options, s scenario, e *env, rep *loadgen.Report, st0, stEnd cg
 		}
 	}
 	sum.OOMKills = stEnd.OOMKills - st0.OOMKills
-	_, _, sum.Restarts = e.col.state()
+	_, _, sum.Restarts = e.col.State()
 	e.rec.mu.Lock()
 	defer e.rec.mu.Unlock()
 	sum.points = append([]point(nil), e.rec.points...)

@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"encoding/csv"
-	"fmt"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/otelthrottle/throttle/bench/internal/harness"
 	"github.com/otelthrottle/throttle/internal/loadgen"
 )
 
@@ -50,7 +48,7 @@ type point struct {
 	phase    string
 	alive    bool
 	restarts int
-	cg       cgStats
+	cg       harness.CgStats
 	cgOK     bool
 	wsPct    float64
 	cpuPct   float64 // of the quota over the last interval; <0 unknown
@@ -70,11 +68,11 @@ type recorder struct {
 	scenario string
 	start    time.Time
 	cpus     float64
-	cg       *cgroup
-	col      *collector
-	scr      *scraper
-	gor      *goroutineScraper      // nil without the pprof extension
-	runner   func() *loadgen.Runner // current generator, nil before it starts
+	cg       *harness.Cgroup
+	col      *harness.Process
+	scr      *harness.Scraper
+	gor      *harness.GoroutineScraper // nil without the pprof extension
+	runner   func() *loadgen.Runner    // current generator, nil before it starts
 	w        *csv.Writer
 	logf     func(string, ...any)
 	// loadDone: the generator has finished; later rows are "cooldown".
@@ -95,9 +93,9 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 	for {
 		now := time.Now()
 		p := point{t: now.Sub(r.start), cpuPct: -1, heap: -1, threads: -1, fds: -1, goroutines: -1}
-		pid, alive, restarts := r.col.state()
+		pid, alive, restarts := r.col.State()
 		p.alive, p.restarts = alive, restarts
-		st, err := r.cg.stats()
+		st, err := r.cg.Stats()
 		p.cg, p.cgOK = st, err == nil
 		if p.cgOK && st.Limit > 0 {
 			p.wsPct = 100 * float64(st.WorkingSet) / float64(st.Limit)
@@ -123,14 +121,14 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 		} else {
 			row = append(row, "", "", "", "", "", "", "", "")
 		}
-		samples, at := r.scr.get()
+		samples, at := r.scr.Get()
 		fresh := alive && !at.IsZero() && now.Sub(at) < time.Second
 		p.maxState = map[string]float64{}
 		metric := func(name string, labels map[string]string, prec int) string {
 			if !fresh {
 				return ""
 			}
-			v, ok := sum(samples, name, labels)
+			v, ok := harness.Sum(samples, name, labels)
 			if !ok {
 				return ""
 			}
@@ -166,7 +164,7 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 			p.heap = v
 		}
 		if alive {
-			p.threads, p.fds = procCounts(pid)
+			p.threads, p.fds = harness.ProcCounts(pid)
 		}
 		row = append(row, opt(p.threads >= 0, p.threads, 0), opt(p.fds >= 0, p.fds, 0))
 		lg := p.lg
@@ -174,7 +172,7 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 		row = append(row, i64(lg.Inflight), i64(lg.Total.Sent), i64(lg.Total.OK), i64(lg.Total.Rejected), i64(lg.Total.Unavailable),
 			i64(lg.Total.Other), i64(lg.Total.Errors), i64(lg.Total.Skipped), i64(lg.Total.AcceptedItems), i64(m.Sent), i64(m.OK))
 		if r.gor != nil && alive {
-			if n, at := r.gor.get(); !at.IsZero() && now.Sub(at) < 2*goroutineEvery {
+			if n, at := r.gor.Get(); !at.IsZero() && now.Sub(at) < 2*harness.GoroutineEvery {
 				p.goroutines, p.goroutinesAt = n, at
 			}
 		}
@@ -194,14 +192,14 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-func sumOf(fresh bool, samples []sample, names ...string) string {
+func sumOf(fresh bool, samples []harness.Sample, names ...string) string {
 	if !fresh {
 		return ""
 	}
 	var total float64
 	found := false
 	for _, n := range names {
-		if v, ok := sum(samples, n, nil); ok {
+		if v, ok := harness.Sum(samples, n, nil); ok {
 			total += v
 			found = true
 		}
@@ -225,23 +223,4 @@ func opt(ok bool, v float64, prec int) string {
 		return ""
 	}
 	return f64(v, prec)
-}
-
-// procCounts returns the OS threads and open file descriptors of pid (-1
-// when unreadable).
-func procCounts(pid int) (threads, fds float64) {
-	threads, fds = -1, -1
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-					threads = float64(n)
-				}
-			}
-		}
-	}
-	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
-		fds = float64(len(ents))
-	}
-	return threads, fds
 }

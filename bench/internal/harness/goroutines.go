@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"bufio"
@@ -13,17 +13,17 @@ import (
 	"time"
 )
 
-// goroutineEvery is how often the harness reads the collector's goroutine
+// GoroutineEvery is how often the harness reads the collector's goroutine
 // count from the pprof extension (when the config enables it, -pprof): a
 // debug=1 goroutine profile stops the world briefly and formats every
 // stack, so it is read far less often than the metrics.
-const goroutineEvery = 5 * time.Second
+const GoroutineEvery = 5 * time.Second
 
-// goroutineScraper reads GET /debug/pprof/goroutine?debug=1 of the
+// GoroutineScraper reads GET /debug/pprof/goroutine?debug=1 of the
 // collector's pprof extension in the background and keeps the total of the
 // first line ("goroutine profile: total N"). The collector (v0.165.0)
 // exposes no goroutine metric, hence pprof.
-type goroutineScraper struct {
+type GoroutineScraper struct {
 	url    string
 	client *http.Client
 
@@ -33,14 +33,14 @@ type goroutineScraper struct {
 	lastErr error
 }
 
-func newGoroutineScraper(pprofPort int) *goroutineScraper {
-	return &goroutineScraper{
+func NewGoroutineScraper(pprofPort int) *GoroutineScraper {
+	return &GoroutineScraper{
 		url:    fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=1", pprofPort),
 		client: &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1}},
 	}
 }
 
-func (g *goroutineScraper) run(ctx context.Context, every time.Duration) {
+func (g *GoroutineScraper) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	defer g.client.CloseIdleConnections()
@@ -54,7 +54,7 @@ func (g *goroutineScraper) run(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (g *goroutineScraper) once(ctx context.Context) {
+func (g *GoroutineScraper) once(ctx context.Context) {
 	n, err := g.fetch(ctx)
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -65,7 +65,7 @@ func (g *goroutineScraper) once(ctx context.Context) {
 	g.latest, g.at, g.lastErr = float64(n), time.Now(), nil
 }
 
-func (g *goroutineScraper) fetch(ctx context.Context) (int, error) {
+func (g *GoroutineScraper) fetch(ctx context.Context) (int, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.url, http.NoBody)
 	resp, err := g.client.Do(req)
 	if err != nil {
@@ -82,7 +82,7 @@ func (g *goroutineScraper) fetch(ctx context.Context) (int, error) {
 
 // get returns the latest goroutine count and when it was read (zero time:
 // never).
-func (g *goroutineScraper) get() (float64, time.Time) {
+func (g *GoroutineScraper) Get() (float64, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.latest, g.at

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"bufio"
@@ -75,15 +75,15 @@ func ownDir(m mount, p string) string {
 // each a child of this process's own cgroup of that controller (on this
 // kind of machine memory sits under a sandbox's path and only a child of it
 // may be created).
-type cgroup struct {
-	version int
+type Cgroup struct {
+	Version int
 	// dirs created, in creation order (removed in reverse).
-	dirs                       []string
+	Dirs                       []string
 	cpuDir, cpuacctDir, memDir string
 }
 
 // resolve finds where a child cgroup would go for each controller.
-func resolve(root string) (version int, cpu, cpuacct, memory string, err error) {
+func Resolve(root string) (version int, cpu, cpuacct, memory string, err error) {
 	mi, err := os.ReadFile(filepath.Join(root, "proc/self/mountinfo"))
 	if err != nil {
 		return 0, "", "", "", err
@@ -138,16 +138,16 @@ func resolve(root string) (version int, cpu, cpuacct, memory string, err error) 
 	return 0, "", "", "", errors.New("no cgroup v1 cpu+cpuacct+memory nor cgroup v2 with cpu and memory controllers")
 }
 
-// createCgroup creates the cgroup name limited to cpus cores and memBytes.
-func createCgroup(name string, cpus float64, memBytes uint64) (*cgroup, error) {
-	version, cpu, cpuacct, mem, err := resolve("/")
+// CreateCgroup creates the cgroup name limited to cpus cores and memBytes.
+func CreateCgroup(name string, cpus float64, memBytes uint64) (*Cgroup, error) {
+	version, cpu, cpuacct, mem, err := Resolve("/")
 	if err != nil {
 		return nil, err
 	}
-	cg := &cgroup{version: version}
+	cg := &Cgroup{Version: version}
 	mk := func(parent string) (string, error) {
 		d := filepath.Join(parent, name)
-		for _, existing := range cg.dirs {
+		for _, existing := range cg.Dirs {
 			if existing == d { // cpu and cpuacct mounted together
 				return d, nil
 			}
@@ -155,11 +155,11 @@ func createCgroup(name string, cpus float64, memBytes uint64) (*cgroup, error) {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return "", err
 		}
-		cg.dirs = append(cg.dirs, d)
+		cg.Dirs = append(cg.Dirs, d)
 		return d, nil
 	}
-	fail := func(err error) (*cgroup, error) {
-		cg.destroy()
+	fail := func(err error) (*Cgroup, error) {
+		cg.Destroy()
 		return nil, err
 	}
 	const period = 100000
@@ -219,19 +219,19 @@ func write(dir, file, value string) error {
 }
 
 // procsFiles are the cgroup.procs a process must be written to.
-func (c *cgroup) procsFiles() []string {
+func (c *Cgroup) ProcsFiles() []string {
 	var out []string
-	for _, d := range c.dirs {
+	for _, d := range c.Dirs {
 		out = append(out, filepath.Join(d, "cgroup.procs"))
 	}
 	return out
 }
 
 // pids lists the processes in the cgroup.
-func (c *cgroup) pids() []int {
+func (c *Cgroup) Pids() []int {
 	seen := map[int]bool{}
 	var out []int
-	for _, f := range c.procsFiles() {
+	for _, f := range c.ProcsFiles() {
 		data, _ := os.ReadFile(f)
 		for _, l := range strings.Fields(string(data)) {
 			if pid, err := strconv.Atoi(l); err == nil && !seen[pid] {
@@ -246,12 +246,12 @@ func (c *cgroup) pids() []int {
 // destroy removes the directories; they must be empty of processes (the
 // caller kills what it started first). Retries briefly: the kernel frees a
 // memory cgroup a moment after its last process exits.
-func (c *cgroup) destroy() error {
+func (c *Cgroup) Destroy() error {
 	var errs []error
-	for i := len(c.dirs) - 1; i >= 0; i-- {
+	for i := len(c.Dirs) - 1; i >= 0; i-- {
 		var err error
 		for range 50 {
-			if err = os.Remove(c.dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
+			if err = os.Remove(c.Dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
 				err = nil
 				break
 			}
@@ -261,12 +261,12 @@ func (c *cgroup) destroy() error {
 			errs = append(errs, err)
 		}
 	}
-	c.dirs = nil
+	c.Dirs = nil
 	return errors.Join(errs...)
 }
 
-// cgStats is one reading of the cgroup.
-type cgStats struct {
+// CgStats is one reading of the cgroup.
+type CgStats struct {
 	Usage, InactiveFile, WorkingSet, Limit uint64
 	CPUUsage                               time.Duration // cumulative
 	OOMKills                               uint64
@@ -307,15 +307,15 @@ func readKV(path string) (map[string]uint64, error) {
 	return out, sc.Err()
 }
 
-func (c *cgroup) stats() (cgStats, error) {
-	var s cgStats
+func (c *Cgroup) Stats() (CgStats, error) {
+	var s CgStats
 	var errs []error
 	add := func(err error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if c.version == 2 {
+	if c.Version == 2 {
 		var err error
 		s.Usage, err = readUint(filepath.Join(c.memDir, "memory.current"))
 		add(err)

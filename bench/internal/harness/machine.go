@@ -1,16 +1,17 @@
-package main
+package harness
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// loadAvg is the machine's 1-minute load average ("" when unknown).
-func loadAvg() string {
+// LoadAvg is the machine's 1-minute load average ("" when unknown).
+func LoadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return ""
@@ -21,9 +22,9 @@ func loadAvg() string {
 	return ""
 }
 
-// machineInfo describes the machine and the command of a run, for the
+// MachineInfo describes the machine and the command of a run, for the
 // report (machine.txt).
-func machineInfo(args []string) string {
+func MachineInfo(args []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "date (UTC)  %s\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "cpus        %d online (nproc)\n", runtime.NumCPU())
@@ -51,4 +52,23 @@ func machineInfo(args []string) string {
 	}
 	fmt.Fprintf(&b, "command     %s\n", strings.Join(args, " "))
 	return b.String()
+}
+
+// ProcCounts returns the OS threads and open file descriptors of pid (-1
+// when unreadable).
+func ProcCounts(pid int) (threads, fds float64) {
+	threads, fds = -1, -1
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+					threads = float64(n)
+				}
+			}
+		}
+	}
+	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+		fds = float64(len(ents))
+	}
+	return threads, fds
 }

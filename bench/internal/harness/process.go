@@ -1,0 +1,206 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// FreePort asks the kernel for a free port on 127.0.0.1.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ProcessConfig describes a process the harness runs and watches.
+type ProcessConfig struct {
+	// Bin and Args are the program and its arguments.
+	Bin  string
+	Args []string
+	// Env is added to the harness's own environment.
+	Env []string
+	// Cgroup, when set, is where the process runs from its first
+	// instruction: a shell writes its own PID into the cgroup's procs files,
+	// then execs the program with the same PID.
+	Cgroup *Cgroup
+	// LogPath receives stdout and stderr of every incarnation (appended).
+	LogPath string
+	// Restart restarts the process after RestartDelay when it dies, as a
+	// kubelet would (with a short fixed delay instead of the kubelet's
+	// growing back-off, so that a one-minute run sees the crash loop).
+	Restart      bool
+	RestartDelay time.Duration
+	// Logf reports deaths and restarts; nil: silent.
+	Logf func(format string, args ...any)
+}
+
+// Process is a running program supervised by the harness.
+type Process struct {
+	cfg ProcessConfig
+
+	mu       sync.Mutex
+	pid      int
+	alive    bool
+	restarts int
+	exits    []string
+	stopping bool
+	stopCh   chan struct{}
+	done     chan struct{}
+}
+
+// StartProcess starts the first incarnation and the supervisor.
+func StartProcess(cfg ProcessConfig) (*Process, error) {
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	p := &Process{cfg: cfg, stopCh: make(chan struct{}), done: make(chan struct{})}
+	cmd, err := p.spawn()
+	if err != nil {
+		return nil, err
+	}
+	go p.supervise(cmd)
+	return p, nil
+}
+
+func (p *Process) spawn() (*exec.Cmd, error) {
+	logf, err := os.OpenFile(p.cfg.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "=== harness: starting %s at %s\n", p.cfg.Bin, time.Now().UTC().Format(time.RFC3339Nano))
+	var cmd *exec.Cmd
+	env := append(os.Environ(), p.cfg.Env...)
+	if p.cfg.Cgroup != nil {
+		script := `for f in $HARNESS_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"`
+		cmd = exec.Command("/bin/sh", append([]string{"-c", script, "sh", p.cfg.Bin}, p.cfg.Args...)...)
+		env = append(env, "HARNESS_CGROUP_PROCS="+strings.Join(p.cfg.Cgroup.ProcsFiles(), " "))
+	} else {
+		cmd = exec.Command(p.cfg.Bin, p.cfg.Args...)
+	}
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Own process group: a Ctrl-C on the terminal reaches the harness only,
+	// which then stops the process itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.pid, p.alive = cmd.Process.Pid, true
+	p.mu.Unlock()
+	return cmd, nil
+}
+
+func (p *Process) supervise(cmd *exec.Cmd) {
+	defer close(p.done)
+	for {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.alive = false
+		stopping := p.stopping
+		desc := "exited"
+		if err != nil {
+			desc = err.Error()
+		}
+		p.exits = append(p.exits, fmt.Sprintf("%s pid %d: %s", time.Now().UTC().Format("15:04:05.000"), p.pid, desc))
+		p.mu.Unlock()
+		if stopping || !p.cfg.Restart {
+			if !stopping {
+				p.cfg.Logf("%s pid %d died (%s)", p.cfg.Bin, cmd.Process.Pid, desc)
+			}
+			return
+		}
+		p.cfg.Logf("%s pid %d died (%s); restarting in %s", p.cfg.Bin, cmd.Process.Pid, desc, p.cfg.RestartDelay)
+		select {
+		case <-p.stopCh:
+			return
+		case <-time.After(p.cfg.RestartDelay):
+		}
+		p.mu.Lock()
+		if p.stopping {
+			p.mu.Unlock()
+			return
+		}
+		p.restarts++
+		p.mu.Unlock()
+		next, err := p.spawn()
+		if err != nil {
+			p.cfg.Logf("restarting %s: %v", p.cfg.Bin, err)
+			return
+		}
+		cmd = next
+	}
+}
+
+// State returns the current PID, whether it runs, and the restarts so far.
+func (p *Process) State() (pid int, alive bool, restarts int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid, p.alive, p.restarts
+}
+
+// Exits lists every death so far, one line each.
+func (p *Process) Exits() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.exits...)
+}
+
+// Stop ends the process: SIGTERM to its PID, SIGKILL after grace.
+func (p *Process) Stop(grace time.Duration) {
+	p.mu.Lock()
+	if p.stopping {
+		p.mu.Unlock()
+		<-p.done
+		return
+	}
+	p.stopping = true
+	close(p.stopCh)
+	pid, alive := p.pid, p.alive
+	p.mu.Unlock()
+	if alive {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+			return
+		case <-time.After(grace):
+			p.cfg.Logf("%s pid %d did not stop in %s: SIGKILL", p.cfg.Bin, pid, grace)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	<-p.done
+}
+
+// WaitReady waits until url answers 200.
+func WaitReady(ctx context.Context, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(fmt.Errorf("not ready at %s", url), err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
