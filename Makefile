@@ -113,3 +113,42 @@ SOAK_TIMEOUT ?= 40m
 .PHONY: soak
 soak: $(OTELCOL)
 	OTELCOL_THROTTLE_BINARY=$(OTELCOL) $(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout $(SOAK_TIMEOUT) ./bench/overload -args $(SOAK_FLAGS)
+
+# ---------------------------------------------------------------------------
+# The fleet benchmark (bench/fleet): stock collectors as agents and sink, the
+# gateway under test in a cgroup. Peers are built from manifests in
+# bench/fleet: otelcol-stock (no throttle code, this collector release) and
+# otelcol-mlext (core's memory_limiter extension, only served up to v0.149.0,
+# so built with that release's ocb).
+
+OCB_MLEXT_VERSION ?= v0.149.0
+OCB_MLEXT := $(CURDIR)/bin/ocb-$(OCB_MLEXT_VERSION)
+OTELCOL_STOCK := $(CURDIR)/_build/stock/otelcol-stock
+OTELCOL_MLEXT := $(CURDIR)/_build/mlext/otelcol-mlext
+
+$(OCB_MLEXT):
+	@mkdir -p $(CURDIR)/bin
+	GOBIN=$(CURDIR)/bin $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OCB_MLEXT_VERSION)
+	mv $(CURDIR)/bin/builder $@
+
+$(OTELCOL_STOCK): bench/fleet/otelcol-stock.yaml | $(OCB)
+	$(OCB) --config bench/fleet/otelcol-stock.yaml
+	@touch $@
+
+$(OTELCOL_MLEXT): bench/fleet/otelcol-mlext.yaml | $(OCB_MLEXT)
+	$(OCB_MLEXT) --config bench/fleet/otelcol-mlext.yaml
+	@touch $@
+
+## otelcol-stock, otelcol-mlext: build the fleet benchmark's peer distributions.
+.PHONY: otelcol-stock otelcol-mlext
+otelcol-stock: $(OTELCOL_STOCK)
+otelcol-mlext: $(OTELCOL_MLEXT)
+
+## fleet: the fleet benchmark (Linux, root; about 40 minutes): capacity of a
+## 0.3 CPU / 150 MiB gateway, then a 60 s burst at twice that through four
+## stock agents and the drain, for every gateway scenario. Results in
+## bench/results/. e.g. make fleet FLEET_FLAGS='-protocol grpc'
+FLEET_FLAGS ?=
+.PHONY: fleet
+fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT)
+	$(GO) run ./bench/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)

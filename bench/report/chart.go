@@ -250,36 +250,43 @@ func panels(s *Series) []*panel {
 	den.X.Label.TextStyle.Font.Size = vg.Points(11)
 
 	ps := []*panel{res, st, gen, den}
+	markEvents(ps, x0, x1, []float64{s.LoadStart, s.LoadEnd}, s.OOMAt, s.RestartAt)
+	return ps
+}
+
+// markEvents sets the shared time axis of ps and marks, across every
+// panel, the phase bounds (grey dashes), OOM kills and restarts; the first
+// panel's legend names the events and carries marks at its top, so that
+// they read as events and not as data.
+func markEvents(ps []*panel, x0, x1 float64, bounds, oomAt, restartAt []float64) {
+	dash := []vg.Length{vg.Points(5), vg.Points(3)}
+	dot := []vg.Length{vg.Points(2), vg.Points(2)}
 	for i, p := range ps {
 		p.X.Min, p.X.Max = x0, x1
 		p.X.Tick.Marker = secondTicks{}
-		// Load phase bounds, OOM kills and restarts across every panel.
-		for _, t := range []float64{s.LoadStart, s.LoadEnd} {
+		for _, t := range bounds {
 			if !math.IsNaN(t) {
 				vlines(p, "", []float64{t}, p.Y.Min, p.Y.Max, cGrey, dash, vg.Points(1))
 			}
 		}
 		name := ""
 		if i == 0 {
-			name = fmt.Sprintf("OOM kill (%d)", len(s.OOMAt))
+			name = fmt.Sprintf("OOM kill (%d)", len(oomAt))
 		}
-		if len(s.OOMAt) > 0 {
-			vlines(p, name, s.OOMAt, p.Y.Min, p.Y.Max, cRed, nil, vg.Points(1.5))
-		}
-		if i == 0 {
-			name = fmt.Sprintf("restart (%d)", len(s.RestartAt))
-		}
-		if len(s.RestartAt) > 0 {
-			vlines(p, name, s.RestartAt, p.Y.Min, p.Y.Max, cBrown, dot, vg.Points(1.5))
+		if len(oomAt) > 0 {
+			vlines(p, name, oomAt, p.Y.Min, p.Y.Max, cRed, nil, vg.Points(1.5))
 		}
 		if i == 0 {
-			// Marks at the top of the first panel too, so that they read
-			// as events and not as data.
-			addMarks(p, s.OOMAt, p.Y.Max*0.97, draw.CrossGlyph{}, cRed)
-			addMarks(p, s.RestartAt, p.Y.Max*0.93, draw.TriangleGlyph{}, cBrown)
+			name = fmt.Sprintf("restart (%d)", len(restartAt))
+		}
+		if len(restartAt) > 0 {
+			vlines(p, name, restartAt, p.Y.Min, p.Y.Max, cBrown, dot, vg.Points(1.5))
+		}
+		if i == 0 {
+			addMarks(p, oomAt, p.Y.Max*0.97, draw.CrossGlyph{}, cRed)
+			addMarks(p, restartAt, p.Y.Max*0.93, draw.TriangleGlyph{}, cBrown)
 		}
 	}
-	return ps
 }
 
 func addMarks(p *panel, ts []float64, y float64, g draw.GlyphDrawer, c color.Color) {
@@ -301,36 +308,8 @@ func addMarks(p *panel, ts []float64, y float64, g draw.GlyphDrawer, c color.Col
 // drawPanels lays the panels out one above the other on c, with the
 // resources panel taller.
 func drawPanels(s *Series, c draw.Canvas) {
-	ps := panels(s)
 	// Heights: resources 34%, state 16%, generator 25%, denials 25%.
-	fr := []float64{0.34, 0.16, 0.25, 0.25}
-	top := c.Max.Y
-	h := c.Max.Y - c.Min.Y
-	// Align the data areas: give every panel the same left padding by
-	// using plot.Align on a one-column grid of equal tiles first, then
-	// resize each tile vertically.
-	rows := make([][]*plot.Plot, len(ps))
-	for i := range ps {
-		rows[i] = []*plot.Plot{ps[i].Plot}
-	}
-	// The legends take a column on the right.
-	legW := 3.1 * vg.Inch
-	pc := c
-	pc.Max.X -= legW
-	tiles := draw.Tiles{Rows: len(ps), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(4), PadLeft: vg.Points(6), PadRight: vg.Points(12), PadY: vg.Points(8)}
-	aligned := plot.Align(rows, tiles, pc)
-	for i, p := range ps {
-		cv := aligned[i][0]
-		ph := vg.Length(fr[i]) * h
-		cv.Max.Y = top - vg.Points(4)
-		cv.Min.Y = top - ph + vg.Points(4)
-		top -= ph
-		p.Draw(cv)
-		lc := cv
-		lc.Min.X, lc.Max.X = pc.Max.X+vg.Points(2), c.Max.X-vg.Points(4)
-		lc.Max.Y -= vg.Points(22)
-		p.leg.Draw(lc)
-	}
+	stack(panels(s), []float64{0.34, 0.16, 0.25, 0.25}, c)
 }
 
 func writePNG(s *Series, path string) error {
