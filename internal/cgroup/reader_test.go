@@ -121,6 +121,18 @@ func TestReaderFixtures(t *testing.T) {
 			limits:     Limits{QuotaCores: 1, CPUSetCores: 2, MemLimit: 128 * mib},
 		},
 		{
+			// mountinfo holds a mount with an empty source (two spaces after
+			// the type), escaped paths, many optional fields, a line without
+			// the "-" field and a cgroup2 line with a relative root: the
+			// odd lines are skipped and the good cgroup2 line is used.
+			name:       "v2-odd-mountinfo",
+			version:    2,
+			describe:   "cgroup v2 /sys/fs/cgroup",
+			cpu:        123456789 * time.Microsecond,
+			workingSet: 80 * mib,
+			limits:     Limits{QuotaCores: 2.5, CPUSetCores: 4, MemLimit: 512 * mib},
+		},
+		{
 			name:     "v1-no-memory",
 			version:  1,
 			describe: "cgroup v1 cpu=/sys/fs/cgroup/cpu,cpuacct cpuacct=/sys/fs/cgroup/cpu,cpuacct cpuset=none memory=none",
