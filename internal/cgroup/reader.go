@@ -18,7 +18,8 @@ var ErrNoCgroup = errors.New("cgroup: no usable cgroup")
 
 // ErrNoMemory is returned (possibly wrapped) by Reader.WorkingSet when the
 // process has no memory controller: v1 without a memory mount, or v2 with the
-// memory controller not enabled for the process's cgroup (no memory.current).
+// memory controller not enabled for the process's cgroup (no memory.current);
+// and by Process.WorkingSet where there is no /proc/self/statm.
 // Limits then reports MemLimit 0. The memory signal is invalid in that case
 // unless the user configures a limit, and even then there is no usage to
 // compare it with, so the caller should treat it as "no memory signal".
