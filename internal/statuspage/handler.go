@@ -104,12 +104,23 @@ func (l *LiveStatus) Sample() Sample {
 	return s
 }
 
+// MaxHistorySamples bounds the samples one /status/history response holds, so
+// that a client asking for the whole ring (up to MaxCapacity samples) costs
+// the collector a bounded amount of work per request; the page pages through
+// the rest.
+const MaxHistorySamples = 1000
+
 // Handler serves the status endpoint:
 //
 //	GET /                -> the HTML page
 //	GET /status          -> JSON of the current status (statusJSON)
-//	GET /status/history  -> JSON of the ring's samples; ?since=<unix ms> or
-//	                        ?since=<RFC 3339> returns only later ones
+//	GET /status/history  -> JSON of the ring's samples, oldest first, at most
+//	                        ?limit=N of them (1 to MaxHistorySamples, the
+//	                        default). With ?since=<unix ms> or
+//	                        ?since=<RFC 3339>: the oldest ones taken after
+//	                        since, and "more": true when later ones were
+//	                        left out (ask again with since = the last "t").
+//	                        Without since: the newest ones.
 //
 // Anything else is 404, other methods than GET and HEAD 405. The page uses
 // relative URLs, so the handler also works under http.StripPrefix. A nil ring,
@@ -238,6 +249,8 @@ type historyJSON struct {
 	Now      int64        `json:"now"`
 	WindowMs int64        `json:"window_ms"`
 	Samples  []sampleJSON `json:"samples"`
+	// More is true when samples after the last one were left out.
+	More bool `json:"more"`
 }
 
 func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
@@ -290,17 +303,32 @@ func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (h *handler) history(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
 	var since time.Time
-	if v := r.URL.Query().Get("since"); v != "" {
+	if v := q.Get("since"); v != "" {
 		var ok bool
 		if since, ok = parseSince(v); !ok {
 			http.Error(w, "since: want unix milliseconds or an RFC 3339 time", http.StatusBadRequest)
 			return
 		}
 	}
+	limit := MaxHistorySamples
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			http.Error(w, "limit: want a positive number of samples", http.StatusBadRequest)
+			return
+		}
+		limit = min(n, MaxHistorySamples)
+	}
 	doc := historyJSON{Now: h.now().UnixMilli(), WindowMs: Window.Milliseconds(), Samples: []sampleJSON{}}
 	if h.ring != nil {
-		samples := h.ring.Snapshot(since)
+		var samples []Sample
+		if since.IsZero() {
+			samples = h.ring.Last(limit)
+		} else {
+			samples, doc.More = h.ring.After(since, limit)
+		}
 		doc.Samples = make([]sampleJSON, len(samples))
 		for i := range samples {
 			s := &samples[i]
@@ -362,7 +390,7 @@ func finite(f float64) float64 {
 }
 
 // round4 trims history values to 4 decimals: 0.01 % is far below what a chart
-// shows and it keeps a 2400-sample document small.
+// shows and it keeps a history document small.
 func round4(f float64) float64 {
 	f = finite(f)
 	if math.Abs(f) > 1e9 { // f*1e4 would lose more than it saves

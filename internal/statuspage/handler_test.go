@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ func TestStatusBeforeFirstSample(t *testing.T) {
 
 	r = get(t, newTestHandler(nil, nil, nil), http.MethodGet, "/status/history")
 	require.Equal(t, http.StatusOK, r.StatusCode)
-	assert.JSONEq(t, `{"now": 1748779800000, "window_ms": 600000, "samples": []}`, body(t, r))
+	assert.JSONEq(t, `{"now": 1748779800000, "window_ms": 600000, "samples": [], "more": false}`, body(t, r))
 }
 
 func TestHistoryJSON(t *testing.T) {
@@ -136,7 +137,7 @@ func TestHistoryJSON(t *testing.T) {
 	second := `{"t": 1748779200350, "cpu": 1.5, "cpu_fast": 1.2, "cpu_slow": 0.9, "cpu_valid": true,
 		"mem": 0.92, "mem_valid": true, "states": [2, 2, 2, 2], "allowed": 12, "denied": 40}`
 	doc := func(samples ...string) string {
-		return `{"now": 1748779800000, "window_ms": 600000, "samples": [` + strings.Join(samples, ",") + `]}`
+		return `{"now": 1748779800000, "window_ms": 600000, "samples": [` + strings.Join(samples, ",") + `], "more": false}`
 	}
 	for _, tc := range []struct {
 		target string
@@ -163,6 +164,83 @@ func TestHistoryJSON(t *testing.T) {
 
 	r := get(t, h, http.MethodGet, "/status/history?since=yesterday")
 	assert.Equal(t, http.StatusBadRequest, r.StatusCode)
+}
+
+// TestHistoryBounded: one response holds at most MaxHistorySamples samples
+// (or ?limit=N); a reader that passes back the t of the last sample as since
+// gets the whole ring, in order, without gaps or repeats.
+func TestHistoryBounded(t *testing.T) {
+	ring := NewRingFor(125 * time.Millisecond) // the largest ring: MaxCapacity
+	for i := range MaxCapacity + 100 {
+		ring.Record(sampleAt(i))
+	}
+	require.Equal(t, MaxCapacity, ring.Len())
+	oldest, newest := 100, MaxCapacity+99
+	h := newTestHandler(ring, testInfo, testLive)
+
+	type page struct {
+		Samples []struct {
+			T   int64   `json:"t"`
+			CPU float64 `json:"cpu"`
+		} `json:"samples"`
+		More bool `json:"more"`
+	}
+	fetch := func(target string) page {
+		t.Helper()
+		r := get(t, h, http.MethodGet, target)
+		require.Equal(t, http.StatusOK, r.StatusCode, target)
+		var p page
+		require.NoError(t, json.Unmarshal([]byte(body(t, r)), &p), target)
+		return p
+	}
+	cpus := func(p page) []int {
+		out := make([]int, len(p.Samples))
+		for i, s := range p.Samples {
+			out[i] = int(s.CPU)
+		}
+		return out
+	}
+	seq := func(from, n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = from + i
+		}
+		return out
+	}
+
+	// Without since: the newest ones.
+	p := fetch("/status/history")
+	require.Len(t, p.Samples, MaxHistorySamples)
+	assert.Equal(t, seq(newest-MaxHistorySamples+1, MaxHistorySamples), cpus(p))
+	assert.False(t, p.More)
+	p = fetch("/status/history?limit=3")
+	assert.Equal(t, seq(newest-2, 3), cpus(p))
+	p = fetch("/status/history?limit=999999")
+	assert.Len(t, p.Samples, MaxHistorySamples, "a limit above the maximum is lowered to it")
+
+	// With since: the oldest ones after it, and "more" until the end.
+	p = fetch("/status/history?since=0&limit=5")
+	assert.Equal(t, seq(oldest, 5), cpus(p))
+	assert.True(t, p.More)
+	var got []int
+	cursor, pages := "0", 0
+	for {
+		p = fetch("/status/history?since=" + cursor)
+		pages++
+		require.LessOrEqual(t, len(p.Samples), MaxHistorySamples)
+		got = append(got, cpus(p)...)
+		if !p.More {
+			break
+		}
+		cursor = strconv.FormatInt(p.Samples[len(p.Samples)-1].T, 10)
+	}
+	assert.Equal(t, seq(oldest, MaxCapacity), got)
+	assert.Equal(t, (MaxCapacity+MaxHistorySamples-1)/MaxHistorySamples, pages)
+
+	for _, bad := range []string{"0", "-1", "x", "1.5"} {
+		r := get(t, h, http.MethodGet, "/status/history?limit="+bad)
+		assert.Equal(t, http.StatusBadRequest, r.StatusCode, bad)
+	}
 }
 
 func TestLiveStatusSample(t *testing.T) {
