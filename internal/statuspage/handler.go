@@ -4,8 +4,11 @@ import (
 	_ "embed"
 	"encoding/json"
 	"math"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
@@ -122,11 +125,22 @@ const MaxHistorySamples = 1000
 //	                        left out (ask again with since = the last "t").
 //	                        Without since: the newest ones.
 //
-// Anything else is 404, other methods than GET and HEAD 405. The page uses
-// relative URLs, so the handler also works under http.StripPrefix. A nil ring,
-// info or live serves empty values.
-func Handler(ring *Ring, info func() Info, live func() LiveStatus) http.Handler {
-	return &handler{ring: ring, info: info, live: live, now: time.Now}
+// Anything else is 404, other methods than GET and HEAD 405.
+//
+// A request whose Host header names anything but an IP address, localhost,
+// or the host of endpoint (the configured listen address, host:port) is
+// refused with 403: the page has no authentication, and this is what stops a
+// web page in a browser on the same host or network from reading it through
+// DNS rebinding (pointing its own name at the collector's address), since
+// that request carries the attacker's name. The port is not checked: such a
+// request has to use the collector's port anyway. A user who opens the page by
+// another name (a pod's DNS name with endpoint 0.0.0.0:port) uses the IP
+// address, a port-forward to localhost, or that name as the endpoint's host.
+//
+// The page uses relative URLs, so the handler also works under
+// http.StripPrefix. A nil ring, info or live serves empty values.
+func Handler(ring *Ring, info func() Info, live func() LiveStatus, endpoint string) http.Handler {
+	return &handler{ring: ring, info: info, live: live, now: time.Now, listenHost: listenHost(endpoint)}
 }
 
 type handler struct {
@@ -134,9 +148,59 @@ type handler struct {
 	info func() Info
 	live func() LiveStatus
 	now  func() time.Time
+	// listenHost is the endpoint's host name, normalised; "" when it is an
+	// IP address, empty or unparsable (nothing to add to the IP rule).
+	listenHost string
+}
+
+// listenHost returns the host name of a host:port listen address, "" when
+// there is none beyond what hostAllowed accepts anyway.
+func listenHost(endpoint string) string {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	return normalHost(host)
+}
+
+// normalHost lower-cases a host name and drops a trailing dot, the forms a
+// browser may send for the same name.
+func normalHost(host string) string {
+	return strings.TrimSuffix(strings.ToLower(host), ".")
+}
+
+// hostAllowed applies the Host rule described at Handler. hostport is
+// r.Host: "name", "name:port", "[v6]" or "[v6]:port".
+func (h *handler) hostAllowed(hostport string) bool {
+	if hostport == "" {
+		// HTTP/1.0 without Host: no browser sends that, so it cannot be a
+		// rebinding attack.
+		return true
+	}
+	host := hostport
+	if hh, _, err := net.SplitHostPort(hostport); err == nil {
+		host = hh
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	// A zone in an IPv6 literal is sent escaped ("[fe80::1%25eth0]").
+	if _, err := netip.ParseAddr(strings.Replace(host, "%25", "%", 1)); err == nil {
+		return true
+	}
+	host = normalHost(host)
+	return host == "localhost" || (h.listenHost != "" && host == h.listenHost)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.hostAllowed(r.Host) {
+		http.Error(w, "throttle status: Host "+strconv.Quote(r.Host)+" refused (DNS rebinding protection); "+
+			"open the page by IP address, as localhost, or by the host name of the status endpoint setting",
+			http.StatusForbidden)
+		return
+	}
 	var serve func(http.ResponseWriter, *http.Request)
 	switch r.URL.Path {
 	case "/", "":

@@ -42,16 +42,27 @@ func testLive() LiveStatus {
 	}
 }
 
+// testEndpoint is the extension's default status endpoint.
+const testEndpoint = "localhost:55680"
+
 func newTestHandler(ring *Ring, info func() Info, live func() LiveStatus) http.Handler {
-	h := Handler(ring, info, live).(*handler)
+	h := Handler(ring, info, live, testEndpoint).(*handler)
 	h.now = func() time.Time { return serverNow }
 	return h
 }
 
+// get sends a request as a browser that opened http://localhost:55680/ would.
 func get(t *testing.T, h http.Handler, method, target string) *http.Response {
 	t.Helper()
+	return getHost(t, h, method, target, testEndpoint)
+}
+
+func getHost(t *testing.T, h http.Handler, method, target, host string) *http.Response {
+	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(method, target, nil))
+	req := httptest.NewRequest(method, target, nil)
+	req.Host = host
+	h.ServeHTTP(rec, req)
 	return rec.Result()
 }
 
@@ -241,6 +252,49 @@ func TestHistoryBounded(t *testing.T) {
 		r := get(t, h, http.MethodGet, "/status/history?limit="+bad)
 		assert.Equal(t, http.StatusBadRequest, r.StatusCode, bad)
 	}
+}
+
+// TestHostCheck: a Host that is not an IP address, localhost or the
+// configured endpoint's host is refused, as a DNS-rebinding page's would be.
+func TestHostCheck(t *testing.T) {
+	f := func(endpoint, host string, want int) {
+		t.Helper()
+		h := Handler(NewRing(4), testInfo, testLive, endpoint)
+		for _, target := range []string{"/", "/status", "/status/history", "/nope"} {
+			r := getHost(t, h, http.MethodGet, target, host)
+			code := r.StatusCode
+			if want == http.StatusOK && target == "/nope" {
+				assert.Equal(t, http.StatusNotFound, code, "%s %s %s", endpoint, host, target)
+				continue
+			}
+			assert.Equal(t, want, code, "%s %s %s", endpoint, host, target)
+			if code == http.StatusForbidden {
+				assert.Contains(t, body(t, r), "DNS rebinding")
+			}
+		}
+	}
+	const ok, refused = http.StatusOK, http.StatusForbidden
+	for _, endpoint := range []string{"localhost:55680", "0.0.0.0:55680", "127.0.0.1:0", "[::]:55680", ":55680", ""} {
+		f(endpoint, "localhost:55680", ok)
+		f(endpoint, "LOCALHOST.:55680", ok)
+		f(endpoint, "localhost", ok)
+		f(endpoint, "127.0.0.1:55680", ok)
+		f(endpoint, "10.1.2.3:55680", ok) // a pod IP
+		f(endpoint, "[::1]:55680", ok)
+		f(endpoint, "[::1]", ok)
+		f(endpoint, "[fe80::1%25eth0]:55680", ok)
+		f(endpoint, "", ok) // HTTP/1.0 without Host: not a browser
+
+		f(endpoint, "attacker.example:55680", refused)
+		f(endpoint, "attacker.example", refused)
+		f(endpoint, "localhost.attacker.example:55680", refused)
+		f(endpoint, "127.0.0.1.attacker.example:55680", refused)
+		f(endpoint, "otelcol-0.otelcol.monitoring.svc.cluster.local:55680", refused)
+	}
+	// The configured host name is accepted, in any case and with a trailing dot.
+	f("otelcol-0.otelcol.monitoring.svc.cluster.local:55680", "otelcol-0.otelcol.monitoring.svc.cluster.local:55680", ok)
+	f("otelcol-0.otelcol.monitoring.svc.cluster.local:55680", "OTELCOL-0.otelcol.monitoring.svc.cluster.local.", ok)
+	f("otelcol-0.otelcol.monitoring.svc.cluster.local:55680", "attacker.example:55680", refused)
 }
 
 func TestLiveStatusSample(t *testing.T) {
