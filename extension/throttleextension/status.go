@@ -137,7 +137,7 @@ func (st *extensionStatus) start(ctx context.Context, host component.Host, src R
 	if host != nil {
 		exts = host.GetExtensions()
 	}
-	h := statuspage.Handler(st.ring, st.statusInfo, st.live)
+	h := statuspage.Handler(st.ring, st.statusInfo, st.live, scfg.NetAddr.Endpoint)
 	srv, err := scfg.ToServer(ctx, exts, st.set, h)
 	if err != nil {
 		return err

@@ -12,18 +12,29 @@ import (
 func FuzzParseMountinfo(f *testing.F) {
 	f.Add([]byte("32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:10 - cgroup cgroup rw,cpu,cpuacct\n"))
 	f.Add([]byte("29 23 0:26 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"))
+	f.Add([]byte("24 23 0:45 / /run/secrets rw shared:7 - tmpfs  rw,size=65536k\n"))
+	// A good cgroup line, added after any input: whatever came before must
+	// not make the file unusable.
+	const good = "29 23 0:26 /a\\040b /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate"
 	f.Fuzz(func(t *testing.T, data []byte) {
 		mounts, err := parseMountinfo(data)
-		if err != nil {
-			return
+		if err == nil {
+			for _, m := range mounts {
+				if !strings.HasPrefix(m.root, "/") || !strings.HasPrefix(m.point, "/") {
+					t.Fatalf("accepted a relative path: %+v", m)
+				}
+				if len(m.opts) == 0 {
+					t.Fatalf("no super options: %+v", m)
+				}
+			}
 		}
-		for _, m := range mounts {
-			if !strings.HasPrefix(m.root, "/") || !strings.HasPrefix(m.point, "/") {
-				t.Fatalf("accepted a relative path: %+v", m)
-			}
-			if len(m.opts) == 0 {
-				t.Fatalf("no super options: %+v", m)
-			}
+		mounts, err = parseMountinfo(append(append(append([]byte(nil), data...), '\n'), good...))
+		if err != nil {
+			t.Fatalf("one good cgroup line after %q: %v", data, err)
+		}
+		last := mounts[len(mounts)-1]
+		if last.root != "/a b" || last.point != "/sys/fs/cgroup" || !last.v2 {
+			t.Fatalf("good line after %q parsed as %+v", data, last)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package cgroup // import "github.com/otelthrottle/throttle/internal/cgroup"
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -36,53 +37,98 @@ func (m mount) has(controller string) bool {
 //
 //	36 35 98:0 /root /mnt/point rw,noatime master:1 - cgroup cgroup rw,cpu,cpuacct
 //
-// The number of optional fields before "-" varies, so the line is split on
-// that separator. A line that does not have the shape is an error: the kernel
-// never writes one, so the file is not mountinfo.
+// Six fields (ID, parent ID, major:minor, root, mount point, mount options)
+// are followed by zero or more optional fields ("master:1"), ended by a
+// field that is a single "-", then by the file system type, the mount source
+// and the super options. Fields are separated by single spaces (the kernel
+// writes a space inside a field as \040), so an empty field shows as two
+// spaces: the source is empty for some mounts ("- tmpfs  rw").
+//
+// Lines of other file system types are not examined further. A malformed
+// line is skipped rather than failing the file, cgroup line or not, because
+// each controller's mount is its own line and one odd line must not switch
+// off all of them; only when no usable cgroup mount remains is the first
+// skipped line returned as the error, being then the likely cause.
 func parseMountinfo(data []byte) ([]mount, error) {
 	var mounts []mount
+	var skipped error
 	for i, line := range strings.Split(string(data), "\n") {
-		if strings.TrimSpace(line) == "" {
+		if line == "" {
 			continue
 		}
-		f := strings.Fields(line)
-		sep := -1
-		for j := 6; j < len(f); j++ {
-			if f[j] == "-" {
-				sep = j
-				break
+		m, isCgroup, err := parseMountinfoLine(line)
+		switch {
+		case err != nil:
+			if skipped == nil {
+				skipped = fmt.Errorf("mountinfo line %d: %w: %q", i+1, err, line)
 			}
+		case isCgroup:
+			mounts = append(mounts, m)
 		}
-		if sep < 0 || len(f) < sep+4 {
-			return nil, fmt.Errorf("mountinfo line %d: malformed: %q", i+1, line)
-		}
-		fstype := f[sep+1]
-		if fstype != "cgroup" && fstype != "cgroup2" {
-			continue
-		}
-		root, point := unescapeMountField(f[3]), unescapeMountField(f[4])
-		if !strings.HasPrefix(root, "/") || !strings.HasPrefix(point, "/") {
-			return nil, fmt.Errorf("mountinfo line %d: root and mount point must be absolute: %q", i+1, line)
-		}
-		mounts = append(mounts, mount{
-			root:  root,
-			point: point,
-			v2:    fstype == "cgroup2",
-			opts:  strings.Split(f[sep+3], ","),
-		})
+	}
+	if len(mounts) == 0 && skipped != nil {
+		return nil, skipped
 	}
 	return mounts, nil
 }
 
+var (
+	errNoSeparator = errors.New(`malformed: no "-" field after the optional fields`)
+	errShortLine   = errors.New("malformed: too few fields")
+	errRelative    = errors.New("root and mount point must be absolute")
+)
+
+// parseMountinfoLine parses one line. isCgroup is false, with no error, for a
+// well-formed line of another file system type; such a line's other fields
+// are not checked.
+func parseMountinfoLine(line string) (m mount, isCgroup bool, err error) {
+	f := strings.Split(line, " ")
+	// Fields 1 to 6 come before the optional fields.
+	const optional = 6
+	sep := -1
+	for j := optional; j < len(f); j++ {
+		if f[j] == "-" {
+			sep = j
+			break
+		}
+	}
+	if sep < 0 {
+		return mount{}, false, errNoSeparator
+	}
+	if sep+1 == len(f) || f[sep+1] == "" {
+		return mount{}, false, errShortLine
+	}
+	fstype := f[sep+1]
+	if fstype != "cgroup" && fstype != "cgroup2" {
+		return mount{}, false, nil
+	}
+	// Type, source (possibly empty) and super options.
+	if len(f) < sep+4 || f[sep+3] == "" {
+		return mount{}, false, errShortLine
+	}
+	root, point := unescapeMountField(f[3]), unescapeMountField(f[4])
+	if !strings.HasPrefix(root, "/") || !strings.HasPrefix(point, "/") {
+		return mount{}, false, errRelative
+	}
+	return mount{
+		root:  root,
+		point: point,
+		v2:    fstype == "cgroup2",
+		opts:  strings.Split(f[sep+3], ","),
+	}, true, nil
+}
+
 // unescapeMountField undoes the octal escapes the kernel writes for space,
-// tab, newline and backslash in mountinfo paths ("\040" for a space).
+// tab, newline and backslash in mountinfo paths ("\040" for a space). An
+// escape whose first digit is above 3 is kept as it is: it does not fit in a
+// byte, so the kernel never writes one.
 func unescapeMountField(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+		if s[i] == '\\' && i+3 < len(s) && s[i+1] <= '3' && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
 			v := (s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0')
 			b.WriteByte(v)
 			i += 3

@@ -217,10 +217,57 @@ func TestParseMountinfo(t *testing.T) {
 	}
 }
 
+// TestParseMountinfoOddLines: lines the kernel writes that a naive split
+// gets wrong, and malformed lines, are skipped without losing the cgroup
+// mounts around them.
+func TestParseMountinfoOddLines(t *testing.T) {
+	const v2 = "29 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+	v2Mount := mount{root: "/", point: "/sys/fs/cgroup", v2: true, opts: []string{"rw", "nsdelegate"}}
+	f := func(in string, want []mount) {
+		t.Helper()
+		got, err := parseMountinfo([]byte(in))
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	// An empty mount source is written as two spaces.
+	f("24 23 0:45 / /run/secrets rw,relatime shared:7 - tmpfs  rw,size=65536k\n"+v2, []mount{v2Mount})
+	f("32 31 0:29 / /sys/fs/cgroup/memory rw - cgroup  rw,memory\n", []mount{
+		{root: "/", point: "/sys/fs/cgroup/memory", opts: []string{"rw", "memory"}},
+	})
+	// Escapes in the root, the mount point and the source.
+	f(`33 31 0:30 /a\040b /sys/fs/cgroup/x\011y\134z rw - cgroup my\040src rw,cpu`+"\n", []mount{
+		{root: "/a b", point: "/sys/fs/cgroup/x\ty\\z", opts: []string{"rw", "cpu"}},
+	})
+	// No optional field, and many, including one that is not tag:value.
+	f("29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", []mount{{root: "/", point: "/sys/fs/cgroup", v2: true, opts: []string{"rw"}}})
+	f("29 23 0:26 / /c rw shared:4 master:1 propagate_from:1 unbindable - cgroup2 none rw\n", []mount{{root: "/", point: "/c", v2: true, opts: []string{"rw"}}})
+	// Malformed lines of other types, or of unknown type, are skipped.
+	f("25 23 0:47 / /mnt/new rw shared:9 no separator here\n"+v2, []mount{v2Mount})
+	f("garbage\n\n"+v2+"26 23 0:48 / /mnt rw - \n", []mount{v2Mount})
+	f("26 23 0:48 / /mnt rw -  tmpfs rw\n"+v2, []mount{v2Mount})
+	// A malformed cgroup line is skipped when a usable one remains.
+	f("27 23 0:48 rel /sys/fs/cgroup/odd rw - cgroup2 cgroup2 rw\n"+v2, []mount{v2Mount})
+	f("28 23 0:49 / /sys/fs/cgroup/cpu rw - cgroup cgroup \n"+v2, []mount{v2Mount})
+	f("28 23 0:49 / /sys/fs/cgroup/cpu rw - cgroup cgroup\n"+v2, []mount{v2Mount})
+	// No cgroup at all is not an error here (NewReader reports it).
+	f("22 1 0:21 / /proc rw - proc proc rw\n", nil)
+	f("", nil)
+
+	// Nothing usable: the first skipped line is the error.
+	fErr := func(in, want string) {
+		t.Helper()
+		_, err := parseMountinfo([]byte(in))
+		require.ErrorContains(t, err, want, in)
+	}
+	fErr("22 1 0:21 / /proc rw - proc proc rw\n27 23 0:48 rel /c rw - cgroup2 cgroup2 rw\n", "line 2: root and mount point must be absolute")
+	fErr("garbage\n28 23 0:49 / /c rw - cgroup cgroup\n", "line 1: malformed")
+}
+
 func TestUnescapeMountField(t *testing.T) {
 	assert.Equal(t, "a b\tc\\d", unescapeMountField(`a\040b\011c\134d`))
 	assert.Equal(t, `a\04`, unescapeMountField(`a\04`)) // truncated escape kept
 	assert.Equal(t, `a\x`, unescapeMountField(`a\x`))
+	assert.Equal(t, `a\400`, unescapeMountField(`a\400`), "does not fit in a byte")
 }
 
 func TestParseProcCgroup(t *testing.T) {

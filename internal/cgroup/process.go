@@ -23,10 +23,12 @@ const clockTicks = 100
 // CPU time comes from <root>/proc/self/stat (utime + stime, in clock ticks of
 // 1/100 s) or, where that file does not exist, from getrusage(RUSAGE_SELF).
 // The working set is the resident set from <root>/proc/self/statm times the
-// page size or, where that file does not exist, getrusage's ru_maxrss: that
-// is the peak resident set, not the current one, so it is only an
-// approximation that never goes down. Limits is always the zero Limits: the
-// sampler applies fallback_cores and memory_limit_mib.
+// page size. Where that file does not exist (macOS, the BSDs) there is no
+// memory reading: WorkingSet returns an error wrapping ErrNoMemory rather
+// than getrusage's ru_maxrss, because that is the peak resident set, which
+// never falls, and would hold the memory signal above its lines for good
+// after one spike. Limits is always the zero Limits: the sampler applies
+// fallback_cores and memory_limit_mib.
 //
 // Like Reader, a Process is used from one goroutine and reuses its buffer.
 type Process struct {
@@ -81,11 +83,14 @@ func (p *Process) CPUTime() (time.Duration, error) {
 	return time.Duration(ticks) * (time.Second / clockTicks), nil //nolint:gosec // bounded above
 }
 
-// WorkingSet returns the process's resident set in bytes (see Process for
-// the getrusage approximation).
+// errNoStatm is what WorkingSet returns without /proc/self/statm.
+var errNoStatm = fmt.Errorf("%w: no /proc/self/statm to read the current resident set from", ErrNoMemory)
+
+// WorkingSet returns the process's resident set in bytes, or an error
+// wrapping ErrNoMemory where there is no /proc/self/statm (see Process).
 func (p *Process) WorkingSet() (uint64, error) {
 	if !p.useStatm {
-		return rusageMaxRSS()
+		return 0, errNoStatm
 	}
 	b, err := p.statm.read(&p.buf)
 	if err != nil {
@@ -112,11 +117,11 @@ func (p *Process) Describe() string {
 	case p.useStat && p.useStatm:
 		return "process (" + p.statShown + ")"
 	case p.useStat:
-		return "process (" + p.statShown + ", memory from getrusage maxrss)"
+		return "process (" + p.statShown + ", no memory reading)"
 	case p.useStatm:
 		return "process (getrusage, memory from " + p.statmShown + ")"
 	}
-	return "process (getrusage)"
+	return "process (getrusage, no memory reading)"
 }
 
 // Close closes the files kept open between reads.

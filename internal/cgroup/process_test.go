@@ -37,13 +37,30 @@ func TestProcessFixture(t *testing.T) {
 	assert.Zero(t, allocs)
 }
 
+// TestProcessNoStatm: without /proc/self/statm there is no current resident
+// set, and the memory reading is reported missing (ErrNoMemory) rather than
+// taken from getrusage's peak, which never falls.
+func TestProcessNoStatm(t *testing.T) {
+	p := NewProcess("testdata/process-no-statm")
+	t.Cleanup(func() { _ = p.Close() })
+	assert.Equal(t, "process (/proc/self/stat, no memory reading)", p.Describe())
+	cpu, err := p.CPUTime()
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Second, cpu)
+	ws, err := p.WorkingSet()
+	require.ErrorIs(t, err, ErrNoMemory)
+	assert.Contains(t, err.Error(), "/proc/self/statm")
+	assert.Zero(t, ws)
+}
+
 func TestProcessGetrusage(t *testing.T) {
 	if runtime.GOOS == "windows" || runtime.GOOS == "wasip1" || runtime.GOOS == "js" {
 		t.Skip("no getrusage on " + runtime.GOOS)
 	}
-	// No /proc under this root: getrusage is used.
+	// No /proc under this root: getrusage is used for CPU, and there is no
+	// memory reading.
 	p := NewProcess(t.TempDir())
-	assert.Equal(t, "process (getrusage)", p.Describe())
+	assert.Equal(t, "process (getrusage, no memory reading)", p.Describe())
 	// Burn a little CPU so the counter is not 0 at the resolution of the
 	// platform's accounting.
 	before, err := p.CPUTime()
@@ -55,9 +72,8 @@ func TestProcessGetrusage(t *testing.T) {
 			break
 		}
 	}
-	ws, err := p.WorkingSet()
-	require.NoError(t, err)
-	assert.Positive(t, ws)
+	_, err = p.WorkingSet()
+	require.ErrorIs(t, err, ErrNoMemory)
 }
 
 func TestProcessRealProc(t *testing.T) {

@@ -18,7 +18,8 @@ var ErrNoCgroup = errors.New("cgroup: no usable cgroup")
 
 // ErrNoMemory is returned (possibly wrapped) by Reader.WorkingSet when the
 // process has no memory controller: v1 without a memory mount, or v2 with the
-// memory controller not enabled for the process's cgroup (no memory.current).
+// memory controller not enabled for the process's cgroup (no memory.current);
+// and by Process.WorkingSet where there is no /proc/self/statm.
 // Limits then reports MemLimit 0. The memory signal is invalid in that case
 // unless the user configures a limit, and even then there is no usage to
 // compare it with, so the caller should treat it as "no memory signal".
@@ -61,6 +62,41 @@ type Reader struct {
 
 	describe string
 	buf      []byte
+
+	// Limits state: the last value read from each limit file, by host path,
+	// and the last limits returned.
+	quotas  memo[float64]
+	mems    memo[uint64]
+	cpusets memo[int]
+	last    Limits
+}
+
+// memo keeps the last good value of each limit file the previous Limits call
+// walked, so that a file failing now counts with what it said before rather
+// than with no limit: one level going bad must not loosen the limits.
+type memo[T any] struct{ prev, cur map[string]T }
+
+// next starts a walk: what the last walk read becomes the fallback. The two
+// maps are swapped and reused.
+func (m *memo[T]) next() {
+	m.prev, m.cur = m.cur, m.prev
+	if m.cur == nil {
+		m.cur = make(map[string]T)
+	}
+	clear(m.cur)
+}
+
+// ok records v, read from p on this walk.
+func (m *memo[T]) ok(p string, v T) { m.cur[p] = v }
+
+// failed returns the value p gave on the last walk, if any, and keeps it for
+// the next one.
+func (m *memo[T]) failed(p string) (T, bool) {
+	v, ok := m.prev[p]
+	if ok {
+		m.cur[p] = v
+	}
+	return v, ok
 }
 
 // NewReader finds the process's cgroup from <root>/proc/self/mountinfo and
@@ -315,16 +351,23 @@ func (r *Reader) WorkingSet() (uint64, error) {
 // A level without the file is skipped (the controller is not enabled there,
 // or it is the v2 root, which has no cpu.max). A file that cannot be read or
 // parsed (garbage, a quota or period of 0, a negative number other than the
-// v1 -1 "no quota") is skipped too, and Limits returns, along with the limits
-// read from the other levels, an error naming every such file. Those limits
-// may be looser than the real ones, so the caller should keep its previous
-// limits when the error is not nil.
+// v1 -1 "no quota") counts with the value it gave at the previous call, or is
+// skipped when it gave none, and Limits returns an error naming every such
+// file along with the limits. Those limits are the best known: they keep
+// what every other level says, and are looser than the real ones only where
+// a level never could be read, which is still tighter than no limit at all,
+// so the caller should use them and report the error. When mountinfo or
+// /proc/self/cgroup cannot be read, the previous limits are returned with
+// the error.
 func (r *Reader) Limits() (Limits, error) {
 	mounts, lines, err := r.readTables()
 	if err != nil {
-		return Limits{}, fmt.Errorf("cgroup: %w", err)
+		return r.last, fmt.Errorf("cgroup: %w", err)
 	}
 	r.apply(mounts, lines)
+	r.quotas.next()
+	r.mems.next()
+	r.cpusets.next()
 
 	var l Limits
 	var errs []error
@@ -337,6 +380,7 @@ func (r *Reader) Limits() (Limits, error) {
 		l.MemLimit = r.minMem("memory.limit_in_bytes", parseV1MemoryLimit, fail)
 		l.CPUSetCores = r.nearestCPUSet("cpuset.cpus", fail)
 	}
+	r.last = l
 	return l, errors.Join(errs...)
 }
 
@@ -369,7 +413,9 @@ func (r *Reader) minQuota(fail func(error)) float64 {
 		}
 		if err != nil {
 			fail(err)
-			return true
+			v, _ = r.quotas.failed(dir)
+		} else {
+			r.quotas.ok(dir, v)
 		}
 		if v > 0 && (best == 0 || v < best) {
 			best = v
@@ -433,17 +479,21 @@ func (r *Reader) minMem(file string, parse func([]byte) (uint64, error), fail fu
 	walk(r.memory, func(dir string) bool {
 		p := r.hostPath(dir, file)
 		b, err := readFile(p, &r.buf)
+		var v uint64
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
+			r.mems.ok(p, 0)
 			return true
 		case err != nil:
 			fail(fmt.Errorf("cgroup: %w", err))
-			return true
-		}
-		v, err := parse(b)
-		if err != nil {
-			fail(parseError(p, b, err))
-			return true
+			v, _ = r.mems.failed(p)
+		default:
+			if v, err = parse(b); err != nil {
+				fail(parseError(p, b, err))
+				v, _ = r.mems.failed(p)
+			} else {
+				r.mems.ok(p, v)
+			}
 		}
 		if v > 0 && (best == 0 || v < best) {
 			best = v
@@ -456,23 +506,28 @@ func (r *Reader) minMem(file string, parse func([]byte) (uint64, error), fail fu
 // nearestCPUSet counts the CPUs of the nearest level whose cpuset file is not
 // empty. The nearest one binds: a child's cpuset is always a subset of its
 // parent's (v2 cpuset.cpus.effective already says so), and a v1 child's
-// cpuset.cpus is empty until set.
+// cpuset.cpus is empty until set. A level that fails counts with its
+// previous count; without one the walk goes on up, since a parent's count is
+// still a true, if looser, bound.
 func (r *Reader) nearestCPUSet(file string, fail func(error)) int {
 	n := 0
 	walk(r.cpuset, func(dir string) bool {
 		p := r.hostPath(dir, file)
 		b, err := readFile(p, &r.buf)
+		var c int
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return true
 		case err != nil:
 			fail(fmt.Errorf("cgroup: %w", err))
-			return false
-		}
-		c, err := parseCPUSet(b)
-		if err != nil {
-			fail(parseError(p, b, err))
-			return false
+			c, _ = r.cpusets.failed(p)
+		default:
+			if c, err = parseCPUSet(b); err != nil {
+				fail(parseError(p, b, err))
+				c, _ = r.cpusets.failed(p)
+			} else {
+				r.cpusets.ok(p, c)
+			}
 		}
 		n = c
 		return c == 0

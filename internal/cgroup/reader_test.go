@@ -121,6 +121,18 @@ func TestReaderFixtures(t *testing.T) {
 			limits:     Limits{QuotaCores: 1, CPUSetCores: 2, MemLimit: 128 * mib},
 		},
 		{
+			// mountinfo holds a mount with an empty source (two spaces after
+			// the type), escaped paths, many optional fields, a line without
+			// the "-" field and a cgroup2 line with a relative root: the
+			// odd lines are skipped and the good cgroup2 line is used.
+			name:       "v2-odd-mountinfo",
+			version:    2,
+			describe:   "cgroup v2 /sys/fs/cgroup",
+			cpu:        123456789 * time.Microsecond,
+			workingSet: 80 * mib,
+			limits:     Limits{QuotaCores: 2.5, CPUSetCores: 4, MemLimit: 512 * mib},
+		},
+		{
 			name:     "v1-no-memory",
 			version:  1,
 			describe: "cgroup v1 cpu=/sys/fs/cgroup/cpu,cpuacct cpuacct=/sys/fs/cgroup/cpu,cpuacct cpuset=none memory=none",
@@ -399,6 +411,131 @@ func TestLimitsBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unreadable replaces each file with a directory of the same name: a file
+// that cannot be read even by root, for whom chmod 000 changes nothing.
+func unreadable(t *testing.T, root string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		require.NoError(t, os.Remove(p))
+		require.NoError(t, os.Mkdir(p, 0o755))
+	}
+}
+
+// TestLimitsLevelBadFromStart: in the v2-bad-level tree the pod level's
+// cpu.max is garbage and its memory.max cannot be read from the first call
+// on. The limits the other levels give (the parent's 3-core quota, the
+// leaf's 2 GiB) are returned with an error naming both files: a limit looser
+// than the unreadable one is still a limit, where none would leave the
+// memory signal off.
+func TestLimitsLevelBadFromStart(t *testing.T) {
+	r, err := NewReader("testdata/v2-bad-level")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	for range 2 { // the same again: nothing was known, nothing is lost
+		l, err := r.Limits()
+		assert.Equal(t, Limits{QuotaCores: 3, CPUSetCores: 4, MemLimit: 2 * gib}, l)
+		checkErr(t, err, []string{"pod1/cpu.max", "invalid number", "pod1/memory.max", "is a directory"})
+	}
+}
+
+// TestLimitsKeepsLastGoodLevel: a level whose files go bad after a good read
+// counts with what it said then, so the limits do not loosen; once the files
+// are good again their new values are read.
+func TestLimitsKeepsLastGoodLevel(t *testing.T) {
+	const (
+		v2Pod = v2Dir + "kubepods/burstable/pod1/"
+		v1Pod = "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/"
+		v1Mem = "sys/fs/cgroup/memory/kubepods/pod1/"
+		v1Set = "sys/fs/cgroup/cpuset/kubepods/pod1/"
+	)
+	tests := []struct {
+		name       string
+		base       string
+		good       Limits
+		garbage    map[string]*string
+		unreadable []string
+		errors     []string
+		fixed      map[string]*string
+		after      Limits
+	}{
+		{
+			name:       "v2",
+			base:       "v2-host",
+			good:       Limits{QuotaCores: 4, CPUSetCores: 4, MemLimit: gib},
+			garbage:    map[string]*string{v2Pod + "cpu.max": s("4OO000 100000\n"), v2Pod + "ctr/cpuset.cpus.effective": s("2-\n")},
+			unreadable: []string{v2Pod + "memory.max"},
+			errors:     []string{"pod1/cpu.max", "pod1/memory.max", "is a directory", "cpuset.cpus.effective"},
+			fixed: map[string]*string{
+				v2Pod + "cpu.max":                   s("300000 100000\n"),
+				v2Pod + "memory.max":                s("536870912\n"),
+				v2Pod + "ctr/cpuset.cpus.effective": s("2-3\n"),
+			},
+			after: Limits{QuotaCores: 3, CPUSetCores: 2, MemLimit: 512 * mib},
+		},
+		{
+			name:       "v1",
+			base:       "v1-combined",
+			good:       Limits{QuotaCores: 2, CPUSetCores: 8, MemLimit: 512 * mib},
+			garbage:    map[string]*string{v1Mem + "memory.limit_in_bytes": s("lots\n"), v1Set + "cpuset.cpus": s("0-x\n")},
+			unreadable: []string{v1Pod + "cpu.cfs_period_us"},
+			errors:     []string{"pod1/cpu.cfs_period_us", "pod1/memory.limit_in_bytes", "pod1/cpuset.cpus"},
+			fixed: map[string]*string{
+				v1Pod + "cpu.cfs_period_us":     s("100000\n"),
+				v1Pod + "cpu.cfs_quota_us":      s("150000\n"),
+				v1Mem + "memory.limit_in_bytes": s("268435456\n"),
+				v1Set + "cpuset.cpus":           s("0-5\n"),
+			},
+			after: Limits{QuotaCores: 1.5, CPUSetCores: 6, MemLimit: 256 * mib},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := copyTree(t, filepath.Join("testdata", tt.base))
+			r, err := NewReader(root)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = r.Close() })
+			l, err := r.Limits()
+			require.NoError(t, err)
+			require.Equal(t, tt.good, l)
+
+			edit(t, root, tt.garbage)
+			unreadable(t, root, tt.unreadable...)
+			for range 2 { // and again: the last good value is kept, not used once
+				l, err = r.Limits()
+				assert.Equal(t, tt.good, l)
+				checkErr(t, err, tt.errors)
+			}
+
+			for _, d := range tt.unreadable {
+				require.NoError(t, os.RemoveAll(filepath.Join(root, filepath.FromSlash(d))))
+			}
+			edit(t, root, tt.fixed)
+			l, err = r.Limits()
+			require.NoError(t, err)
+			assert.Equal(t, tt.after, l)
+		})
+	}
+}
+
+// TestLimitsTablesUnreadable: when /proc/self/cgroup cannot be read, the
+// last limits come back with the error rather than none.
+func TestLimitsTablesUnreadable(t *testing.T) {
+	root := copyTree(t, "testdata/v2-host")
+	r, err := NewReader(root)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	want := Limits{QuotaCores: 4, CPUSetCores: 4, MemLimit: gib}
+	l, err := r.Limits()
+	require.NoError(t, err)
+	require.Equal(t, want, l)
+
+	unreadable(t, root, "proc/self/cgroup")
+	l, err = r.Limits()
+	checkErr(t, err, []string{"proc/self/cgroup"})
+	assert.Equal(t, want, l)
 }
 
 // TestUsageBadInput damages the per-tick files after NewReader (which checks

@@ -8,10 +8,8 @@ import (
 )
 
 // errNoRusage is returned where getrusage does not exist (Windows, wasm):
-// the process fallback then has no CPU or memory reading and the sampler
-// marks the signals invalid.
+// the process fallback then has no CPU reading and the sampler marks the
+// signal invalid.
 var errNoRusage = errors.New("cgroup: getrusage is not available on this platform")
 
 func rusageCPU() (time.Duration, error) { return 0, errNoRusage }
-
-func rusageMaxRSS() (uint64, error) { return 0, errNoRusage }

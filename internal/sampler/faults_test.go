@@ -361,6 +361,34 @@ func TestTickLongerThanInterval(t *testing.T) {
 	assert.True(t, slow, "the stalled read's window was skipped: %v", errs)
 }
 
+// TestCgroupLevelBadFromStart: one level of the hierarchy (the pod's cpu.max
+// is garbage, its memory.max unreadable) fails from the first read on. The
+// other levels' limits are used (the parent's 3-core quota, the leaf's
+// 2 GiB, so the memory signal is on) and the failure is reported at every
+// limits read.
+func TestCgroupLevelBadFromStart(t *testing.T) {
+	r, err := cgroup.NewReader(filepath.Join("..", "cgroup", "testdata", "v2-bad-level"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	clock := newFakeClock()
+	var errs []error
+	s := New(r, Config{Interval: interval, LimitsEvery: interval}, Options{
+		Now:     clock.Now,
+		OnError: func(err error) { errs = append(errs, err) },
+	})
+	for i := range 3 {
+		clock.Advance(interval)
+		s.Tick()
+		wl := s.Load()
+		assert.Equal(t, 3.0, wl.Cores, "tick %d", i)
+		assert.Equal(t, uint64(2<<30), wl.MemLimit, "tick %d", i)
+		assert.True(t, wl.MemValid, "tick %d", i)
+		require.Len(t, errs, i+1)
+		assert.Equal(t, "limits", readErrorOf(t, errs[i]).Resource)
+		assert.Contains(t, errs[i].Error(), "pod1/memory.max")
+	}
+}
+
 // copyFixture copies one of internal/cgroup's fixture trees into a temporary
 // folder the test may break.
 func copyFixture(t *testing.T, name string) string {

@@ -285,18 +285,21 @@ func (s *Sampler) Tick() {
 	s.onSample(wl, s.now().Sub(at))
 }
 
-// readLimits re-reads the limits and recomputes the cores. On error the
-// previous limits stay and the next attempt is one LimitsEvery later, so a
-// broken file is not re-read (and reported) on every tick.
+// readLimits re-reads the limits and recomputes the cores. The limits are
+// taken even with an error: the Source returns the best it knows then (see
+// Source.Limits), and keeping the previous ones instead would keep none at
+// all for as long as one level of the hierarchy fails from the start. The
+// next attempt is one LimitsEvery later, so a broken file is not re-read (and
+// reported) on every tick.
 func (s *Sampler) readLimits(at time.Time) {
 	t := &s.tick
 	t.limitsRead = true
 	t.limitsReadAt = at
-	if l, err := s.src.Limits(); err != nil {
+	l, err := s.src.Limits()
+	if err != nil {
 		s.onError(&ReadError{Resource: "limits", Err: fmt.Errorf("reading limits: %w", err)})
-	} else {
-		t.limits = l
 	}
+	t.limits = l
 	t.cores = EffectiveCores(t.limits, s.cfg.FallbackCores)
 }
 

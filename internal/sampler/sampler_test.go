@@ -334,19 +334,22 @@ func TestReadErrors(t *testing.T) {
 		assert.Contains(t, h.errs[0].Error(), "working set")
 	})
 
-	t.Run("limits keep the previous value", func(t *testing.T) {
+	t.Run("limits returned with an error are used", func(t *testing.T) {
+		// The source returns the best limits it knows along with the error
+		// (cgroup.Reader: what the readable levels say).
 		src := &fakeSource{ws: 500, limits: cgroup.Limits{QuotaCores: 2, MemLimit: 1000}}
 		h := newHarness(Config{LimitsEvery: interval}, src)
 		h.step(0, 0)
 		src.mu.Lock()
+		src.limits = cgroup.Limits{QuotaCores: 3, MemLimit: 800}
 		src.limitsErr = boom
 		src.mu.Unlock()
 		wl := h.step(interval, 0)
 		require.Len(t, h.errs, 1)
 		assert.ErrorIs(t, h.errs[0], boom)
-		assert.Equal(t, 2.0, wl.Cores)
+		assert.Equal(t, 3.0, wl.Cores)
 		assert.True(t, wl.MemValid)
-		assert.Equal(t, uint64(1000), wl.MemLimit)
+		assert.Equal(t, uint64(800), wl.MemLimit)
 	})
 
 	t.Run("limits never read", func(t *testing.T) {

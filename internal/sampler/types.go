@@ -47,7 +47,10 @@ type Source interface {
 	// (usage minus inactive file cache, never negative).
 	WorkingSet() (uint64, error)
 	// Limits re-resolves where the source reads from (a process moved to
-	// another cgroup is followed) and returns the binding limits.
+	// another cgroup is followed) and returns the binding limits. With an
+	// error it still returns the limits to use, the best it knows (what
+	// could be read, and earlier values for what could not): the sampler
+	// applies them and reports the error.
 	Limits() (cgroup.Limits, error)
 	// Describe names the source for the startup log, e.g.
 	// "cgroup v2 /sys/fs/cgroup/kubepods/pod1" or "process (/proc/self/stat)".

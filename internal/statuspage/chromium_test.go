@@ -82,9 +82,9 @@ func serveBurst(t *testing.T) string {
 	t.Helper()
 	ring, live := burst(time.Now(), 250*time.Millisecond)
 	live.Stale = false
-	h := Handler(ring, testInfo, func() LiveStatus { return live })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	h := Handler(ring, testInfo, func() LiveStatus { return live }, ln.Addr().String())
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

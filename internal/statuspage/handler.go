@@ -4,8 +4,11 @@ import (
 	_ "embed"
 	"encoding/json"
 	"math"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
@@ -104,18 +107,40 @@ func (l *LiveStatus) Sample() Sample {
 	return s
 }
 
+// MaxHistorySamples bounds the samples one /status/history response holds, so
+// that a client asking for the whole ring (up to MaxCapacity samples) costs
+// the collector a bounded amount of work per request; the page pages through
+// the rest.
+const MaxHistorySamples = 1000
+
 // Handler serves the status endpoint:
 //
 //	GET /                -> the HTML page
 //	GET /status          -> JSON of the current status (statusJSON)
-//	GET /status/history  -> JSON of the ring's samples; ?since=<unix ms> or
-//	                        ?since=<RFC 3339> returns only later ones
+//	GET /status/history  -> JSON of the ring's samples, oldest first, at most
+//	                        ?limit=N of them (1 to MaxHistorySamples, the
+//	                        default). With ?since=<unix ms> or
+//	                        ?since=<RFC 3339>: the oldest ones taken after
+//	                        since, and "more": true when later ones were
+//	                        left out (ask again with since = the last "t").
+//	                        Without since: the newest ones.
 //
-// Anything else is 404, other methods than GET and HEAD 405. The page uses
-// relative URLs, so the handler also works under http.StripPrefix. A nil ring,
-// info or live serves empty values.
-func Handler(ring *Ring, info func() Info, live func() LiveStatus) http.Handler {
-	return &handler{ring: ring, info: info, live: live, now: time.Now}
+// Anything else is 404, other methods than GET and HEAD 405.
+//
+// A request whose Host header names anything but an IP address, localhost,
+// or the host of endpoint (the configured listen address, host:port) is
+// refused with 403: the page has no authentication, and this is what stops a
+// web page in a browser on the same host or network from reading it through
+// DNS rebinding (pointing its own name at the collector's address), since
+// that request carries the attacker's name. The port is not checked: such a
+// request has to use the collector's port anyway. A user who opens the page by
+// another name (a pod's DNS name with endpoint 0.0.0.0:port) uses the IP
+// address, a port-forward to localhost, or that name as the endpoint's host.
+//
+// The page uses relative URLs, so the handler also works under
+// http.StripPrefix. A nil ring, info or live serves empty values.
+func Handler(ring *Ring, info func() Info, live func() LiveStatus, endpoint string) http.Handler {
+	return &handler{ring: ring, info: info, live: live, now: time.Now, listenHost: listenHost(endpoint)}
 }
 
 type handler struct {
@@ -123,9 +148,59 @@ type handler struct {
 	info func() Info
 	live func() LiveStatus
 	now  func() time.Time
+	// listenHost is the endpoint's host name, normalised; "" when it is an
+	// IP address, empty or unparsable (nothing to add to the IP rule).
+	listenHost string
+}
+
+// listenHost returns the host name of a host:port listen address, "" when
+// there is none beyond what hostAllowed accepts anyway.
+func listenHost(endpoint string) string {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	return normalHost(host)
+}
+
+// normalHost lower-cases a host name and drops a trailing dot, the forms a
+// browser may send for the same name.
+func normalHost(host string) string {
+	return strings.TrimSuffix(strings.ToLower(host), ".")
+}
+
+// hostAllowed applies the Host rule described at Handler. hostport is
+// r.Host: "name", "name:port", "[v6]" or "[v6]:port".
+func (h *handler) hostAllowed(hostport string) bool {
+	if hostport == "" {
+		// HTTP/1.0 without Host: no browser sends that, so it cannot be a
+		// rebinding attack.
+		return true
+	}
+	host := hostport
+	if hh, _, err := net.SplitHostPort(hostport); err == nil {
+		host = hh
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	// A zone in an IPv6 literal is sent escaped ("[fe80::1%25eth0]").
+	if _, err := netip.ParseAddr(strings.Replace(host, "%25", "%", 1)); err == nil {
+		return true
+	}
+	host = normalHost(host)
+	return host == "localhost" || (h.listenHost != "" && host == h.listenHost)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.hostAllowed(r.Host) {
+		http.Error(w, "throttle status: Host "+strconv.Quote(r.Host)+" refused (DNS rebinding protection); "+
+			"open the page by IP address, as localhost, or by the host name of the status endpoint setting",
+			http.StatusForbidden)
+		return
+	}
 	var serve func(http.ResponseWriter, *http.Request)
 	switch r.URL.Path {
 	case "/", "":
@@ -238,6 +313,8 @@ type historyJSON struct {
 	Now      int64        `json:"now"`
 	WindowMs int64        `json:"window_ms"`
 	Samples  []sampleJSON `json:"samples"`
+	// More is true when samples after the last one were left out.
+	More bool `json:"more"`
 }
 
 func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
@@ -290,17 +367,32 @@ func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (h *handler) history(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
 	var since time.Time
-	if v := r.URL.Query().Get("since"); v != "" {
+	if v := q.Get("since"); v != "" {
 		var ok bool
 		if since, ok = parseSince(v); !ok {
 			http.Error(w, "since: want unix milliseconds or an RFC 3339 time", http.StatusBadRequest)
 			return
 		}
 	}
+	limit := MaxHistorySamples
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			http.Error(w, "limit: want a positive number of samples", http.StatusBadRequest)
+			return
+		}
+		limit = min(n, MaxHistorySamples)
+	}
 	doc := historyJSON{Now: h.now().UnixMilli(), WindowMs: Window.Milliseconds(), Samples: []sampleJSON{}}
 	if h.ring != nil {
-		samples := h.ring.Snapshot(since)
+		var samples []Sample
+		if since.IsZero() {
+			samples = h.ring.Last(limit)
+		} else {
+			samples, doc.More = h.ring.After(since, limit)
+		}
 		doc.Samples = make([]sampleJSON, len(samples))
 		for i := range samples {
 			s := &samples[i]
@@ -362,7 +454,7 @@ func finite(f float64) float64 {
 }
 
 // round4 trims history values to 4 decimals: 0.01 % is far below what a chart
-// shows and it keeps a 2400-sample document small.
+// shows and it keeps a history document small.
 func round4(f float64) float64 {
 	f = finite(f)
 	if math.Abs(f) > 1e9 { // f*1e4 would lose more than it saves

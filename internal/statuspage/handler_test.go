@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,16 +42,27 @@ func testLive() LiveStatus {
 	}
 }
 
+// testEndpoint is the extension's default status endpoint.
+const testEndpoint = "localhost:55680"
+
 func newTestHandler(ring *Ring, info func() Info, live func() LiveStatus) http.Handler {
-	h := Handler(ring, info, live).(*handler)
+	h := Handler(ring, info, live, testEndpoint).(*handler)
 	h.now = func() time.Time { return serverNow }
 	return h
 }
 
+// get sends a request as a browser that opened http://localhost:55680/ would.
 func get(t *testing.T, h http.Handler, method, target string) *http.Response {
 	t.Helper()
+	return getHost(t, h, method, target, testEndpoint)
+}
+
+func getHost(t *testing.T, h http.Handler, method, target, host string) *http.Response {
+	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(method, target, nil))
+	req := httptest.NewRequest(method, target, nil)
+	req.Host = host
+	h.ServeHTTP(rec, req)
 	return rec.Result()
 }
 
@@ -111,7 +123,7 @@ func TestStatusBeforeFirstSample(t *testing.T) {
 
 	r = get(t, newTestHandler(nil, nil, nil), http.MethodGet, "/status/history")
 	require.Equal(t, http.StatusOK, r.StatusCode)
-	assert.JSONEq(t, `{"now": 1748779800000, "window_ms": 600000, "samples": []}`, body(t, r))
+	assert.JSONEq(t, `{"now": 1748779800000, "window_ms": 600000, "samples": [], "more": false}`, body(t, r))
 }
 
 func TestHistoryJSON(t *testing.T) {
@@ -136,7 +148,7 @@ func TestHistoryJSON(t *testing.T) {
 	second := `{"t": 1748779200350, "cpu": 1.5, "cpu_fast": 1.2, "cpu_slow": 0.9, "cpu_valid": true,
 		"mem": 0.92, "mem_valid": true, "states": [2, 2, 2, 2], "allowed": 12, "denied": 40}`
 	doc := func(samples ...string) string {
-		return `{"now": 1748779800000, "window_ms": 600000, "samples": [` + strings.Join(samples, ",") + `]}`
+		return `{"now": 1748779800000, "window_ms": 600000, "samples": [` + strings.Join(samples, ",") + `], "more": false}`
 	}
 	for _, tc := range []struct {
 		target string
@@ -163,6 +175,126 @@ func TestHistoryJSON(t *testing.T) {
 
 	r := get(t, h, http.MethodGet, "/status/history?since=yesterday")
 	assert.Equal(t, http.StatusBadRequest, r.StatusCode)
+}
+
+// TestHistoryBounded: one response holds at most MaxHistorySamples samples
+// (or ?limit=N); a reader that passes back the t of the last sample as since
+// gets the whole ring, in order, without gaps or repeats.
+func TestHistoryBounded(t *testing.T) {
+	ring := NewRingFor(125 * time.Millisecond) // the largest ring: MaxCapacity
+	for i := range MaxCapacity + 100 {
+		ring.Record(sampleAt(i))
+	}
+	require.Equal(t, MaxCapacity, ring.Len())
+	oldest, newest := 100, MaxCapacity+99
+	h := newTestHandler(ring, testInfo, testLive)
+
+	type page struct {
+		Samples []struct {
+			T   int64   `json:"t"`
+			CPU float64 `json:"cpu"`
+		} `json:"samples"`
+		More bool `json:"more"`
+	}
+	fetch := func(target string) page {
+		t.Helper()
+		r := get(t, h, http.MethodGet, target)
+		require.Equal(t, http.StatusOK, r.StatusCode, target)
+		var p page
+		require.NoError(t, json.Unmarshal([]byte(body(t, r)), &p), target)
+		return p
+	}
+	cpus := func(p page) []int {
+		out := make([]int, len(p.Samples))
+		for i, s := range p.Samples {
+			out[i] = int(s.CPU)
+		}
+		return out
+	}
+	seq := func(from, n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = from + i
+		}
+		return out
+	}
+
+	// Without since: the newest ones.
+	p := fetch("/status/history")
+	require.Len(t, p.Samples, MaxHistorySamples)
+	assert.Equal(t, seq(newest-MaxHistorySamples+1, MaxHistorySamples), cpus(p))
+	assert.False(t, p.More)
+	p = fetch("/status/history?limit=3")
+	assert.Equal(t, seq(newest-2, 3), cpus(p))
+	p = fetch("/status/history?limit=999999")
+	assert.Len(t, p.Samples, MaxHistorySamples, "a limit above the maximum is lowered to it")
+
+	// With since: the oldest ones after it, and "more" until the end.
+	p = fetch("/status/history?since=0&limit=5")
+	assert.Equal(t, seq(oldest, 5), cpus(p))
+	assert.True(t, p.More)
+	var got []int
+	cursor, pages := "0", 0
+	for {
+		p = fetch("/status/history?since=" + cursor)
+		pages++
+		require.LessOrEqual(t, len(p.Samples), MaxHistorySamples)
+		got = append(got, cpus(p)...)
+		if !p.More {
+			break
+		}
+		cursor = strconv.FormatInt(p.Samples[len(p.Samples)-1].T, 10)
+	}
+	assert.Equal(t, seq(oldest, MaxCapacity), got)
+	assert.Equal(t, (MaxCapacity+MaxHistorySamples-1)/MaxHistorySamples, pages)
+
+	for _, bad := range []string{"0", "-1", "x", "1.5"} {
+		r := get(t, h, http.MethodGet, "/status/history?limit="+bad)
+		assert.Equal(t, http.StatusBadRequest, r.StatusCode, bad)
+	}
+}
+
+// TestHostCheck: a Host that is not an IP address, localhost or the
+// configured endpoint's host is refused, as a DNS-rebinding page's would be.
+func TestHostCheck(t *testing.T) {
+	f := func(endpoint, host string, want int) {
+		t.Helper()
+		h := Handler(NewRing(4), testInfo, testLive, endpoint)
+		for _, target := range []string{"/", "/status", "/status/history", "/nope"} {
+			r := getHost(t, h, http.MethodGet, target, host)
+			code := r.StatusCode
+			if want == http.StatusOK && target == "/nope" {
+				assert.Equal(t, http.StatusNotFound, code, "%s %s %s", endpoint, host, target)
+				continue
+			}
+			assert.Equal(t, want, code, "%s %s %s", endpoint, host, target)
+			if code == http.StatusForbidden {
+				assert.Contains(t, body(t, r), "DNS rebinding")
+			}
+		}
+	}
+	const ok, refused = http.StatusOK, http.StatusForbidden
+	for _, endpoint := range []string{"localhost:55680", "0.0.0.0:55680", "127.0.0.1:0", "[::]:55680", ":55680", ""} {
+		f(endpoint, "localhost:55680", ok)
+		f(endpoint, "LOCALHOST.:55680", ok)
+		f(endpoint, "localhost", ok)
+		f(endpoint, "127.0.0.1:55680", ok)
+		f(endpoint, "10.1.2.3:55680", ok) // a pod IP
+		f(endpoint, "[::1]:55680", ok)
+		f(endpoint, "[::1]", ok)
+		f(endpoint, "[fe80::1%25eth0]:55680", ok)
+		f(endpoint, "", ok) // HTTP/1.0 without Host: not a browser
+
+		f(endpoint, "attacker.example:55680", refused)
+		f(endpoint, "attacker.example", refused)
+		f(endpoint, "localhost.attacker.example:55680", refused)
+		f(endpoint, "127.0.0.1.attacker.example:55680", refused)
+		f(endpoint, "otelcol-0.otelcol.monitoring.svc.cluster.local:55680", refused)
+	}
+	// The configured host name is accepted, in any case and with a trailing dot.
+	f("otelcol-0.otelcol.monitoring.svc.cluster.local:55680", "otelcol-0.otelcol.monitoring.svc.cluster.local:55680", ok)
+	f("otelcol-0.otelcol.monitoring.svc.cluster.local:55680", "OTELCOL-0.otelcol.monitoring.svc.cluster.local.", ok)
+	f("otelcol-0.otelcol.monitoring.svc.cluster.local:55680", "attacker.example:55680", refused)
 }
 
 func TestLiveStatusSample(t *testing.T) {

@@ -131,9 +131,11 @@ func (r *Ring) Record(s Sample) {
 	r.mu.Unlock()
 }
 
-// Snapshot returns a copy of the samples taken strictly after since, oldest
-// first. A zero since returns every sample held.
-func (r *Ring) Snapshot(since time.Time) []Sample {
+// After returns a copy of at most limit samples taken strictly after since,
+// oldest first, and whether samples after the last one returned were left
+// out (more): a reader pages forward by passing back the time of the last
+// sample it got. A zero since starts at the oldest sample held.
+func (r *Ring) After(since time.Time, limit int) (samples []Sample, more bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Walk back from the newest sample: a page refresh asks for the few
@@ -142,9 +144,24 @@ func (r *Ring) Snapshot(since time.Time) []Sample {
 	for k < r.n && r.at(r.n-1-k).At.After(since) {
 		k++
 	}
+	n := min(k, max(limit, 0))
+	return r.copyFrom(r.n-k, n), k > n
+}
+
+// Last returns a copy of the newest limit samples (all of them when the
+// ring holds fewer), oldest first.
+func (r *Ring) Last(limit int) []Sample {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := min(r.n, max(limit, 0))
+	return r.copyFrom(r.n-k, k)
+}
+
+// copyFrom copies k held samples from the i-th. Callers hold r.mu.
+func (r *Ring) copyFrom(i, k int) []Sample {
 	out := make([]Sample, k)
-	for i := range out {
-		out[i] = *r.at(r.n - k + i)
+	for j := range out {
+		out[j] = *r.at(i + j)
 	}
 	return out
 }

@@ -30,11 +30,20 @@ func indexes(s []Sample) []int {
 	return out
 }
 
+// all returns every sample After(since) gives, checking that nothing was
+// left out.
+func all(t *testing.T, r *Ring, since time.Time) []Sample {
+	t.Helper()
+	s, more := r.After(since, r.Cap())
+	assert.False(t, more)
+	return s
+}
+
 func TestRingEmpty(t *testing.T) {
 	r := NewRing(4)
 	assert.Equal(t, 4, r.Cap())
 	assert.Equal(t, 0, r.Len())
-	assert.Empty(t, r.Snapshot(time.Time{}))
+	assert.Empty(t, all(t, r, time.Time{}))
 	assert.Equal(t, 1, NewRing(0).Cap(), "capacity is at least 1")
 }
 
@@ -43,14 +52,14 @@ func TestRingWrapsOldestFirst(t *testing.T) {
 	for i := range 3 {
 		r.Record(sampleAt(i))
 	}
-	assert.Equal(t, []int{0, 1, 2}, indexes(r.Snapshot(time.Time{})))
+	assert.Equal(t, []int{0, 1, 2}, indexes(all(t, r, time.Time{})))
 	assert.Equal(t, 3, r.Len())
 
 	for i := 3; i < 12; i++ {
 		r.Record(sampleAt(i))
 	}
 	assert.Equal(t, 5, r.Len())
-	got := r.Snapshot(time.Time{})
+	got := all(t, r, time.Time{})
 	assert.Equal(t, []int{7, 8, 9, 10, 11}, indexes(got))
 	assert.Equal(t, sampleAt(7), got[0], "samples are stored whole")
 	assert.Equal(t, sampleAt(11), got[4])
@@ -62,20 +71,50 @@ func TestRingSince(t *testing.T) {
 		r.Record(sampleAt(i))
 	}
 	// Held: 12..19.
-	assert.Equal(t, []int{16, 17, 18, 19}, indexes(r.Snapshot(sampleAt(15).At)), "strictly after since")
-	assert.Equal(t, []int{16, 17, 18, 19}, indexes(r.Snapshot(sampleAt(15).At.Add(time.Millisecond))))
-	assert.Empty(t, r.Snapshot(sampleAt(19).At))
-	assert.Empty(t, r.Snapshot(sampleAt(25).At))
-	assert.Equal(t, []int{12, 13, 14, 15, 16, 17, 18, 19}, indexes(r.Snapshot(sampleAt(2).At)),
+	assert.Equal(t, []int{16, 17, 18, 19}, indexes(all(t, r, sampleAt(15).At)), "strictly after since")
+	assert.Equal(t, []int{16, 17, 18, 19}, indexes(all(t, r, sampleAt(15).At.Add(time.Millisecond))))
+	assert.Empty(t, all(t, r, sampleAt(19).At))
+	assert.Empty(t, all(t, r, sampleAt(25).At))
+	assert.Equal(t, []int{12, 13, 14, 15, 16, 17, 18, 19}, indexes(all(t, r, sampleAt(2).At)),
 		"a cursor older than the ring returns everything held")
 }
 
-func TestRingSnapshotIsACopy(t *testing.T) {
+func TestRingAfterLimitAndLast(t *testing.T) {
+	r := NewRing(8)
+	for i := range 20 {
+		r.Record(sampleAt(i))
+	}
+	// Held: 12..19.
+	got, more := r.After(time.Time{}, 3)
+	assert.Equal(t, []int{12, 13, 14}, indexes(got), "the oldest first")
+	assert.True(t, more)
+	got, more = r.After(sampleAt(14).At, 3)
+	assert.Equal(t, []int{15, 16, 17}, indexes(got))
+	assert.True(t, more)
+	got, more = r.After(sampleAt(16).At, 3)
+	assert.Equal(t, []int{17, 18, 19}, indexes(got))
+	assert.False(t, more, "exactly the rest")
+	got, more = r.After(sampleAt(19).At, 3)
+	assert.Empty(t, got)
+	assert.False(t, more)
+	got, more = r.After(time.Time{}, 0)
+	assert.Empty(t, got)
+	assert.True(t, more)
+
+	assert.Equal(t, []int{17, 18, 19}, indexes(r.Last(3)), "the newest, oldest first")
+	assert.Equal(t, []int{12, 13, 14, 15, 16, 17, 18, 19}, indexes(r.Last(100)))
+	assert.Empty(t, r.Last(0))
+	assert.Empty(t, NewRing(4).Last(3))
+}
+
+func TestRingCopies(t *testing.T) {
 	r := NewRing(2)
 	r.Record(sampleAt(1))
-	s := r.Snapshot(time.Time{})
+	s := all(t, r, time.Time{})
 	s[0].CPU = 99
-	assert.Equal(t, []int{1}, indexes(r.Snapshot(time.Time{})))
+	l := r.Last(1)
+	l[0].CPU = 98
+	assert.Equal(t, []int{1}, indexes(all(t, r, time.Time{})))
 }
 
 func TestNewRingFor(t *testing.T) {
@@ -103,7 +142,7 @@ func TestRingThinsFastSamplers(t *testing.T) {
 	for i := range 6000 {
 		r.Record(Sample{At: t0.Add(time.Duration(i) * 10 * time.Millisecond), Allowed: uint64(i)})
 	}
-	got := r.Snapshot(time.Time{})
+	got := all(t, r, time.Time{})
 	require.Equal(t, 480, len(got))
 	for i := 1; i < len(got); i++ {
 		gap := got[i].At.Sub(got[i-1].At)
@@ -142,7 +181,7 @@ func TestRingConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 500 {
-				got := r.Snapshot(time.Time{})
+				got := all(t, r, time.Time{})
 				// Every snapshot is a consistent, ordered, gap-free window.
 				for i := 1; i < len(got); i++ {
 					if int(got[i].CPU) != int(got[i-1].CPU)+1 {
@@ -154,7 +193,7 @@ func TestRingConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	assert.Equal(t, []int{writes - 2, writes - 1}, indexes(r.Snapshot(sampleAt(writes-3).At)))
+	assert.Equal(t, []int{writes - 2, writes - 1}, indexes(all(t, r, sampleAt(writes-3).At)))
 }
 
 func BenchmarkRingRecord(b *testing.B) {
@@ -174,6 +213,6 @@ func BenchmarkRingSnapshotFull(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = r.Snapshot(time.Time{})
+		_, _ = r.After(time.Time{}, r.Cap())
 	}
 }
