@@ -36,15 +36,15 @@ type summary struct {
 	BurstSinkRate, BurstPctCapacity float64
 	// DrainSeconds is the time from the end of the burst until the fleet
 	// had drained; negative when it did not within -drain-max.
-	DrainSeconds                 float64
-	OOMKills                     uint64
-	Restarts                     int
-	PeakWSPct, MeanCPUPct        float64
-	CPUSeconds                   float64
-	MaxState                     float64
-	OpenSeconds, SheddingSeconds float64
+	DrainSeconds                  float64
+	OOMKills                      uint64
+	Restarts                      int
+	PeakWSPct, MeanCPUPct         float64
+	CPUSeconds                    float64
+	MaxState                      float64
+	OpenSeconds, SheddingSeconds  float64
 	LoadgenSkipped, LoadgenFailed int64
-	LoadAvgStart, LoadAvgEnd     string
+	LoadAvgStart, LoadAvgEnd      string
 
 	points []point
 }

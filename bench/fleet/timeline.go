@@ -34,15 +34,15 @@ var timelineHeader = []string{
 
 // point is what the summary and the drain need of one row.
 type point struct {
-	t             time.Duration
-	phase         string
-	alive         bool
-	restarts      int
-	cg            harness.CgStats
-	cgOK          bool
-	wsPct, cpuPct float64 // cpuPct < 0: unknown
-	state         float64 // NaN: unknown or no throttle
-	agentsFresh   int
+	t                                                          time.Duration
+	phase                                                      string
+	alive                                                      bool
+	restarts                                                   int
+	cg                                                         harness.CgStats
+	cgOK                                                       bool
+	wsPct, cpuPct                                              float64 // cpuPct < 0: unknown
+	state                                                      float64 // NaN: unknown or no throttle
+	agentsFresh                                                int
 	agAccepted, agSent, agSendFailed, agEnqueueFailed, agQueue float64
 	sinkSpans                                                  float64
 	lg                                                         loadgen.Counts
