@@ -60,14 +60,11 @@ service:
 
 // agentConfig is one agent: a stock collector as users run it, otlp ->
 // batch -> an OTLP exporter with its defaults (gzip, sending_queue,
-// retry_on_failure) towards the gateway. Sync (the capacity measurement
-// only) drops the batch processor and the queue, so that the load
-// generator's request returns only once the sink has the data.
+// retry_on_failure) towards the gateway.
 type agentConfig struct {
 	HTTPPort, MetricsPort int
 	// Exporter is otlp_http or otlp_grpc; Endpoint its endpoint.
 	Exporter, Endpoint string
-	Sync               bool
 }
 
 var agentTmpl = template.Must(template.New("agent").Parse(`# Written by bench/fleet: one agent.
@@ -83,22 +80,16 @@ exporters:
 {{- if eq .Exporter "otlp_grpc" }}
     tls: { insecure: true }
 {{- end }}
-{{- if .Sync }}
-    sending_queue: { enabled: false }
-    retry_on_failure: { enabled: false }
-{{- end }}
 service:
   pipelines:
     traces:
       receivers: [otlp]
-      processors: [{{ if not .Sync }}batch{{ end }}]
+      processors: [batch]
       exporters: [{{ .Exporter }}]
 ` + telemetryYAML))
 
 // gatewayConfig is the gateway under test: otlp -> [memory_limiter] ->
-// batch -> otlp_http to the sink, with the protection of Kind. Sync (the
-// capacity measurement only) has no batch processor and no queue, so that
-// an accepted request is one the sink has.
+// batch -> otlp_http to the sink, with the protection of Kind.
 type gatewayConfig struct {
 	Kind                            string
 	HTTPPort, GRPCPort, MetricsPort int
@@ -107,7 +98,6 @@ type gatewayConfig struct {
 	// ThrottleYAML replaces the throttle extension's settings (default: {}).
 	ThrottleYAML  string
 	MemoryLimiter string
-	Sync          bool
 }
 
 var gatewayTmpl = template.Must(template.New("gateway").Funcs(template.FuncMap{"indent": indent}).Parse(`# Written by bench/fleet: the gateway under test ({{ .Kind }}).
@@ -146,9 +136,6 @@ processors:
 exporters:
   otlp_http:
     endpoint: "http://127.0.0.1:{{ .SinkHTTPPort }}"
-{{- if .Sync }}
-    sending_queue: { enabled: false }
-{{- end }}
 service:
   extensions: [pprof{{ if .Middleware }}, {{ .Middleware }}{{ end }}]
   pipelines:
@@ -171,14 +158,10 @@ func (c gatewayConfig) Middleware() string {
 
 // Processors is the gateway pipeline's processor list.
 func (c gatewayConfig) Processors() string {
-	var ps []string
 	if c.Kind == gwMemoryLimiter {
-		ps = append(ps, "memory_limiter")
+		return "memory_limiter, batch"
 	}
-	if !c.Sync {
-		ps = append(ps, "batch")
-	}
-	return strings.Join(ps, ", ")
+	return "batch"
 }
 
 func render(t *template.Template, data any) ([]byte, error) {

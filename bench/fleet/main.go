@@ -9,10 +9,9 @@
 //	                                                                          is the ground truth)
 //
 // First it measures the gateway's capacity in the same run: the stock
-// gateway with the agents and itself synchronous (no batch processor, no
-// queue), so that a request the load generator gets answered is one the
-// sink has, and a closed loop of the load generator at a few
-// concurrencies; the capacity is the best rate the sink received. Then,
+// gateway, with memory enough not to matter, fed through the agents at a
+// rate stepped up until the sink falls behind; the capacity is the best
+// rate the sink received (see measureCapacity). Then,
 // per scenario, a fresh sink, gateway and agents; a short warmup at a
 // fifth of the capacity; the burst, an open loop at -factor times the
 // capacity for -burst; then the drain, until every agent has sent or
@@ -51,7 +50,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -69,7 +67,8 @@ type options struct {
 	cpus                            float64
 	memMiB                          uint64
 	capacity                        float64
-	capSteps                        string
+	capStart, capGrowth             float64
+	capMaxSteps                     int
 	capStep                         time.Duration
 	factor                          float64
 	warmup                          time.Duration
@@ -92,7 +91,7 @@ func defaultOptions() options {
 	return options{
 		stockBin: "_build/stock/otelcol-stock", throttleBin: "_build/otelcol-throttle", mlextBin: "_build/mlext/otelcol-mlext",
 		scenarios: "all", protocol: "http", agents: 4, cpus: 0.3, memMiB: 150,
-		capSteps: "4,8,16", capStep: 10 * time.Second, factor: 2,
+		capStart: 4000, capGrowth: 1.25, capMaxSteps: 14, capStep: 10 * time.Second, factor: 2,
 		warmup: 5 * time.Second, burst: 60 * time.Second, drainMax: 6 * time.Minute, settle: 10 * time.Second,
 		spans: 200, attrSize: 256, restartDelay: time.Second, interval: 250 * time.Millisecond, gomemlimitPct: 80,
 	}
@@ -110,7 +109,9 @@ func main() {
 	flag.Float64Var(&o.cpus, "cpus", o.cpus, "CPU quota of the gateway's cgroup, cores")
 	flag.Uint64Var(&o.memMiB, "mem-mib", o.memMiB, "memory limit of the gateway's cgroup, MiB")
 	flag.Float64Var(&o.capacity, "capacity", 0, "the gateway's capacity in spans/s (0: measure it first)")
-	flag.StringVar(&o.capSteps, "capacity-steps", o.capSteps, "closed-loop concurrencies of the capacity measurement (requests in flight over all agents)")
+	flag.Float64Var(&o.capStart, "capacity-start", o.capStart, "first offered rate of the capacity measurement, spans/s")
+	flag.Float64Var(&o.capGrowth, "capacity-growth", o.capGrowth, "factor between two steps of the capacity measurement")
+	flag.IntVar(&o.capMaxSteps, "capacity-max-steps", o.capMaxSteps, "most steps of the capacity measurement")
 	flag.DurationVar(&o.capStep, "capacity-step", o.capStep, "duration of each capacity step")
 	flag.Float64Var(&o.factor, "factor", o.factor, "burst rate as a multiple of the capacity")
 	flag.DurationVar(&o.warmup, "warmup", o.warmup, "warmup at a fifth of the capacity before the burst")
@@ -218,9 +219,8 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	steps, err := parseSteps(o.capSteps)
-	if err != nil {
-		return err
+	if o.capacity <= 0 && (o.capStart <= 0 || o.capGrowth <= 1 || o.capMaxSteps < 1 || o.capStep <= 0) {
+		return errors.New("-capacity-start, -capacity-step and -capacity-max-steps must be > 0 and -capacity-growth > 1")
 	}
 	bins := map[string]bool{o.stockBin: true}
 	for _, s := range scens {
@@ -242,7 +242,7 @@ func run(o options) error {
 	}
 	budget := time.Minute
 	if o.capacity <= 0 {
-		budget += time.Duration(len(steps))*(o.capStep+15*time.Second) + time.Minute
+		budget += time.Duration(o.capMaxSteps)*(o.capStep+5*time.Second) + time.Minute
 	}
 	budget += time.Duration(len(scens)) * (o.warmup + o.burst + o.drainMax + 2*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
@@ -265,7 +265,7 @@ func run(o options) error {
 	tw.Flush()
 
 	if o.capacity <= 0 {
-		c, err := measureCapacity(ctx, o, steps, tw)
+		c, err := measureCapacity(ctx, o, tw)
 		if err != nil {
 			return fmt.Errorf("capacity: %w", err)
 		}
@@ -292,16 +292,4 @@ func run(o options) error {
 	}
 	logf("report: %s, %v", files.Markdown, files.PNG)
 	return nil
-}
-
-func parseSteps(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("-capacity-steps: bad step %q", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }

@@ -109,6 +109,28 @@ func (r *recorder) latest() (point, bool) {
 	return r.points[len(r.points)-1], true
 }
 
+// sinkRate is the sink's rate in spans/s between from and to, from the
+// points recorded in that window (0 without two of them).
+func (r *recorder) sinkRate(from, to time.Time) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first, last *point
+	for i := range r.points {
+		at := r.start.Add(r.points[i].t)
+		if at.Before(from) || at.After(to) {
+			continue
+		}
+		if first == nil {
+			first = &r.points[i]
+		}
+		last = &r.points[i]
+	}
+	if first == nil || last == first {
+		return 0
+	}
+	return (last.sinkSpans - first.sinkSpans) / (last.t - first.t).Seconds()
+}
+
 func (r *recorder) snapshot() []point {
 	r.mu.Lock()
 	defer r.mu.Unlock()

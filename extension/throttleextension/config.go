@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/gomemlimit"
 )
 
 // Defaults and bounds of the configuration. They are the values of SPEC
@@ -145,6 +146,15 @@ type Config struct {
 	// budget) before they are answered, so that clients which re-send at
 	// once do not turn rejections into a load of their own. Off by default.
 	Pacing PacingConfig `mapstructure:"pacing"`
+
+	// Queue holds HTTP requests the throttle would refuse, before their body
+	// is read, until it admits them or they have waited max_wait (see
+	// queue.go).
+	Queue QueueConfig `mapstructure:"queue"`
+
+	// GoMemLimit is whether and where the throttle sets the Go runtime's
+	// soft memory limit (see gomemlimit.go).
+	GoMemLimit GoMemLimitConfig `mapstructure:"gomemlimit"`
 
 	// Routes classify requests the default OTLP paths and methods do not
 	// cover.
@@ -351,8 +361,10 @@ func createDefaultConfig() component.Config {
 			MaxInflightBytes: AutoInflightBudget(),
 			UnknownSize:      defaultUnknownSize,
 		},
-		Pacing: PacingConfig{MaxHeld: defaultPacingMaxHeld},
-		Status: configoptional.Default(defaultStatusServerConfig()),
+		Pacing:     PacingConfig{MaxHeld: defaultPacingMaxHeld},
+		GoMemLimit: GoMemLimitConfig{Enabled: true, Share: gomemlimit.DefaultShare},
+		Queue:      QueueConfig{MaxWait: defaultQueueMaxWait, MaxHeld: defaultQueueMaxHeld},
+		Status:     configoptional.Default(defaultStatusServerConfig()),
 		// ReportStatus false: see the field.
 		StaleAfterIntervals: defaultStaleAfterIntervals,
 	}

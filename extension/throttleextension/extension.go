@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/gomemlimit"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
@@ -40,6 +42,8 @@ type throttleExtension struct {
 	retry      *middleware.RetryDelay
 	// pacer is shared by every HTTP server of this extension (nil = off).
 	pacer *middleware.Pacer
+	// queue is shared by every HTTP server of this extension (nil = off).
+	queue *middleware.Queue
 	// exempt[s]: signal s is always admitted and bypasses the budget.
 	exempt [decision.NumSignals]bool
 
@@ -52,6 +56,9 @@ type throttleExtension struct {
 	stopped bool
 	sampler *sampler.Sampler
 	stale   *staleWatchdog // stale.go; nil when off
+	// memLimit sets the Go soft memory limit when the throttle owns it;
+	// nil before Start.
+	memLimit *gomemlimit.Owner
 
 	status *extensionStatus // status page and component status (status.go)
 
@@ -83,7 +90,11 @@ func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*thro
 		lastWarn: map[string]time.Time{},
 		translog: newTransitionLog(set.Logger, nil),
 	}
-	e.engine = decision.New(cfg.decisionConfig(), decision.Options{OnTransition: e.logTransition})
+	relief := gomemlimit.NewRelief()
+	e.engine = decision.New(cfg.decisionConfig(), decision.Options{
+		OnTransition:  e.logTransition,
+		RelieveMemory: func() { relief.Relieve() },
+	})
 	for s := range decision.NumSignals {
 		e.exempt[s] = !cfg.Enabled || !cfg.RuleFor(s).Enabled
 	}
@@ -93,6 +104,9 @@ func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*thro
 	}
 	e.retry = middleware.NewRetryDelay(cfg.RetryAfter.Min, cfg.RetryAfter.Max, nil)
 	e.pacer = middleware.NewPacer(cfg.Pacing.Delay, cfg.Pacing.MaxHeld)
+	if cfg.Enabled {
+		e.queue = middleware.NewQueue(e, cfg.Queue.MaxWait, cfg.Queue.MaxHeld, 0)
+	}
 	if e.tel, err = newTelemetry(set.TelemetrySettings, set.ID, e.telemetrySources()); err != nil {
 		return nil, err
 	}
@@ -122,22 +136,27 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 	if err := e.status.start(ctx, host, src); err != nil {
 		return err
 	}
+	e.memLimit = gomemlimit.Acquire(e.cfg.GoMemLimit.ownerConfig(), gomemlimit.Options{})
 	e.sampler = sampler.New(src, e.cfg.samplerConfig(), sampler.Options{
 		OnSample: e.onSample,
 		OnError:  e.onSamplerError,
+		Heap:     gomemlimit.NewHeapView(),
 	})
 	// Start takes the first sample before it returns, so the memory limit
-	// is known when the budget is sized.
+	// is known when the budget and the soft memory limit are sized.
 	e.sampler.Start()
 	e.stale = startStaleWatchdog(e.engine, e.logger, e.cfg, e.status.reportChange)
 	wl := e.sampler.Load()
 	if !e.cfg.Admission.MaxInflightBytes.Off() {
 		e.budget.Store(middleware.NewBudget(int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit))))
 	}
+	goLimit := e.memLimit.Limit()
 	e.logger.Info("throttle started",
 		zap.String("resource_source", src.Describe()),
 		zap.Float64("effective_cores", wl.Cores),
 		zap.Uint64("memory_limit_bytes", wl.MemLimit),
+		zap.String("go_memory_limit", e.memLimit.Status().String()),
+		zap.Int64("go_memory_limit_bytes", goMemLimitBytes(goLimit)),
 		zap.Int64("admission_budget_bytes", e.budget.Load().Max()),
 		zap.Duration("sample_interval", e.cfg.SampleInterval),
 	)
@@ -164,6 +183,7 @@ func (e *throttleExtension) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	e.stopped = true
+	e.queue.Close()
 	err := e.status.shutdown(ctx)
 	e.stale.stop()
 	if e.sampler != nil {
@@ -187,12 +207,26 @@ func (e *throttleExtension) Shutdown(ctx context.Context) error {
 	if c, ok := e.ownedSource.(io.Closer); ok {
 		_ = c.Close()
 	}
+	e.memLimit.Release()
 	e.tel.shutdown()
 	return err
 }
 
+// goMemLimitBytes is a soft limit for logs and telemetry: 0 for none.
+func goMemLimitBytes(l int64) int64 {
+	if l == math.MaxInt64 {
+		return 0
+	}
+	return l
+}
+
 // onSample runs on the sampler goroutine after each publish.
 func (e *throttleExtension) onSample(wl *sampler.WaterLevel, took time.Duration) {
+	// The first tick runs inside Start, which logs the limit it set.
+	if limit, changed := e.memLimit.Update(wl.MemLimit); changed && !e.lastAt.IsZero() {
+		e.logger.Info("throttle: the Go soft memory limit follows the memory limit",
+			zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Int64("go_memory_limit_bytes", goMemLimitBytes(limit)))
+	}
 	e.engine.Observe(wl)
 	e.translog.tick()
 	e.status.record(wl)
@@ -276,6 +310,7 @@ func (e *throttleExtension) middlewareConfig() middleware.Config {
 		UnknownSize: int64(e.cfg.Admission.UnknownSize),
 		Recorder:    e,
 		Pacer:       e.pacer,
+		Queue:       e.queue,
 	}
 }
 
@@ -325,7 +360,7 @@ func (e *throttleExtension) telemetrySources() telemetrySources {
 		state:      e.State,
 		budget:     e.budgetValues,
 		stale:      e.engine.Stale,
-		held:       e.pacer.Held,
+		held:       func() int64 { return e.pacer.Held() + e.queue.Held() },
 		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
 		cpuEnabled: c.CPU.Enabled,
 		memEnabled: c.Mem.Enabled,

@@ -3,7 +3,6 @@ package decision // import "github.com/otelthrottle/throttle/internal/decision"
 import (
 	"math"
 	"math/rand/v2"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,8 +10,8 @@ import (
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
-// memoryReliefEvery is the fixed cadence of FreeOSMemory while memory is at
-// or over its hard line. A fixed cadence, not a back-off: backing off when
+// memoryReliefEvery is the fixed cadence of the memory relief while memory
+// is at or over its hard line. A fixed cadence, not a back-off: backing off when
 // "the GC did not help" leaves dead zones in which Open holds for ever.
 const memoryReliefEvery = time.Second
 
@@ -112,8 +111,10 @@ type Transition struct {
 type Options struct {
 	// Now is the clock of the recovery ramp and memory relief; time.Now when nil.
 	Now func() time.Time
-	// FreeOSMemory returns freed memory to the kernel; debug.FreeOSMemory when nil.
-	FreeOSMemory func()
+	// RelieveMemory is called at most once every memoryReliefEvery while
+	// memory is at or over its hard line, to make the level fall once
+	// memory has been freed (gomemlimit.Relief); nothing when nil.
+	RelieveMemory func()
 	// OnTransition is called from Observe for every state change of every signal.
 	OnTransition func(Transition)
 	// Rand returns a uniform number in [0, 1); math/rand/v2 Float64 when nil.
@@ -153,11 +154,11 @@ type Engine struct {
 	recoveryRamp time.Duration
 	// cpuStep is the CPU controller's gain per frame: cpuShareGain times
 	// the interval in seconds.
-	cpuStep      float64
-	now          func() time.Time
-	freeOSMemory func()
-	onTransition func(Transition)
-	rand         func() float64
+	cpuStep       float64
+	now           func() time.Time
+	relieveMemory func()
+	onTransition  func(Transition)
+	rand          func() float64
 
 	// Written by Observe only; mu keeps a misuse (two goroutines observing)
 	// from racing.
@@ -236,21 +237,21 @@ func (a *admission) verdict(draw func() float64) Verdict {
 // New returns an engine in Normal for every signal.
 func New(cfg Config, opts Options) *Engine {
 	e := &Engine{
-		rules:        cfg.Rules,
-		recoveryRamp: max(cfg.RecoveryRamp, 0),
-		cpuStep:      cpuShareGain * intervalOrDefault(cfg.Interval).Seconds(),
-		now:          opts.Now,
-		freeOSMemory: opts.FreeOSMemory,
-		onTransition: opts.OnTransition,
-		rand:         opts.Rand,
-		cpu:          slot{Slot: cfg.CPU},
-		mem:          slot{Slot: cfg.Mem},
+		rules:         cfg.Rules,
+		recoveryRamp:  max(cfg.RecoveryRamp, 0),
+		cpuStep:       cpuShareGain * intervalOrDefault(cfg.Interval).Seconds(),
+		now:           opts.Now,
+		relieveMemory: opts.RelieveMemory,
+		onTransition:  opts.OnTransition,
+		rand:          opts.Rand,
+		cpu:           slot{Slot: cfg.CPU},
+		mem:           slot{Slot: cfg.Mem},
 	}
 	if e.now == nil {
 		e.now = time.Now
 	}
-	if e.freeOSMemory == nil {
-		e.freeOSMemory = debug.FreeOSMemory
+	if e.relieveMemory == nil {
+		e.relieveMemory = func() {}
 	}
 	if e.onTransition == nil {
 		e.onTransition = func(Transition) {}
@@ -428,7 +429,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	}
 	if !e.reliefEver || now.Sub(e.lastRelief) >= memoryReliefEvery {
 		e.reliefEver, e.lastRelief = true, now
-		e.freeOSMemory()
+		e.relieveMemory()
 	}
 }
 

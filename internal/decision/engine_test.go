@@ -315,7 +315,7 @@ func TestInvalidMemoryCountsAsSafe(t *testing.T) {
 		return &sampler.WaterLevel{CPUSlow: slow, CPUFast: fast, CPUValid: true, Mem: 5, MemValid: false}
 	}
 	freed := 0
-	e := New(testConfig(1, 1), Options{FreeOSMemory: func() { freed++ }, Rand: fixedRand(0.5)})
+	e := New(testConfig(1, 1), Options{RelieveMemory: func() { freed++ }, Rand: fixedRand(0.5)})
 
 	e.Observe(invalidHigh(0.5, 0.5))
 	assert.Equal(t, Normal, e.State(Traces), "never triggers")
@@ -335,7 +335,7 @@ func TestInvalidMemoryCountsAsSafe(t *testing.T) {
 
 	t.Run("NaN counts as invalid", func(t *testing.T) {
 		nan := math.NaN()
-		e := New(testConfig(1, 1), Options{FreeOSMemory: func() { freed++ }})
+		e := New(testConfig(1, 1), Options{RelieveMemory: func() { freed++ }})
 		e.Observe(&sampler.WaterLevel{CPUSlow: nan, CPUFast: nan, CPUValid: true, Mem: nan, MemValid: true})
 		assert.Equal(t, Normal, e.State(Traces))
 		e.Observe(cpuEnter.level())
@@ -350,7 +350,7 @@ func TestDisabledSlot(t *testing.T) {
 	cfg := testConfig(1, 1)
 	cfg.Mem.Enabled = false
 	freed := 0
-	e := New(cfg, Options{FreeOSMemory: func() { freed++ }})
+	e := New(cfg, Options{RelieveMemory: func() { freed++ }})
 	assert.Equal(t, "NN", feed(e, frame{0.5, 0.5, 0.88}, frame{0.5, 0.5, 0.99}), "never triggers")
 	assert.Zero(t, freed)
 
@@ -501,7 +501,7 @@ func TestCPUShare(t *testing.T) {
 	})
 
 	t.Run("not raised when memory opened it", func(t *testing.T) {
-		e := New(testConfig(1, 1), Options{FreeOSMemory: func() {}})
+		e := New(testConfig(1, 1), Options{RelieveMemory: func() {}})
 		feed(e, repeat(frame{0.85, 0.88, 0.5}, 4)...)
 		require.Equal(t, "O", feed(e, frame{0.85, 0.80, 0.95}))
 		require.Equal(t, "S", feed(e, frame{0.85, 0.80, 0.5}))
@@ -750,7 +750,7 @@ func TestMemoryRelief(t *testing.T) {
 	var freedAt []time.Duration
 	start := clock.Now()
 	cfg := testConfig(1, 1)
-	e := New(cfg, Options{Now: clock.Now, FreeOSMemory: func() { freedAt = append(freedAt, clock.Now().Sub(start)) }})
+	e := New(cfg, Options{Now: clock.Now, RelieveMemory: func() { freedAt = append(freedAt, clock.Now().Sub(start)) }})
 
 	tick := func(f frame) {
 		e.Observe(f.level())
@@ -775,7 +775,7 @@ func TestMemoryRelief(t *testing.T) {
 	assert.Empty(t, freedAt)
 
 	cfg.Mem.Enabled = false
-	e = New(cfg, Options{Now: clock.Now, FreeOSMemory: func() { freedAt = append(freedAt, 0) }})
+	e = New(cfg, Options{Now: clock.Now, RelieveMemory: func() { freedAt = append(freedAt, 0) }})
 	tick(memOnly(0.99))
 	assert.Empty(t, freedAt, "disabled slot")
 }
@@ -812,7 +812,7 @@ func TestBurstReplay(t *testing.T) {
 	cfg := linesConfig()
 	e := New(cfg, Options{
 		Now:          newFakeClock().Now,
-		FreeOSMemory: func() {},
+		RelieveMemory: func() {},
 		OnTransition: func(tr Transition) { transitions = append(transitions, tr) },
 	})
 	var got, want []State
@@ -907,7 +907,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestConcurrentDecideAndObserve(t *testing.T) {
-	e := New(linesConfig(), Options{FreeOSMemory: func() {}})
+	e := New(linesConfig(), Options{RelieveMemory: func() {}})
 	levels := []frame{calm, cpuEnter, cpuEnterHd, memOnly(0.95), calm}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -946,7 +946,7 @@ func TestDefaultConfig(t *testing.T) {
 
 // engineIn returns an engine whose signals are all in state, Shedding at p 0.5.
 func engineIn(tb testing.TB, state State) *Engine {
-	e := New(testConfig(1, 1), Options{FreeOSMemory: func() {}})
+	e := New(testConfig(1, 1), Options{RelieveMemory: func() {}})
 	switch state {
 	case Shedding:
 		e.Observe(memOnly(0.885).level())

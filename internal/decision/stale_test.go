@@ -15,7 +15,7 @@ func TestExpire(t *testing.T) {
 	var transitions []Transition
 	e := New(testConfig(1, 1), Options{
 		Now:          clock.Now,
-		FreeOSMemory: func() {},
+		RelieveMemory: func() {},
 		OnTransition: func(tr Transition) { transitions = append(transitions, tr) },
 	})
 	e.Observe(memOnly(0.95).level())
@@ -57,7 +57,7 @@ func TestExpire(t *testing.T) {
 
 func TestExpireRecoversToTheFrameState(t *testing.T) {
 	clock := newFakeClock()
-	e := New(testConfig(1, 1), Options{Now: clock.Now, FreeOSMemory: func() {}})
+	e := New(testConfig(1, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
 	e.Observe(memOnly(0.95).level())
 	clock.Advance(time.Minute)
 	require.True(t, e.Expire(time.Second))
@@ -69,7 +69,7 @@ func TestExpireRecoversToTheFrameState(t *testing.T) {
 
 func TestExpireBreaksStreaks(t *testing.T) {
 	clock := newFakeClock()
-	e := New(testConfig(3, 1), Options{Now: clock.Now, FreeOSMemory: func() {}})
+	e := New(testConfig(3, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
 	assert.Equal(t, "NN", feed(e, cpuEnter, cpuEnter))
 	clock.Advance(time.Minute)
 	require.True(t, e.Expire(time.Second))
@@ -79,7 +79,7 @@ func TestExpireBreaksStreaks(t *testing.T) {
 
 func TestExpireDisabled(t *testing.T) {
 	clock := newFakeClock()
-	e := New(testConfig(1, 1), Options{Now: clock.Now, FreeOSMemory: func() {}})
+	e := New(testConfig(1, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
 	e.Observe(memOnly(0.95).level())
 	clock.Advance(24 * time.Hour)
 	assert.False(t, e.Expire(0), "0 = hold for ever")
@@ -100,7 +100,7 @@ func TestExpireBeforeFirstObserve(t *testing.T) {
 // Observe under -race. Whatever the interleaving, once Observe has returned
 // with a hard frame and no Expire can find it old, Decide rejects.
 func TestExpireConcurrentWithObserve(t *testing.T) {
-	e := New(testConfig(1, 1), Options{FreeOSMemory: func() {}})
+	e := New(testConfig(1, 1), Options{RelieveMemory: func() {}})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -127,7 +127,7 @@ func TestExpireConcurrentWithObserve(t *testing.T) {
 
 func BenchmarkDecideAfterExpire(b *testing.B) {
 	clock := newFakeClock()
-	e := New(testConfig(1, 1), Options{Now: clock.Now, FreeOSMemory: func() {}})
+	e := New(testConfig(1, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
 	e.Observe(memOnly(0.95).level())
 	clock.Advance(time.Minute)
 	require.True(b, e.Expire(time.Second))

@@ -54,8 +54,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v := m.dec.Decide(sig); !v.Admitted() {
-		m.reject(w, r, sig, v)
-		return
+		// Held, the body stays unread until a later decision admits it.
+		if v = m.queue.Wait(r.Context(), sig, v); !v.Admitted() {
+			m.reject(w, r, sig, v)
+			return
+		}
 	}
 	if m.budget == nil {
 		m.rec.Record(ProtocolHTTP, sig, decision.Admit)

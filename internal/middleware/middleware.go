@@ -47,6 +47,10 @@ type Config struct {
 	// answered. Nil means none. Share one Pacer between all servers of an
 	// extension.
 	Pacer *Pacer
+	// Queue holds HTTP requests the decision refuses, until a later
+	// decision admits them or they have waited long enough. Nil means none.
+	// Share one Queue between all servers of an extension.
+	Queue *Queue
 }
 
 // settings is a validated Config with defaults applied.
@@ -58,6 +62,7 @@ type settings struct {
 	unknownSize int64
 	rec         Recorder
 	pacer       *Pacer
+	queue       *Queue
 }
 
 func newSettings(cfg Config) (settings, error) {
@@ -72,6 +77,7 @@ func newSettings(cfg Config) (settings, error) {
 		dec:         cfg.Decider,
 		retry:       cfg.Retry,
 		pacer:       cfg.Pacer,
+		queue:       cfg.Queue,
 		budget:      cfg.Budget,
 		unknownSize: cfg.UnknownSize,
 		rec:         cfg.Recorder,

@@ -89,6 +89,16 @@ type Options struct {
 	// OnError is called for read failures and skipped CPU windows. It is
 	// called on every occurrence: the caller rate-limits its logs.
 	OnError func(err error)
+	// Heap corrects the working set with the Go runtime's view of its
+	// heap (gomemlimit.HeapView); nil: the working set as it is.
+	Heap HeapView
+}
+
+// HeapView is the Go runtime's view of its heap: memory freed and not yet
+// returned to the kernel, and how far a soft memory limit holds the heap
+// below the GC's normal pace (see gomemlimit.HeapView.Read).
+type HeapView interface {
+	Read() (free, heldBack uint64)
 }
 
 // Sampler turns a Source's counters into WaterLevels at a fixed interval.
@@ -98,6 +108,7 @@ type Sampler struct {
 	now      func() time.Time
 	onSample func(*WaterLevel, time.Duration)
 	onError  func(error)
+	heap     HeapView
 
 	level atomic.Pointer[WaterLevel]
 
@@ -154,6 +165,7 @@ func New(src Source, cfg Config, opts Options) *Sampler {
 		now:      opts.Now,
 		onSample: opts.OnSample,
 		onError:  opts.OnError,
+		heap:     opts.Heap,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -275,8 +287,17 @@ func (s *Sampler) Tick() {
 		s.onError(&ReadError{Resource: "mem", Err: fmt.Errorf("reading memory working set: %w", err)})
 	} else {
 		wl.WorkingSet = ws
+		// Memory the heap has freed is reused before the kernel is asked
+		// for more, so it is no step towards the OOM killer; what a soft
+		// memory limit holds back is memory the collector would use at its
+		// normal GC pace, so counting it keeps the memory lines meaning the
+		// same with and without a soft limit, and makes the throttle shed
+		// while the extra collections are still cheap.
+		if s.heap != nil {
+			wl.HeapFree, wl.HeapHeldBack = s.heap.Read()
+		}
 		if wl.MemLimit > 0 {
-			wl.Mem = float64(ws) / float64(wl.MemLimit)
+			wl.Mem = float64(ws-min(wl.HeapFree, ws)) / float64(wl.MemLimit)
 			wl.MemValid = true
 		}
 	}

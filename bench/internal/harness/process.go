@@ -4,25 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// FreePort asks the kernel for a free port on 127.0.0.1.
+// FreePort returns a port on 127.0.0.1 that nothing listens on, below the
+// kernel's range of ephemeral ports: a port from that range (what a
+// listener on port 0 gets) can be taken by an outgoing connection between
+// the moment it is chosen and the moment a collector binds it, and a
+// benchmark makes thousands of connections.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	low, high := 20000, 32767
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 1024 {
+				high = n - 1
+				low = min(low, high-1000)
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range 1000 {
+		p := low + rand.IntN(high-low+1)
+		if portsGiven[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[p] = true
+		return p, nil
+	}
+	return 0, errors.New("no free port below the ephemeral range")
 }
+
+// portsGiven: a port is handed out once per harness process, so that two
+// collectors started in a row never get the same one.
+var (
+	portMu     sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // ProcessConfig describes a process the harness runs and watches.
 type ProcessConfig struct {

@@ -1,0 +1,205 @@
+package middleware // import "github.com/otelthrottle/throttle/internal/middleware"
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// DefaultQueueTick is how often held requests are decided again.
+const DefaultQueueTick = 100 * time.Millisecond
+
+// Queue holds HTTP requests the throttle would refuse, before their body is
+// read, and decides them again every tick, oldest first, until they are
+// admitted or have waited MaxWait; only then are they refused.
+//
+// Why: the OTLP exporters that send to a collector (agents, SDKs) work
+// through a fixed number of concurrent requests (sending_queue
+// num_consumers) and wait at least their retry back-off (5 s at first, up
+// to 30 s) after every refusal, whatever Retry-After says. A refusal during
+// a one-second Open therefore idles the sender for seconds, and a wave of
+// them idles the collector once it has room again: measured behind stock
+// agents, the gateway delivered half its capacity during a burst, mostly
+// for lack of requests. A held request keeps its sender waiting on the
+// answer instead, as HTTP/2 flow control keeps a gRPC sender waiting, and
+// costs the collector its goroutine and connection, not its body: the body
+// stays unread (in the client and the kernel's socket buffers) until the
+// request is admitted.
+//
+// Admission stays the engine's: a held request is admitted when a fresh
+// decision for its signal admits it. Deciding again every tick lets more of
+// the held requests in than a single decision would; the engine's CPU
+// controller, which integrates, settles on a higher drop probability for
+// it, and the memory lines still refuse everything in Open.
+//
+// One Queue is shared by every HTTP server of an extension. A nil *Queue
+// holds nothing.
+type Queue struct {
+	maxWait time.Duration
+	maxHeld int64
+	tick    time.Duration
+	dec     Decider
+	held    atomic.Int64
+
+	mu sync.Mutex
+	// waiting per signal, oldest first.
+	waiting [decision.NumSignals][]*waiter
+	// running: the dispatcher goroutine is ticking; it stops when nothing
+	// is held.
+	running bool
+	closed  bool
+	// closing is closed by Close: it wakes every held request.
+	closing chan struct{}
+}
+
+type waiter struct {
+	// admitted is closed by the dispatcher when the request may go on.
+	admitted chan struct{}
+	// gone is set by the request when it stops waiting (timeout, client
+	// gone), so the dispatcher skips it.
+	gone bool
+}
+
+// NewQueue returns a Queue holding at most maxHeld requests for at most
+// maxWait each, deciding them with dec every tick (DefaultQueueTick when
+// <= 0); nil when maxWait or maxHeld is not positive (off).
+func NewQueue(dec Decider, maxWait time.Duration, maxHeld int, tick time.Duration) *Queue {
+	if maxWait <= 0 || maxHeld <= 0 || dec == nil {
+		return nil
+	}
+	if tick <= 0 {
+		tick = DefaultQueueTick
+	}
+	return &Queue{maxWait: maxWait, maxHeld: int64(maxHeld), tick: tick, dec: dec, closing: make(chan struct{})}
+}
+
+// Held returns the number of requests held now (the held_requests gauge).
+func (q *Queue) Held() int64 {
+	if q == nil {
+		return 0
+	}
+	return q.held.Load()
+}
+
+// Wait holds a request of sig that was decided v (a denial) until it is
+// admitted, ctx ends, or MaxWait passes. It returns decision.Admit, or the
+// denial to answer with. A full queue, a closed one or a nil one answers v
+// at once.
+func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdict) decision.Verdict {
+	if q == nil || sig >= decision.NumSignals {
+		return v
+	}
+	if q.held.Add(1) > q.maxHeld {
+		q.held.Add(-1)
+		return v
+	}
+	defer q.held.Add(-1)
+	w := &waiter{admitted: make(chan struct{})}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return v
+	}
+	q.waiting[sig] = append(q.waiting[sig], w)
+	if !q.running {
+		q.running = true
+		go q.dispatch()
+	}
+	q.mu.Unlock()
+
+	timer := time.NewTimer(q.maxWait)
+	defer timer.Stop()
+	last := false
+	select {
+	case <-w.admitted:
+		return decision.Admit
+	case <-timer.C:
+		last = true
+	case <-ctx.Done():
+	case <-q.closing:
+	}
+	q.mu.Lock()
+	select {
+	case <-w.admitted: // admitted while the lock was awaited
+		q.mu.Unlock()
+		return decision.Admit
+	default:
+	}
+	w.gone = true
+	q.mu.Unlock()
+	if !last {
+		return v
+	}
+	// One last decision at the end of the wait, as if the request had just
+	// arrived; refused, the answer says why it is refused now.
+	return q.dec.Decide(sig)
+}
+
+// dispatch decides the held requests every tick until none is held. Per
+// signal, each held request draws one fresh decision, and as many as were
+// admitted go on, oldest first: the same share goes on as if each kept its
+// own draw, and no request is overtaken by a younger one.
+func (q *Queue) dispatch() {
+	t := time.NewTicker(q.tick)
+	defer t.Stop()
+	for range t.C {
+		q.mu.Lock()
+		if q.closed {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		any := false
+		for s := range q.waiting {
+			ws := q.waiting[s][:0]
+			for _, w := range q.waiting[s] {
+				if !w.gone {
+					ws = append(ws, w)
+				}
+			}
+			admit := 0
+			for range ws {
+				if q.dec.Decide(decision.Signal(s)).Admitted() {
+					admit++
+				}
+			}
+			for _, w := range ws[:admit] {
+				close(w.admitted)
+			}
+			rest := ws[admit:]
+			// Keep the backing array from growing for ever.
+			q.waiting[s] = append(q.waiting[s][:0], rest...)
+			any = any || len(rest) > 0
+		}
+		if !any {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+	}
+}
+
+// Close refuses every held request at once and holds no more: the
+// receivers are shutting down.
+func (q *Queue) Close() {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	q.closed = true
+	close(q.closing)
+	for s := range q.waiting {
+		for _, w := range q.waiting[s] {
+			w.gone = true
+		}
+		q.waiting[s] = nil
+	}
+}

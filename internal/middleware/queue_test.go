@@ -1,0 +1,158 @@
+package middleware
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+const (
+	testTick = 2 * time.Millisecond
+	// long is a wait no test should reach: it only bounds a failing one.
+	long = 10 * time.Second
+)
+
+func TestQueueOff(t *testing.T) {
+	dec := &fakeDecider{}
+	assert.Nil(t, NewQueue(dec, 0, 10, 0))
+	assert.Nil(t, NewQueue(dec, time.Second, 0, 0))
+	var q *Queue
+	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed))
+	assert.Zero(t, q.Held())
+	q.Close()
+}
+
+// waitResult runs Wait on its own goroutine.
+func waitResult(q *Queue, ctx context.Context, sig decision.Signal, v decision.Verdict) <-chan decision.Verdict {
+	out := make(chan decision.Verdict, 1)
+	go func() { out <- q.Wait(ctx, sig, v) }()
+	return out
+}
+
+func heldEventually(t *testing.T, q *Queue, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return q.Held() == n }, long, time.Millisecond, "held %d, want %d", q.Held(), n)
+}
+
+func TestQueueAdmitsWhenTheDecisionDoes(t *testing.T) {
+	dec := &fakeDecider{}
+	dec.setAll(decision.DenyOpen)
+	q := NewQueue(dec, long, 10, testTick)
+	got := waitResult(q, context.Background(), decision.Traces, decision.DenyOpen)
+	heldEventually(t, q, 1)
+	select {
+	case v := <-got:
+		t.Fatalf("answered %v while the decision still refuses", v)
+	case <-time.After(20 * testTick):
+	}
+	dec.set(decision.Traces, decision.Admit)
+	select {
+	case v := <-got:
+		assert.Equal(t, decision.Admit, v)
+	case <-time.After(long):
+		t.Fatal("not admitted")
+	}
+	heldEventually(t, q, 0)
+}
+
+func TestQueueRefusesAfterMaxWait(t *testing.T) {
+	dec := &fakeDecider{}
+	dec.setAll(decision.DenyShed)
+	q := NewQueue(dec, 30*time.Millisecond, 10, testTick)
+	start := time.Now()
+	// The last decision's denial is the answer: Open now, though the
+	// request was first refused for shedding.
+	dec.set(decision.Logs, decision.DenyOpen)
+	assert.Equal(t, decision.DenyOpen, q.Wait(context.Background(), decision.Logs, decision.DenyShed))
+	assert.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
+	assert.Zero(t, q.Held())
+}
+
+func TestQueueFull(t *testing.T) {
+	dec := &fakeDecider{}
+	dec.setAll(decision.DenyShed)
+	q := NewQueue(dec, long, 2, testTick)
+	ctx, cancel := context.WithCancel(context.Background())
+	a := waitResult(q, ctx, decision.Traces, decision.DenyShed)
+	b := waitResult(q, ctx, decision.Traces, decision.DenyShed)
+	heldEventually(t, q, 2)
+	// The third is answered at once, with the denial it came with.
+	assert.Equal(t, decision.DenyBudget, q.Wait(context.Background(), decision.Traces, decision.DenyBudget))
+	cancel()
+	// A client gone: the held requests stop waiting at once.
+	assert.Equal(t, decision.DenyShed, <-a)
+	assert.Equal(t, decision.DenyShed, <-b)
+	heldEventually(t, q, 0)
+}
+
+// orderedDecider admits exactly one call in every n, counted over all
+// signals.
+type orderedDecider struct {
+	n     atomic.Int64
+	calls atomic.Int64
+}
+
+func (d *orderedDecider) Decide(decision.Signal) decision.Verdict {
+	if d.calls.Add(1)%d.n.Load() == 0 {
+		return decision.Admit
+	}
+	return decision.DenyShed
+}
+
+func (*orderedDecider) Exempt(decision.Signal) bool { return false }
+
+// TestQueueOldestFirst: requests are admitted in the order they arrived,
+// whichever of their draws admitted.
+func TestQueueOldestFirst(t *testing.T) {
+	dec := &orderedDecider{}
+	dec.n.Store(1 << 62) // admits nothing until n changes
+	q := NewQueue(dec, long, 10, testTick)
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			if q.Wait(context.Background(), decision.Metrics, decision.DenyShed) == decision.Admit {
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+			}
+		})
+		// Arrival order is the order Wait appends in.
+		heldEventually(t, q, int64(i+1))
+	}
+	dec.n.Store(4) // about one admission a tick
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(long):
+		t.Fatal("not all admitted")
+	}
+	assert.Equal(t, []int{0, 1, 2, 3}, order)
+}
+
+func TestQueueClose(t *testing.T) {
+	dec := &fakeDecider{}
+	dec.setAll(decision.DenyOpen)
+	q := NewQueue(dec, long, 10, testTick)
+	a := waitResult(q, context.Background(), decision.Traces, decision.DenyOpen)
+	heldEventually(t, q, 1)
+	q.Close()
+	select {
+	case v := <-a:
+		assert.Equal(t, decision.DenyOpen, v)
+	case <-time.After(long):
+		t.Fatal("Close did not wake the held request")
+	}
+	// Closed: nothing is held any more.
+	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed))
+	q.Close()
+}
