@@ -72,10 +72,11 @@ func isProtobuf(contentType string) bool {
 }
 
 // writeHTTPRejection answers 429 with Retry-After and the Status body in the
-// request's encoding, without touching the request body. In Open it also
-// asks for the connection to be closed so a flood does not keep idle
-// sockets and their buffers alive (Go's HTTP/2 server turns it into a
-// GOAWAY).
+// request's encoding, without touching the request body. In Open an
+// HTTP/1.x answer also asks for the connection to be closed, so a flood
+// does not keep idle sockets and their buffers alive. Never on HTTP/2: Go's
+// server turns "Connection: close" into a GOAWAY for the whole connection,
+// which would end every other stream a client multiplexes on it.
 //
 // The answer is flushed (with an explicit Content-Length, so that flushing
 // does not switch it to chunked encoding) before returning: a handler
@@ -97,7 +98,7 @@ func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodi
 	}
 	h.Set("Content-Type", ct)
 	h.Set("Retry-After", strconv.FormatInt(int64(delay/time.Second), 10))
-	if v == decision.DenyOpen {
+	if v == decision.DenyOpen && r.ProtoMajor == 1 {
 		h.Set("Connection", "close")
 	}
 	body := bodies[v][enc]
