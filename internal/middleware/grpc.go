@@ -103,7 +103,7 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 
 func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
 	g.rec.Record(ProtocolGRPC, sig, v)
-	return grpcRejection(v, g.retry.Draw(v)).Err()
+	return g.rejections.get(v, g.retry.Draw(v))
 }
 
 // sizeEstimate is what an RPC of sig reserves: the running average of the

@@ -215,5 +215,5 @@ func (b *budgetBody) finish() {
 // what otlpreceiver understands: it answers it 429 with Retry-After, so the
 // client retries instead of dropping the data as it would on a 400.
 func (m *HTTP) budgetError() error {
-	return grpcRejection(decision.DenyBudget, m.retry.Draw(decision.DenyBudget)).Err()
+	return m.rejections.get(decision.DenyBudget, m.retry.Draw(decision.DenyBudget))
 }

@@ -58,6 +58,7 @@ type settings struct {
 	unknownSize int64
 	rec         Recorder
 	pacer       *Pacer
+	rejections  *grpcRejections
 }
 
 func newSettings(cfg Config) (settings, error) {
@@ -90,5 +91,6 @@ func newSettings(cfg Config) (settings, error) {
 	if s.rec == nil {
 		s.rec = NopRecorder{}
 	}
+	s.rejections = newGRPCRejections(s.retry)
 	return s, nil
 }

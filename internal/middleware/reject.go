@@ -110,6 +110,47 @@ func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodi
 	}
 }
 
+// maxPrecomputedDelays bounds the table of gRPC rejections per verdict: it
+// covers the default range (0 to 30 s) and any range up to a minute wide;
+// delays beyond are built when drawn, which only a wider range can do.
+const maxPrecomputedDelays = 61
+
+// grpcRejections holds the gRPC rejection errors, built once per verdict
+// and whole second of the retry range: a rejection in the tap runs on the
+// connection's reader goroutine and should cost no marshalling. The errors
+// are shared read-only (grpc-go and otlpreceiver only read them).
+type grpcRejections struct {
+	minS int64
+	errs [numVerdicts][]error // [verdict][delay seconds - minS]
+}
+
+func newGRPCRejections(d *RetryDelay) *grpcRejections {
+	minS, maxS := d.seconds()
+	n := min(maxS-minS+1, maxPrecomputedDelays)
+	t := &grpcRejections{minS: minS}
+	for v := range numVerdicts {
+		if decision.Verdict(v) == decision.Admit {
+			continue
+		}
+		t.errs[v] = make([]error, n)
+		for i := range n {
+			t.errs[v][i] = grpcRejection(decision.Verdict(v), time.Duration(minS+i)*time.Second).Err()
+		}
+	}
+	return t
+}
+
+// get returns the rejection error of verdict v with a retry delay of delay
+// (whole seconds in the range the table was built for).
+func (t *grpcRejections) get(v decision.Verdict, delay time.Duration) error {
+	if int(v) < numVerdicts {
+		if i := int64(delay/time.Second) - t.minS; i >= 0 && i < int64(len(t.errs[v])) {
+			return t.errs[v][i]
+		}
+	}
+	return grpcRejection(v, delay).Err()
+}
+
 // grpcRejection returns RESOURCE_EXHAUSTED with a RetryInfo detail: the
 // OTLP exporters treat RESOURCE_EXHAUSTED as permanent (and drop the data)
 // unless RetryInfo is present.

@@ -7,9 +7,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 )
@@ -51,4 +55,32 @@ func TestHTTPOpenKeepsHTTP2Connection(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, 1, resp.ProtoMajor)
 	assert.True(t, resp.Close, "Connection: close on HTTP/1.1")
+}
+
+// TestGRPCRejectionTable: every precomputed rejection carries its verdict's
+// message and its own delay, also beyond the table.
+func TestGRPCRejectionTable(t *testing.T) {
+	for _, r := range []struct{ lo, hi time.Duration }{{0, 30 * time.Second}, {5 * time.Second, 200 * time.Second}} {
+		tab := newGRPCRejections(NewRetryDelay(r.lo, r.hi, nil))
+		for _, v := range []decision.Verdict{decision.DenyShed, decision.DenyOpen, decision.DenyBudget} {
+			for d := r.lo; d <= r.hi; d += time.Second {
+				st, ok := status.FromError(tab.get(v, d))
+				require.True(t, ok)
+				assert.Equal(t, codes.ResourceExhausted, st.Code())
+				assert.Equal(t, rejectMessage(v), st.Message())
+				require.Len(t, st.Details(), 1)
+				assert.Equal(t, d, st.Details()[0].(*errdetails.RetryInfo).GetRetryDelay().AsDuration())
+			}
+		}
+	}
+}
+
+// TestGRPCRejectAllocs: a rejection in the tap, which runs on the
+// connection's reader goroutine, builds nothing: its status is shared.
+func TestGRPCRejectAllocs(t *testing.T) {
+	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: constDecider(decision.DenyShed), Recorder: &countingRecorder{}})
+	require.NoError(t, err)
+	if allocs := testing.AllocsPerRun(1000, func() { _ = mw.reject(decision.Traces, decision.DenyShed) }); allocs != 0 {
+		t.Fatalf("a gRPC rejection allocates %v times", allocs)
+	}
 }
