@@ -70,6 +70,22 @@ func (b *Budget) reserveUpTo(n int64) int64 {
 	}
 }
 
+// charge adds n bytes that are already in memory (a gRPC message larger
+// than its estimate, once received): they are counted even beyond the
+// budget, so that the budget shows them and refuses others meanwhile.
+func (b *Budget) charge(n int64) {
+	if b == nil || n <= 0 {
+		return
+	}
+	next := b.reserved.Add(n)
+	for {
+		h := b.high.Load()
+		if next <= h || b.high.CompareAndSwap(h, next) {
+			return
+		}
+	}
+}
+
 // Release returns n bytes taken by a successful Reserve(n).
 func (b *Budget) Release(n int64) {
 	if b == nil || n <= 0 {
@@ -79,6 +95,8 @@ func (b *Budget) Release(n int64) {
 }
 
 // Reserved returns the bytes currently reserved (the inflight_bytes gauge).
+// gRPC messages larger than their estimate can take it over Max while they
+// are handled.
 func (b *Budget) Reserved() int64 {
 	if b == nil {
 		return 0
@@ -95,7 +113,7 @@ func (b *Budget) Max() int64 {
 }
 
 // HighWater returns the largest value Reserved has reached. It exists for
-// tests and diagnostics: it never exceeds Max.
+// tests and diagnostics.
 func (b *Budget) HighWater() int64 {
 	if b == nil {
 		return 0
