@@ -1,71 +1,111 @@
 package middleware // import "github.com/otelthrottle/throttle/internal/middleware"
 
-import "sync/atomic"
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultBudgetWait bounds how long a body that has outgrown its
+// reservation waits, in total, for bytes to be released (admission.wait_timeout
+// default). It is the retry delay of a budget rejection: a body that has
+// already been read and decompressed in part should wait about as long as a
+// refused client would before its retry, rather than fail and be sent again.
+const DefaultBudgetWait = BudgetRetryDelay
+
+// BudgetConfig configures a Budget.
+type BudgetConfig struct {
+	// Max is the size of the budget in bytes; <= 0 means no budget.
+	Max int64
+	// Wait bounds how long, in total, an admitted body that has outgrown
+	// its reservation waits for bytes to be released; 0 fails it at once.
+	Wait time.Duration
+}
 
 // Budget bounds the bytes reserved by admitted, unfinished requests. It is
-// lock-free (one CAS per reservation) and shared by every server of one
-// extension. A nil *Budget is valid and unlimited: Reserve always succeeds
-// and Reserved is 0, which is how max_inflight_bytes: 0 disables it.
+// shared by every server of one extension. A nil *Budget is valid and
+// unlimited: every reservation succeeds and Reserved is 0, which is how
+// max_inflight_bytes: 0 disables it.
+//
+// Admission is lock-free: one CAS on the budget. Only a body that has been admitted and outgrows its reservation
+// may wait (growth), and waits are served oldest body first: while bodies
+// wait, admissions leave free what the waiting bodies still need, so a body
+// that needs the whole budget stops new admissions until it has it.
 type Budget struct {
-	max      int64
+	max  int64
+	wait time.Duration
+
 	reserved atomic.Int64
 	// Padding keeps the high-water mark, read on every reservation but
 	// rarely written, off the line of reserved, which every request writes.
 	_    [56]byte
 	high atomic.Int64
+
+	// pending is what the waiting bodies still need; waiting counts them,
+	// so that a release takes the lock only when someone waits.
+	pending atomic.Int64
+	waiting atomic.Int32
+	mu      sync.Mutex // guards queue
+	queue   []*waiter  // oldest first
 }
 
-// NewBudget returns a budget of maxBytes; maxBytes <= 0 returns nil (no
-// budget).
+// NewBudget returns a budget of maxBytes with the default wait; maxBytes
+// <= 0 returns nil (no budget).
 func NewBudget(maxBytes int64) *Budget {
-	if maxBytes <= 0 {
+	return NewBudgetWith(BudgetConfig{Max: maxBytes, Wait: DefaultBudgetWait})
+}
+
+// NewBudgetWith returns a budget for cfg, or nil when cfg.Max <= 0.
+func NewBudgetWith(cfg BudgetConfig) *Budget {
+	if cfg.Max <= 0 {
 		return nil
 	}
-	return &Budget{max: maxBytes}
+	return &Budget{max: cfg.Max, wait: max(cfg.Wait, 0)}
 }
 
-// Reserve takes n bytes from the budget if they fit and reports whether they
-// did. It never blocks. n <= 0 always fits and reserves nothing.
-func (b *Budget) Reserve(n int64) bool {
+// Reserve takes n bytes from the budget if they fit, leaving free what
+// waiting bodies need, and reports whether they did. It never blocks.
+// n <= 0 always fits and reserves nothing.
+func (b *Budget) Reserve(n int64) bool { return b.admit(n) }
+
+// Release returns n bytes taken by a successful Reserve(n).
+func (b *Budget) Release(n int64) { b.release(n) }
+
+// admit reserves n bytes for a new request if they fit in what is left of
+// the budget once the waiting bodies have what they need. Lock-free; n <= 0
+// always fits.
+func (b *Budget) admit(n int64) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
+	return b.take(n, b.pending.Load())
+}
+
+// take reserves n bytes if they fit in the budget with keep bytes left
+// free.
+func (b *Budget) take(n, keep int64) bool {
 	for {
 		cur := b.reserved.Load()
 		// Written as a subtraction so a huge n cannot overflow.
-		if n > b.max-cur {
+		if n > b.max-cur-keep {
 			return false
 		}
 		next := cur + n
 		if b.reserved.CompareAndSwap(cur, next) {
-			for {
-				h := b.high.Load()
-				if next <= h || b.high.CompareAndSwap(h, next) {
-					return true
-				}
-			}
+			b.noteHigh(next)
+			return true
 		}
 	}
 }
 
-// reserveUpTo takes min(n, what is left) bytes and returns how many it
-// took (0 when the budget is full). A body of unknown size grows its
-// reservation with it, so it can use the budget to the last byte.
-func (b *Budget) reserveUpTo(n int64) int64 {
+func (b *Budget) noteHigh(v int64) {
 	for {
-		cur := b.reserved.Load()
-		take := min(n, b.max-cur)
-		if take <= 0 {
-			return 0
-		}
-		next := cur + take
-		if b.reserved.CompareAndSwap(cur, next) {
-			for {
-				h := b.high.Load()
-				if next <= h || b.high.CompareAndSwap(h, next) {
-					return take
-				}
-			}
+		h := b.high.Load()
+		if v <= h || b.high.CompareAndSwap(h, v) {
+			return
 		}
 	}
 }
@@ -77,21 +117,135 @@ func (b *Budget) charge(n int64) {
 	if b == nil || n <= 0 {
 		return
 	}
-	next := b.reserved.Add(n)
-	for {
-		h := b.high.Load()
-		if next <= h || b.high.CompareAndSwap(h, next) {
-			return
-		}
-	}
+	b.noteHigh(b.reserved.Add(n))
 }
 
-// Release returns n bytes taken by a successful Reserve(n).
-func (b *Budget) Release(n int64) {
+// release returns n bytes and wakes the waiting bodies.
+func (b *Budget) release(n int64) {
 	if b == nil || n <= 0 {
 		return
 	}
 	b.reserved.Add(-n)
+	if b.waiting.Load() > 0 {
+		b.mu.Lock()
+		b.wakeLocked()
+		b.mu.Unlock()
+	}
+}
+
+// tryGrow adds up to need bytes to an admitted request's reservation,
+// what is free of them, if no body is waiting (waiting bodies are served
+// first), and returns how many. Lock-free.
+func (b *Budget) tryGrow(need int64) int64 {
+	if b.waiting.Load() > 0 {
+		return 0
+	}
+	for {
+		cur := b.reserved.Load()
+		take := min(need, b.max-cur)
+		if take <= 0 {
+			return 0
+		}
+		next := cur + take
+		if b.reserved.CompareAndSwap(cur, next) {
+			b.noteHigh(next)
+			return take
+		}
+	}
+}
+
+// waiter is a body waiting for its reservation to grow.
+type waiter struct {
+	age  time.Duration // admission time: older bodies are served first
+	need int64
+	held int64
+	wake chan struct{} // buffered: a wake-up between two checks is kept
+}
+
+// waitGrow adds need bytes to the reservation (held bytes) of an admitted
+// request, waiting at most limit for them. Waiting bodies are
+// served oldest first; a body younger than a waiting one does not take the
+// bytes it needs. When the oldest waiting body could not be served even if
+// every request that is not waiting finished, the waiting bodies hold what
+// it needs, and the youngest of them gives up at once (returns false) so
+// that the older ones can finish. It returns whether the bytes were taken
+// and how long it waited.
+func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, limit time.Duration) (bool, time.Duration) {
+	if limit <= 0 {
+		return false, 0
+	}
+	start := now()
+	w.need, w.held = need, held
+	if w.wake == nil {
+		w.wake = make(chan struct{}, 1)
+	}
+	b.mu.Lock()
+	i, _ := slices.BinarySearchFunc(b.queue, w.age, func(q *waiter, age time.Duration) int { return cmp.Compare(q.age, age) })
+	b.queue = slices.Insert(b.queue, i, w)
+	b.pending.Add(need)
+	b.waiting.Add(1)
+	b.wakeLocked() // a new older waiter changes what the others may take
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		if i := slices.Index(b.queue, w); i >= 0 {
+			b.queue = slices.Delete(b.queue, i, i+1)
+		}
+		b.pending.Add(-need)
+		b.waiting.Add(-1)
+		b.wakeLocked()
+		b.mu.Unlock()
+	}()
+
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		older, headNeed, waitHeld, youngest := b.position(w)
+		if b.take(need, older) {
+			return true, now() - start
+		}
+		if youngest && headNeed > b.max-waitHeld {
+			return false, now() - start
+		}
+		select {
+		case <-w.wake:
+		case <-t.C:
+			return false, now() - start
+		case <-ctx.Done():
+			return false, now() - start
+		}
+	}
+}
+
+// position returns what the bodies older than w need, what the oldest
+// waiting body needs, what all waiting bodies hold, and whether w is the
+// youngest.
+func (b *Budget) position(w *waiter) (older, headNeed, waitHeld int64, youngest bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	before := true
+	for _, q := range b.queue {
+		if q == w {
+			before = false
+		} else if before {
+			older += q.need
+		}
+		waitHeld += q.held
+	}
+	if len(b.queue) > 0 {
+		headNeed = b.queue[0].need
+		youngest = b.queue[len(b.queue)-1] == w
+	}
+	return older, headNeed, waitHeld, youngest
+}
+
+func (b *Budget) wakeLocked() {
+	for _, q := range b.queue {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Reserved returns the bytes currently reserved (the inflight_bytes gauge).

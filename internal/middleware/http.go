@@ -1,18 +1,26 @@
 package middleware // import "github.com/otelthrottle/throttle/internal/middleware"
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 )
+
+// readStep is the most a body's reservation grows by at once.
+const readStep = 64 << 10
 
 // HTTP is the HTTP server middleware. One HTTP may wrap any number of
 // handlers; it is safe for concurrent use.
 type HTTP struct {
 	settings
 	bodies *httpBodies
+	// sizes learns, per signal, the size bodies turn out to have once read
+	// (decompressed): what an admitted body of that signal reserves first.
+	sizes [decision.NumSignals]sizeWindow
 }
 
 // NewHTTP returns the HTTP middleware for cfg.
@@ -27,7 +35,8 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 // Wrap returns next behind the throttle. For each request it classifies the
 // URL path; an unclassified request goes straight to next. A classified one
 // is decided; a denied request is answered 429 without its body being read,
-// an admitted one reserves its size in the budget for as long as next runs.
+// an admitted one is charged in the budget for its body, as it is read, for
+// as long as next runs.
 func (m *HTTP) Wrap(next http.Handler) http.Handler {
 	return &httpHandler{m: m, next: next}
 }
@@ -57,55 +66,58 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.reject(w, r, sig, v)
 		return
 	}
-	if m.budget == nil {
+	if m.budget == nil || r.Body == nil || r.Body == http.NoBody {
 		m.rec.Record(ProtocolHTTP, sig, decision.Admit)
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
-		m.serveUnknownSize(w, r, sig, h.next)
-		return
-	}
-	// The body cannot be longer than Content-Length (net/http enforces it
-	// for HTTP/1 and HTTP/2), so the reservation is exact and final.
-	//
-	// A body larger than the whole budget could never be reserved, and a
-	// retryable 429 that can never succeed makes the client retry until it
-	// gives up and drops the data. Such a request takes the whole budget
-	// instead ("runs alone"): it is admitted only while nothing else is
-	// reserved, and until then it gets the usual retryable DenyBudget,
-	// which will succeed once the others finish. The receiver's
-	// max_request_body_size still bounds it.
-	n := min(r.ContentLength, m.budget.Max())
-	if !m.budget.Reserve(n) {
+	t := now()
+	initial := m.initialSize(sig, r.ContentLength, t)
+	if !m.budget.admit(initial) {
 		m.reject(w, r, sig, decision.DenyBudget)
 		return
 	}
 	m.rec.Record(ProtocolHTTP, sig, decision.Admit)
-	// A deferred release also runs while a panic unwinds, so a panicking
+	body := m.newBody(r, sig, initial, t)
+	// A deferred finish also runs while a panic unwinds, so a panicking
 	// handler returns its bytes and the panic carries on unchanged.
-	defer m.budget.Release(n)
-	h.next.ServeHTTP(w, r)
-}
-
-// serveUnknownSize admits a request whose size is not known up front: it
-// reserves unknownSize and hands next a body that charges the budget for
-// every byte beyond it before reading it.
-func (m *HTTP) serveUnknownSize(w http.ResponseWriter, r *http.Request, sig decision.Signal, next http.Handler) {
-	initial := m.unknownSize
-	if !m.budget.Reserve(initial) {
-		m.reject(w, r, sig, decision.DenyBudget)
-		return
-	}
-	m.rec.Record(ProtocolHTTP, sig, decision.Admit)
-	body := &budgetBody{rc: r.Body, b: m.budget, reserved: initial, step: m.unknownSize, m: m}
 	defer body.finish()
 	// A shallow copy rather than mutating the caller's request (handlers
 	// must not modify the request they are given).
 	r2 := new(http.Request)
 	*r2 = *r
 	r2.Body = body
-	next.ServeHTTP(w, r2)
+	h.next.ServeHTTP(w, r2)
+}
+
+// initialSize is what a body reserves when it is admitted: what bodies of
+// its signal have lately turned out to be on this server (unknown_size
+// before any), or its Content-Length if that is smaller. It is never more
+// than the budget: a request larger than that could never be admitted, its
+// client would retry until it dropped the data, so it starts with what it
+// can have and grows as it is read.
+func (m *HTTP) initialSize(sig decision.Signal, contentLength int64, t time.Duration) int64 {
+	n := m.sizes[sig].get(t)
+	if n == 0 {
+		n = m.unknownSize
+	}
+	if contentLength >= 0 {
+		n = min(n, contentLength)
+	}
+	return min(n, m.budget.max)
+}
+
+func (m *HTTP) newBody(r *http.Request, sig decision.Signal, initial int64, t time.Duration) *budgetBody {
+	return &budgetBody{
+		rc:       r.Body,
+		m:        m,
+		ctx:      r.Context(),
+		sig:      sig,
+		known:    r.ContentLength,
+		waitLeft: m.budget.wait,
+		w:        waiter{age: t},
+		reserved: initial,
+	}
 }
 
 func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signal, v decision.Verdict) {
@@ -116,32 +128,42 @@ func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signa
 	writeHTTPRejection(w, r, m.bodies, v, m.retry.Draw(v))
 }
 
-// budgetBody charges the budget for a body of unknown size as it is read.
-// Bytes are reserved before they are read: a Read never pulls more than the
-// reservation covers, and when the reservation cannot grow because others
-// hold the rest of the budget, the Read fails with a RESOURCE_EXHAUSTED
-// status error, which otlpreceiver answers 429 + Retry-After. A chunked
-// body therefore cannot bypass the budget while others hold part of it.
+// budgetBody charges the budget for a body as it is read. The body starts
+// with the reservation it was admitted with; bytes beyond it are reserved
+// before they are read, readStep at a time: a Read never pulls more than
+// the reservation covers. When the budget is full the Read waits (at most
+// the budget's wait in total, oldest bodies first) for bytes to be
+// released, and then fails with a RESOURCE_EXHAUSTED status error, which
+// otlpreceiver answers 429 + Retry-After. A chunked or compressed body
+// therefore cannot bypass the budget while others hold part of it.
 //
-// A body that already holds the whole budget runs alone, like a
-// Content-Length over the budget: it is read on without further charge,
-// bounded by the receiver's max_request_body_size rather than the budget.
-// Refusing it would be a retryable error that could never succeed (the
-// body would outgrow the budget on every retry), so the client would
-// retry until it gives up and drops the data. Reserved never exceeds Max.
+// A body that holds the whole budget runs alone: it is read on without
+// further charge, bounded by the receiver's max_request_body_size rather
+// than the budget. Refusing it would be a retryable error that could never
+// succeed (the body would outgrow the budget on every retry), so the
+// client would retry until it gives up and drops the data. A body known to
+// be that large asks for the whole budget at once when it first has to
+// wait, which stops new admissions until it has it.
 type budgetBody struct {
-	rc   io.ReadCloser
-	b    *Budget
-	m    *HTTP
-	step int64
+	rc    io.ReadCloser
+	m     *HTTP
+	ctx   context.Context
+	sig   decision.Signal
+	known int64 // Content-Length; -1 when unknown
 
-	// mu guards the accounting; it is never held while reading, so finish
-	// cannot block behind a Read stuck on the network.
+	// Read's own state: Read is not called concurrently.
+	waitLeft time.Duration
+	w        waiter
+	probe    [1]byte
+
+	// mu guards what finish shares with Read; it is never held while
+	// reading or waiting, so finish cannot block behind a Read stuck on
+	// the network.
 	mu       sync.Mutex
 	reserved int64
 	read     int64
+	eof      bool
 	done     bool
-	probe    [1]byte
 }
 
 func (b *budgetBody) Read(p []byte) (int, error) {
@@ -154,60 +176,102 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		return 0, http.ErrBodyReadAfterClose
 	}
 	avail := b.reserved - b.read
-	switch {
-	case avail > 0:
-	case b.reserved >= b.b.Max():
-		// Alone: this body holds the whole budget, nothing else can be
-		// admitted until it finishes. Read on uncharged (see budgetBody).
-		avail = int64(len(p))
-	default:
-		grow := b.b.reserveUpTo(min(int64(len(p)), b.step))
-		if grow == 0 {
-			b.mu.Unlock()
-			return b.probeEOF()
-		}
-		b.reserved += grow
-		avail = grow
-	}
+	alone := b.reserved >= b.m.budget.max
+	need := b.needLocked(len(p))
+	held := b.reserved
 	b.mu.Unlock()
 
-	if int64(len(p)) > avail {
+	if avail <= 0 && !alone {
+		// Tell the end of the body from more of it first, so that a body
+		// ending exactly at its reservation neither takes more nor waits.
+		// The probed byte is covered by the growth below.
+		n, err := b.rawRead(b.probe[:])
+		if n == 0 {
+			return 0, err
+		}
+		need = max(need, 1)
+		if err != nil {
+			// The body ended with this byte: nothing to wait for.
+			need = 1
+			b.m.budget.charge(need)
+		} else if got := b.m.budget.tryGrow(need); got > 0 {
+			need = got
+		} else {
+			ok, waited := b.m.budget.waitGrow(b.ctx, &b.w, need, held, b.waitLeft)
+			b.waitLeft -= waited
+			if !ok {
+				return 0, b.m.budgetError()
+			}
+		}
+		if !b.add(need) {
+			return 0, http.ErrBodyReadAfterClose
+		}
+		p[0] = b.probe[0]
+		return 1, err
+	}
+	if !alone && int64(len(p)) > avail {
 		p = p[:avail]
 	}
+	return b.rawRead(p)
+}
+
+// needLocked is how much the reservation grows by before a read of want
+// bytes once it is used up: readStep at most, never beyond the whole
+// budget, nor beyond a known length. A body known to be larger than the
+// whole budget asks for all of it.
+func (b *budgetBody) needLocked(want int) int64 {
+	left := b.m.budget.max - b.reserved
+	if b.known >= b.m.budget.max {
+		return left
+	}
+	n := min(int64(want), readStep, left)
+	if b.known >= 0 {
+		n = min(n, b.known-b.read)
+	}
+	return n
+}
+
+// add records n bytes taken from the budget; after finish they go back at
+// once.
+func (b *budgetBody) add(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		b.m.budget.release(n)
+		return false
+	}
+	b.reserved += n
+	return true
+}
+
+// rawRead reads from the underlying body and records what it read.
+func (b *budgetBody) rawRead(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
 	b.read += int64(n)
+	if err == io.EOF {
+		b.eof = true
+	}
 	b.mu.Unlock()
 	return n, err
-}
-
-// probeEOF runs when the budget cannot cover one more byte because others
-// hold part of it. A body that ends exactly at its reservation must still
-// succeed, so one byte is read to tell "finished" from "too big": EOF is
-// passed on, a byte means the body exceeds what the budget allows.
-func (b *budgetBody) probeEOF() (int, error) {
-	n, err := b.rc.Read(b.probe[:])
-	switch {
-	case n > 0:
-		return 0, b.m.budgetError()
-	case err != nil:
-		return 0, err
-	default:
-		return 0, nil
-	}
 }
 
 func (b *budgetBody) Close() error { return b.rc.Close() }
 
 // finish releases the whole reservation when the handler returns; reads
-// after it fail rather than grow an orphaned reservation.
+// after it fail rather than grow an orphaned reservation. A body read to
+// its end teaches its size to the next bodies of its signal.
 func (b *budgetBody) finish() {
 	b.mu.Lock()
 	b.done = true
 	n := b.reserved
 	b.reserved = 0
+	size, eof := b.read, b.eof
 	b.mu.Unlock()
-	b.b.Release(n)
+	b.m.budget.release(n)
+	if eof {
+		b.m.sizes[b.sig].observe(size, now())
+	}
 }
 
 // budgetError is the error a body read returns when the budget is full. It
