@@ -4,6 +4,7 @@ package middleware
 // requests: the budget must not be held, poisoned or wasted.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -19,6 +20,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 )
@@ -84,6 +90,104 @@ func TestHTTPSlowBodiesHoldLittle(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// TestHTTPIdleBodyCutOff: a client that stops sending its body is cut off
+// once it has sent nothing for idle_timeout: the handler's read fails, the
+// client gets the handler's answer (here 400) and the reservation is
+// released, without any timeout on the server.
+func TestHTTPIdleBodyCutOff(t *testing.T) {
+	f := newHTTPFixture(t, NewBudget(64<<10), 16<<10, nil, func(c *Config) { c.IdleTimeout = time.Second })
+	srv := httptest.NewServer(f.h)
+	t.Cleanup(srv.Close)
+	conn := slowClient(t, srv.Listener.Addr().String(), 32<<10, 100, 0)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "no answer: the silent body still holds its reservation")
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Contains(t, string(body), "no request body received for 1s")
+	require.Eventually(t, func() bool { return f.budget.Reserved() == 0 }, admissionWait, time.Millisecond)
+	assert.EqualValues(t, 100, f.next.read.Load())
+}
+
+// TestHTTPTrickleLosesHeadStart: a body that keeps trickling is not idle,
+// but once it is older than idle_timeout it holds at most readStep beyond
+// what it has sent, not the large first reservation it was admitted with.
+func TestHTTPTrickleLosesHeadStart(t *testing.T) {
+	f := newHTTPFixture(t, NewBudget(1<<20), 512<<10, nil, func(c *Config) { c.IdleTimeout = time.Second })
+	srv := httptest.NewServer(f.h)
+	t.Cleanup(srv.Close)
+	slowClient(t, srv.Listener.Addr().String(), 600<<10, 1, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit) == 1 },
+		admissionWait, time.Millisecond)
+	require.Eventually(t, func() bool { return f.budget.Reserved() <= 2*readStep },
+		admissionWait, 10*time.Millisecond, "the trickling body keeps its head start")
+	assert.Positive(t, f.budget.Reserved())
+}
+
+// TestHTTPPeerShare: the requests of one peer (remote IP) are admitted up
+// to its share of the budget and then refused although the budget has room,
+// while another peer is admitted; an IPv6 peer counts by its /64. A single
+// request larger than the share is admitted, as a request larger than the
+// budget is, and grows as it is read.
+func TestHTTPPeerShare(t *testing.T) {
+	const maxBytes = 256 << 10
+	b := NewBudgetWith(BudgetConfig{Max: maxBytes, PeerShare: 0.5, Wait: DefaultBudgetWait})
+	f := newHTTPFixture(t, b, 32<<10, nil)
+	hold := make(chan struct{})
+	entered := make(chan struct{}, 8)
+	held := f.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		entered <- struct{}{}
+		<-hold
+		w.WriteHeader(http.StatusOK)
+	}))
+	serve := func(h http.Handler, path, remote string, size int) int {
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(make([]byte, size)))
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	const peerA = "10.0.0.1:1000"
+	other := func(avoid ...string) string {
+		for i := 2; ; i++ {
+			addr := fmt.Sprintf("10.0.%d.%d:1000", i/250, i%250)
+			clash := false
+			for _, a := range avoid {
+				clash = clash || b.peerOfRemote(addr) == b.peerOfRemote(a)
+			}
+			if !clash {
+				return addr
+			}
+		}
+	}
+
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { assert.Equal(t, http.StatusOK, serve(held, "/v1/traces", peerA, 32<<10)) })
+	}
+	for range 4 {
+		<-entered
+	}
+	assert.EqualValues(t, maxBytes/2, b.Reserved(), "peer A holds its share")
+	assert.Equal(t, http.StatusTooManyRequests, serve(f.h, "/v1/logs", "10.0.0.1:2000", 1<<10), "A's share is used up")
+	assert.Equal(t, http.StatusTooManyRequests, serve(f.h, "/v1/logs", "[::ffff:10.0.0.1]:3000", 1<<10), "the same address, mapped")
+	peerB := other(peerA)
+	assert.Equal(t, http.StatusOK, serve(f.h, "/v1/logs", peerB, 1<<10), "another peer is admitted")
+	close(hold)
+	wg.Wait()
+	assert.Zero(t, b.Reserved())
+
+	peerC := other(peerA, peerB)
+	assert.Equal(t, http.StatusOK, serve(f.h, "/v1/traces", peerC, maxBytes*3/4), "one request larger than the share")
+	assert.Zero(t, b.Reserved())
+
+	assert.Equal(t, b.peerOfRemote("[2001:db8:0:1::1]:1"), b.peerOfRemote("[2001:db8:0:1:ffff::2]:2"), "an IPv6 peer is its /64")
+	assert.Equal(t, b.peerOfRemote("192.0.2.1:1"), b.peerOfRemote("[::ffff:192.0.2.1]:2"))
+	assert.Zero(t, b.peerOfRemote("@unix"), "not an IP: no per-peer limit")
+	assert.Zero(t, NewBudget(1).peerOfRemote(peerA), "no share: no per-peer limit")
 }
 
 // TestHTTPBodyWaitsForRelease: a body of unknown size (compressed, or
@@ -230,12 +334,12 @@ func TestBudgetWaitOldestFirst(t *testing.T) {
 	older, younger := &waiter{age: 1}, &waiter{age: 2}
 	olderOK, youngerOK := make(chan bool, 1), make(chan bool, 1)
 	go func() {
-		ok, _ := b.waitGrow(ctx, younger, 60, 0, admissionWait)
+		ok, _ := b.waitGrow(ctx, younger, 60, 0, 0, admissionWait)
 		youngerOK <- ok
 	}()
 	require.Eventually(t, func() bool { return b.waiting.Load() == 1 }, admissionWait, time.Millisecond)
 	go func() {
-		ok, _ := b.waitGrow(ctx, older, 60, 0, admissionWait)
+		ok, _ := b.waitGrow(ctx, older, 60, 0, 0, admissionWait)
 		olderOK <- ok
 	}()
 	require.Eventually(t, func() bool { return b.waiting.Load() == 2 }, admissionWait, time.Millisecond)
@@ -268,12 +372,12 @@ func TestBudgetWaitYoungestYields(t *testing.T) {
 	older, younger := &waiter{age: 1}, &waiter{age: 2}
 	olderOK, youngerOK := make(chan bool, 1), make(chan bool, 1)
 	go func() {
-		ok, _ := b.waitGrow(ctx, older, 10, 50, admissionWait)
+		ok, _ := b.waitGrow(ctx, older, 10, 50, 0, admissionWait)
 		olderOK <- ok
 	}()
 	require.Eventually(t, func() bool { return b.waiting.Load() == 1 }, admissionWait, time.Millisecond)
 	go func() {
-		ok, _ := b.waitGrow(ctx, younger, 10, 50, admissionWait)
+		ok, _ := b.waitGrow(ctx, younger, 10, 50, 0, admissionWait)
 		youngerOK <- ok
 	}()
 	select {
@@ -286,4 +390,66 @@ func TestBudgetWaitYoungestYields(t *testing.T) {
 	assert.True(t, <-olderOK)
 	b.Release(60)
 	assert.Zero(t, b.Reserved())
+}
+
+// TestGRPCSilentStreamCancelled: a stream that sends no message within
+// idle_timeout is cancelled, which releases its reservation; a stream whose
+// message arrived in time is not, however long its handler takes.
+func TestGRPCSilentStreamCancelled(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(1<<20), 0, func(c *Config) { c.IdleTimeout = time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
+	defer cancel()
+	cs, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.budget.Reserved() == DefaultUnknownSize }, admissionWait, time.Millisecond)
+	err = cs.RecvMsg(new(emptypb.Empty))
+	assert.Equal(t, codes.Canceled, status.Code(err), "%v", err)
+	f.requireReleased(t)
+
+	f.push.hold = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- f.pushAll(ctx, 1, 10) }()
+	require.Eventually(t, func() bool { return f.push.messages.Load() == 1 }, admissionWait, time.Millisecond)
+	time.Sleep(2 * time.Second) // past idle_timeout: the stream must still be alive
+	close(f.push.hold)
+	require.NoError(t, <-errc)
+	f.requireReleased(t)
+}
+
+// grpcConnFrom dials addr from the loopback address local.
+func grpcConnFrom(t *testing.T, addr, local string) *grpc.ClientConn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }))
+	require.NoError(t, err)
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// TestGRPCPeerShare: the streams of one connection's peer are admitted up
+// to its share of the budget, before any authentication could run; a
+// client from another address is admitted meanwhile.
+func TestGRPCPeerShare(t *testing.T) {
+	b := NewBudgetWith(BudgetConfig{Max: 4000, PeerShare: 0.5, Wait: DefaultBudgetWait})
+	f := newGRPCFixture(t, b, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
+	defer cancel()
+	for range 2 {
+		_, err := f.pushStream(ctx)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return b.Reserved() == 2000 }, admissionWait, time.Millisecond)
+	cs, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	requireRetryable(t, cs.RecvMsg(new(emptypb.Empty)), "budget", 2*time.Second, 2*time.Second)
+	assert.EqualValues(t, 2000, b.Reserved(), "refused although half the budget is free")
+
+	local := "127.0.0.2"
+	for i := 3; b.peerOfRemote(local+":1") == b.peerOfRemote("127.0.0.1:1"); i++ {
+		local = fmt.Sprintf("127.0.0.%d", i) // another slot, whatever the seed
+	}
+	require.NoError(t, f.pushAllOn(ctx, grpcConnFrom(t, f.addr, local), 1, 10))
+	cancel()
+	f.requireReleased(t)
 }

@@ -3,6 +3,9 @@ package middleware // import "github.com/otelthrottle/throttle/internal/middlewa
 import (
 	"cmp"
 	"context"
+	"hash/maphash"
+	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,10 +19,24 @@ import (
 // refused client would before its retry, rather than fail and be sent again.
 const DefaultBudgetWait = BudgetRetryDelay
 
+// DefaultPeerShare is the share of the budget the admissions of one peer
+// (remote IP) may hold (admission.peer_share default): one client, or one
+// node or proxy many clients come through, can never take the whole budget
+// from the others, yet keeps half of it.
+const DefaultPeerShare = 0.5
+
+// peerSlots is the number of per-peer counters. Peers are hashed into them;
+// two peers in one slot share its limit, which errs on the safe side.
+const peerSlots = 4096
+
 // BudgetConfig configures a Budget.
 type BudgetConfig struct {
 	// Max is the size of the budget in bytes; <= 0 means no budget.
 	Max int64
+	// PeerShare is the share of Max that the admissions of one peer (remote
+	// IP address; an IPv6 address counts by its /64) may hold. Outside
+	// (0, 1) there is no per-peer limit.
+	PeerShare float64
 	// Wait bounds how long, in total, an admitted body that has outgrown
 	// its reservation waits for bytes to be released; 0 fails it at once.
 	Wait time.Duration
@@ -30,13 +47,15 @@ type BudgetConfig struct {
 // unlimited: every reservation succeeds and Reserved is 0, which is how
 // max_inflight_bytes: 0 disables it.
 //
-// Admission is lock-free: one CAS on the budget. Only a body that has been admitted and outgrows its reservation
+// Admission is lock-free: one CAS on the peer's counter and one on the
+// budget. Only a body that has been admitted and outgrows its reservation
 // may wait (growth), and waits are served oldest body first: while bodies
 // wait, admissions leave free what the waiting bodies still need, so a body
 // that needs the whole budget stops new admissions until it has it.
 type Budget struct {
-	max  int64
-	wait time.Duration
+	max     int64
+	peerMax int64
+	wait    time.Duration
 
 	reserved atomic.Int64
 	// Padding keeps the high-water mark, read on every reservation but
@@ -50,10 +69,15 @@ type Budget struct {
 	waiting atomic.Int32
 	mu      sync.Mutex // guards queue
 	queue   []*waiter  // oldest first
+
+	// peers holds the bytes reserved per peer slot; nil without a per-peer
+	// limit.
+	peers []atomic.Int64
+	seed  maphash.Seed
 }
 
-// NewBudget returns a budget of maxBytes with the default wait; maxBytes
-// <= 0 returns nil (no budget).
+// NewBudget returns a budget of maxBytes with the default wait and no
+// per-peer limit; maxBytes <= 0 returns nil (no budget).
 func NewBudget(maxBytes int64) *Budget {
 	return NewBudgetWith(BudgetConfig{Max: maxBytes, Wait: DefaultBudgetWait})
 }
@@ -63,25 +87,110 @@ func NewBudgetWith(cfg BudgetConfig) *Budget {
 	if cfg.Max <= 0 {
 		return nil
 	}
-	return &Budget{max: cfg.Max, wait: max(cfg.Wait, 0)}
+	b := &Budget{max: cfg.Max, peerMax: cfg.Max, wait: max(cfg.Wait, 0)}
+	if cfg.PeerShare > 0 && cfg.PeerShare < 1 {
+		b.peerMax = max(int64(float64(cfg.Max)*cfg.PeerShare), 1)
+		b.peers = make([]atomic.Int64, peerSlots)
+		b.seed = maphash.MakeSeed()
+	}
+	return b
+}
+
+// peer is a per-peer counter slot plus one; 0 is no peer (no per-peer
+// limit, or an address that is not IP).
+type peer uint16
+
+// peerOfAddr returns the slot of an IP address: an IPv4 address as is, an
+// IPv6 one by its /64, which is what one host or site gets, so that a
+// client cannot escape its share by changing the low bits.
+func (b *Budget) peerOfAddr(a netip.Addr) peer {
+	if b == nil || b.peers == nil || !a.IsValid() {
+		return 0
+	}
+	var k [17]byte
+	if a = a.Unmap(); a.Is4() {
+		v := a.As4()
+		copy(k[:], v[:])
+		k[16] = 4
+	} else {
+		v := a.As16()
+		copy(k[:8], v[:8])
+		k[16] = 6
+	}
+	return peer(maphash.Bytes(b.seed, k[:])%peerSlots) + 1
+}
+
+// peerOfRemote returns the slot of an http.Request's RemoteAddr.
+func (b *Budget) peerOfRemote(remoteAddr string) peer {
+	if b == nil || b.peers == nil {
+		return 0
+	}
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return 0
+	}
+	return b.peerOfAddr(ap.Addr())
+}
+
+// peerOfNet returns the slot of a connection's remote address.
+func (b *Budget) peerOfNet(a net.Addr) peer {
+	if b == nil || b.peers == nil {
+		return 0
+	}
+	if t, ok := a.(*net.TCPAddr); ok {
+		return b.peerOfAddr(t.AddrPort().Addr())
+	}
+	return 0
+}
+
+func (b *Budget) peerAdd(p peer, n int64) {
+	if p != 0 {
+		b.peers[p-1].Add(n)
+	}
+}
+
+// maxFor is the largest first reservation a request of peer p can make: a
+// request larger than that starts with it and grows as it is read.
+func (b *Budget) maxFor(p peer) int64 {
+	if p == 0 {
+		return b.max
+	}
+	return b.peerMax
 }
 
 // Reserve takes n bytes from the budget if they fit, leaving free what
 // waiting bodies need, and reports whether they did. It never blocks.
 // n <= 0 always fits and reserves nothing.
-func (b *Budget) Reserve(n int64) bool { return b.admit(n) }
+func (b *Budget) Reserve(n int64) bool { return b.admit(n, 0) }
 
 // Release returns n bytes taken by a successful Reserve(n).
-func (b *Budget) Release(n int64) { b.release(n) }
+func (b *Budget) Release(n int64) { b.release(n, 0) }
 
-// admit reserves n bytes for a new request if they fit in what is left of
-// the budget once the waiting bodies have what they need. Lock-free; n <= 0
-// always fits.
-func (b *Budget) admit(n int64) bool {
+// admit reserves n bytes for a new request of peer p if they fit in p's
+// share and in what is left of the budget once the waiting bodies have what
+// they need. Lock-free; n <= 0 always fits.
+func (b *Budget) admit(n int64, p peer) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
-	return b.take(n, b.pending.Load())
+	if p != 0 {
+		s := &b.peers[p-1]
+		for {
+			cur := s.Load()
+			// Written as a subtraction so a huge n cannot overflow.
+			if n > b.peerMax-cur {
+				return false
+			}
+			if s.CompareAndSwap(cur, cur+n) {
+				break
+			}
+		}
+	}
+	if !b.take(n, b.pending.Load()) {
+		b.peerAdd(p, -n)
+		return false
+	}
+	return true
 }
 
 // take reserves n bytes if they fit in the budget with keep bytes left
@@ -113,19 +222,21 @@ func (b *Budget) noteHigh(v int64) {
 // charge adds n bytes that are already in memory (a gRPC message larger
 // than its estimate, once received): they are counted even beyond the
 // budget, so that the budget shows them and refuses others meanwhile.
-func (b *Budget) charge(n int64) {
+func (b *Budget) charge(n int64, p peer) {
 	if b == nil || n <= 0 {
 		return
 	}
 	b.noteHigh(b.reserved.Add(n))
+	b.peerAdd(p, n)
 }
 
-// release returns n bytes and wakes the waiting bodies.
-func (b *Budget) release(n int64) {
+// release returns n bytes of peer p and wakes the waiting bodies.
+func (b *Budget) release(n int64, p peer) {
 	if b == nil || n <= 0 {
 		return
 	}
 	b.reserved.Add(-n)
+	b.peerAdd(p, -n)
 	if b.waiting.Load() > 0 {
 		b.mu.Lock()
 		b.wakeLocked()
@@ -136,7 +247,7 @@ func (b *Budget) release(n int64) {
 // tryGrow adds up to need bytes to an admitted request's reservation,
 // what is free of them, if no body is waiting (waiting bodies are served
 // first), and returns how many. Lock-free.
-func (b *Budget) tryGrow(need int64) int64 {
+func (b *Budget) tryGrow(need int64, p peer) int64 {
 	if b.waiting.Load() > 0 {
 		return 0
 	}
@@ -149,6 +260,7 @@ func (b *Budget) tryGrow(need int64) int64 {
 		next := cur + take
 		if b.reserved.CompareAndSwap(cur, next) {
 			b.noteHigh(next)
+			b.peerAdd(p, take)
 			return take
 		}
 	}
@@ -163,14 +275,14 @@ type waiter struct {
 }
 
 // waitGrow adds need bytes to the reservation (held bytes) of an admitted
-// request, waiting at most limit for them. Waiting bodies are
+// request of peer p, waiting at most limit for them. Waiting bodies are
 // served oldest first; a body younger than a waiting one does not take the
 // bytes it needs. When the oldest waiting body could not be served even if
 // every request that is not waiting finished, the waiting bodies hold what
 // it needs, and the youngest of them gives up at once (returns false) so
 // that the older ones can finish. It returns whether the bytes were taken
 // and how long it waited.
-func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, limit time.Duration) (bool, time.Duration) {
+func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, p peer, limit time.Duration) (bool, time.Duration) {
 	if limit <= 0 {
 		return false, 0
 	}
@@ -202,6 +314,7 @@ func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, limi
 	for {
 		older, headNeed, waitHeld, youngest := b.position(w)
 		if b.take(need, older) {
+			b.peerAdd(p, need)
 			return true, now() - start
 		}
 		if youngest && headNeed > b.max-waitHeld {

@@ -20,12 +20,16 @@
 // budget "runs alone": it reads on uncharged, bounded by the receiver's
 // max_request_body_size, so a request larger than the budget is not refused
 // for ever; one known to be that large asks for the whole budget when it
-// first waits, which stops new admissions until it has it. A gRPC call
-// reserves the largest message of its signal received on that server
-// lately (UnknownSize before any), grows to the size of its message once
-// that has arrived, and releases on *stats.End. Reservations are released
-// on every path, panics included. Exempt signals and unclassified requests
-// bypass the budget.
+// first waits, which stops new admissions until it has it. Config.IdleTimeout
+// keeps slow clients from holding the budget: a body older than it keeps at
+// most 64 KiB reserved beyond what it has received, and one that receives
+// nothing for that long fails. The admissions of one peer (remote IP) hold
+// at most its share of the budget. A gRPC call reserves the largest message
+// of its signal received on that server lately (UnknownSize before any),
+// grows to the size of its message once that has arrived, is cancelled if
+// it sends no message within IdleTimeout, and releases on *stats.End.
+// Reservations are released on every path, panics included. Exempt signals
+// and unclassified requests bypass the budget.
 //
 // gRPC caveat: grpc-go accepts only one grpc.InTapHandle per server (a second
 // one panics at server construction), so no other middleware installing a tap

@@ -113,9 +113,10 @@ type grpcFixture struct {
 	push     *pushServer
 	payloads *payloadCounter
 	conn     *grpc.ClientConn
+	addr     string
 }
 
-func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64) *grpcFixture {
+func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64, edit ...func(*Config)) *grpcFixture {
 	t.Helper()
 	f := &grpcFixture{
 		dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget,
@@ -126,10 +127,14 @@ func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64) *grpcFixtur
 		watchMethod: decision.Metrics,
 		missingCall: decision.Profiles,
 	}})
-	mw, err := NewGRPC(Config{
+	cfg := Config{
 		Classifier: cls, Decider: f.dec, Budget: budget, UnknownSize: unknownSize, Recorder: f.rec,
 		Retry: NewRetryDelay(2*time.Second, 9*time.Second, nil),
-	})
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	mw, err := NewGRPC(cfg)
 	require.NoError(t, err)
 	f.mw = mw
 
@@ -147,7 +152,7 @@ func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64) *grpcFixtur
 	}()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	f.conn = conn
+	f.conn, f.addr = conn, ln.Addr().String()
 	t.Cleanup(func() {
 		conn.Close()
 		hs.Shutdown()
@@ -171,7 +176,12 @@ func (f *grpcFixture) pushStream(ctx context.Context) (grpc.ClientStream, error)
 // pushAll sends msgs messages of size bytes on one stream and waits for the
 // answer.
 func (f *grpcFixture) pushAll(ctx context.Context, msgs, size int) error {
-	cs, err := f.pushStream(ctx)
+	return f.pushAllOn(ctx, f.conn, msgs, size)
+}
+
+// pushAllOn is pushAll on another client connection.
+func (f *grpcFixture) pushAllOn(ctx context.Context, cc *grpc.ClientConn, msgs, size int) error {
+	cs, err := cc.NewStream(ctx, &pushDesc.Streams[0], pushMethod)
 	if err != nil {
 		return err
 	}
@@ -350,13 +360,13 @@ func TestGRPCUnregisteredServiceReleases(t *testing.T) {
 // that later RPCs reserve.
 func TestGRPCEstimate(t *testing.T) {
 	f := newGRPCFixture(t, NewBudget(1<<30), 0)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs))
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs, 0))
 	require.NoError(t, f.pushAll(context.Background(), 10, 10000))
 	f.requireReleased(t)
-	est := f.mw.sizeEstimate(decision.Logs)
+	est := f.mw.sizeEstimate(decision.Logs, 0)
 	// 10000 bytes of payload plus a few bytes of protobuf framing.
 	assert.InDelta(t, 10000, est, 16)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces), "per signal")
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces, 0), "per signal")
 
 	// The next RPC reserves the estimate.
 	f.push.hold = make(chan struct{})
@@ -403,19 +413,19 @@ func TestGRPCObserve(t *testing.T) {
 	require.NoError(t, err)
 	h := grpcStats{mw}
 	in := func(sig decision.Signal, size int) {
-		r := &reservation{b: mw.budget, sig: sig}
+		r := &reservation{b: mw.budget, sig: sig, cancel: func() {}}
 		h.HandleRPC(context.WithValue(context.Background(), reservationKey{}, r), &stats.InPayload{Length: size})
 		r.release()
 	}
-	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.Traces), "unknown_size before any message")
+	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.Traces, 0), "unknown_size before any message")
 	in(decision.Traces, 8000)
-	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.Traces))
+	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.Traces, 0))
 	in(decision.Traces, 1600)
-	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.Traces), "the largest recent message, not an average")
+	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.Traces, 0), "the largest recent message, not an average")
 	in(decision.Logs, 0)
-	assert.EqualValues(t, minEstimate, mw.sizeEstimate(decision.Logs), "an empty message is data too, counted as the floor")
+	assert.EqualValues(t, minEstimate, mw.sizeEstimate(decision.Logs, 0), "an empty message is data too, counted as the floor")
 	in(decision.Metrics, 10<<20)
-	assert.EqualValues(t, 1<<20, mw.sizeEstimate(decision.Metrics), "capped at the budget")
+	assert.EqualValues(t, 1<<20, mw.sizeEstimate(decision.Metrics, 0), "capped at the budget")
 	assert.Zero(t, mw.budget.Reserved())
 }
 

@@ -2,6 +2,8 @@ package middleware // import "github.com/otelthrottle/throttle/internal/middlewa
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -10,7 +12,10 @@ import (
 	"github.com/otelthrottle/throttle/internal/decision"
 )
 
-// readStep is the most a body's reservation grows by at once.
+// readStep is the most a body's reservation grows by at once, and the most
+// of it that may be ahead of what has been received once the body's head
+// start (IdleTimeout) is over: a client that trickles its body holds about
+// what it has sent, not what it has announced.
 const readStep = 64 << 10
 
 // HTTP is the HTTP server middleware. One HTTP may wrap any number of
@@ -20,7 +25,8 @@ type HTTP struct {
 	bodies *httpBodies
 	// sizes learns, per signal, the size bodies turn out to have once read
 	// (decompressed): what an admitted body of that signal reserves first.
-	sizes [decision.NumSignals]sizeWindow
+	sizes   [decision.NumSignals]sizeWindow
+	idleErr error
 }
 
 // NewHTTP returns the HTTP middleware for cfg.
@@ -29,7 +35,11 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &HTTP{settings: s, bodies: newHTTPBodies()}, nil
+	return &HTTP{
+		settings: s,
+		bodies:   newHTTPBodies(),
+		idleErr:  fmt.Errorf("throttle: no request body received for %v; the request is dropped to free its share of the admission budget", s.idle),
+	}, nil
 }
 
 // Wrap returns next behind the throttle. For each request it classifies the
@@ -72,13 +82,14 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := now()
-	initial := m.initialSize(sig, r.ContentLength, t)
-	if !m.budget.admit(initial) {
+	p := m.budget.peerOfRemote(r.RemoteAddr)
+	initial := m.initialSize(sig, r.ContentLength, p, t)
+	if !m.budget.admit(initial, p) {
 		m.reject(w, r, sig, decision.DenyBudget)
 		return
 	}
 	m.rec.Record(ProtocolHTTP, sig, decision.Admit)
-	body := m.newBody(r, sig, initial, t)
+	body := m.newBody(w, r, sig, p, initial, t)
 	// A deferred finish also runs while a panic unwinds, so a panicking
 	// handler returns its bytes and the panic carries on unchanged.
 	defer body.finish()
@@ -93,10 +104,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // initialSize is what a body reserves when it is admitted: what bodies of
 // its signal have lately turned out to be on this server (unknown_size
 // before any), or its Content-Length if that is smaller. It is never more
-// than the budget: a request larger than that could never be admitted, its
-// client would retry until it dropped the data, so it starts with what it
-// can have and grows as it is read.
-func (m *HTTP) initialSize(sig decision.Signal, contentLength int64, t time.Duration) int64 {
+// than the budget or the peer's share: a request larger than that could
+// never be admitted, its client would retry until it dropped the data, so
+// it starts with what it can have and grows as it is read.
+func (m *HTTP) initialSize(sig decision.Signal, contentLength int64, p peer, t time.Duration) int64 {
 	n := m.sizes[sig].get(t)
 	if n == 0 {
 		n = m.unknownSize
@@ -104,20 +115,30 @@ func (m *HTTP) initialSize(sig decision.Signal, contentLength int64, t time.Dura
 	if contentLength >= 0 {
 		n = min(n, contentLength)
 	}
-	return min(n, m.budget.max)
+	return min(n, m.budget.maxFor(p))
 }
 
-func (m *HTTP) newBody(r *http.Request, sig decision.Signal, initial int64, t time.Duration) *budgetBody {
-	return &budgetBody{
-		rc:       r.Body,
-		m:        m,
-		ctx:      r.Context(),
-		sig:      sig,
-		known:    r.ContentLength,
-		waitLeft: m.budget.wait,
-		w:        waiter{age: t},
-		reserved: initial,
+func (m *HTTP) newBody(w http.ResponseWriter, r *http.Request, sig decision.Signal, p peer, initial int64, t time.Duration) *budgetBody {
+	b := &budgetBody{
+		rc:           r.Body,
+		m:            m,
+		ctx:          r.Context(),
+		sig:          sig,
+		peer:         p,
+		known:        r.ContentLength,
+		admitted:     t,
+		waitLeft:     m.budget.wait,
+		w:            waiter{age: t},
+		reserved:     initial,
+		lastProgress: t,
 	}
+	if m.idle > 0 {
+		b.ctl = http.NewResponseController(w)
+		b.mu.Lock() // the timer's func takes it: it must see b.idle set
+		b.idle = time.AfterFunc(m.idle, b.idleCheck)
+		b.mu.Unlock()
+	}
+	return b
 }
 
 func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signal, v decision.Verdict) {
@@ -137,6 +158,11 @@ func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signa
 // otlpreceiver answers 429 + Retry-After. A chunked or compressed body
 // therefore cannot bypass the budget while others hold part of it.
 //
+// Slow and silent clients cannot hold the budget: once the body is older
+// than IdleTimeout it keeps at most readStep beyond what it has received,
+// and a body that receives nothing for IdleTimeout fails (its connection's
+// read deadline is moved into the past).
+//
 // A body that holds the whole budget runs alone: it is read on without
 // further charge, bounded by the receiver's max_request_body_size rather
 // than the budget. Refusing it would be a retryable error that could never
@@ -145,25 +171,34 @@ func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signa
 // be that large asks for the whole budget at once when it first has to
 // wait, which stops new admissions until it has it.
 type budgetBody struct {
-	rc    io.ReadCloser
-	m     *HTTP
-	ctx   context.Context
-	sig   decision.Signal
-	known int64 // Content-Length; -1 when unknown
+	rc       io.ReadCloser
+	m        *HTTP
+	ctx      context.Context
+	sig      decision.Signal
+	peer     peer
+	known    int64 // Content-Length; -1 when unknown
+	admitted time.Duration
+	ctl      *http.ResponseController // nil without IdleTimeout
 
 	// Read's own state: Read is not called concurrently.
 	waitLeft time.Duration
 	w        waiter
 	probe    [1]byte
 
-	// mu guards what finish shares with Read; it is never held while
-	// reading or waiting, so finish cannot block behind a Read stuck on
-	// the network.
-	mu       sync.Mutex
-	reserved int64
-	read     int64
-	eof      bool
-	done     bool
+	// mu guards what finish and idleCheck share with Read; it is never
+	// held while reading or waiting, so neither can block behind a Read
+	// stuck on the network.
+	mu           sync.Mutex
+	reserved     int64
+	read         int64
+	lastProgress time.Duration
+	late         bool // older than IdleTimeout: no more head start
+	uncharged    bool // a pending read may return more than is reserved
+	inRead       bool
+	eof          bool
+	done         bool
+	killed       bool
+	idle         *time.Timer
 }
 
 func (b *budgetBody) Read(p []byte) (int, error) {
@@ -175,6 +210,7 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		b.mu.Unlock()
 		return 0, http.ErrBodyReadAfterClose
 	}
+	b.trimLocked(now())
 	avail := b.reserved - b.read
 	alone := b.reserved >= b.m.budget.max
 	need := b.needLocked(len(p))
@@ -193,11 +229,11 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		if err != nil {
 			// The body ended with this byte: nothing to wait for.
 			need = 1
-			b.m.budget.charge(need)
-		} else if got := b.m.budget.tryGrow(need); got > 0 {
+			b.m.budget.charge(need, b.peer)
+		} else if got := b.m.budget.tryGrow(need, b.peer); got > 0 {
 			need = got
 		} else {
-			ok, waited := b.m.budget.waitGrow(b.ctx, &b.w, need, held, b.waitLeft)
+			ok, waited := b.m.budget.waitGrow(b.ctx, &b.w, need, held, b.peer, b.waitLeft)
 			b.waitLeft -= waited
 			if !ok {
 				return 0, b.m.budgetError()
@@ -218,10 +254,10 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 // needLocked is how much the reservation grows by before a read of want
 // bytes once it is used up: readStep at most, never beyond the whole
 // budget, nor beyond a known length. A body known to be larger than the
-// whole budget asks for all of it.
+// whole budget asks for all of it during its head start.
 func (b *budgetBody) needLocked(want int) int64 {
 	left := b.m.budget.max - b.reserved
-	if b.known >= b.m.budget.max {
+	if b.known >= b.m.budget.max && !b.late {
 		return left
 	}
 	n := min(int64(want), readStep, left)
@@ -231,30 +267,103 @@ func (b *budgetBody) needLocked(want int) int64 {
 	return n
 }
 
+// trimLocked ends the head start of a body older than IdleTimeout: the
+// part of its reservation more than readStep ahead of what it has
+// received goes back to the budget, now and at every later read.
+func (b *budgetBody) trimLocked(t time.Duration) {
+	if b.m.idle <= 0 || t-b.admitted < b.m.idle {
+		return
+	}
+	b.late = true
+	if excess := b.reserved - (b.read + readStep); excess > 0 {
+		b.reserved -= excess
+		b.m.budget.release(excess, b.peer)
+	}
+}
+
 // add records n bytes taken from the budget; after finish they go back at
 // once.
 func (b *budgetBody) add(n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
-		b.m.budget.release(n)
+		b.m.budget.release(n, b.peer)
 		return false
 	}
 	b.reserved += n
 	return true
 }
 
-// rawRead reads from the underlying body and records what it read.
+// rawRead reads from the underlying body and records the progress.
 func (b *budgetBody) rawRead(p []byte) (int, error) {
+	b.mu.Lock()
+	b.inRead = true
+	b.mu.Unlock()
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
+	b.inRead = false
 	b.read += int64(n)
+	if b.uncharged {
+		b.uncharged = false
+		if extra := b.read - b.reserved; extra > 0 && !b.done {
+			b.reserved = b.read
+			b.m.budget.charge(extra, b.peer)
+		}
+	}
+	if n > 0 {
+		b.lastProgress = now()
+	}
 	if err == io.EOF {
 		b.eof = true
 	}
+	killed := b.killed
 	b.mu.Unlock()
+	if err != nil && killed && !errors.Is(err, io.EOF) {
+		err = b.m.idleErr
+	}
 	return n, err
 }
+
+// idleCheck runs IdleTimeout after the last progress it saw. A body that
+// has received nothing for IdleTimeout while the handler waits in a read
+// is cut off by moving its connection's read deadline into the past: the
+// read fails, the handler returns and the reservation is released. (Only
+// while a read is pending: once the body has ended, net/http reads the
+// connection in the background and a deadline would end the connection
+// under a request still being processed.)
+func (b *budgetBody) idleCheck() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done || b.eof || b.killed {
+		return
+	}
+	quiet := now() - b.lastProgress
+	switch {
+	case quiet < b.m.idle:
+		b.idle.Reset(b.m.idle - quiet)
+	case !b.inRead:
+		// The handler is not reading: the stall is not the client's.
+		b.idle.Reset(b.m.idle)
+	default:
+		b.killed = true
+		if b.ctl.SetReadDeadline(aLongTimeAgo) != nil {
+			// No deadline behind this ResponseWriter: at least give back
+			// what has not been received; a read still pending is charged
+			// when it returns (see rawRead).
+			b.killed = false
+			b.late = true
+			if excess := b.reserved - b.read; excess > 0 && b.reserved < b.m.budget.max {
+				b.reserved = b.read
+				b.uncharged = true
+				b.m.budget.release(excess, b.peer)
+			}
+		}
+	}
+}
+
+// aLongTimeAgo is a read deadline in the past: it fails a pending read at
+// once.
+var aLongTimeAgo = time.Unix(1, 0)
 
 func (b *budgetBody) Close() error { return b.rc.Close() }
 
@@ -266,9 +375,12 @@ func (b *budgetBody) finish() {
 	b.done = true
 	n := b.reserved
 	b.reserved = 0
+	if b.idle != nil {
+		b.idle.Stop()
+	}
 	size, eof := b.read, b.eof
 	b.mu.Unlock()
-	b.m.budget.release(n)
+	b.m.budget.release(n, b.peer)
 	if eof {
 		b.m.sizes[b.sig].observe(size, now())
 	}
