@@ -66,7 +66,8 @@ const (
 // hostileBudgetConf is the throttle configuration of the budget tests.
 func hostileBudgetConf() map[string]any {
 	return map[string]any{
-		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown},
+		// No per-peer share: every client of these tests is 127.0.0.1.
+		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown, "peer_share": 1},
 		"rules":     map[string]any{"metrics": map[string]any{"enabled": false}},
 	}
 }
