@@ -132,9 +132,9 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		return ctx, g.reject(sig, decision.DenyBudget)
 	}
 	g.rec.Record(ProtocolGRPC, sig, decision.Admit)
-	r := &reservation{b: g.budget, n: n, sig: sig, peer: p}
-	ctx, r.cancel = context.WithCancel(ctx)
+	r := &reservation{b: g.budget, n: n, sig: sig, peer: p, cancel: func() {}}
 	if g.idle > 0 {
+		ctx, r.cancel = context.WithCancel(ctx)
 		r.idle = time.AfterFunc(g.idle, r.expire)
 	}
 	// Safety net: grpc-go sends *stats.End only for RPCs that reach a

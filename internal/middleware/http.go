@@ -210,7 +210,9 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		b.mu.Unlock()
 		return 0, http.ErrBodyReadAfterClose
 	}
-	b.trimLocked(now())
+	if b.m.idle > 0 {
+		b.trimLocked(now())
+	}
 	avail := b.reserved - b.read
 	alone := b.reserved >= b.m.budget.max
 	need := b.needLocked(len(p))
@@ -271,7 +273,7 @@ func (b *budgetBody) needLocked(want int) int64 {
 // part of its reservation more than readStep ahead of what it has
 // received goes back to the budget, now and at every later read.
 func (b *budgetBody) trimLocked(t time.Duration) {
-	if b.m.idle <= 0 || t-b.admitted < b.m.idle {
+	if t-b.admitted < b.m.idle {
 		return
 	}
 	b.late = true
@@ -310,7 +312,7 @@ func (b *budgetBody) rawRead(p []byte) (int, error) {
 			b.m.budget.charge(extra, b.peer)
 		}
 	}
-	if n > 0 {
+	if n > 0 && b.m.idle > 0 {
 		b.lastProgress = now()
 	}
 	if err == io.EOF {
