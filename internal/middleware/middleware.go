@@ -50,8 +50,8 @@ type Config struct {
 	// IdleTimeout bounds how long an admitted request may hold budget
 	// without progress: an HTTP body that receives nothing for this long
 	// fails, a gRPC call that has not sent its first message by then is
-	// cancelled, and the part of an HTTP reservation not yet received is
-	// given back once a body is this old. 0 means none of this.
+	// cancelled, and an HTTP body this old keeps at most 64 KiB reserved
+	// beyond what it has received. 0 means none of this.
 	IdleTimeout time.Duration
 	// Recorder counts every decision. Nil means NopRecorder.
 	Recorder Recorder
