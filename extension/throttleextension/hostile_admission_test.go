@@ -122,11 +122,12 @@ func hostileSlowBody(t *testing.T, addr string, size, first int, every time.Dura
 // up, everything is released.
 func TestHostileSlowHTTPBodies(t *testing.T) {
 	conf := hostileBudgetConf()
-	conf["admission"].(map[string]any)["idle_timeout"] = "1s"
+	conf["admission"].(map[string]any)["idle_timeout"] = "2s"
 	env := startE2E(t, e2eOptions{conf: conf})
-	// A byte every 250ms: slow, yet well within idle_timeout (1s here).
-	_, stop1 := hostileSlowBody(t, env.httpAddr, hostileBudget/2, 1, 250*time.Millisecond)
-	_, stop2 := hostileSlowBody(t, env.httpAddr, hostileBudget/2, 1, 250*time.Millisecond)
+	// A byte every 200ms: slow, yet well within idle_timeout (2s here,
+	// with room for a loaded machine).
+	_, stop1 := hostileSlowBody(t, env.httpAddr, hostileBudget/2, 1, 200*time.Millisecond)
+	_, stop2 := hostileSlowBody(t, env.httpAddr, hostileBudget/2, 1, 200*time.Millisecond)
 	require.Eventually(t, func() bool {
 		return env.requests(t, "http", SignalTraces, "allowed", "") == 2 && hostileReserved(env) == 2*hostileUnknown
 	}, e2eWait, time.Millisecond, "the slow bodies do not hold their first reservation only")
@@ -143,7 +144,7 @@ func TestHostileSlowHTTPBodies(t *testing.T) {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	assert.Contains(t, string(b), "no request body received for 1s")
+	assert.Contains(t, string(b), "no request body received for 2s")
 	require.Eventually(t, func() bool { return hostileReserved(env) == 2*hostileUnknown }, e2eWait, time.Millisecond,
 		"the silent body's reservation was not released")
 
@@ -170,7 +171,9 @@ func hostileDialFrom(local string) func(ctx context.Context, network, addr strin
 // without the client doing anything.
 func TestHostileGRPCSilentStreams(t *testing.T) {
 	env := startE2E(t, e2eOptions{conf: map[string]any{
-		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown, "idle_timeout": "1s"},
+		// Long enough for the checks below to run while the streams are
+		// still open on a loaded machine.
+		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown, "idle_timeout": "3s"},
 	}})
 	cc := env.grpcConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)

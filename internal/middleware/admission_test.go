@@ -396,7 +396,8 @@ func TestBudgetWaitYoungestYields(t *testing.T) {
 // idle_timeout is cancelled, which releases its reservation; a stream whose
 // message arrived in time is not, however long its handler takes.
 func TestGRPCSilentStreamCancelled(t *testing.T) {
-	f := newGRPCFixture(t, NewBudget(1<<20), 0, func(c *Config) { c.IdleTimeout = time.Second })
+	const idle = 2 * time.Second
+	f := newGRPCFixture(t, NewBudget(1<<20), 0, func(c *Config) { c.IdleTimeout = idle })
 	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
 	defer cancel()
 	cs, err := f.pushStream(ctx)
@@ -410,7 +411,7 @@ func TestGRPCSilentStreamCancelled(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- f.pushAll(ctx, 1, 10) }()
 	require.Eventually(t, func() bool { return f.push.messages.Load() == 1 }, admissionWait, time.Millisecond)
-	time.Sleep(2 * time.Second) // past idle_timeout: the stream must still be alive
+	time.Sleep(idle + time.Second) // past idle_timeout: the stream must still be alive
 	close(f.push.hold)
 	require.NoError(t, <-errc)
 	f.requireReleased(t)
