@@ -17,6 +17,7 @@ import (
 
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/gomemlimit"
+	"github.com/otelthrottle/throttle/internal/middleware"
 )
 
 // Defaults and bounds of the configuration. They are the values of SPEC
@@ -52,6 +53,15 @@ const (
 	defaultStatusEndpoint = "localhost:55680"
 
 	defaultUnknownSize ByteSize = 1 << 20 // 1 MiB
+
+	// The admission defaults are the middleware's (see their comments
+	// there for why). maxWaitTimeout bounds how long a body may hold its
+	// handler and stop admissions while it waits for the budget.
+	defaultIdleTimeout = middleware.DefaultIdleTimeout
+	minIdleTimeout     = time.Second
+	defaultPeerShare   = middleware.DefaultPeerShare
+	defaultWaitTimeout = middleware.DefaultBudgetWait
+	maxWaitTimeout     = 10 * time.Second
 
 	// Pacing is off by default (see PacingConfig). maxPacingDelay bounds
 	// how long a rejected client and a shutdown wait on a held request.
@@ -279,9 +289,24 @@ type AdmissionConfig struct {
 	// unfinished requests: "auto" (default; a share of the memory limit, see
 	// InflightBudget.ResolveBudget), 0 = off, or a size such as 24MiB.
 	MaxInflightBytes InflightBudget `mapstructure:"max_inflight_bytes"`
-	// UnknownSize is what a request of unknown size (HTTP without
-	// Content-Length) reserves until it has been read. Default 1MiB.
+	// UnknownSize is what a request reserves when it is admitted while no
+	// size has been learnt for its signal (HTTP without Content-Length, or
+	// compressed; gRPC). Default 1MiB.
 	UnknownSize ByteSize `mapstructure:"unknown_size"`
+	// IdleTimeout bounds how long a request can hold the budget without
+	// sending: an HTTP body that receives nothing for this long fails, a
+	// gRPC call that sends no message within it is cancelled, and an HTTP
+	// body older than it keeps at most 64KiB reserved beyond what it has
+	// received. Default 10s; 0 = off; else at least 1s.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// PeerShare is the share of the budget that the admitted requests of
+	// one peer (remote IP; IPv6 by /64) may hold. Default 0.5; in (0, 1];
+	// 1 = no per-peer limit.
+	PeerShare float64 `mapstructure:"peer_share"`
+	// WaitTimeout is how long, in total, an admitted HTTP body that
+	// outgrows its reservation waits for bytes to be released before it
+	// fails (429). Default 1s; 0 = fail at once; at most 10s.
+	WaitTimeout time.Duration `mapstructure:"wait_timeout"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -360,6 +385,9 @@ func createDefaultConfig() component.Config {
 		Admission: AdmissionConfig{
 			MaxInflightBytes: AutoInflightBudget(),
 			UnknownSize:      defaultUnknownSize,
+			IdleTimeout:      defaultIdleTimeout,
+			PeerShare:        defaultPeerShare,
+			WaitTimeout:      defaultWaitTimeout,
 		},
 		Pacing:     PacingConfig{MaxHeld: defaultPacingMaxHeld},
 		GoMemLimit: GoMemLimitConfig{Enabled: true, Share: gomemlimit.DefaultShare},
@@ -469,6 +497,7 @@ func (cfg *Config) Validate() error {
 				cfg.Admission.UnknownSize, cfg.Admission.MaxInflightBytes.Size())
 		}
 	}
+	errs = append(errs, cfg.Admission.validateLimits()...)
 
 	// Pacing.
 	if cfg.Pacing.Delay < 0 || cfg.Pacing.Delay > maxPacingDelay {
@@ -495,6 +524,22 @@ func (cfg *Config) Validate() error {
 	}
 
 	return errors.Join(errs...)
+}
+
+// validateLimits checks the settings that keep slow and greedy clients
+// from holding the admission budget.
+func (a AdmissionConfig) validateLimits() []error {
+	var errs []error
+	if a.IdleTimeout != 0 && a.IdleTimeout < minIdleTimeout {
+		errs = append(errs, fmt.Errorf("admission.idle_timeout must be 0 (off) or >= %v, got %v", minIdleTimeout, a.IdleTimeout))
+	}
+	if !(a.PeerShare > 0 && a.PeerShare <= 1) { // also rejects NaN
+		errs = append(errs, fmt.Errorf("admission.peer_share must be in (0, 1], got %s", formatConfigFloat(a.PeerShare)))
+	}
+	if a.WaitTimeout < 0 || a.WaitTimeout > maxWaitTimeout {
+		errs = append(errs, fmt.Errorf("admission.wait_timeout must be between 0s and %v, got %v", maxWaitTimeout, a.WaitTimeout))
+	}
+	return errs
 }
 
 // validateSlot checks 0 < exit < enter < hard <= maxHard and breach_n >= 1

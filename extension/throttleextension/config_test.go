@@ -82,6 +82,9 @@ func TestLoadConfig(t *testing.T) {
 				Admission: AdmissionConfig{
 					MaxInflightBytes: FixedInflightBudget(24 * MiB),
 					UnknownSize:      512 * KiB,
+					IdleTimeout:      5 * time.Second,
+					PeerShare:        0.25,
+					WaitTimeout:      2 * time.Second,
 				},
 				Pacing: PacingConfig{Delay: 250 * time.Millisecond, MaxHeld: 64},
 				Routes: RoutesConfig{
@@ -153,6 +156,14 @@ func TestLoadConfig(t *testing.T) {
 			expected: createDefaultConfig().(*Config),
 		},
 		{
+			id: component.NewIDWithName(metadata.Type, "admission_limits_off"),
+			expected: defaultConfigWith(func(c *Config) {
+				c.Admission.IdleTimeout = 0
+				c.Admission.PeerShare = 1
+				c.Admission.WaitTimeout = 0
+			}),
+		},
+		{
 			id: component.NewIDWithName(metadata.Type, "cpu_off"),
 			expected: defaultConfigWith(func(c *Config) {
 				c.Thresholds.CPU = SlotConfig{}
@@ -208,6 +219,16 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"unknown_size_zero", []string{"admission.unknown_size must be > 0 when admission.max_inflight_bytes is not 0"}},
 		{"unknown_size_over_budget", []string{
 			"admission.unknown_size must be <= admission.max_inflight_bytes, got 2MiB and 1MiB",
+		}},
+		{"admission_limits_invalid", []string{
+			"admission.idle_timeout must be 0 (off) or >= 1s, got 500ms",
+			"admission.peer_share must be in (0, 1], got 0",
+			"admission.wait_timeout must be between 0s and 10s, got 11s",
+		}},
+		{"admission_limits_negative", []string{
+			"admission.idle_timeout must be 0 (off) or >= 1s, got -1s",
+			"admission.peer_share must be in (0, 1], got 1.5",
+			"admission.wait_timeout must be between 0s and 10s, got -1s",
 		}},
 		{"route_unknown_signal", []string{
 			`routes.http./x: unknown signal "foo", want one of traces, metrics, logs, profiles`,
@@ -270,6 +291,9 @@ func TestCreateDefaultConfig(t *testing.T) {
 	assert.Equal(t, 250*time.Millisecond, cfg.SampleInterval)
 	assert.True(t, cfg.Admission.MaxInflightBytes.Auto())
 	assert.Equal(t, MiB, cfg.Admission.UnknownSize)
+	assert.Equal(t, 10*time.Second, cfg.Admission.IdleTimeout)
+	assert.Equal(t, 0.5, cfg.Admission.PeerShare)
+	assert.Equal(t, time.Second, cfg.Admission.WaitTimeout)
 	assert.False(t, cfg.Status.HasValue(), "the status page is off by default")
 	assert.False(t, cfg.ReportStatus)
 	assert.Equal(t, 5*time.Second, cfg.StaleAfter())
@@ -308,6 +332,7 @@ func TestConfigValidateNonFinite(t *testing.T) {
 		c.Thresholds.CPU.Hard = inf
 		c.Thresholds.Mem.Enter = nan
 		c.Rules["traces"] = RuleConfig{DropMax: ptrTo(nan)}
+		c.Admission.PeerShare = nan
 	})
 	assert.EqualError(t, cfg.Validate(), strings.Join([]string{
 		"signal.cpu_slow_beta must be in (0, 1), got NaN",
@@ -315,6 +340,7 @@ func TestConfigValidateNonFinite(t *testing.T) {
 		"thresholds.cpu.hard must be a finite number, got +Inf",
 		"thresholds.mem.enter must be a finite number, got NaN",
 		"rules.traces.drop_max must be in [0, 1], got NaN",
+		"admission.peer_share must be in (0, 1], got NaN",
 	}, "\n"))
 }
 
@@ -444,7 +470,7 @@ func TestByteSizeRoundTrip(t *testing.T) {
 // "otelcol print-config" does) and reads it back.
 func TestConfigRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"", "full", "benchmark", "sizes_units", "budget_off"} {
+	for _, name := range []string{"", "full", "benchmark", "sizes_units", "budget_off", "admission_limits_off"} {
 		id := component.NewIDWithName(metadata.Type, name)
 		if name == "" {
 			id = component.NewID(metadata.Type)

@@ -126,6 +126,8 @@ type e2eOptions struct {
 	// nopTelemetry gives the extension no-op telemetry instead of an SDK
 	// meter provider.
 	nopTelemetry bool
+	// traces, when set, receives the traces instead of env.traces.
+	traces consumer.Traces
 }
 
 // e2eFreeAddr returns a loopback address nobody listens on right now.
@@ -226,6 +228,9 @@ func startE2E(tb testing.TB, opts e2eOptions) *e2eEnv {
 	if opts.nopConsumers {
 		nop := consumertest.NewNop()
 		tc, mc, lc, pc = nop, nop, nop, nop
+	}
+	if opts.traces != nil {
+		tc = opts.traces
 	}
 	rset := receivertest.NewNopSettings(rf.Type())
 	// otlpreceiver shares one server between the receivers of one config:

@@ -148,7 +148,11 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 	e.stale = startStaleWatchdog(e.engine, e.logger, e.cfg, e.status.reportChange)
 	wl := e.sampler.Load()
 	if !e.cfg.Admission.MaxInflightBytes.Off() {
-		e.budget.Store(middleware.NewBudget(int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit))))
+		e.budget.Store(middleware.NewBudgetWith(middleware.BudgetConfig{
+			Max:       int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit)),
+			PeerShare: e.cfg.Admission.PeerShare,
+			Wait:      e.cfg.Admission.WaitTimeout,
+		}))
 	}
 	goLimit := e.memLimit.Limit()
 	e.logger.Info("throttle started",
@@ -308,6 +312,7 @@ func (e *throttleExtension) middlewareConfig() middleware.Config {
 		Retry:       e.retry,
 		Budget:      e.budget.Load(),
 		UnknownSize: int64(e.cfg.Admission.UnknownSize),
+		IdleTimeout: e.cfg.Admission.IdleTimeout,
 		Recorder:    e,
 		Pacer:       e.pacer,
 		Queue:       e.queue,

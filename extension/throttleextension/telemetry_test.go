@@ -204,9 +204,11 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	want.add("grpc", SignalProfiles, Admit)
 	assertRequests()
 
-	// Step 4: Normal again at 50%; a request larger than the budget is
-	// denied by it while another request holds part of it, admitted with
-	// the whole budget when alone, and nothing stays reserved.
+	// Step 4: Normal again at 50%; a request is admitted with its first
+	// reservation (its Content-Length, or unknown_size if that is smaller:
+	// the handler here reads nothing), also when it is larger than the
+	// budget and another request holds part of it; it is denied by the
+	// budget when the rest is held; nothing stays reserved.
 	src.setMem(50)
 	waitState(t, e, StateNormal)
 	waitValid(t, e, 0.5)
@@ -216,15 +218,17 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	during = func() { innerCode = post(paths[SignalTraces], budget+1) }
 	require.Equal(t, http.StatusOK, post(paths[SignalTraces], 1000))
 	want.add("http", SignalTraces, Admit)
-	require.Equal(t, http.StatusTooManyRequests, innerCode, "over the budget while another request holds 1000 bytes")
+	require.Equal(t, http.StatusOK, innerCode, "larger than the budget, while another request holds 1000 bytes")
+	want.add("http", SignalTraces, Admit)
+	assert.Equal(t, int64(1000+defaultUnknownSize), seenReserved, "1000 bytes and the larger request's unknown_size")
+	held := e.budget.Load()
+	require.True(t, held.Reserve(budget-500))
+	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalTraces], 1000), "1000 bytes with 500 left")
 	want.add("http", SignalTraces, DenyBudget)
-	seenReserved = -1
-	require.Equal(t, http.StatusOK, post(paths[SignalTraces], budget+1), "over the budget, alone")
+	held.Release(budget - 500)
+	require.Equal(t, http.StatusOK, post(paths[SignalTraces], 500))
 	want.add("http", SignalTraces, Admit)
-	assert.Equal(t, int64(budget), seenReserved, "a request over the budget takes the whole budget, no more")
-	require.Equal(t, http.StatusOK, post(paths[SignalTraces], budget))
-	want.add("http", SignalTraces, Admit)
-	assert.Equal(t, int64(budget), seenReserved, "a request of exactly the budget fits")
+	assert.Equal(t, int64(500), seenReserved, "a Content-Length below unknown_size is reserved exactly")
 	e.RecordProcessorDecision(SignalProfiles, DenyBudget)
 	want.add("processor", SignalProfiles, DenyBudget)
 	assertRequests()

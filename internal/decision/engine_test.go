@@ -811,9 +811,9 @@ func TestBurstReplay(t *testing.T) {
 	var transitions []Transition
 	cfg := linesConfig()
 	e := New(cfg, Options{
-		Now:          newFakeClock().Now,
+		Now:           newFakeClock().Now,
 		RelieveMemory: func() {},
-		OnTransition: func(tr Transition) { transitions = append(transitions, tr) },
+		OnTransition:  func(tr Transition) { transitions = append(transitions, tr) },
 	})
 	var got, want []State
 	for _, fr := range frames {

@@ -14,9 +14,9 @@ func TestExpire(t *testing.T) {
 	clock := newFakeClock()
 	var transitions []Transition
 	e := New(testConfig(1, 1), Options{
-		Now:          clock.Now,
+		Now:           clock.Now,
 		RelieveMemory: func() {},
-		OnTransition: func(tr Transition) { transitions = append(transitions, tr) },
+		OnTransition:  func(tr Transition) { transitions = append(transitions, tr) },
 	})
 	e.Observe(memOnly(0.95).level())
 	require.Equal(t, Open, e.State(Traces))

@@ -1,84 +1,369 @@
 package middleware // import "github.com/otelthrottle/throttle/internal/middleware"
 
-import "sync/atomic"
+import (
+	"cmp"
+	"context"
+	"hash/maphash"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultBudgetWait bounds how long a body that has outgrown its
+// reservation waits, in total, for bytes to be released (admission.wait_timeout
+// default). It is the retry delay of a budget rejection: a body that has
+// already been read and decompressed in part should wait about as long as a
+// refused client would before its retry, rather than fail and be sent again.
+const DefaultBudgetWait = BudgetRetryDelay
+
+// DefaultPeerShare is the share of the budget the admissions of one peer
+// (remote IP) may hold (admission.peer_share default): one client, or one
+// node or proxy many clients come through, can never take the whole budget
+// from the others, yet keeps half of it.
+const DefaultPeerShare = 0.5
+
+// peerSlots is the number of per-peer counters. Peers are hashed into them;
+// two peers in one slot share its limit, which errs on the safe side.
+const peerSlots = 4096
+
+// BudgetConfig configures a Budget.
+type BudgetConfig struct {
+	// Max is the size of the budget in bytes; <= 0 means no budget.
+	Max int64
+	// PeerShare is the share of Max that the admissions of one peer (remote
+	// IP address; an IPv6 address counts by its /64) may hold. Outside
+	// (0, 1) there is no per-peer limit.
+	PeerShare float64
+	// Wait bounds how long, in total, an admitted body that has outgrown
+	// its reservation waits for bytes to be released; 0 fails it at once.
+	Wait time.Duration
+}
 
 // Budget bounds the bytes reserved by admitted, unfinished requests. It is
-// lock-free (one CAS per reservation) and shared by every server of one
-// extension. A nil *Budget is valid and unlimited: Reserve always succeeds
-// and Reserved is 0, which is how max_inflight_bytes: 0 disables it.
+// shared by every server of one extension. A nil *Budget is valid and
+// unlimited: every reservation succeeds and Reserved is 0, which is how
+// max_inflight_bytes: 0 disables it.
+//
+// Admission is lock-free: one CAS on the peer's counter and one on the
+// budget. Only a body that has been admitted and outgrows its reservation
+// may wait (growth), and waits are served oldest body first: while bodies
+// wait, admissions leave free what the waiting bodies still need, so a body
+// that needs the whole budget stops new admissions until it has it.
 type Budget struct {
-	max      int64
+	max     int64
+	peerMax int64
+	wait    time.Duration
+
 	reserved atomic.Int64
 	// Padding keeps the high-water mark, read on every reservation but
 	// rarely written, off the line of reserved, which every request writes.
 	_    [56]byte
 	high atomic.Int64
+
+	// pending is what the waiting bodies still need; waiting counts them,
+	// so that a release takes the lock only when someone waits.
+	pending atomic.Int64
+	waiting atomic.Int32
+	mu      sync.Mutex // guards queue
+	queue   []*waiter  // oldest first
+
+	// peers holds the bytes reserved per peer slot; nil without a per-peer
+	// limit.
+	peers []atomic.Int64
+	seed  maphash.Seed
 }
 
-// NewBudget returns a budget of maxBytes; maxBytes <= 0 returns nil (no
-// budget).
+// NewBudget returns a budget of maxBytes with the default wait and no
+// per-peer limit; maxBytes <= 0 returns nil (no budget).
 func NewBudget(maxBytes int64) *Budget {
-	if maxBytes <= 0 {
+	return NewBudgetWith(BudgetConfig{Max: maxBytes, Wait: DefaultBudgetWait})
+}
+
+// NewBudgetWith returns a budget for cfg, or nil when cfg.Max <= 0.
+func NewBudgetWith(cfg BudgetConfig) *Budget {
+	if cfg.Max <= 0 {
 		return nil
 	}
-	return &Budget{max: maxBytes}
+	b := &Budget{max: cfg.Max, peerMax: cfg.Max, wait: max(cfg.Wait, 0)}
+	if cfg.PeerShare > 0 && cfg.PeerShare < 1 {
+		b.peerMax = max(int64(float64(cfg.Max)*cfg.PeerShare), 1)
+		b.peers = make([]atomic.Int64, peerSlots)
+		b.seed = maphash.MakeSeed()
+	}
+	return b
 }
 
-// Reserve takes n bytes from the budget if they fit and reports whether they
-// did. It never blocks. n <= 0 always fits and reserves nothing.
-func (b *Budget) Reserve(n int64) bool {
+// peer is a per-peer counter slot plus one; 0 is no peer (no per-peer
+// limit, or an address that is not IP).
+type peer uint16
+
+// peerOfAddr returns the slot of an IP address: an IPv4 address as is, an
+// IPv6 one by its /64, which is what one host or site gets, so that a
+// client cannot escape its share by changing the low bits.
+func (b *Budget) peerOfAddr(a netip.Addr) peer {
+	if b == nil || b.peers == nil || !a.IsValid() {
+		return 0
+	}
+	var k [17]byte
+	if a = a.Unmap(); a.Is4() {
+		v := a.As4()
+		copy(k[:], v[:])
+		k[16] = 4
+	} else {
+		v := a.As16()
+		copy(k[:8], v[:8])
+		k[16] = 6
+	}
+	return peer(maphash.Bytes(b.seed, k[:])%peerSlots) + 1
+}
+
+// peerOfRemote returns the slot of an http.Request's RemoteAddr.
+func (b *Budget) peerOfRemote(remoteAddr string) peer {
+	if b == nil || b.peers == nil {
+		return 0
+	}
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return 0
+	}
+	return b.peerOfAddr(ap.Addr())
+}
+
+// peerOfNet returns the slot of a connection's remote address.
+func (b *Budget) peerOfNet(a net.Addr) peer {
+	if b == nil || b.peers == nil {
+		return 0
+	}
+	if t, ok := a.(*net.TCPAddr); ok {
+		return b.peerOfAddr(t.AddrPort().Addr())
+	}
+	return 0
+}
+
+func (b *Budget) peerAdd(p peer, n int64) {
+	if p != 0 {
+		b.peers[p-1].Add(n)
+	}
+}
+
+// maxFor is the largest first reservation a request of peer p can make: a
+// request larger than that starts with it and grows as it is read.
+func (b *Budget) maxFor(p peer) int64 {
+	if p == 0 {
+		return b.max
+	}
+	return b.peerMax
+}
+
+// Reserve takes n bytes from the budget if they fit, leaving free what
+// waiting bodies need, and reports whether they did. It never blocks.
+// n <= 0 always fits and reserves nothing.
+func (b *Budget) Reserve(n int64) bool { return b.admit(n, 0) }
+
+// Release returns n bytes taken by a successful Reserve(n).
+func (b *Budget) Release(n int64) { b.release(n, 0) }
+
+// admit reserves n bytes for a new request of peer p if they fit in p's
+// share and in what is left of the budget once the waiting bodies have what
+// they need. Lock-free; n <= 0 always fits.
+func (b *Budget) admit(n int64, p peer) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
+	if p != 0 {
+		s := &b.peers[p-1]
+		for {
+			cur := s.Load()
+			// Written as a subtraction so a huge n cannot overflow.
+			if n > b.peerMax-cur {
+				return false
+			}
+			if s.CompareAndSwap(cur, cur+n) {
+				break
+			}
+		}
+	}
+	if !b.take(n, b.pending.Load()) {
+		b.peerAdd(p, -n)
+		return false
+	}
+	return true
+}
+
+// take reserves n bytes if they fit in the budget with keep bytes left
+// free.
+func (b *Budget) take(n, keep int64) bool {
 	for {
 		cur := b.reserved.Load()
 		// Written as a subtraction so a huge n cannot overflow.
-		if n > b.max-cur {
+		if n > b.max-cur-keep {
 			return false
 		}
 		next := cur + n
 		if b.reserved.CompareAndSwap(cur, next) {
-			for {
-				h := b.high.Load()
-				if next <= h || b.high.CompareAndSwap(h, next) {
-					return true
-				}
-			}
+			b.noteHigh(next)
+			return true
 		}
 	}
 }
 
-// reserveUpTo takes min(n, what is left) bytes and returns how many it
-// took (0 when the budget is full). A body of unknown size grows its
-// reservation with it, so it can use the budget to the last byte.
-func (b *Budget) reserveUpTo(n int64) int64 {
+func (b *Budget) noteHigh(v int64) {
+	for {
+		h := b.high.Load()
+		if v <= h || b.high.CompareAndSwap(h, v) {
+			return
+		}
+	}
+}
+
+// charge adds n bytes that are already in memory (a gRPC message larger
+// than its estimate, once received): they are counted even beyond the
+// budget, so that the budget shows them and refuses others meanwhile.
+func (b *Budget) charge(n int64, p peer) {
+	if b == nil || n <= 0 {
+		return
+	}
+	b.noteHigh(b.reserved.Add(n))
+	b.peerAdd(p, n)
+}
+
+// release returns n bytes of peer p and wakes the waiting bodies.
+func (b *Budget) release(n int64, p peer) {
+	if b == nil || n <= 0 {
+		return
+	}
+	b.reserved.Add(-n)
+	b.peerAdd(p, -n)
+	if b.waiting.Load() > 0 {
+		b.mu.Lock()
+		b.wakeLocked()
+		b.mu.Unlock()
+	}
+}
+
+// tryGrow adds up to need bytes to an admitted request's reservation,
+// what is free of them, if no body is waiting (waiting bodies are served
+// first), and returns how many. Lock-free.
+func (b *Budget) tryGrow(need int64, p peer) int64 {
+	if b.waiting.Load() > 0 {
+		return 0
+	}
 	for {
 		cur := b.reserved.Load()
-		take := min(n, b.max-cur)
+		take := min(need, b.max-cur)
 		if take <= 0 {
 			return 0
 		}
 		next := cur + take
 		if b.reserved.CompareAndSwap(cur, next) {
-			for {
-				h := b.high.Load()
-				if next <= h || b.high.CompareAndSwap(h, next) {
-					return take
-				}
-			}
+			b.noteHigh(next)
+			b.peerAdd(p, take)
+			return take
 		}
 	}
 }
 
-// Release returns n bytes taken by a successful Reserve(n).
-func (b *Budget) Release(n int64) {
-	if b == nil || n <= 0 {
-		return
+// waiter is a body waiting for its reservation to grow.
+type waiter struct {
+	age  time.Duration // admission time: older bodies are served first
+	need int64
+	held int64
+	wake chan struct{} // buffered: a wake-up between two checks is kept
+}
+
+// waitGrow adds need bytes to the reservation (held bytes) of an admitted
+// request of peer p, waiting at most limit for them. Waiting bodies are
+// served oldest first; a body younger than a waiting one does not take the
+// bytes it needs. When the oldest waiting body could not be served even if
+// every request that is not waiting finished, the waiting bodies hold what
+// it needs, and the youngest of them gives up at once (returns false) so
+// that the older ones can finish. It returns whether the bytes were taken
+// and how long it waited.
+func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, p peer, limit time.Duration) (bool, time.Duration) {
+	if limit <= 0 {
+		return false, 0
 	}
-	b.reserved.Add(-n)
+	start := now()
+	w.need, w.held = need, held
+	if w.wake == nil {
+		w.wake = make(chan struct{}, 1)
+	}
+	b.mu.Lock()
+	i, _ := slices.BinarySearchFunc(b.queue, w.age, func(q *waiter, age time.Duration) int { return cmp.Compare(q.age, age) })
+	b.queue = slices.Insert(b.queue, i, w)
+	b.pending.Add(need)
+	b.waiting.Add(1)
+	b.wakeLocked() // a new older waiter changes what the others may take
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		if i := slices.Index(b.queue, w); i >= 0 {
+			b.queue = slices.Delete(b.queue, i, i+1)
+		}
+		b.pending.Add(-need)
+		b.waiting.Add(-1)
+		b.wakeLocked()
+		b.mu.Unlock()
+	}()
+
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		older, headNeed, waitHeld, youngest := b.position(w)
+		if b.take(need, older) {
+			b.peerAdd(p, need)
+			return true, now() - start
+		}
+		if youngest && headNeed > b.max-waitHeld {
+			return false, now() - start
+		}
+		select {
+		case <-w.wake:
+		case <-t.C:
+			return false, now() - start
+		case <-ctx.Done():
+			return false, now() - start
+		}
+	}
+}
+
+// position returns what the bodies older than w need, what the oldest
+// waiting body needs, what all waiting bodies hold, and whether w is the
+// youngest.
+func (b *Budget) position(w *waiter) (older, headNeed, waitHeld int64, youngest bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	before := true
+	for _, q := range b.queue {
+		if q == w {
+			before = false
+		} else if before {
+			older += q.need
+		}
+		waitHeld += q.held
+	}
+	if len(b.queue) > 0 {
+		headNeed = b.queue[0].need
+		youngest = b.queue[len(b.queue)-1] == w
+	}
+	return older, headNeed, waitHeld, youngest
+}
+
+func (b *Budget) wakeLocked() {
+	for _, q := range b.queue {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Reserved returns the bytes currently reserved (the inflight_bytes gauge).
+// gRPC messages larger than their estimate can take it over Max while they
+// are handled.
 func (b *Budget) Reserved() int64 {
 	if b == nil {
 		return 0
@@ -95,7 +380,7 @@ func (b *Budget) Max() int64 {
 }
 
 // HighWater returns the largest value Reserved has reached. It exists for
-// tests and diagnostics: it never exceeds Max.
+// tests and diagnostics.
 func (b *Budget) HighWater() int64 {
 	if b == nil {
 		return 0

@@ -10,20 +10,24 @@
 // per receiver server from a Config and hands the wrapper and the server
 // options to confighttp and configgrpc.
 //
-// Admission budget: an HTTP request with a Content-Length reserves exactly
-// that; one without (chunked, or compressed: confighttp drops the length
-// when it sets up decompression) reserves Config.UnknownSize and is charged,
-// before reading, for every byte it reads beyond it, so a body that outgrows
-// what others leave of the budget fails with a RESOURCE_EXHAUSTED read
-// error, which otlpreceiver answers 429 + Retry-After. A request larger than
-// the whole budget "runs alone": it takes the whole budget (a Content-Length
-// over it reserves Max; a body of unknown size that holds all of it reads on
-// uncharged), so it runs only while nothing else is reserved and is bounded
-// by the receiver's max_request_body_size. Refusing it instead would be a
-// retryable rejection that could never succeed, and the client would retry
-// until it dropped the data. A gRPC call reserves the running average of the messages
-// received for its signal on that server (UnknownSize before the first one)
-// and releases it on *stats.End; it is not settled to the actual size.
+// Admission budget: an admitted HTTP body first reserves what bodies of its
+// signal have lately turned out to be on that server once read (and
+// decompressed), or Config.UnknownSize before any, or its Content-Length if
+// smaller; it is charged, before reading, for every byte beyond that. When
+// the budget is full a body waits (Budget's wait, oldest first) for bytes
+// to be released, then fails with a RESOURCE_EXHAUSTED read error, which
+// otlpreceiver answers 429 + Retry-After. A body that holds the whole
+// budget "runs alone": it reads on uncharged, bounded by the receiver's
+// max_request_body_size, so a request larger than the budget is not refused
+// for ever; one known to be that large asks for the whole budget when it
+// first waits, which stops new admissions until it has it. Config.IdleTimeout
+// keeps slow clients from holding the budget: a body older than it keeps at
+// most 64 KiB reserved beyond what it has received, and one that receives
+// nothing for that long fails. The admissions of one peer (remote IP) hold
+// at most its share of the budget. A gRPC call reserves the largest message
+// of its signal received on that server lately (UnknownSize before any),
+// grows to the size of its message once that has arrived, is cancelled if
+// it sends no message within IdleTimeout, and releases on *stats.End.
 // Reservations are released on every path, panics included. Exempt signals
 // and unclassified requests bypass the budget.
 //

@@ -2,7 +2,9 @@ package middleware // import "github.com/otelthrottle/throttle/internal/middlewa
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
@@ -13,15 +15,19 @@ import (
 
 // GRPC is the gRPC server middleware: a tap handle that decides when a
 // stream's headers arrive, before any message is read (unary and streaming
-// alike), and a stats handler that releases the budget when the RPC ends
-// and learns the message sizes. Build one GRPC per server: the size
-// estimate is per server.
+// alike), and a stats handler that learns each connection's peer, grows a
+// reservation to the size of the message once it has arrived, learns the
+// message sizes and releases the budget when the RPC ends. Build one GRPC
+// per server: the size estimate is per server.
 type GRPC struct {
 	settings
-	// estimate is the running average of received message sizes per
-	// signal, 0 until the first message has been seen.
-	estimate [decision.NumSignals]atomic.Int64
+	// estimate learns, per signal, the largest recent message size.
+	estimate [decision.NumSignals]sizeWindow
 }
+
+// minEstimate is the least an RPC reserves, so that an estimate learnt
+// from empty messages still counts every call.
+const minEstimate = 4 << 10
 
 // NewGRPC returns the gRPC middleware for cfg.
 func NewGRPC(cfg Config) (*GRPC, error) {
@@ -47,26 +53,63 @@ func (g *GRPC) ServerOptions() []grpc.ServerOption {
 // and every HandleRPC of that RPC derive from.
 type reservationKey struct{}
 
+// peerKey carries the connection's peer slot from TagConn to the tap: the
+// context of every stream derives from the connection's.
+type peerKey struct{}
+
 // reservation is the budget held by one admitted RPC. It is released once,
 // by whichever comes first of *stats.End and the safety net.
 type reservation struct {
 	b    *Budget
-	n    int64
 	sig  decision.Signal
-	done atomic.Bool
+	peer peer
 	// stop cancels the safety net; see tap.
 	stop func() bool
+	// cancel ends the stream; idle calls it for a stream that has sent
+	// nothing within the idle timeout.
+	cancel context.CancelFunc
+	idle   *time.Timer
+	msg    atomic.Bool
+
+	mu   sync.Mutex
+	n    int64
+	done bool
 }
 
 func (r *reservation) release() {
-	if r.done.CompareAndSwap(false, true) {
-		r.b.Release(r.n)
+	r.mu.Lock()
+	n := r.n
+	first := !r.done
+	r.done = true
+	r.mu.Unlock()
+	if first {
+		r.b.release(n, r.peer)
+	}
+}
+
+// grow charges the reservation up to size, the size of a message that has
+// arrived, so that the budget shows what is being handled.
+func (r *reservation) grow(size int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done || size <= r.n {
+		return
+	}
+	r.b.charge(size-r.n, r.peer)
+	r.n = size
+}
+
+// expire cancels a stream that has not sent a message within the idle
+// timeout: its handler's RecvMsg fails and the reservation is released.
+func (r *reservation) expire() {
+	if !r.msg.Load() {
+		r.cancel()
 	}
 }
 
 // tap runs on the connection's reader goroutine when a stream's headers
-// arrive. It must never block: a map lookup, an atomic decision, a CAS on
-// the budget.
+// arrive, before any authentication. It must never block: a map lookup, an
+// atomic decision, CASes on the budget.
 func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	sig, ok := g.cls.GRPC(info.FullMethodName)
 	if !ok {
@@ -83,12 +126,17 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 		return ctx, nil
 	}
-	n := g.sizeEstimate(sig)
-	if !g.budget.Reserve(n) {
+	p, _ := ctx.Value(peerKey{}).(peer)
+	n := g.sizeEstimate(sig, p)
+	if !g.budget.admit(n, p) {
 		return ctx, g.reject(sig, decision.DenyBudget)
 	}
 	g.rec.Record(ProtocolGRPC, sig, decision.Admit)
-	r := &reservation{b: g.budget, n: n, sig: sig}
+	r := &reservation{b: g.budget, n: n, sig: sig, peer: p, cancel: func() {}}
+	if g.idle > 0 {
+		ctx, r.cancel = context.WithCancel(ctx)
+		r.idle = time.AfterFunc(g.idle, r.expire)
+	}
 	// Safety net: grpc-go sends *stats.End only for RPCs that reach a
 	// registered method. A stream aborted after the tap (deadline already
 	// expired) or addressed to an unregistered service (e.g. profiles when
@@ -103,41 +151,28 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 
 func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
 	g.rec.Record(ProtocolGRPC, sig, v)
-	return grpcRejection(v, g.retry.Draw(v)).Err()
+	return g.rejections.get(v, g.retry.Draw(v))
 }
 
-// sizeEstimate is what an RPC of sig reserves: the running average of the
-// messages received on this server, or unknownSize before any; never more
-// than the whole budget, as an HTTP body larger than it reserves the whole
-// budget: a reservation that can never be made would lock a signal out.
+// sizeEstimate is what an RPC of sig from peer p reserves: the largest
+// message received for sig on this server in the last 10 to 20 seconds
+// (unknownSize when there was none), at least minEstimate; never more than
+// the budget or the peer's share, as an HTTP body larger than that starts
+// with it: a reservation that can never be made would lock a signal out.
 //
-// The reservation is not settled to the actual size: the message has been
-// read and decoded by the time its size is known, so growing then protects
-// nothing; the actual size feeds the estimate for the next RPCs instead.
-// A stream reserves one estimate for its whole life (its messages are
-// handled one at a time).
-func (g *GRPC) sizeEstimate(sig decision.Signal) int64 {
-	n := g.estimate[sig].Load()
+// A maximum rather than an average: small or empty messages cannot lower
+// it while large ones arrive. The reservation then grows to the actual
+// size when the message has arrived (see reservation.grow), so that the
+// budget shows a large message while it is handled and refuses others.
+// A stream holds one reservation, of its largest message, for its whole
+// life (its messages are handled one at a time).
+func (g *GRPC) sizeEstimate(sig decision.Signal, p peer) int64 {
+	n := g.estimate[sig].get(now())
 	if n == 0 {
 		n = g.unknownSize
 	}
-	return min(n, g.budget.Max())
-}
-
-// observe feeds one received message size (uncompressed, as it is decoded;
-// the same unit an HTTP request is charged once confighttp decompresses it)
-// into the running average: an EWMA with weight 1/8. A lost CAS race drops
-// one sample, which an average can afford; the tap never waits on it.
-func (g *GRPC) observe(sig decision.Signal, size int) {
-	e := &g.estimate[sig]
-	old := e.Load()
-	next := int64(size)
-	if old != 0 {
-		next = old + (next-old)/8
-	}
-	// 0 means "no data"; an empty message still counts as data.
-	next = max(next, 1)
-	e.CompareAndSwap(old, next)
+	n = max(n, min(minEstimate, g.unknownSize))
+	return min(n, g.budget.maxFor(p))
 }
 
 // grpcStats is the stats.Handler half of the middleware.
@@ -145,7 +180,13 @@ type grpcStats struct{ g *GRPC }
 
 func (grpcStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 
-func (grpcStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+// TagConn finds the connection's peer slot once, for every stream of it.
+func (h grpcStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	if p := h.g.budget.peerOfNet(info.RemoteAddr); p != 0 {
+		return context.WithValue(ctx, peerKey{}, p)
+	}
+	return ctx
+}
 
 func (grpcStats) HandleConn(context.Context, stats.ConnStats) {}
 
@@ -162,11 +203,19 @@ func (h grpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 		}
 	case *stats.InPayload:
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
-			h.g.observe(r.sig, rs.Length)
+			if r.msg.CompareAndSwap(false, true) && r.idle != nil {
+				r.idle.Stop()
+			}
+			r.grow(int64(rs.Length))
+			h.g.estimate[r.sig].observe(int64(rs.Length), now())
 		}
 	case *stats.End:
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
 			r.release()
+			if r.idle != nil {
+				r.idle.Stop()
+			}
+			r.cancel()
 		}
 	}
 }

@@ -113,9 +113,10 @@ type grpcFixture struct {
 	push     *pushServer
 	payloads *payloadCounter
 	conn     *grpc.ClientConn
+	addr     string
 }
 
-func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64) *grpcFixture {
+func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64, edit ...func(*Config)) *grpcFixture {
 	t.Helper()
 	f := &grpcFixture{
 		dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget,
@@ -126,10 +127,14 @@ func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64) *grpcFixtur
 		watchMethod: decision.Metrics,
 		missingCall: decision.Profiles,
 	}})
-	mw, err := NewGRPC(Config{
+	cfg := Config{
 		Classifier: cls, Decider: f.dec, Budget: budget, UnknownSize: unknownSize, Recorder: f.rec,
 		Retry: NewRetryDelay(2*time.Second, 9*time.Second, nil),
-	})
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	mw, err := NewGRPC(cfg)
 	require.NoError(t, err)
 	f.mw = mw
 
@@ -147,7 +152,7 @@ func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64) *grpcFixtur
 	}()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	f.conn = conn
+	f.conn, f.addr = conn, ln.Addr().String()
 	t.Cleanup(func() {
 		conn.Close()
 		hs.Shutdown()
@@ -171,7 +176,12 @@ func (f *grpcFixture) pushStream(ctx context.Context) (grpc.ClientStream, error)
 // pushAll sends msgs messages of size bytes on one stream and waits for the
 // answer.
 func (f *grpcFixture) pushAll(ctx context.Context, msgs, size int) error {
-	cs, err := f.pushStream(ctx)
+	return f.pushAllOn(ctx, f.conn, msgs, size)
+}
+
+// pushAllOn is pushAll on another client connection.
+func (f *grpcFixture) pushAllOn(ctx context.Context, cc *grpc.ClientConn, msgs, size int) error {
+	cs, err := cc.NewStream(ctx, &pushDesc.Streams[0], pushMethod)
 	if err != nil {
 		return err
 	}
@@ -350,13 +360,13 @@ func TestGRPCUnregisteredServiceReleases(t *testing.T) {
 // that later RPCs reserve.
 func TestGRPCEstimate(t *testing.T) {
 	f := newGRPCFixture(t, NewBudget(1<<30), 0)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs))
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs, 0))
 	require.NoError(t, f.pushAll(context.Background(), 10, 10000))
 	f.requireReleased(t)
-	est := f.mw.sizeEstimate(decision.Logs)
+	est := f.mw.sizeEstimate(decision.Logs, 0)
 	// 10000 bytes of payload plus a few bytes of protobuf framing.
 	assert.InDelta(t, 10000, est, 16)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces), "per signal")
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces, 0), "per signal")
 
 	// The next RPC reserves the estimate.
 	f.push.hold = make(chan struct{})
@@ -401,13 +411,78 @@ func TestGRPCTapSafetyNet(t *testing.T) {
 func TestGRPCObserve(t *testing.T) {
 	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: NewBudget(1 << 20), UnknownSize: 5000})
 	require.NoError(t, err)
-	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.Traces))
-	mw.observe(decision.Traces, 800)
-	assert.EqualValues(t, 800, mw.sizeEstimate(decision.Traces), "first sample is taken as is")
-	mw.observe(decision.Traces, 1600)
-	assert.EqualValues(t, 900, mw.sizeEstimate(decision.Traces), "then an EWMA of weight 1/8")
-	mw.observe(decision.Logs, 0)
-	assert.EqualValues(t, 1, mw.sizeEstimate(decision.Logs), "an empty message is data too")
-	mw.observe(decision.Metrics, 10<<20)
-	assert.EqualValues(t, 1<<20, mw.sizeEstimate(decision.Metrics), "capped at the budget")
+	h := grpcStats{mw}
+	in := func(sig decision.Signal, size int) {
+		r := &reservation{b: mw.budget, sig: sig, cancel: func() {}}
+		h.HandleRPC(context.WithValue(context.Background(), reservationKey{}, r), &stats.InPayload{Length: size})
+		r.release()
+	}
+	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.Traces, 0), "unknown_size before any message")
+	in(decision.Traces, 8000)
+	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.Traces, 0))
+	in(decision.Traces, 1600)
+	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.Traces, 0), "the largest recent message, not an average")
+	in(decision.Logs, 0)
+	assert.EqualValues(t, minEstimate, mw.sizeEstimate(decision.Logs, 0), "an empty message is data too, counted as the floor")
+	in(decision.Metrics, 10<<20)
+	assert.EqualValues(t, 1<<20, mw.sizeEstimate(decision.Metrics, 0), "capped at the budget")
+	assert.Zero(t, mw.budget.Reserved())
+}
+
+// TestSizeWindow: the estimate is the largest size of the current and the
+// previous 10s window; it forgets a size after two windows, or at once
+// after a window without any.
+func TestSizeWindow(t *testing.T) {
+	var w sizeWindow
+	assert.Zero(t, w.get(0))
+	w.observe(8000, time.Second)
+	w.observe(100, 2*time.Second)
+	assert.EqualValues(t, 8000, w.get(3*time.Second))
+	assert.EqualValues(t, 8000, w.get(15*time.Second), "kept through the next window")
+	w.observe(300, 16*time.Second)
+	assert.EqualValues(t, 300, w.get(25*time.Second), "forgotten after two windows")
+	assert.Zero(t, w.get(45*time.Second), "a window without any size in between")
+	w.observe(0, 46*time.Second)
+	assert.EqualValues(t, 1, w.get(46*time.Second), "an empty request is data")
+}
+
+// TestGRPCEstimateNotPoisoned: a hundred empty messages after a large one
+// do not lower what the next RPC of that signal reserves (a running
+// average fell to one byte and no longer bounded anything).
+func TestGRPCEstimateNotPoisoned(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(1<<20), 4<<10)
+	ctx := context.Background()
+	require.NoError(t, f.pushAll(ctx, 1, 200<<10))
+	for range 100 {
+		require.NoError(t, f.pushAll(ctx, 1, 0))
+	}
+	f.requireReleased(t)
+
+	f.push.hold = make(chan struct{})
+	f.push.entered = make(chan struct{}, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- f.pushAll(ctx, 1, 10) }()
+	<-f.push.entered
+	assert.GreaterOrEqual(t, f.budget.Reserved(), int64(200<<10), "the next stream reserves the large message's size")
+	close(f.push.hold)
+	require.NoError(t, <-errc)
+	f.requireReleased(t)
+}
+
+// TestGRPCReservationGrowsToMessage: a message larger than its RPC's
+// reservation is charged in full once it has arrived, so while it is
+// handled the budget shows it and refuses other RPCs.
+func TestGRPCReservationGrowsToMessage(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(256<<10), 1<<10)
+	ctx := context.Background()
+	f.push.hold = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- f.pushAll(ctx, 1, 300<<10) }()
+	require.Eventually(t, func() bool { return f.push.messages.Load() == 1 }, 10*time.Second, time.Millisecond)
+	assert.GreaterOrEqual(t, f.budget.Reserved(), int64(300<<10), "the message being handled is charged")
+	requireRetryable(t, f.export(ctx), "budget", 2*time.Second, 2*time.Second)
+	close(f.push.hold)
+	require.NoError(t, <-errc)
+	f.requireReleased(t)
+	require.NoError(t, f.export(ctx))
 }

@@ -1,18 +1,32 @@
 package middleware // import "github.com/otelthrottle/throttle/internal/middleware"
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 )
+
+// readStep is the most a body's reservation grows by at once, and the most
+// of it that may be ahead of what has been received once the body's head
+// start (IdleTimeout) is over: a client that trickles its body holds about
+// what it has sent, not what it has announced.
+const readStep = 64 << 10
 
 // HTTP is the HTTP server middleware. One HTTP may wrap any number of
 // handlers; it is safe for concurrent use.
 type HTTP struct {
 	settings
 	bodies *httpBodies
+	// sizes learns, per signal, the size bodies turn out to have once read
+	// (decompressed): what an admitted body of that signal reserves first.
+	sizes   [decision.NumSignals]sizeWindow
+	idleErr error
 }
 
 // NewHTTP returns the HTTP middleware for cfg.
@@ -21,13 +35,18 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &HTTP{settings: s, bodies: newHTTPBodies()}, nil
+	return &HTTP{
+		settings: s,
+		bodies:   newHTTPBodies(),
+		idleErr:  fmt.Errorf("throttle: no request body received for %v; the request is dropped to free its share of the admission budget", s.idle),
+	}, nil
 }
 
 // Wrap returns next behind the throttle. For each request it classifies the
 // URL path; an unclassified request goes straight to next. A classified one
 // is decided; a denied request is answered 429 without its body being read,
-// an admitted one reserves its size in the budget for as long as next runs.
+// an admitted one is charged in the budget for its body, as it is read, for
+// as long as next runs.
 func (m *HTTP) Wrap(next http.Handler) http.Handler {
 	return &httpHandler{m: m, next: next}
 }
@@ -60,55 +79,69 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if m.budget == nil {
+	if m.budget == nil || r.Body == nil || r.Body == http.NoBody {
 		m.rec.Record(ProtocolHTTP, sig, decision.Admit)
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
-		m.serveUnknownSize(w, r, sig, h.next)
-		return
-	}
-	// The body cannot be longer than Content-Length (net/http enforces it
-	// for HTTP/1 and HTTP/2), so the reservation is exact and final.
-	//
-	// A body larger than the whole budget could never be reserved, and a
-	// retryable 429 that can never succeed makes the client retry until it
-	// gives up and drops the data. Such a request takes the whole budget
-	// instead ("runs alone"): it is admitted only while nothing else is
-	// reserved, and until then it gets the usual retryable DenyBudget,
-	// which will succeed once the others finish. The receiver's
-	// max_request_body_size still bounds it.
-	n := min(r.ContentLength, m.budget.Max())
-	if !m.budget.Reserve(n) {
+	t := now()
+	p := m.budget.peerOfRemote(r.RemoteAddr)
+	initial := m.initialSize(sig, r.ContentLength, p, t)
+	if !m.budget.admit(initial, p) {
 		m.reject(w, r, sig, decision.DenyBudget)
 		return
 	}
 	m.rec.Record(ProtocolHTTP, sig, decision.Admit)
-	// A deferred release also runs while a panic unwinds, so a panicking
+	body := m.newBody(w, r, sig, p, initial, t)
+	// A deferred finish also runs while a panic unwinds, so a panicking
 	// handler returns its bytes and the panic carries on unchanged.
-	defer m.budget.Release(n)
-	h.next.ServeHTTP(w, r)
-}
-
-// serveUnknownSize admits a request whose size is not known up front: it
-// reserves unknownSize and hands next a body that charges the budget for
-// every byte beyond it before reading it.
-func (m *HTTP) serveUnknownSize(w http.ResponseWriter, r *http.Request, sig decision.Signal, next http.Handler) {
-	initial := m.unknownSize
-	if !m.budget.Reserve(initial) {
-		m.reject(w, r, sig, decision.DenyBudget)
-		return
-	}
-	m.rec.Record(ProtocolHTTP, sig, decision.Admit)
-	body := &budgetBody{rc: r.Body, b: m.budget, reserved: initial, step: m.unknownSize, m: m}
 	defer body.finish()
 	// A shallow copy rather than mutating the caller's request (handlers
 	// must not modify the request they are given).
 	r2 := new(http.Request)
 	*r2 = *r
 	r2.Body = body
-	next.ServeHTTP(w, r2)
+	h.next.ServeHTTP(w, r2)
+}
+
+// initialSize is what a body reserves when it is admitted: what bodies of
+// its signal have lately turned out to be on this server (unknown_size
+// before any), or its Content-Length if that is smaller. It is never more
+// than the budget or the peer's share: a request larger than that could
+// never be admitted, its client would retry until it dropped the data, so
+// it starts with what it can have and grows as it is read.
+func (m *HTTP) initialSize(sig decision.Signal, contentLength int64, p peer, t time.Duration) int64 {
+	n := m.sizes[sig].get(t)
+	if n == 0 {
+		n = m.unknownSize
+	}
+	if contentLength >= 0 {
+		n = min(n, contentLength)
+	}
+	return min(n, m.budget.maxFor(p))
+}
+
+func (m *HTTP) newBody(w http.ResponseWriter, r *http.Request, sig decision.Signal, p peer, initial int64, t time.Duration) *budgetBody {
+	b := &budgetBody{
+		rc:           r.Body,
+		m:            m,
+		ctx:          r.Context(),
+		sig:          sig,
+		peer:         p,
+		known:        r.ContentLength,
+		admitted:     t,
+		waitLeft:     m.budget.wait,
+		w:            waiter{age: t},
+		reserved:     initial,
+		lastProgress: t,
+	}
+	if m.idle > 0 {
+		b.ctl = http.NewResponseController(w)
+		b.mu.Lock() // the timer's func takes it: it must see b.idle set
+		b.idle = time.AfterFunc(m.idle, b.idleCheck)
+		b.mu.Unlock()
+	}
+	return b
 }
 
 func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signal, v decision.Verdict) {
@@ -119,32 +152,56 @@ func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signa
 	writeHTTPRejection(w, r, m.bodies, v, m.retry.Draw(v))
 }
 
-// budgetBody charges the budget for a body of unknown size as it is read.
-// Bytes are reserved before they are read: a Read never pulls more than the
-// reservation covers, and when the reservation cannot grow because others
-// hold the rest of the budget, the Read fails with a RESOURCE_EXHAUSTED
-// status error, which otlpreceiver answers 429 + Retry-After. A chunked
-// body therefore cannot bypass the budget while others hold part of it.
+// budgetBody charges the budget for a body as it is read. The body starts
+// with the reservation it was admitted with; bytes beyond it are reserved
+// before they are read, readStep at a time: a Read never pulls more than
+// the reservation covers. When the budget is full the Read waits (at most
+// the budget's wait in total, oldest bodies first) for bytes to be
+// released, and then fails with a RESOURCE_EXHAUSTED status error, which
+// otlpreceiver answers 429 + Retry-After. A chunked or compressed body
+// therefore cannot bypass the budget while others hold part of it.
 //
-// A body that already holds the whole budget runs alone, like a
-// Content-Length over the budget: it is read on without further charge,
-// bounded by the receiver's max_request_body_size rather than the budget.
-// Refusing it would be a retryable error that could never succeed (the
-// body would outgrow the budget on every retry), so the client would
-// retry until it gives up and drops the data. Reserved never exceeds Max.
+// Slow and silent clients cannot hold the budget: once the body is older
+// than IdleTimeout it keeps at most readStep beyond what it has received,
+// and a body that receives nothing for IdleTimeout fails (its connection's
+// read deadline is moved into the past).
+//
+// A body that holds the whole budget runs alone: it is read on without
+// further charge, bounded by the receiver's max_request_body_size rather
+// than the budget. Refusing it would be a retryable error that could never
+// succeed (the body would outgrow the budget on every retry), so the
+// client would retry until it gives up and drops the data. A body known to
+// be that large asks for the whole budget at once when it first has to
+// wait, which stops new admissions until it has it.
 type budgetBody struct {
-	rc   io.ReadCloser
-	b    *Budget
-	m    *HTTP
-	step int64
+	rc       io.ReadCloser
+	m        *HTTP
+	ctx      context.Context
+	sig      decision.Signal
+	peer     peer
+	known    int64 // Content-Length; -1 when unknown
+	admitted time.Duration
+	ctl      *http.ResponseController // nil without IdleTimeout
 
-	// mu guards the accounting; it is never held while reading, so finish
-	// cannot block behind a Read stuck on the network.
-	mu       sync.Mutex
-	reserved int64
-	read     int64
-	done     bool
+	// Read's own state: Read is not called concurrently.
+	waitLeft time.Duration
+	w        waiter
 	probe    [1]byte
+
+	// mu guards what finish and idleCheck share with Read; it is never
+	// held while reading or waiting, so neither can block behind a Read
+	// stuck on the network.
+	mu           sync.Mutex
+	reserved     int64
+	read         int64
+	lastProgress time.Duration
+	late         bool // older than IdleTimeout: no more head start
+	uncharged    bool // a pending read may return more than is reserved
+	inRead       bool
+	eof          bool
+	done         bool
+	killed       bool
+	idle         *time.Timer
 }
 
 func (b *budgetBody) Read(p []byte) (int, error) {
@@ -156,61 +213,182 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		b.mu.Unlock()
 		return 0, http.ErrBodyReadAfterClose
 	}
-	avail := b.reserved - b.read
-	switch {
-	case avail > 0:
-	case b.reserved >= b.b.Max():
-		// Alone: this body holds the whole budget, nothing else can be
-		// admitted until it finishes. Read on uncharged (see budgetBody).
-		avail = int64(len(p))
-	default:
-		grow := b.b.reserveUpTo(min(int64(len(p)), b.step))
-		if grow == 0 {
-			b.mu.Unlock()
-			return b.probeEOF()
-		}
-		b.reserved += grow
-		avail = grow
+	if b.m.idle > 0 {
+		b.trimLocked(now())
 	}
+	avail := b.reserved - b.read
+	alone := b.reserved >= b.m.budget.max
+	need := b.needLocked(len(p))
+	held := b.reserved
 	b.mu.Unlock()
 
-	if int64(len(p)) > avail {
+	if avail <= 0 && !alone {
+		// Tell the end of the body from more of it first, so that a body
+		// ending exactly at its reservation neither takes more nor waits.
+		// The probed byte is covered by the growth below.
+		n, err := b.rawRead(b.probe[:])
+		if n == 0 {
+			return 0, err
+		}
+		need = max(need, 1)
+		if err != nil {
+			// The body ended with this byte: nothing to wait for.
+			need = 1
+			b.m.budget.charge(need, b.peer)
+		} else if got := b.m.budget.tryGrow(need, b.peer); got > 0 {
+			need = got
+		} else {
+			ok, waited := b.m.budget.waitGrow(b.ctx, &b.w, need, held, b.peer, b.waitLeft)
+			b.waitLeft -= waited
+			if !ok {
+				return 0, b.m.budgetError()
+			}
+		}
+		if !b.add(need) {
+			return 0, http.ErrBodyReadAfterClose
+		}
+		p[0] = b.probe[0]
+		return 1, err
+	}
+	if !alone && int64(len(p)) > avail {
 		p = p[:avail]
 	}
+	return b.rawRead(p)
+}
+
+// needLocked is how much the reservation grows by before a read of want
+// bytes once it is used up: readStep at most, never beyond the whole
+// budget, nor beyond a known length. A body known to be larger than the
+// whole budget asks for all of it during its head start.
+func (b *budgetBody) needLocked(want int) int64 {
+	left := b.m.budget.max - b.reserved
+	if b.known >= b.m.budget.max && !b.late {
+		return left
+	}
+	n := min(int64(want), readStep, left)
+	if b.known >= 0 {
+		n = min(n, b.known-b.read)
+	}
+	return n
+}
+
+// trimLocked ends the head start of a body older than IdleTimeout: the
+// part of its reservation more than readStep ahead of what it has
+// received goes back to the budget, now and at every later read.
+func (b *budgetBody) trimLocked(t time.Duration) {
+	if t-b.admitted < b.m.idle {
+		return
+	}
+	b.late = true
+	if excess := b.reserved - (b.read + readStep); excess > 0 {
+		b.reserved -= excess
+		b.m.budget.release(excess, b.peer)
+	}
+}
+
+// add records n bytes taken from the budget; after finish they go back at
+// once.
+func (b *budgetBody) add(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		b.m.budget.release(n, b.peer)
+		return false
+	}
+	b.reserved += n
+	return true
+}
+
+// rawRead reads from the underlying body and records the progress.
+func (b *budgetBody) rawRead(p []byte) (int, error) {
+	b.mu.Lock()
+	b.inRead = true
+	b.mu.Unlock()
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
+	b.inRead = false
 	b.read += int64(n)
+	if b.uncharged {
+		b.uncharged = false
+		if extra := b.read - b.reserved; extra > 0 && !b.done {
+			b.reserved = b.read
+			b.m.budget.charge(extra, b.peer)
+		}
+	}
+	if n > 0 && b.m.idle > 0 {
+		b.lastProgress = now()
+	}
+	if err == io.EOF {
+		b.eof = true
+	}
+	killed := b.killed
 	b.mu.Unlock()
+	if err != nil && killed && !errors.Is(err, io.EOF) {
+		err = b.m.idleErr
+	}
 	return n, err
 }
 
-// probeEOF runs when the budget cannot cover one more byte because others
-// hold part of it. A body that ends exactly at its reservation must still
-// succeed, so one byte is read to tell "finished" from "too big": EOF is
-// passed on, a byte means the body exceeds what the budget allows.
-func (b *budgetBody) probeEOF() (int, error) {
-	n, err := b.rc.Read(b.probe[:])
+// idleCheck runs IdleTimeout after the last progress it saw. A body that
+// has received nothing for IdleTimeout while the handler waits in a read
+// is cut off by moving its connection's read deadline into the past: the
+// read fails, the handler returns and the reservation is released. (Only
+// while a read is pending: once the body has ended, net/http reads the
+// connection in the background and a deadline would end the connection
+// under a request still being processed.)
+func (b *budgetBody) idleCheck() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done || b.eof || b.killed {
+		return
+	}
+	quiet := now() - b.lastProgress
 	switch {
-	case n > 0:
-		return 0, b.m.budgetError()
-	case err != nil:
-		return 0, err
+	case quiet < b.m.idle:
+		b.idle.Reset(b.m.idle - quiet)
+	case !b.inRead:
+		// The handler is not reading: the stall is not the client's.
+		b.idle.Reset(b.m.idle)
 	default:
-		return 0, nil
+		b.killed = true
+		if b.ctl.SetReadDeadline(aLongTimeAgo) != nil {
+			// No deadline behind this ResponseWriter: at least give back
+			// what has not been received; a read still pending is charged
+			// when it returns (see rawRead).
+			b.killed = false
+			b.late = true
+			if excess := b.reserved - b.read; excess > 0 && b.reserved < b.m.budget.max {
+				b.reserved = b.read
+				b.uncharged = true
+				b.m.budget.release(excess, b.peer)
+			}
+		}
 	}
 }
+
+// aLongTimeAgo is a read deadline in the past: it fails a pending read at
+// once.
+var aLongTimeAgo = time.Unix(1, 0)
 
 func (b *budgetBody) Close() error { return b.rc.Close() }
 
 // finish releases the whole reservation when the handler returns; reads
-// after it fail rather than grow an orphaned reservation.
+// after it fail rather than grow an orphaned reservation. A body read to
+// its end teaches its size to the next bodies of its signal.
 func (b *budgetBody) finish() {
 	b.mu.Lock()
 	b.done = true
 	n := b.reserved
 	b.reserved = 0
+	if b.idle != nil {
+		b.idle.Stop()
+	}
+	size, eof := b.read, b.eof
 	b.mu.Unlock()
-	b.b.Release(n)
+	b.m.budget.release(n, b.peer)
+	if eof {
+		b.m.sizes[b.sig].observe(size, now())
+	}
 }
 
 // budgetError is the error a body read returns when the budget is full. It
@@ -218,5 +396,5 @@ func (b *budgetBody) finish() {
 // what otlpreceiver understands: it answers it 429 with Retry-After, so the
 // client retries instead of dropping the data as it would on a 400.
 func (m *HTTP) budgetError() error {
-	return grpcRejection(decision.DenyBudget, m.retry.Draw(decision.DenyBudget)).Err()
+	return m.rejections.get(decision.DenyBudget, m.retry.Draw(decision.DenyBudget))
 }

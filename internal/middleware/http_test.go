@@ -71,17 +71,21 @@ type httpFixture struct {
 	h      http.Handler
 }
 
-func newHTTPFixture(t testing.TB, budget *Budget, unknownSize int64, retry *RetryDelay) *httpFixture {
+func newHTTPFixture(t testing.TB, budget *Budget, unknownSize int64, retry *RetryDelay, edit ...func(*Config)) *httpFixture {
 	t.Helper()
 	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, next: &countingHandler{}}
-	mw, err := NewHTTP(Config{
+	cfg := Config{
 		Classifier:  mustClassifier(t, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.Metrics}}),
 		Decider:     f.dec,
 		Retry:       retry,
 		Budget:      budget,
 		UnknownSize: unknownSize,
 		Recorder:    f.rec,
-	})
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	mw, err := NewHTTP(cfg)
 	require.NoError(t, err)
 	f.mw = mw
 	f.h = mw.Wrap(f.next)

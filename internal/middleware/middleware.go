@@ -2,6 +2,7 @@ package middleware // import "github.com/otelthrottle/throttle/internal/middlewa
 
 import (
 	"errors"
+	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 )
@@ -9,6 +10,11 @@ import (
 // DefaultUnknownSize is the reservation of a request whose size is not known
 // up front (admission.unknown_size default).
 const DefaultUnknownSize = 1 << 20
+
+// DefaultIdleTimeout is admission.idle_timeout's default: far above the
+// stalls of a healthy connection (TCP's retransmission timeouts back off
+// from 1s), so only a client that has stopped sending is cut.
+const DefaultIdleTimeout = 10 * time.Second
 
 // Decider makes the admission decision for a classified request.
 // *decision.Engine satisfies Decide; the extension adds Exempt.
@@ -35,12 +41,18 @@ type Config struct {
 	// Budget bounds the bytes of admitted, unfinished requests. Nil means
 	// no budget. Share one Budget between all servers of an extension.
 	Budget *Budget
-	// UnknownSize is what a request of unknown size reserves first: an HTTP
-	// body without Content-Length (chunked, or compressed, since confighttp
-	// drops the length when it sets up decompression) and a gRPC call before
-	// any message size has been observed on the server. <= 0 means
+	// UnknownSize is what a request reserves first while no size has been
+	// learnt for its signal on that server: an HTTP body of unknown length
+	// (chunked, or compressed, since confighttp drops the length when it
+	// sets up decompression) and a gRPC call. <= 0 means
 	// DefaultUnknownSize. It is capped at the budget's size.
 	UnknownSize int64
+	// IdleTimeout bounds how long an admitted request may hold budget
+	// without progress: an HTTP body that receives nothing for this long
+	// fails, a gRPC call that has not sent its first message by then is
+	// cancelled, and an HTTP body this old keeps at most 64 KiB reserved
+	// beyond what it has received. 0 means none of this.
+	IdleTimeout time.Duration
 	// Recorder counts every decision. Nil means NopRecorder.
 	Recorder Recorder
 	// Pacer holds HTTP shed and budget rejections before they are
@@ -60,9 +72,11 @@ type settings struct {
 	retry       *RetryDelay
 	budget      *Budget
 	unknownSize int64
+	idle        time.Duration
 	rec         Recorder
 	pacer       *Pacer
 	queue       *Queue
+	rejections  *grpcRejections
 }
 
 func newSettings(cfg Config) (settings, error) {
@@ -80,6 +94,7 @@ func newSettings(cfg Config) (settings, error) {
 		queue:       cfg.Queue,
 		budget:      cfg.Budget,
 		unknownSize: cfg.UnknownSize,
+		idle:        max(cfg.IdleTimeout, 0),
 		rec:         cfg.Recorder,
 	}
 	if s.retry == nil {
@@ -96,5 +111,6 @@ func newSettings(cfg Config) (settings, error) {
 	if s.rec == nil {
 		s.rec = NopRecorder{}
 	}
+	s.rejections = newGRPCRejections(s.retry)
 	return s, nil
 }

@@ -46,7 +46,7 @@ type Queue struct {
 
 	mu sync.Mutex
 	// waiting per signal, oldest first.
-	waiting [decision.NumSignals][]*waiter
+	waiting [decision.NumSignals][]*heldRequest
 	// running: the dispatcher goroutine is ticking; it stops when nothing
 	// is held.
 	running bool
@@ -55,7 +55,7 @@ type Queue struct {
 	closing chan struct{}
 }
 
-type waiter struct {
+type heldRequest struct {
 	// admitted is closed by the dispatcher when the request may go on.
 	admitted chan struct{}
 	// gone is set by the request when it stops waiting (timeout, client
@@ -97,7 +97,7 @@ func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdic
 		return v
 	}
 	defer q.held.Add(-1)
-	w := &waiter{admitted: make(chan struct{})}
+	w := &heldRequest{admitted: make(chan struct{})}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()

@@ -72,10 +72,11 @@ func isProtobuf(contentType string) bool {
 }
 
 // writeHTTPRejection answers 429 with Retry-After and the Status body in the
-// request's encoding, without touching the request body. In Open it also
-// asks for the connection to be closed so a flood does not keep idle
-// sockets and their buffers alive (Go's HTTP/2 server turns it into a
-// GOAWAY).
+// request's encoding, without touching the request body. In Open an
+// HTTP/1.x answer also asks for the connection to be closed, so a flood
+// does not keep idle sockets and their buffers alive. Never on HTTP/2: Go's
+// server turns "Connection: close" into a GOAWAY for the whole connection,
+// which would end every other stream a client multiplexes on it.
 //
 // The answer is flushed (with an explicit Content-Length, so that flushing
 // does not switch it to chunked encoding) before returning: a handler
@@ -97,7 +98,7 @@ func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodi
 	}
 	h.Set("Content-Type", ct)
 	h.Set("Retry-After", strconv.FormatInt(int64(delay/time.Second), 10))
-	if v == decision.DenyOpen {
+	if v == decision.DenyOpen && r.ProtoMajor == 1 {
 		h.Set("Connection", "close")
 	}
 	body := bodies[v][enc]
@@ -107,6 +108,47 @@ func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodi
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// maxPrecomputedDelays bounds the table of gRPC rejections per verdict: it
+// covers the default range (0 to 30 s) and any range up to a minute wide;
+// delays beyond are built when drawn, which only a wider range can do.
+const maxPrecomputedDelays = 61
+
+// grpcRejections holds the gRPC rejection errors, built once per verdict
+// and whole second of the retry range: a rejection in the tap runs on the
+// connection's reader goroutine and should cost no marshalling. The errors
+// are shared read-only (grpc-go and otlpreceiver only read them).
+type grpcRejections struct {
+	minS int64
+	errs [numVerdicts][]error // [verdict][delay seconds - minS]
+}
+
+func newGRPCRejections(d *RetryDelay) *grpcRejections {
+	minS, maxS := d.seconds()
+	n := min(maxS-minS+1, maxPrecomputedDelays)
+	t := &grpcRejections{minS: minS}
+	for v := range numVerdicts {
+		if decision.Verdict(v) == decision.Admit {
+			continue
+		}
+		t.errs[v] = make([]error, n)
+		for i := range n {
+			t.errs[v][i] = grpcRejection(decision.Verdict(v), time.Duration(minS+i)*time.Second).Err()
+		}
+	}
+	return t
+}
+
+// get returns the rejection error of verdict v with a retry delay of delay
+// (whole seconds in the range the table was built for).
+func (t *grpcRejections) get(v decision.Verdict, delay time.Duration) error {
+	if int(v) < numVerdicts {
+		if i := int64(delay/time.Second) - t.minS; i >= 0 && i < int64(len(t.errs[v])) {
+			return t.errs[v][i]
+		}
+	}
+	return grpcRejection(v, delay).Err()
 }
 
 // grpcRejection returns RESOURCE_EXHAUSTED with a RetryInfo detail: the

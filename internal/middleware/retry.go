@@ -53,6 +53,9 @@ func NewRetryDelay(minDelay, maxDelay time.Duration, randN func(n int64) int64) 
 	}
 }
 
+// seconds returns the range in whole seconds.
+func (d *RetryDelay) seconds() (minS, maxS int64) { return d.minS, d.maxS }
+
 // Draw returns the delay to announce for verdict v: BudgetRetryDelay
 // (clamped to the range) for DenyBudget, a uniform draw for the other
 // denials, 0 for Admit.
