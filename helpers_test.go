@@ -41,6 +41,7 @@ type fakeThrottle struct {
 	verdicts [decision.NumSignals]atomic.Uint32
 	delay    time.Duration
 	decides  [decision.NumSignals]atomic.Int64
+	observe  atomic.Bool
 
 	mu       sync.Mutex
 	recorded []recordedDecision
@@ -74,6 +75,8 @@ func (f *fakeThrottle) State(s throttleextension.Signal) throttleextension.State
 	}
 	return throttleextension.StateNormal
 }
+
+func (f *fakeThrottle) ObserveOnly() bool { return f.observe.Load() }
 
 func (f *fakeThrottle) RecordProcessorDecision(s throttleextension.Signal, v throttleextension.Verdict) {
 	f.mu.Lock()

@@ -75,7 +75,7 @@ func (p *throttleProcessor) shutdown(context.Context) error {
 func (p *throttleProcessor) admit(ctx context.Context, items int) error {
 	v := p.throttle.Decide(p.signal)
 	p.throttle.RecordProcessorDecision(p.signal, v)
-	if v.Admitted() {
+	if v.Admitted() || p.throttle.ObserveOnly() {
 		p.obsrep.record(ctx, outcomePassed, items)
 		return nil
 	}

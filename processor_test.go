@@ -261,11 +261,16 @@ func TestProcessorWithThrottleExtension(t *testing.T) {
 }
 
 // TestProcessorFollowsItsSignalRule: each processor asks for its own signal,
-// so a signal exempted by its rule passes while another one is refused.
+// so a signal exempted by its rule passes while another one is refused
+// (Shedding with drop_min 1; an exempt signal is refused only at the memory
+// backstop, the hard line).
 func TestProcessorFollowsItsSignalRule(t *testing.T) {
 	ctx := context.Background()
 	rt := startRealThrottle(t, map[string]any{
-		"rules": map[string]any{"metrics": map[string]any{"enabled": false}},
+		"rules": map[string]any{
+			"default": map[string]any{"drop_min": 1},
+			"metrics": map[string]any{"enabled": false},
+		},
 	})
 	traces, sendTraces, tracesReceived := signalHarnesses[throttleextension.SignalTraces].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
@@ -276,7 +281,8 @@ func TestProcessorFollowsItsSignalRule(t *testing.T) {
 		t.Cleanup(func() { require.NoError(t, c.Shutdown(ctx)) })
 	}
 
-	rt.overload(t)
+	rt.src.workingSet.Store(fakeShedding)
+	rt.waitState(t, throttleextension.StateShedding)
 	code, _ := retryInfo(t, sendTraces(ctx, 3))
 	assert.Equal(t, codes.ResourceExhausted, code)
 	require.NoError(t, sendMetrics(ctx, 3))

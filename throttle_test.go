@@ -27,6 +27,7 @@ const (
 	fakeMemLimit   = 1000
 	fakeCalm       = 100 // 0.10 of the limit: under every memory line
 	fakeOverloaded = 950 // 0.95: over mem hard (0.92), Open in one sample
+	fakeShedding   = 880 // 0.88: between mem enter (0.85) and hard
 )
 
 var _ throttleextension.ResourceSource = (*fakeSource)(nil)

@@ -54,6 +54,9 @@ type Throttle interface {
 	// RecordProcessorDecision counts a decision taken by a processor in the
 	// extension's throttle_requests metric (protocol=processor).
 	RecordProcessorDecision(Signal, Verdict)
+	// ObserveOnly reports whether decisions are only counted (observe_only):
+	// a refused batch then goes on.
+	ObserveOnly() bool
 }
 
 // ResourceSource is where the sampler reads CPU and memory usage: the cgroup

@@ -70,24 +70,28 @@ const (
 	maxPacingDelay       = 10 * time.Second
 	defaultPacingMaxHeld = 512
 
-	// autoBudgetDivisor: "auto" reserves memLimit/12 (8.3%) for the bytes of
-	// admitted, unfinished requests. A prototype held 2x overload in a
-	// 300 MiB container with a 24 MiB budget (peak working set 60-65%,
-	// goodput near saturation); 300 MiB / 12 = 25 MiB. Every admitted byte
-	// costs about five while it is read and decoded (SPEC section 5), so the
-	// budget can pin about 5/12 = 42% of the limit in the worst case, which
-	// still leaves the pipeline and the Go runtime their share.
+	// autoBudgetDivisor: "auto" never reserves more than memLimit/12
+	// (8.3%) for the bytes of admitted, unfinished requests: every admitted
+	// byte costs several while it is read and decoded, so the budget can pin
+	// close to half the limit in the worst case, which still leaves the
+	// pipeline and the Go runtime their share.
 	autoBudgetDivisor = 12
-	// minAutoBudget: under 4 MiB a few ordinary OTLP batches (1 MiB each by
-	// default in the SDK exporters) could not be in flight at once.
-	minAutoBudget = 4 << 20
+	// autoBudgetPerCore: "auto" never reserves more than this per effective
+	// core either. The work in progress a CPU-bound collector needs to keep
+	// its cores busy grows with its cores, not its memory; beyond it,
+	// admitted requests only wait for the CPU while they hold memory and
+	// take CPU from the exporters that drain the pipeline (docs/design.md,
+	// "Admission budget", has the fleet measurements behind the figure).
+	autoBudgetPerCore = 8 << 20
+	// minAutoBudget: a budget is always at least one ordinary OTLP batch
+	// (the SDK exporters' default is 1 MiB); a larger request runs alone.
+	minAutoBudget = 1 << 20
 	// maxAutoBudget: above 256 MiB the budget no longer bounds a burst
 	// between two samples in any useful way; the state machines do.
 	maxAutoBudget = 256 << 20
-	// noLimitAutoBudget is "auto" when there is no memory limit to take a
+	// noLimitAutoBudget caps "auto" when there is no memory limit to take a
 	// share of (no cgroup limit, no signal.memory_limit_mib): the budget of
-	// a ~384 MiB container, which bounds decoding work without rejecting
-	// normal traffic.
+	// a ~384 MiB container.
 	noLimitAutoBudget = 32 << 20
 
 	// maxMemoryLimitMiB keeps memory_limit_mib << 20 within a uint64.
@@ -122,6 +126,13 @@ type Config struct {
 	// configuration is still validated, so a typo fails at start and not on
 	// the day the throttle is switched on.
 	Enabled bool `mapstructure:"enabled"`
+
+	// ObserveOnly makes and counts every decision, and logs every state
+	// change, but refuses nothing: a request the throttle would refuse is
+	// counted in throttle_requests as that denial and let in. For tuning
+	// the lines on real traffic before turning the throttle on. Default
+	// false.
+	ObserveOnly bool `mapstructure:"observe_only"`
 
 	// SampleInterval is the time between two samples of CPU and memory.
 	// Default 250ms; at least 10ms.
@@ -539,8 +550,20 @@ func (a AdmissionConfig) validateLimits() []error {
 	if a.WaitTimeout < 0 || a.WaitTimeout > maxWaitTimeout {
 		errs = append(errs, fmt.Errorf("admission.wait_timeout must be between 0s and %v, got %v", maxWaitTimeout, a.WaitTimeout))
 	}
+	// Sizes are byte counts in int64 arithmetic: past 2^63 they would wrap
+	// negative and turn the budget off, so bound them well below.
+	if a.MaxInflightBytes.Size() > maxByteSize {
+		errs = append(errs, fmt.Errorf("admission.max_inflight_bytes must be at most %v, got %v", maxByteSize, a.MaxInflightBytes.Size()))
+	}
+	if a.UnknownSize > maxByteSize {
+		errs = append(errs, fmt.Errorf("admission.unknown_size must be at most %v, got %v", maxByteSize, a.UnknownSize))
+	}
 	return errs
 }
+
+// maxByteSize bounds admission sizes: 1 TiB, far above any container's
+// memory.
+const maxByteSize = ByteSize(1 << 40)
 
 // validateSlot checks 0 < exit < enter < hard <= maxHard and breach_n >= 1
 // for an enabled slot. Comparisons are written so NaN fails them.
@@ -875,22 +898,22 @@ func (b InflightBudget) Off() bool { return !b.auto && b.size == 0 }
 func (b InflightBudget) Size() ByteSize { return b.size }
 
 // ResolveBudget returns the budget in bytes for a memory limit of memLimit
-// bytes (0 = no limit), or 0 when the budget is off.
-//
-// "auto" is memLimit/12, clamped to [4 MiB, 256 MiB]: 25 MiB of a 300 MiB
-// container, next to the 24 MiB with which a prototype held 2x overload at a
-// 60-65% peak working set. Every admitted byte costs about five while it is
-// decoded, so the budget can pin about 42% of the limit in the worst case.
-// With no memory limit there is nothing to take a share of, and "auto" is a
-// fixed 32 MiB: enough for normal traffic, still a bound on decoding work.
-func (b InflightBudget) ResolveBudget(memLimit uint64) uint64 {
+// bytes (0 = no limit) and cores effective cores (<= 0 = unknown), or 0 when
+// the budget is off. "auto" is the smaller of memLimit/12 (32 MiB without a
+// limit) and 8 MiB per core, within [1 MiB, 256 MiB].
+func (b InflightBudget) ResolveBudget(memLimit uint64, cores float64) uint64 {
 	if !b.auto {
 		return uint64(b.size)
 	}
-	if memLimit == 0 {
-		return noLimitAutoBudget
+	byMem := uint64(noLimitAutoBudget)
+	if memLimit > 0 {
+		byMem = memLimit / autoBudgetDivisor
 	}
-	return min(max(memLimit/autoBudgetDivisor, minAutoBudget), maxAutoBudget)
+	byCPU := uint64(maxAutoBudget)
+	if cores > 0 && !math.IsInf(cores, 0) {
+		byCPU = uint64(min(cores*autoBudgetPerCore, maxAutoBudget))
+	}
+	return min(max(min(byMem, byCPU), minAutoBudget), maxAutoBudget)
 }
 
 // String is "auto", "0" or the size.

@@ -71,7 +71,7 @@ func FuzzConfigUnmarshal(f *testing.F) {
 
 		b := cfg.Admission.MaxInflightBytes
 		for _, limit := range []uint64{0, 1, 300 << 20, math.MaxUint64} {
-			got := b.ResolveBudget(limit)
+			got := b.ResolveBudget(limit, 1)
 			switch {
 			case b.Off():
 				require.Zero(t, got)

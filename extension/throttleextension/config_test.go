@@ -501,21 +501,25 @@ func TestConfigResolveBudget(t *testing.T) {
 		name     string
 		budget   InflightBudget
 		memLimit uint64
+		cores    float64
 		want     uint64
 	}{
-		{"auto 300MiB is 25MiB", auto, 300 << 20, 25 << 20},
-		{"auto 1GiB", auto, 1 << 30, (1 << 30) / 12},
-		{"auto clamps low", auto, 16 << 20, 4 << 20},
-		{"auto clamps high", auto, 64 << 30, 256 << 20},
-		{"auto at the low edge", auto, 48 << 20, 4 << 20},
-		{"auto at the high edge", auto, 3 << 30, 256 << 20},
-		{"auto without a limit", auto, 0, 32 << 20},
-		{"off", FixedInflightBudget(0), 300 << 20, 0},
-		{"off without a limit", FixedInflightBudget(0), 0, 0},
-		{"fixed ignores the limit", FixedInflightBudget(24 * MiB), 1 << 30, 24 << 20},
-		{"fixed without a limit", FixedInflightBudget(24 * MiB), 0, 24 << 20},
+		{"auto, 1 core, 300MiB: by CPU", auto, 300 << 20, 1, 8 << 20},
+		{"auto, 0.3 core, 150MiB: by CPU", auto, 150 << 20, 0.3, 2516582},
+		{"auto, 4 cores, 300MiB: by memory", auto, 300 << 20, 4, 25 << 20},
+		{"auto, 16 cores, 1GiB: by memory", auto, 1 << 30, 16, (1 << 30) / 12},
+		{"auto clamps low", auto, 6 << 20, 2, 1 << 20},
+		{"auto clamps low by CPU", auto, 1 << 30, 0.05, 1 << 20},
+		{"auto clamps high", auto, 64 << 30, 64, 256 << 20},
+		{"auto, cores unknown: by memory", auto, 300 << 20, 0, 25 << 20},
+		{"auto without a limit: 32MiB at most", auto, 0, 16, 32 << 20},
+		{"auto without a limit, 1 core", auto, 0, 1, 8 << 20},
+		{"off", FixedInflightBudget(0), 300 << 20, 1, 0},
+		{"off without a limit", FixedInflightBudget(0), 0, 1, 0},
+		{"fixed ignores the limit", FixedInflightBudget(24 * MiB), 1 << 30, 1, 24 << 20},
+		{"fixed without a limit", FixedInflightBudget(24 * MiB), 0, 0, 24 << 20},
 	} {
-		assert.Equal(t, tc.want, tc.budget.ResolveBudget(tc.memLimit), tc.name)
+		assert.Equal(t, tc.want, tc.budget.ResolveBudget(tc.memLimit, tc.cores), tc.name)
 	}
 	assert.True(t, FixedInflightBudget(0).Off())
 	assert.True(t, InflightBudget{}.Off(), "the zero value is off")

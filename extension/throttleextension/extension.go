@@ -54,11 +54,15 @@ type throttleExtension struct {
 	mu      sync.Mutex // guards the lifecycle below
 	started bool
 	stopped bool
+	// closed is stopped for the sampler goroutine, which must not take mu.
+	closed atomic.Bool
 	sampler *sampler.Sampler
 	stale   *staleWatchdog // stale.go; nil when off
 	// memLimit sets the Go soft memory limit when the throttle owns it;
 	// nil before Start.
 	memLimit *gomemlimit.Owner
+	// open times the state machine's Open episodes (stall.go).
+	open openWatch
 
 	status *extensionStatus // status page and component status (status.go)
 
@@ -129,9 +133,13 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 		return nil
 	}
 	src := e.source
+	// The heap view corrects the working set of this process: only with
+	// the source that reads this process's own cgroup or counters.
+	var heap sampler.HeapView
 	if src == nil {
 		src = defaultSource(e.logger)
 		e.ownedSource = src
+		heap = gomemlimit.NewHeapView()
 	}
 	if err := e.status.start(ctx, host, src); err != nil {
 		return err
@@ -140,16 +148,18 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 	e.sampler = sampler.New(src, e.cfg.samplerConfig(), sampler.Options{
 		OnSample: e.onSample,
 		OnError:  e.onSamplerError,
-		Heap:     gomemlimit.NewHeapView(),
+		Heap:     heap,
 	})
 	// Start takes the first sample before it returns, so the memory limit
 	// is known when the budget and the soft memory limit are sized.
-	e.sampler.Start()
+	if err := e.sampler.Start(ctx); err != nil {
+		return fmt.Errorf("throttle: reading %s: %w", src.Describe(), err)
+	}
 	e.stale = startStaleWatchdog(e.engine, e.logger, e.cfg, e.status.reportChange)
 	wl := e.sampler.Load()
 	if !e.cfg.Admission.MaxInflightBytes.Off() {
 		e.budget.Store(middleware.NewBudgetWith(middleware.BudgetConfig{
-			Max:       int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit)),
+			Max:       int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit, wl.Cores)),
 			PeerShare: e.cfg.Admission.PeerShare,
 			Wait:      e.cfg.Admission.WaitTimeout,
 		}))
@@ -187,6 +197,7 @@ func (e *throttleExtension) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	e.stopped = true
+	e.closed.Store(true)
 	e.queue.Close()
 	err := e.status.shutdown(ctx)
 	e.stale.stop()
@@ -216,6 +227,21 @@ func (e *throttleExtension) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// resizeBudget keeps an "auto" admission budget sized to the memory limit
+// and the cores in force: both can change while the collector runs (an
+// in-place pod resize, a move to another cgroup).
+func (e *throttleExtension) resizeBudget(wl *sampler.WaterLevel) {
+	b := e.budget.Load()
+	if b == nil || !e.cfg.Admission.MaxInflightBytes.Auto() {
+		return
+	}
+	if want := int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit, wl.Cores)); want != b.Max() {
+		b.SetMax(want)
+		e.logger.Info("throttle: the admission budget follows the memory limit and the cores",
+			zap.Int64("admission_budget_bytes", want), zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Float64("effective_cores", wl.Cores))
+	}
+}
+
 // goMemLimitBytes is a soft limit for logs and telemetry: 0 for none.
 func goMemLimitBytes(l int64) int64 {
 	if l == math.MaxInt64 {
@@ -226,12 +252,32 @@ func goMemLimitBytes(l int64) int64 {
 
 // onSample runs on the sampler goroutine after each publish.
 func (e *throttleExtension) onSample(wl *sampler.WaterLevel, took time.Duration) {
+	// A read that hung through Shutdown returns later: what it measured
+	// goes nowhere, the extension is shut down.
+	if e.closed.Load() {
+		return
+	}
 	// The first tick runs inside Start, which logs the limit it set.
 	if limit, changed := e.memLimit.Update(wl.MemLimit); changed && !e.lastAt.IsZero() {
 		e.logger.Info("throttle: the Go soft memory limit follows the memory limit",
 			zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Int64("go_memory_limit_bytes", goMemLimitBytes(limit)))
 	}
+	e.resizeBudget(wl)
 	e.engine.Observe(wl)
+	if started, ended := e.open.observe(e.engine.State(decision.Traces) == decision.Open); started {
+		e.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until memory falls",
+			zap.Float64("mem", wl.Mem),
+			zap.Uint64("working_set_bytes", wl.WorkingSet),
+			zap.Uint64("heap_free_bytes", wl.HeapFree),
+			zap.Uint64("heap_held_back_bytes", wl.HeapHeldBack),
+			zap.Uint64("memory_limit_bytes", wl.MemLimit),
+			zap.Float64("cpu", wl.CPU),
+		)
+		e.status.reportChange()
+	} else if ended > 0 {
+		e.logger.Info("throttle: the stalled Open has ended", zap.Duration("open_for", ended))
+		e.status.reportChange()
+	}
 	e.translog.tick()
 	e.status.record(wl)
 	var interval time.Duration
@@ -290,6 +336,9 @@ func (e *throttleExtension) State(s Signal) State { return e.engine.State(s) }
 // RetryDelay implements Throttle.
 func (e *throttleExtension) RetryDelay(v Verdict) time.Duration { return e.retry.Draw(v) }
 
+// ObserveOnly implements Throttle.
+func (e *throttleExtension) ObserveOnly() bool { return e.cfg.ObserveOnly }
+
 // RecordProcessorDecision implements Throttle.
 func (e *throttleExtension) RecordProcessorDecision(s Signal, v Verdict) {
 	e.tel.record(protocolProcessor, s, v)
@@ -316,6 +365,7 @@ func (e *throttleExtension) middlewareConfig() middleware.Config {
 		Recorder:    e,
 		Pacer:       e.pacer,
 		Queue:       e.queue,
+		ObserveOnly: e.cfg.ObserveOnly,
 	}
 }
 
@@ -366,6 +416,8 @@ func (e *throttleExtension) telemetrySources() telemetrySources {
 		budget:     e.budgetValues,
 		stale:      e.engine.Stale,
 		held:       func() int64 { return e.pacer.Held() + e.queue.Held() },
+		goMemLimit: func() int64 { return goMemLimitBytes(gomemlimit.Current()) },
+		openFor:    e.open.openFor,
 		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
 		cpuEnabled: c.CPU.Enabled,
 		memEnabled: c.Mem.Enabled,

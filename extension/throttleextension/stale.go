@@ -18,11 +18,15 @@ import (
 // read blocked in the kernel, a deadlocked source, a bug) would otherwise
 // leave the throttle rejecting everything for ever on a level nobody
 // measures any more. A protection that fails must fail open, and say so: a
-// Warn log, the throttle_sampler_stale gauge, the status page. The risk is
-// the other way round: the sampler is most likely to be starved when the
-// collector is overloaded, and a false "stale" lets a flood in; that is why
-// the default bound is generous (see defaultStaleAfterIntervals) and why 0
-// keeps the hold for those who prefer it.
+// Warn log, the throttle_sampler_stale gauge, the status page.
+//
+// The risk is the other way round: the sampler is most likely to be late
+// when the whole collector is starved of CPU, which is when the throttle is
+// needed most, and a false "stale" lets a flood in. So the bound counts the
+// watchdog's own ticks, and only those that came on time: a starved process
+// runs its watchdog late too, and a sampler is called stuck only when the
+// watchdog ran on time for stale_after_intervals ticks in a row while the
+// sampler published nothing. 0 keeps the hold for those who prefer it.
 //
 // It runs on its own goroutine so that it keeps running while the sampler's
 // goroutine is blocked. The request path is unchanged: Decide still loads
@@ -61,6 +65,7 @@ func startStaleWatchdog(engine *decision.Engine, logger *zap.Logger, cfg *Config
 func (w *staleWatchdog) run() {
 	ticker := time.NewTicker(w.interval)
 	defer ticker.Stop()
+	c := staleCounter{interval: w.interval, need: int(w.maxAge / w.interval)}
 	stale := false
 	var since time.Time
 	for {
@@ -69,7 +74,10 @@ func (w *staleWatchdog) run() {
 			return
 		case <-ticker.C:
 		}
-		now := w.engine.Expire(w.maxAge)
+		now := false
+		if c.tick(time.Now(), w.engine.ObservedAt()) {
+			now = w.engine.Expire(w.maxAge)
+		}
 		switch {
 		case now && !stale:
 			since = w.engine.ObservedAt()
@@ -87,6 +95,35 @@ func (w *staleWatchdog) run() {
 		}
 		stale = now
 	}
+}
+
+// staleCounter counts the watchdog's ticks that came on time since the
+// sampler last published.
+type staleCounter struct {
+	interval time.Duration
+	// need is how many on-time ticks without a publication make the level
+	// stale.
+	need     int
+	onTime   int
+	lastTick time.Time
+	observed time.Time
+}
+
+// lateTick: a tick more than this many intervals after the previous one
+// came late, the process did not run the watchdog on time.
+const lateTick = 2
+
+// tick takes one tick at now, with the sampler's last publication at
+// observed, and reports whether the sampler has missed need on-time ticks.
+func (c *staleCounter) tick(now, observed time.Time) bool {
+	if !observed.Equal(c.observed) {
+		c.observed, c.onTime = observed, 0
+	}
+	if c.lastTick.IsZero() || now.Sub(c.lastTick) <= lateTick*c.interval {
+		c.onTime++
+	}
+	c.lastTick = now
+	return c.onTime >= c.need
 }
 
 // stop stops the watchdog and waits for it; safe on nil.

@@ -3,6 +3,7 @@ package throttleextension // import "github.com/otelthrottle/throttle/extension/
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -81,6 +82,8 @@ type extensionStatus struct {
 	// reportedOpen is the set of Open signals last reported, one bit per
 	// signal (reportMu).
 	reportedOpen uint8
+	// reportedStall: the last report said the Open had stalled.
+	reportedStall bool
 	// closing stops reports once Shutdown has begun (reportMu): the host
 	// has moved the component to Stopping, from where StatusOK is not a
 	// valid transition.
@@ -245,21 +248,24 @@ func (st *extensionStatus) reportChange() {
 			open |= 1 << s
 		}
 	}
-	if open == st.reportedOpen {
+	stalled := open != 0 && st.e.open.stalled()
+	if open == st.reportedOpen && stalled == st.reportedStall {
 		return
 	}
-	st.reportedOpen = open
+	st.reportedOpen, st.reportedStall = open, stalled
 	if open == 0 {
 		componentstatus.ReportStatus(st.host, componentstatus.NewEvent(componentstatus.StatusOK))
 		return
 	}
-	componentstatus.ReportStatus(st.host, componentstatus.NewRecoverableErrorEvent(openError(open)))
+	componentstatus.ReportStatus(st.host, componentstatus.NewRecoverableErrorEvent(openError(open, stalled)))
 }
 
 // openError is the error reported while the signals in the open mask are
 // Open: "throttle: traces, logs open (collector overloaded); rejecting
-// requests".
-func openError(open uint8) error {
+// requests", or, once the Open has lasted stallAfter, "throttle: traces,
+// logs open for 30s or more: the collector is not draining what it holds;
+// rejecting requests".
+func openError(open uint8, stalled bool) error {
 	var b strings.Builder
 	b.WriteString("throttle: ")
 	first := true
@@ -273,7 +279,11 @@ func openError(open uint8) error {
 		first = false
 		b.WriteString(s.String())
 	}
-	b.WriteString(" open (collector overloaded); rejecting requests")
+	if stalled {
+		fmt.Fprintf(&b, " open for %s or more: the collector is not draining what it holds; rejecting requests", stallAfter)
+	} else {
+		b.WriteString(" open (collector overloaded); rejecting requests")
+	}
 	return errors.New(b.String())
 }
 

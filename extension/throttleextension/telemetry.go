@@ -27,7 +27,10 @@ const (
 var protocolNames = [numProtocols]string{"http", "grpc", "processor"}
 
 // The water_level kinds, in the order observed.
-var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "mem", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
+var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "mem", "mem_working_set", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
+
+// firstLineKind is the index in levelKinds of the first threshold line.
+const firstLineKind = 5
 
 // telemetrySources is what the observable gauges read when the meter
 // collects. Each is cheap and safe to call from any goroutine.
@@ -37,6 +40,10 @@ type telemetrySources struct {
 	budget func() (reserved, limit int64)
 	stale  func() bool
 	held   func() int64
+	// goMemLimit is the runtime's soft memory limit in bytes, 0 for none.
+	goMemLimit func() int64
+	// openFor is how long the state machine has been Open, 0 when not.
+	openFor func() time.Duration
 	// lines are cpu enter/exit/hard, mem enter/exit/hard (0 for a disabled slot).
 	lines [6]float64
 	// cpuEnabled and memEnabled say whether a slot's lines are reported.
@@ -124,11 +131,12 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 			}
 			if wl.MemValid {
 				o.Observe(wl.Mem, kindOpts[3])
+				o.Observe(float64(wl.WorkingSet)/float64(wl.MemLimit), kindOpts[4])
 			}
 		}
 		for i, line := range src.lines {
 			if (i < 3 && src.cpuEnabled) || (i >= 3 && src.memEnabled) {
-				o.Observe(line, kindOpts[4+i])
+				o.Observe(line, kindOpts[firstLineKind+i])
 			}
 		}
 		return nil
@@ -166,6 +174,20 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 	plainObserve := metric.WithAttributeSet(attribute.NewSet(idAttr))
 	err = tb.RegisterThrottleHeldRequestsCallback(func(_ context.Context, o metric.Int64Observer) error {
 		o.Observe(src.held(), plainObserve)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = tb.RegisterThrottleGoMemoryLimitCallback(func(_ context.Context, o metric.Int64Observer) error {
+		o.Observe(src.goMemLimit(), plainObserve)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = tb.RegisterThrottleOpenDurationCallback(func(_ context.Context, o metric.Float64Observer) error {
+		o.Observe(src.openFor().Seconds(), plainObserve)
 		return nil
 	})
 	if err != nil {

@@ -115,7 +115,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 
 	// auto with a 100 MiB limit: 100MiB/12, inside the [4MiB, 256MiB] clamp.
 	const budget = 8738133
-	require.Equal(t, int64(budget), int64(AutoInflightBudget().ResolveBudget(testMemLimit)))
+	require.Equal(t, int64(budget), int64(AutoInflightBudget().ResolveBudget(testMemLimit, 0)))
 
 	// A tiny receiver behind the HTTP middleware; it records the reserved
 	// bytes it sees while it runs, then runs during (if set) while its

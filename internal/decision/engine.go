@@ -126,8 +126,8 @@ type Options struct {
 type SignalStat struct {
 	State State
 	// DropProbability is the share of requests rejected: 1 in Open, the
-	// shedding probability (or the recovery ramp) otherwise, 0 for a signal
-	// whose rule is disabled.
+	// shedding probability (or the recovery ramp) otherwise; for a signal
+	// whose rule is disabled 0, but 1 at the memory backstop.
 	DropProbability float64
 }
 
@@ -408,9 +408,10 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 
 	ramp := e.rampAt(now)
 	t := max(e.cpuShare, e.mem.severity(mem))
+	backstop := e.mem.atHardNow(mem)
 	for i := range e.rules {
 		// Publish on change only: a steady state costs no allocation.
-		a := admissionFor(e.rules[i], to, t, ramp)
+		a := admissionFor(e.rules[i], to, t, ramp, backstop)
 		if a != *e.admissions[i].Load() {
 			published := a
 			e.admissions[i].Store(&published)
@@ -509,10 +510,15 @@ func (e *Engine) rampAt(now time.Time) float64 {
 }
 
 // admissionFor computes one signal's snapshot. t is the shedding severity in
-// [0, 1] and ramp the recovery ramp's floor.
-func admissionFor(r Rule, state State, t, ramp float64) admission {
+// [0, 1], ramp the recovery ramp's floor, and backstop whether memory is at
+// or over its hard line in this frame.
+func admissionFor(r Rule, state State, t, ramp float64, backstop bool) admission {
 	a := admission{state: state}
 	if !r.Enabled {
+		// An exempt signal is admitted in every state but one: memory at
+		// its hard line. A flood on an exempt signal would otherwise meet
+		// the OOM killer, which loses everything, the exempt signal too.
+		a.open = backstop
 		return a
 	}
 	if state == Open {
@@ -577,6 +583,10 @@ func (s *slot) hardReached(r reading) bool  { return !s.safe(r) && s.atHard >= s
 // Recovery conditions: a safe slot never blocks.
 func (s *slot) exitReached(r reading) bool { return s.safe(r) || s.belowExit >= s.breachN() }
 func (s *slot) hardCleared(r reading) bool { return s.safe(r) || s.belowHard >= s.breachN() }
+
+// atHardNow reports whether memory is at or over the hard line in this
+// frame (no streak): the exempt signals' backstop.
+func (s *slot) atHardNow(r reading) bool { return !s.safe(r) && r.fast >= s.Hard }
 
 // aboveExit is the current-frame test that picks Shedding over Normal when
 // leaving Open.

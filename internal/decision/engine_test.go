@@ -614,13 +614,16 @@ func TestDecideDrawsOnlyWhenUncertain(t *testing.T) {
 	assert.Equal(t, 1, draws)
 }
 
-func TestRuleDisabledAdmitsEvenInOpen(t *testing.T) {
+// TestRuleDisabledAdmitsBelowTheMemoryBackstop: an exempt signal is
+// admitted in every state, a CPU Open included, until memory is at or over
+// its hard line: a flood on it must not meet the OOM killer.
+func TestRuleDisabledAdmitsBelowTheMemoryBackstop(t *testing.T) {
 	cfg := testConfig(1, 1)
 	cfg.Rules[Metrics] = Rule{Enabled: false, DropMax: 1}
 	e := New(cfg, Options{Rand: fixedRand(0)})
-	e.Observe(memOnly(0.99).level())
+	e.Observe(cpuOnly(0.95, 0.95).level())
 	require.Equal(t, Open, e.State(Metrics), "the state still follows the water level")
-	assert.Equal(t, Admit, e.Decide(Metrics))
+	assert.Equal(t, Admit, e.Decide(Metrics), "CPU Open")
 	assert.Equal(t, DenyOpen, e.Decide(Traces))
 	assert.Zero(t, e.Stat().Signals[Metrics].DropProbability)
 
@@ -628,6 +631,14 @@ func TestRuleDisabledAdmitsEvenInOpen(t *testing.T) {
 	require.Equal(t, Shedding, e.State(Metrics))
 	assert.Equal(t, Admit, e.Decide(Metrics))
 	assert.Equal(t, DenyShed, e.Decide(Traces))
+
+	e.Observe(memOnly(0.99).level())
+	require.Equal(t, Open, e.State(Metrics))
+	assert.Equal(t, DenyOpen, e.Decide(Metrics), "memory at its hard line: the backstop")
+	assert.Equal(t, 1.0, e.Stat().Signals[Metrics].DropProbability)
+
+	e.Observe(memOnly(0.89).level())
+	assert.Equal(t, Admit, e.Decide(Metrics), "under the hard line again")
 }
 
 func TestDropMaxZeroShedsNothingButOpens(t *testing.T) {
@@ -674,7 +685,7 @@ func TestRecoveryRamp(t *testing.T) {
 
 	e.Observe(memOnly(0.95).level())
 	require.Equal(t, Open, e.State(Traces))
-	assert.Equal(t, [NumSignals]float64{1, 1, 0, 1}, probabilities())
+	assert.Equal(t, [NumSignals]float64{1, 1, 1, 1}, probabilities(), "logs, exempt, at the memory backstop")
 
 	// Left to Normal: the ramp starts at 1 and falls linearly over 5s.
 	clock.Advance(3 * time.Second)

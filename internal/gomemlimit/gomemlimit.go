@@ -137,7 +137,7 @@ func Acquire(cfg Config, opts Options) *Owner {
 func (o *Owner) Status() Status { return o.status }
 
 // Limit returns the soft limit the runtime applies now (math.MaxInt64:
-// none), whoever set it.
+// none), whoever set it, through the Owner's setter.
 func (o *Owner) Limit() int64 { return o.set(-1) }
 
 // Update sets the soft limit to Share of memLimit, when this Owner owns it
@@ -185,6 +185,10 @@ func (o *Owner) Release() {
 	}
 	processOwner.Store(false)
 }
+
+// Current returns the soft memory limit the runtime applies now
+// (math.MaxInt64: none), whoever set it.
+func Current() int64 { return setMemoryLimit(-1) }
 
 // Relief is the throttle's memory relief at its memory hard line, which
 // the engine calls at most once a second while memory is at or over it.

@@ -20,9 +20,9 @@ import (
 const DefaultBudgetWait = BudgetRetryDelay
 
 // DefaultPeerShare is the share of the budget the admissions of one peer
-// (remote IP) may hold (admission.peer_share default): one client, or one
-// node or proxy many clients come through, can never take the whole budget
-// from the others, yet keeps half of it.
+// (remote IP) may hold while other peers want room (admission.peer_share
+// default): one client, or one node or proxy many clients come through,
+// can never keep the others out, yet keeps half of the budget.
 const DefaultPeerShare = 0.5
 
 // peerSlots is the number of per-peer counters. Peers are hashed into them;
@@ -53,9 +53,12 @@ type BudgetConfig struct {
 // wait, admissions leave free what the waiting bodies still need, so a body
 // that needs the whole budget stops new admissions until it has it.
 type Budget struct {
-	max     int64
-	peerMax int64
-	wait    time.Duration
+	// max and peerMax change when the memory limit or the cores do
+	// (SetMax); peerShare is kept to derive peerMax.
+	max       atomic.Int64
+	peerMax   atomic.Int64
+	peerShare float64
+	wait      time.Duration
 
 	reserved atomic.Int64
 	// Padding keeps the high-water mark, read on every reservation but
@@ -74,6 +77,10 @@ type Budget struct {
 	// limit.
 	peers []atomic.Int64
 	seed  maphash.Seed
+	// refusedPeer was refused room until refusedUntil (unix ns): see
+	// contestedByOther.
+	refusedPeer  atomic.Uint32
+	refusedUntil atomic.Int64
 }
 
 // NewBudget returns a budget of maxBytes with the default wait and no
@@ -87,13 +94,35 @@ func NewBudgetWith(cfg BudgetConfig) *Budget {
 	if cfg.Max <= 0 {
 		return nil
 	}
-	b := &Budget{max: cfg.Max, peerMax: cfg.Max, wait: max(cfg.Wait, 0)}
+	b := &Budget{wait: max(cfg.Wait, 0)}
 	if cfg.PeerShare > 0 && cfg.PeerShare < 1 {
-		b.peerMax = max(int64(float64(cfg.Max)*cfg.PeerShare), 1)
+		b.peerShare = cfg.PeerShare
 		b.peers = make([]atomic.Int64, peerSlots)
 		b.seed = maphash.MakeSeed()
 	}
+	b.SetMax(cfg.Max)
 	return b
+}
+
+// SetMax resizes the budget to maxBytes (> 0; others are ignored), as the
+// memory limit or the cores it was derived from change. Reservations made
+// under the old size stay; a smaller budget admits nothing new until enough
+// of them are released.
+func (b *Budget) SetMax(maxBytes int64) {
+	if b == nil || maxBytes <= 0 {
+		return
+	}
+	peerMax := maxBytes
+	if b.peerShare > 0 {
+		peerMax = max(int64(float64(maxBytes)*b.peerShare), 1)
+	}
+	b.peerMax.Store(peerMax)
+	b.max.Store(maxBytes)
+	if b.waiting.Load() > 0 {
+		b.mu.Lock()
+		b.wakeLocked()
+		b.mu.Unlock()
+	}
 }
 
 // peer is a per-peer counter slot plus one; 0 is no peer (no per-peer
@@ -153,9 +182,9 @@ func (b *Budget) peerAdd(p peer, n int64) {
 // request larger than that starts with it and grows as it is read.
 func (b *Budget) maxFor(p peer) int64 {
 	if p == 0 {
-		return b.max
+		return b.max.Load()
 	}
-	return b.peerMax
+	return b.peerMax.Load()
 }
 
 // Reserve takes n bytes from the budget if they fit, leaving free what
@@ -177,8 +206,9 @@ func (b *Budget) admit(n int64, p peer) bool {
 		s := &b.peers[p-1]
 		for {
 			cur := s.Load()
-			// Written as a subtraction so a huge n cannot overflow.
-			if n > b.peerMax-cur {
+			// Written as a subtraction so a huge n cannot overflow. Over
+			// its share only while no other peer is being refused.
+			if n > b.peerMax.Load()-cur && b.contestedByOther(p) {
 				return false
 			}
 			if s.CompareAndSwap(cur, cur+n) {
@@ -188,9 +218,35 @@ func (b *Budget) admit(n int64, p peer) bool {
 	}
 	if !b.take(n, b.pending.Load()) {
 		b.peerAdd(p, -n)
+		b.noteRefused(p)
 		return false
 	}
 	return true
+}
+
+// contestWindow is how long a refusal of one peer keeps every other peer
+// to its share.
+const contestWindow = time.Second
+
+// noteRefused records that peer p was refused for lack of room in the
+// budget (not for being over its share): for
+// contestWindow, the other peers are held to their share, so that p gets
+// the room they free.
+func (b *Budget) noteRefused(p peer) {
+	if p == 0 {
+		return
+	}
+	b.refusedPeer.Store(uint32(p))
+	b.refusedUntil.Store(time.Now().Add(contestWindow).UnixNano())
+}
+
+// contestedByOther reports whether a peer other than p has been refused
+// room within contestWindow. The share is work-conserving: a peer alone
+// (one agent, or every client behind one proxy, SNAT or mesh sidecar) may
+// use the whole budget, and is held to its share only when another peer
+// wants room, which is when fairness is needed.
+func (b *Budget) contestedByOther(p peer) bool {
+	return b.refusedPeer.Load() != uint32(p) && time.Now().UnixNano() < b.refusedUntil.Load()
 }
 
 // take reserves n bytes if they fit in the budget with keep bytes left
@@ -199,7 +255,7 @@ func (b *Budget) take(n, keep int64) bool {
 	for {
 		cur := b.reserved.Load()
 		// Written as a subtraction so a huge n cannot overflow.
-		if n > b.max-cur-keep {
+		if n > b.max.Load()-cur-keep {
 			return false
 		}
 		next := cur + n
@@ -253,7 +309,7 @@ func (b *Budget) tryGrow(need int64, p peer) int64 {
 	}
 	for {
 		cur := b.reserved.Load()
-		take := min(need, b.max-cur)
+		take := min(need, b.max.Load()-cur)
 		if take <= 0 {
 			return 0
 		}
@@ -317,7 +373,7 @@ func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, p pe
 			b.peerAdd(p, need)
 			return true, now() - start
 		}
-		if youngest && headNeed > b.max-waitHeld {
+		if youngest && headNeed > b.max.Load()-waitHeld {
 			return false, now() - start
 		}
 		select {
@@ -376,7 +432,7 @@ func (b *Budget) Max() int64 {
 	if b == nil {
 		return 0
 	}
-	return b.max
+	return b.max.Load()
 }
 
 // HighWater returns the largest value Reserved has reached. It exists for

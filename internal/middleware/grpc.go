@@ -115,20 +115,26 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	if !ok {
 		return ctx, nil
 	}
-	if g.dec.Exempt(sig) {
-		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
-		return ctx, nil
-	}
 	if v := g.dec.Decide(sig); !v.Admitted() {
+		if g.observe {
+			g.rec.Record(ProtocolGRPC, sig, v)
+			return ctx, nil
+		}
 		return ctx, g.reject(sig, v)
 	}
-	if g.budget == nil {
+	// An exempt signal bypasses the budget: only the memory backstop
+	// (Decide) refuses it.
+	if g.budget == nil || g.dec.Exempt(sig) {
 		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 		return ctx, nil
 	}
 	p, _ := ctx.Value(peerKey{}).(peer)
 	n := g.sizeEstimate(sig, p)
 	if !g.budget.admit(n, p) {
+		if g.observe {
+			g.rec.Record(ProtocolGRPC, sig, decision.DenyBudget)
+			return ctx, nil
+		}
 		return ctx, g.reject(sig, decision.DenyBudget)
 	}
 	g.rec.Record(ProtocolGRPC, sig, decision.Admit)

@@ -286,11 +286,13 @@ func TestGRPCExempt(t *testing.T) {
 	require.True(t, b.Reserve(100))
 	f := newGRPCFixture(t, b, 0)
 	f.dec.setAll(decision.DenyOpen)
+	f.dec.set(decision.Traces, decision.Admit)
 	f.dec.exempt[decision.Traces].Store(true)
-	require.NoError(t, f.export(context.Background()))
+	require.NoError(t, f.export(context.Background()), "an exempt signal bypasses a full budget")
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
-	assert.Zero(t, f.dec.decides.Load())
 	assert.EqualValues(t, 100, b.Reserved())
+	f.dec.set(decision.Traces, decision.DenyOpen) // the memory backstop
+	assert.Equal(t, codes.ResourceExhausted, status.Code(f.export(context.Background())))
 	b.Release(100)
 }
 

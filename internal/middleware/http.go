@@ -67,19 +67,21 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	if m.dec.Exempt(sig) {
-		m.rec.Record(ProtocolHTTP, sig, decision.Admit)
-		h.next.ServeHTTP(w, r)
-		return
-	}
 	if v := m.dec.Decide(sig); !v.Admitted() {
+		if m.observe {
+			m.rec.Record(ProtocolHTTP, sig, v)
+			h.next.ServeHTTP(w, r)
+			return
+		}
 		// Held, the body stays unread until a later decision admits it.
 		if v = m.queue.Wait(r.Context(), sig, v); !v.Admitted() {
 			m.reject(w, r, sig, v)
 			return
 		}
 	}
-	if m.budget == nil || r.Body == nil || r.Body == http.NoBody {
+	// An exempt signal bypasses the budget: only the memory backstop
+	// (Decide) refuses it.
+	if m.budget == nil || r.Body == nil || r.Body == http.NoBody || m.dec.Exempt(sig) {
 		m.rec.Record(ProtocolHTTP, sig, decision.Admit)
 		h.next.ServeHTTP(w, r)
 		return
@@ -88,6 +90,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := m.budget.peerOfRemote(r.RemoteAddr)
 	initial := m.initialSize(sig, r.ContentLength, p, t)
 	if !m.budget.admit(initial, p) {
+		if m.observe {
+			m.rec.Record(ProtocolHTTP, sig, decision.DenyBudget)
+			h.next.ServeHTTP(w, r)
+			return
+		}
 		m.reject(w, r, sig, decision.DenyBudget)
 		return
 	}
@@ -217,7 +224,7 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		b.trimLocked(now())
 	}
 	avail := b.reserved - b.read
-	alone := b.reserved >= b.m.budget.max
+	alone := b.reserved >= b.m.budget.Max()
 	need := b.needLocked(len(p))
 	held := b.reserved
 	b.mu.Unlock()
@@ -238,10 +245,15 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		} else if got := b.m.budget.tryGrow(need, b.peer); got > 0 {
 			need = got
 		} else {
-			ok, waited := b.m.budget.waitGrow(b.ctx, &b.w, need, held, b.peer, b.waitLeft)
-			b.waitLeft -= waited
-			if !ok {
-				return 0, b.m.budgetError()
+			if b.m.observe {
+				// Counted, never failed: the bytes are in memory anyway.
+				b.m.budget.charge(need, b.peer)
+			} else {
+				ok, waited := b.m.budget.waitGrow(b.ctx, &b.w, need, held, b.peer, b.waitLeft)
+				b.waitLeft -= waited
+				if !ok {
+					return 0, b.m.budgetError()
+				}
 			}
 		}
 		if !b.add(need) {
@@ -261,8 +273,9 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 // budget, nor beyond a known length. A body known to be larger than the
 // whole budget asks for all of it during its head start.
 func (b *budgetBody) needLocked(want int) int64 {
-	left := b.m.budget.max - b.reserved
-	if b.known >= b.m.budget.max && !b.late {
+	budgetMax := b.m.budget.Max()
+	left := budgetMax - b.reserved
+	if b.known >= budgetMax && !b.late {
 		return left
 	}
 	n := min(int64(want), readStep, left)
@@ -357,7 +370,7 @@ func (b *budgetBody) idleCheck() {
 			// when it returns (see rawRead).
 			b.killed = false
 			b.late = true
-			if excess := b.reserved - b.read; excess > 0 && b.reserved < b.m.budget.max {
+			if excess := b.reserved - b.read; excess > 0 && b.reserved < b.m.budget.Max() {
 				b.reserved = b.read
 				b.uncharged = true
 				b.m.budget.release(excess, b.peer)

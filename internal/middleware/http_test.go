@@ -133,13 +133,14 @@ func TestHTTPUnclassifiedNeverRejected(t *testing.T) {
 	assert.Zero(t, f.rec.total())
 }
 
-// TestHTTPExempt: an exempt signal is admitted in Open and bypasses a full
-// budget.
+// TestHTTPExempt: an exempt signal bypasses a full budget; only its own
+// decision (the engine's memory backstop) refuses it.
 func TestHTTPExempt(t *testing.T) {
 	b := NewBudget(10)
 	require.True(t, b.Reserve(10))
 	f := newHTTPFixture(t, b, 0, nil)
 	f.dec.setAll(decision.DenyOpen)
+	f.dec.set(decision.Metrics, decision.Admit)
 	f.dec.exempt[decision.Metrics].Store(true)
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("0123456789abcdef")))
@@ -150,6 +151,12 @@ func TestHTTPExempt(t *testing.T) {
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.Admit))
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyOpen))
 	assert.EqualValues(t, 10, b.Reserved())
+
+	f.dec.set(decision.Metrics, decision.DenyOpen) // the memory backstop
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("x")))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.DenyOpen))
 }
 
 func TestHTTPRejection(t *testing.T) {

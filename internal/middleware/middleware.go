@@ -26,7 +26,8 @@ type Decider interface {
 	Decide(s decision.Signal) decision.Verdict
 	// Exempt reports whether s is exempt from the throttle (its rule has
 	// enabled: false, or the whole throttle is disabled). An exempt signal
-	// is admitted without calling Decide and bypasses the admission budget.
+	// bypasses the admission budget; Decide admits it except at the memory
+	// backstop.
 	Exempt(s decision.Signal) bool
 }
 
@@ -63,6 +64,11 @@ type Config struct {
 	// decision admits them or they have waited long enough. Nil means none.
 	// Share one Queue between all servers of an extension.
 	Queue *Queue
+	// ObserveOnly makes and counts every decision but refuses nothing: a
+	// request the decision or the budget would refuse is counted as that
+	// denial and let in, never held, and a body is never cut off nor failed
+	// for the budget.
+	ObserveOnly bool
 }
 
 // settings is a validated Config with defaults applied.
@@ -77,6 +83,7 @@ type settings struct {
 	pacer       *Pacer
 	queue       *Queue
 	rejections  *grpcRejections
+	observe     bool
 }
 
 func newSettings(cfg Config) (settings, error) {
@@ -95,7 +102,12 @@ func newSettings(cfg Config) (settings, error) {
 		budget:      cfg.Budget,
 		unknownSize: cfg.UnknownSize,
 		idle:        max(cfg.IdleTimeout, 0),
+		observe:     cfg.ObserveOnly,
 		rec:         cfg.Recorder,
+	}
+	if s.observe {
+		// Cutting off an idle body and holding a request are refusals too.
+		s.idle, s.queue = 0, nil
 	}
 	if s.retry == nil {
 		s.retry = NewRetryDelay(0, defaultRetryMax, nil)

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -322,7 +323,7 @@ func TestTickLongerThanInterval(t *testing.T) {
 			}
 		},
 	})
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop()
 	<-samples
 

@@ -1,6 +1,7 @@
 package sampler // import "github.com/otelthrottle/throttle/internal/sampler"
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -187,16 +188,28 @@ func (s *Sampler) Load() *WaterLevel {
 }
 
 // Start takes one sample, then starts the goroutine that ticks every
-// interval. Calling Start on a running sampler does nothing.
-func (s *Sampler) Start() {
+// interval. Calling Start on a running sampler does nothing. When ctx ends
+// before the first sample is taken (a read that hangs), Start returns its
+// error and starts nothing; the first sample completes in the background
+// whenever the read returns.
+func (s *Sampler) Start(ctx context.Context) error {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
 	if s.done != nil {
-		return
+		return nil
 	}
-	// The first sample is synchronous so that memory, which needs no
-	// baseline, is published before Start returns.
-	s.Tick()
+	// The first sample is taken before Start returns so that memory, which
+	// needs no baseline, is published by then.
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		s.Tick()
+	}()
+	select {
+	case <-first:
+	case <-ctx.Done():
+		return fmt.Errorf("the first sample did not complete: %w", ctx.Err())
+	}
 	done := make(chan struct{})
 	s.done = done
 	ticker := time.NewTicker(s.cfg.Interval)
@@ -205,12 +218,19 @@ func (s *Sampler) Start() {
 		for {
 			select {
 			case <-ticker.C:
-				s.Tick()
 			case <-done:
 				return
 			}
+			// Stop wins over a tick that is due at the same time.
+			select {
+			case <-done:
+				return
+			default:
+			}
+			s.Tick()
 		}
 	})
+	return nil
 }
 
 // Stop stops the goroutine and waits for it to return. It is idempotent and
@@ -297,7 +317,7 @@ func (s *Sampler) Tick() {
 			wl.HeapFree, wl.HeapHeldBack = s.heap.Read()
 		}
 		if wl.MemLimit > 0 {
-			wl.Mem = float64(ws-min(wl.HeapFree, ws)) / float64(wl.MemLimit)
+			wl.Mem = float64(ws-min(wl.HeapFree, ws)+wl.HeapHeldBack) / float64(wl.MemLimit)
 			wl.MemValid = true
 		}
 	}

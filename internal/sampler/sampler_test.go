@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"sync"
@@ -439,9 +440,9 @@ func TestStartStop(t *testing.T) {
 				}
 			},
 		})
-		s.Start()
+		require.NoError(t, s.Start(context.Background()))
 		assert.False(t, s.Load().At.IsZero(), "Start takes one sample before returning")
-		s.Start() // no second goroutine
+		require.NoError(t, s.Start(context.Background())) // no second goroutine
 		for range 3 {
 			<-ticks
 		}
@@ -449,7 +450,7 @@ func TestStartStop(t *testing.T) {
 		s.Stop()
 
 		// Restartable.
-		s.Start()
+		require.NoError(t, s.Start(context.Background()))
 		<-ticks
 		s.Stop()
 	})
@@ -458,7 +459,7 @@ func TestStartStop(t *testing.T) {
 		s := New(oneCore(), Config{Interval: time.Millisecond}, Options{})
 		var wg sync.WaitGroup
 		for range 8 {
-			wg.Go(s.Start)
+			wg.Go(func() { _ = s.Start(context.Background()) })
 			wg.Go(s.Stop)
 			wg.Go(s.Tick)
 			wg.Go(func() { _ = s.Load() })

@@ -28,8 +28,10 @@ type TelemetryBuilder struct {
 	meter                   metric.Meter
 	mu                      sync.Mutex
 	registrations           []metric.Registration
+	ThrottleGoMemoryLimit   metric.Int64ObservableGauge
 	ThrottleHeldRequests    metric.Int64ObservableGauge
 	ThrottleInflightBytes   metric.Int64ObservableGauge
+	ThrottleOpenDuration    metric.Float64ObservableGauge
 	ThrottleRequests        metric.Int64ObservableCounter
 	ThrottleSamplerDuration metric.Float64Histogram
 	ThrottleSamplerErrors   metric.Int64Counter
@@ -48,6 +50,21 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterThrottleGoMemoryLimitCallback sets callback for observable ThrottleGoMemoryLimit metric.
+func (builder *TelemetryBuilder) RegisterThrottleGoMemoryLimitCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ThrottleGoMemoryLimit, obs: o})
+		return nil
+	}, builder.ThrottleGoMemoryLimit)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
 }
 
 // RegisterThrottleHeldRequestsCallback sets callback for observable ThrottleHeldRequests metric.
@@ -71,6 +88,21 @@ func (builder *TelemetryBuilder) RegisterThrottleInflightBytesCallback(cb metric
 		cb(ctx, &observerInt64{inst: builder.ThrottleInflightBytes, obs: o})
 		return nil
 	}, builder.ThrottleInflightBytes)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterThrottleOpenDurationCallback sets callback for observable ThrottleOpenDuration metric.
+func (builder *TelemetryBuilder) RegisterThrottleOpenDurationCallback(cb metric.Float64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerFloat64{inst: builder.ThrottleOpenDuration, obs: o})
+		return nil
+	}, builder.ThrottleOpenDuration)
 	if err != nil {
 		return err
 	}
@@ -178,9 +210,15 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.ThrottleGoMemoryLimit, err = builder.meter.Int64ObservableGauge(
+		"otelcol_throttle_go_memory_limit",
+		metric.WithDescription("The Go runtime's soft memory limit in force (GOMEMLIMIT, set by the throttle or by the environment); 0 when there is none. [Alpha]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ThrottleHeldRequests, err = builder.meter.Int64ObservableGauge(
 		"otelcol_throttle_held_requests",
-		metric.WithDescription("HTTP rejections being held by pacing before their 429 is written. [Alpha]"),
+		metric.WithDescription("HTTP requests being held, by the queue (unread, waiting to be admitted) or by pacing (rejected, before their 429 is written). [Alpha]"),
 		metric.WithUnit("{request}"),
 	)
 	errs = errors.Join(errs, err)
@@ -188,6 +226,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_throttle_inflight_bytes",
 		metric.WithDescription("Bytes reserved by admitted, unfinished requests (budget=reserved) and the admission budget (budget=limit). [Alpha]"),
 		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ThrottleOpenDuration, err = builder.meter.Float64ObservableGauge(
+		"otelcol_throttle_open_duration",
+		metric.WithDescription("How long the state machine has been Open without a break; 0 when it is not Open. Open for more than 30s means the collector is not draining what it holds. [Alpha]"),
+		metric.WithUnit("s"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ThrottleRequests, err = builder.meter.Int64ObservableCounter(
@@ -230,7 +274,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ThrottleWaterLevel, err = builder.meter.Float64ObservableGauge(
 		"otelcol_throttle_water_level",
-		metric.WithDescription("Current water levels (share of the CPU quota or memory limit) and the threshold lines. [Alpha]"),
+		metric.WithDescription("Current water levels (share of the CPU quota or memory limit) and the threshold lines. mem is the memory level the lines apply to (the working set, less heap memory freed for reuse, plus heap held back by a soft memory limit); mem_working_set is the working set alone. [Alpha]"),
 		metric.WithUnit("1"),
 	)
 	errs = errors.Join(errs, err)

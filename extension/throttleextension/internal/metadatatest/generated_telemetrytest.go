@@ -21,10 +21,24 @@ func NewSettings(tt *componenttest.Telemetry) extension.Settings {
 	return set
 }
 
+func AssertEqualThrottleGoMemoryLimit(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_throttle_go_memory_limit",
+		Description: "The Go runtime's soft memory limit in force (GOMEMLIMIT, set by the throttle or by the environment); 0 when there is none. [Alpha]",
+		Unit:        "By",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_throttle_go_memory_limit")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualThrottleHeldRequests(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_held_requests",
-		Description: "HTTP rejections being held by pacing before their 429 is written. [Alpha]",
+		Description: "HTTP requests being held, by the queue (unread, waiting to be admitted) or by pacing (rejected, before their 429 is written). [Alpha]",
 		Unit:        "{request}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
@@ -45,6 +59,20 @@ func AssertEqualThrottleInflightBytes(t *testing.T, tt *componenttest.Telemetry,
 		},
 	}
 	got, err := tt.GetMetric("otelcol_throttle_inflight_bytes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualThrottleOpenDuration(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[float64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_throttle_open_duration",
+		Description: "How long the state machine has been Open without a break; 0 when it is not Open. Open for more than 30s means the collector is not draining what it holds. [Alpha]",
+		Unit:        "s",
+		Data: metricdata.Gauge[float64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_throttle_open_duration")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
@@ -142,7 +170,7 @@ func AssertEqualThrottleState(t *testing.T, tt *componenttest.Telemetry, dps []m
 func AssertEqualThrottleWaterLevel(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[float64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_water_level",
-		Description: "Current water levels (share of the CPU quota or memory limit) and the threshold lines. [Alpha]",
+		Description: "Current water levels (share of the CPU quota or memory limit) and the threshold lines. mem is the memory level the lines apply to (the working set, less heap memory freed for reuse, plus heap held back by a soft memory limit); mem_working_set is the working set alone. [Alpha]",
 		Unit:        "1",
 		Data: metricdata.Gauge[float64]{
 			DataPoints: dps,

@@ -20,11 +20,19 @@ func TestSetupTelemetry(t *testing.T) {
 	tb, err := metadata.NewTelemetryBuilder(testTel.NewTelemetrySettings())
 	require.NoError(t, err)
 	defer tb.Shutdown()
+	require.NoError(t, tb.RegisterThrottleGoMemoryLimitCallback(func(_ context.Context, observer metric.Int64Observer) error {
+		observer.Observe(1)
+		return nil
+	}))
 	require.NoError(t, tb.RegisterThrottleHeldRequestsCallback(func(_ context.Context, observer metric.Int64Observer) error {
 		observer.Observe(1)
 		return nil
 	}))
 	require.NoError(t, tb.RegisterThrottleInflightBytesCallback(func(_ context.Context, observer metric.Int64Observer) error {
+		observer.Observe(1)
+		return nil
+	}))
+	require.NoError(t, tb.RegisterThrottleOpenDurationCallback(func(_ context.Context, observer metric.Float64Observer) error {
 		observer.Observe(1)
 		return nil
 	}))
@@ -47,11 +55,17 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ThrottleSamplerDuration.Record(context.Background(), 1)
 	tb.ThrottleSamplerErrors.Add(context.Background(), 1)
 	tb.ThrottleSamplerInterval.Record(context.Background(), 1)
+	AssertEqualThrottleGoMemoryLimit(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualThrottleHeldRequests(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualThrottleInflightBytes(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualThrottleOpenDuration(t, testTel,
+		[]metricdata.DataPoint[float64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualThrottleRequests(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
