@@ -69,6 +69,12 @@ type Option func(*factoryOptions)
 
 type factoryOptions struct {
 	source ResourceSource
+	// memoryLimit stands in for the runtime's soft memory limit (tests
+	// only); nil: debug.SetMemoryLimit, and only with the default source.
+	memoryLimit func(int64) int64
+	// limitsEvery is how often limits are re-read (tests only); 0: the
+	// sampler's default.
+	limitsEvery time.Duration
 }
 
 // WithResourceSource makes every extension created by the factory read its

@@ -82,7 +82,7 @@ const (
 	// admitted requests only wait for the CPU while they hold memory and
 	// take CPU from the exporters that drain the pipeline (docs/design.md,
 	// "Admission budget", has the fleet measurements behind the figure).
-	autoBudgetPerCore = 8 << 20
+	autoBudgetPerCore = 10 << 20
 	// minAutoBudget: a budget is always at least one ordinary OTLP batch
 	// (the SDK exporters' default is 1 MiB); a larger request runs alone.
 	minAutoBudget = 1 << 20
@@ -900,7 +900,7 @@ func (b InflightBudget) Size() ByteSize { return b.size }
 // ResolveBudget returns the budget in bytes for a memory limit of memLimit
 // bytes (0 = no limit) and cores effective cores (<= 0 = unknown), or 0 when
 // the budget is off. "auto" is the smaller of memLimit/12 (32 MiB without a
-// limit) and 8 MiB per core, within [1 MiB, 256 MiB].
+// limit) and 10 MiB per core, within [1 MiB, 256 MiB].
 func (b InflightBudget) ResolveBudget(memLimit uint64, cores float64) uint64 {
 	if !b.auto {
 		return uint64(b.size)

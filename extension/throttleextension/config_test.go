@@ -59,6 +59,7 @@ func TestLoadConfig(t *testing.T) {
 			id: component.NewIDWithName(metadata.Type, "full"),
 			expected: &Config{
 				Enabled:        true,
+				ObserveOnly:    true,
 				SampleInterval: 100 * time.Millisecond,
 				Signal: SignalConfig{
 					CPUSlowBeta:    0.9,
@@ -86,7 +87,9 @@ func TestLoadConfig(t *testing.T) {
 					PeerShare:        0.25,
 					WaitTimeout:      2 * time.Second,
 				},
-				Pacing: PacingConfig{Delay: 250 * time.Millisecond, MaxHeld: 64},
+				Pacing:     PacingConfig{Delay: 250 * time.Millisecond, MaxHeld: 64},
+				Queue:      QueueConfig{MaxWait: 2 * time.Second, MaxHeld: 32},
+				GoMemLimit: GoMemLimitConfig{Enabled: false, Share: 0.7},
 				Routes: RoutesConfig{
 					HTTP: map[string]string{
 						"/prometheus/write": "metrics",
@@ -504,8 +507,8 @@ func TestConfigResolveBudget(t *testing.T) {
 		cores    float64
 		want     uint64
 	}{
-		{"auto, 1 core, 300MiB: by CPU", auto, 300 << 20, 1, 8 << 20},
-		{"auto, 0.3 core, 150MiB: by CPU", auto, 150 << 20, 0.3, 2516582},
+		{"auto, 1 core, 300MiB: by CPU", auto, 300 << 20, 1, 10 << 20},
+		{"auto, 0.3 core, 150MiB: by CPU", auto, 150 << 20, 0.3, 3145728},
 		{"auto, 4 cores, 300MiB: by memory", auto, 300 << 20, 4, 25 << 20},
 		{"auto, 16 cores, 1GiB: by memory", auto, 1 << 30, 16, (1 << 30) / 12},
 		{"auto clamps low", auto, 6 << 20, 2, 1 << 20},
@@ -513,7 +516,7 @@ func TestConfigResolveBudget(t *testing.T) {
 		{"auto clamps high", auto, 64 << 30, 64, 256 << 20},
 		{"auto, cores unknown: by memory", auto, 300 << 20, 0, 25 << 20},
 		{"auto without a limit: 32MiB at most", auto, 0, 16, 32 << 20},
-		{"auto without a limit, 1 core", auto, 0, 1, 8 << 20},
+		{"auto without a limit, 1 core", auto, 0, 1, 10 << 20},
 		{"off", FixedInflightBudget(0), 300 << 20, 1, 0},
 		{"off without a limit", FixedInflightBudget(0), 0, 1, 0},
 		{"fixed ignores the limit", FixedInflightBudget(24 * MiB), 1 << 30, 1, 24 << 20},

@@ -154,6 +154,8 @@ func e2eThrottleConfig(tb testing.TB, extra map[string]any) *Config {
 		"stale_after_intervals": 0,
 		"retry_after":           map[string]any{"min": e2eRetryMin.String(), "max": e2eRetryMax.String()},
 		"pacing":                map[string]any{"delay": "0s"},
+		// Refusals are answered at once unless a test turns the queue on.
+		"queue": map[string]any{"max_wait": "0s"},
 		"thresholds": map[string]any{
 			"cpu": map[string]any{"enabled": false},
 			"mem": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_n": 1},

@@ -157,14 +157,18 @@ func TestE2EOpenRejectsGRPC(t *testing.T) {
 	}
 }
 
-// TestE2EOpenExemptSignal: with rules.metrics.enabled: false, metrics are
-// delivered in Open by both exporters on the first attempt while the other
-// signals are rejected.
-func TestE2EOpenExemptSignal(t *testing.T) {
+// TestE2EExemptSignal: an exempt signal is admitted, over HTTP and gRPC,
+// while the others are refused, until memory reaches its hard line: there
+// the backstop refuses it too, so that a flood on it cannot meet the OOM
+// killer.
+func TestE2EExemptSignal(t *testing.T) {
 	env := startE2E(t, e2eOptions{conf: map[string]any{
-		"rules": map[string]any{"metrics": map[string]any{"enabled": false}},
+		"rules": map[string]any{
+			"default": map[string]any{"drop_min": 1},
+			"metrics": map[string]any{"enabled": false},
+		},
 	}})
-	env.setLevel(t, e2eOpen, StateOpen)
+	env.setLevel(t, e2eShedding, StateShedding)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 	const perExport = 7
@@ -172,11 +176,11 @@ func TestE2EOpenExemptSignal(t *testing.T) {
 		exps := env.startExporters(t, protocol)
 		require.NoError(t, exps.send[SignalMetrics](ctx, perExport))
 		assert.EqualValues(t, 1, env.requests(t, protocol, SignalMetrics, "allowed", ""), protocol)
-		assert.Zero(t, env.requests(t, protocol, SignalMetrics, "denied", "open"), protocol)
+		assert.Zero(t, env.requests(t, protocol, SignalMetrics, "denied", "shed"), protocol)
 	}
 	assert.Equal(t, 2*perExport, env.metrics.DataPointCount())
 
-	// The others are still rejected.
+	// The others are refused.
 	c := e2eHTTPClient(t)
 	cc := env.grpcConn(t)
 	for _, s := range e2eSignals {
@@ -185,10 +189,25 @@ func TestE2EOpenExemptSignal(t *testing.T) {
 		}
 		pb, err := s.proto(1)
 		require.NoError(t, err)
-		requireHTTPRejection(t, env.post(t, c, s.path, pbType, pb), pbType, true)
+		requireHTTPRejection(t, env.post(t, c, s.path, pbType, pb), pbType, false)
 		requireGRPCRejection(t, s.grpcExport(ctx, cc, 1))
 		assert.Zero(t, s.received(env))
 	}
+
+	// Memory at its hard line: the exempt signal is refused too.
+	env.setLevel(t, e2eOpen, StateOpen)
+	for _, s := range e2eSignals {
+		if s.sig != SignalMetrics {
+			continue
+		}
+		pb, err := s.proto(1)
+		require.NoError(t, err)
+		requireHTTPRejection(t, env.post(t, c, s.path, pbType, pb), pbType, true)
+		requireGRPCRejection(t, s.grpcExport(ctx, cc, 1))
+	}
+	assert.Equal(t, 2*perExport, env.metrics.DataPointCount())
+	assert.EqualValues(t, 1, env.requests(t, "http", SignalMetrics, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "grpc", SignalMetrics, "denied", "open"))
 }
 
 // TestE2EExportersRetryUntilNormal: exports started in Open are rejected,
@@ -575,4 +594,68 @@ func TestE2EPacedShedding(t *testing.T) {
 		requireHTTPRejection(t, resp, pbType, true)
 		assert.Less(t, time.Since(began), delay, "an Open rejection was held")
 	})
+}
+
+// TestE2EQueueHoldsUntilAdmitted: with the queue on, an HTTP request that
+// arrives in Open is held through the real otlpreceiver, its body unread
+// (nothing reaches the pipeline), and delivered as soon as the state lets
+// it in; one held past max_wait gets its 429 then.
+func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
+	env := startE2E(t, e2eOptions{conf: map[string]any{"queue": map[string]any{"max_wait": "20s", "max_held": 8}}})
+	e := env.ext.(*throttleExtension)
+	env.setLevel(t, e2eOpen, StateOpen)
+	c := e2eHTTPClient(t)
+	pb, err := e2eSignals[0].proto(5)
+	require.NoError(t, err)
+	got := make(chan e2eResponse, 1)
+	go func() { got <- env.post(t, c, e2eSignals[0].path, pbType, pb) }()
+	require.Eventually(t, func() bool { return e.queue.Held() == 1 }, e2eWait, time.Millisecond, "held")
+	assert.Zero(t, e2eSignals[0].received(env), "a held body is not read")
+	env.setLevel(t, e2eCalm, StateNormal)
+	select {
+	case resp := <-got:
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "body: %s", resp.body)
+	case <-time.After(e2eWait):
+		t.Fatal("the held request was not admitted")
+	}
+	assert.Equal(t, 5, e2eSignals[0].received(env))
+	assert.Zero(t, e.queue.Held())
+	assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "allowed", ""))
+	assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "open"), "a held request that got in is no denial")
+}
+
+func TestE2EQueueRefusesAfterMaxWait(t *testing.T) {
+	const maxWait = 300 * time.Millisecond
+	env := startE2E(t, e2eOptions{conf: map[string]any{"queue": map[string]any{"max_wait": maxWait.String(), "max_held": 8}}})
+	env.setLevel(t, e2eOpen, StateOpen)
+	c := e2eHTTPClient(t)
+	pb, err := e2eSignals[0].proto(1)
+	require.NoError(t, err)
+	start := time.Now()
+	requireHTTPRejection(t, env.post(t, c, e2eSignals[0].path, pbType, pb), pbType, true)
+	assert.GreaterOrEqual(t, time.Since(start), maxWait)
+	assert.Zero(t, e2eSignals[0].received(env))
+	assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "denied", "open"))
+}
+
+// TestE2EObserveOnly: with observe_only, every decision is made and counted
+// but nothing is refused: in Open every signal is delivered over HTTP and
+// gRPC, and throttle_requests counts the denials that would have been.
+func TestE2EObserveOnly(t *testing.T) {
+	env := startE2E(t, e2eOptions{conf: map[string]any{"observe_only": true}})
+	env.setLevel(t, e2eOpen, StateOpen)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	c := e2eHTTPClient(t)
+	cc := env.grpcConn(t)
+	for _, s := range e2eSignals {
+		pb, err := s.proto(2)
+		require.NoError(t, err)
+		resp := env.post(t, c, s.path, pbType, pb)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%v: %s", s.sig, resp.body)
+		require.NoError(t, s.grpcExport(ctx, cc, 2))
+		assert.Equal(t, 4, s.received(env), "%v", s.sig)
+		assert.EqualValues(t, 1, env.requests(t, "http", s.sig, "denied", "open"), "%v", s.sig)
+		assert.EqualValues(t, 1, env.requests(t, "grpc", s.sig, "denied", "open"), "%v", s.sig)
+	}
 }

@@ -35,6 +35,11 @@ type throttleExtension struct {
 	id     component.ID
 	logger *zap.Logger
 	source ResourceSource // injected by tests; nil = cgroup, else process
+	// memoryLimitSetter is the runtime's soft limit setter injected by
+	// tests; see Start.
+	memoryLimitSetter func(int64) int64
+	// limitsEvery overrides the sampler's limits cadence (tests only).
+	limitsEvery time.Duration
 
 	engine     *decision.Engine
 	tel        *telemetry
@@ -55,7 +60,7 @@ type throttleExtension struct {
 	started bool
 	stopped bool
 	// closed is stopped for the sampler goroutine, which must not take mu.
-	closed atomic.Bool
+	closed  atomic.Bool
 	sampler *sampler.Sampler
 	stale   *staleWatchdog // stale.go; nil when off
 	// memLimit sets the Go soft memory limit when the throttle owns it;
@@ -87,12 +92,15 @@ var (
 
 func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*throttleExtension, error) {
 	e := &throttleExtension{
-		cfg:      cfg,
-		id:       set.ID,
-		logger:   set.Logger,
-		source:   fo.source,
-		lastWarn: map[string]time.Time{},
-		translog: newTransitionLog(set.Logger, nil),
+		cfg:    cfg,
+		id:     set.ID,
+		logger: set.Logger,
+		source: fo.source,
+
+		memoryLimitSetter: fo.memoryLimit,
+		limitsEvery:       fo.limitsEvery,
+		lastWarn:          map[string]time.Time{},
+		translog:          newTransitionLog(set.Logger, nil),
 	}
 	relief := gomemlimit.NewRelief()
 	e.engine = decision.New(cfg.decisionConfig(), decision.Options{
@@ -144,8 +152,17 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 	if err := e.status.start(ctx, host, src); err != nil {
 		return err
 	}
-	e.memLimit = gomemlimit.Acquire(e.cfg.GoMemLimit.ownerConfig(), gomemlimit.Options{})
-	e.sampler = sampler.New(src, e.cfg.samplerConfig(), sampler.Options{
+	// The soft limit is derived from this process's own memory limit: an
+	// injected source describes something else, and must not set it (a test
+	// would squeeze its own process).
+	glCfg := e.cfg.GoMemLimit.ownerConfig()
+	if e.source != nil && e.memoryLimitSetter == nil {
+		glCfg.Enabled = false
+	}
+	e.memLimit = gomemlimit.Acquire(glCfg, gomemlimit.Options{SetMemoryLimit: e.memoryLimitSetter})
+	scfg := e.cfg.samplerConfig()
+	scfg.LimitsEvery = e.limitsEvery
+	e.sampler = sampler.New(src, scfg, sampler.Options{
 		OnSample: e.onSample,
 		OnError:  e.onSamplerError,
 		Heap:     heap,

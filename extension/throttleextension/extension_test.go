@@ -73,6 +73,7 @@ func testConfig(t testing.TB, mutate ...func(*Config)) *Config {
 	cfg.RecoveryRamp = 0
 	cfg.StaleAfterIntervals = 0
 	cfg.Rules["metrics"] = RuleConfig{Enabled: ptrTo(false)}
+	cfg.Queue.MaxWait = 0 // refusals answered at once unless a test turns the queue on
 	for _, m := range mutate {
 		m(cfg)
 	}
@@ -208,9 +209,12 @@ func TestLifecycle(t *testing.T) {
 		fields := started[0].ContextMap()
 		assert.Contains(t, fields["resource_source"], "process")
 		// No limit from the process: the memory signal is off and "auto"
-		// is the fixed budget.
+		// is sized by the cores alone (at most the fixed no-limit budget).
 		assert.Equal(t, uint64(0), fields["memory_limit_bytes"])
-		assert.Equal(t, int64(noLimitAutoBudget), fields["admission_budget_bytes"])
+		cores, ok := fields["effective_cores"].(float64)
+		require.True(t, ok)
+		assert.Equal(t, int64(AutoInflightBudget().ResolveBudget(0, cores)), fields["admission_budget_bytes"])
+		assert.LessOrEqual(t, fields["admission_budget_bytes"], int64(noLimitAutoBudget))
 		require.NoError(t, e.Shutdown(ctx))
 	})
 }
@@ -230,11 +234,9 @@ func TestStateThroughSeam(t *testing.T) {
 	src.setMem(95)
 	waitState(t, e, StateOpen)
 	for _, s := range allSignals {
-		want := DenyOpen
-		if s == SignalMetrics { // rules.metrics.enabled: false
-			want = Admit
-		}
-		assert.Equal(t, want, e.Decide(s), s.String())
+		// rules.metrics.enabled: false, but memory is at its hard line:
+		// the backstop refuses the exempt signal too.
+		assert.Equal(t, DenyOpen, e.Decide(s), s.String())
 	}
 	assert.Equal(t, e.exempt, [decision.NumSignals]bool{false, true, false, false})
 

@@ -180,14 +180,18 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 		return nil, err
 	}
 	err = tb.RegisterThrottleGoMemoryLimitCallback(func(_ context.Context, o metric.Int64Observer) error {
-		o.Observe(src.goMemLimit(), plainObserve)
+		if src.goMemLimit != nil {
+			o.Observe(src.goMemLimit(), plainObserve)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	err = tb.RegisterThrottleOpenDurationCallback(func(_ context.Context, o metric.Float64Observer) error {
-		o.Observe(src.openFor().Seconds(), plainObserve)
+		if src.openFor != nil {
+			o.Observe(src.openFor().Seconds(), plainObserve)
+		}
 		return nil
 	})
 	if err != nil {

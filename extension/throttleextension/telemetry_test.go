@@ -41,7 +41,7 @@ func wantLevels(mem float64) []metricdata.DataPoint[float64] {
 		kind string
 		v    float64
 	}{
-		{"cpu", 0}, {"cpu_slow", 0}, {"cpu_fast", 0}, {"mem", mem},
+		{"cpu", 0}, {"cpu_slow", 0}, {"cpu_fast", 0}, {"mem", mem}, {"mem_working_set", mem},
 		{"cpu_enter", 0.90}, {"cpu_exit", 0.80}, {"cpu_hard", 1.10},
 		{"mem_enter", 0.85}, {"mem_exit", 0.78}, {"mem_hard", 0.92},
 	}
@@ -182,8 +182,8 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.95), metricdatatest.IgnoreTimestamp())
 	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalTraces], 1000))
 	want.add("http", SignalTraces, DenyOpen)
-	require.Equal(t, http.StatusOK, post(paths[SignalMetrics], 1000), "metrics is exempt")
-	want.add("http", SignalMetrics, Admit)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalMetrics], 1000), "metrics is exempt, but not at the memory backstop")
+	want.add("http", SignalMetrics, DenyOpen)
 	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalLogs], 1000))
 	want.add("http", SignalLogs, DenyOpen)
 	e.RecordProcessorDecision(SignalLogs, DenyOpen)
@@ -282,7 +282,7 @@ func TestTelemetryDisabledSlot(t *testing.T) {
 	}), metadatatest.NewSettings(tt))
 	var lines []metricdata.DataPoint[float64]
 	for _, dp := range wantLevels(0) {
-		if k, _ := dp.Attributes.Value("kind"); strings.HasPrefix(k.AsString(), "mem_") {
+		if k, _ := dp.Attributes.Value("kind"); strings.HasPrefix(k.AsString(), "mem_") && k.AsString() != "mem_working_set" {
 			lines = append(lines, dp)
 		}
 	}
@@ -290,7 +290,7 @@ func TestTelemetryDisabledSlot(t *testing.T) {
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, lines, metricdatatest.IgnoreTimestamp())
 	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
 	waitValid(t, e, 0.5)
-	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines[:len(lines):len(lines)], wantLevels(0.5)[:4]...), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines[:len(lines):len(lines)], wantLevels(0.5)[:5]...), metricdatatest.IgnoreTimestamp())
 }
 
 // TestSamplerErrors makes the memory read fail three times: each failure

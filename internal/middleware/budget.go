@@ -20,9 +20,9 @@ import (
 const DefaultBudgetWait = BudgetRetryDelay
 
 // DefaultPeerShare is the share of the budget the admissions of one peer
-// (remote IP) may hold while other peers want room (admission.peer_share
-// default): one client, or one node or proxy many clients come through,
-// can never keep the others out, yet keeps half of the budget.
+// (remote IP) may hold (admission.peer_share default): one client, or one
+// node or proxy many clients come through, can never take the whole budget
+// from the others, yet keeps half of it.
 const DefaultPeerShare = 0.5
 
 // peerSlots is the number of per-peer counters. Peers are hashed into them;
@@ -77,10 +77,6 @@ type Budget struct {
 	// limit.
 	peers []atomic.Int64
 	seed  maphash.Seed
-	// refusedPeer was refused room until refusedUntil (unix ns): see
-	// contestedByOther.
-	refusedPeer  atomic.Uint32
-	refusedUntil atomic.Int64
 }
 
 // NewBudget returns a budget of maxBytes with the default wait and no
@@ -206,9 +202,8 @@ func (b *Budget) admit(n int64, p peer) bool {
 		s := &b.peers[p-1]
 		for {
 			cur := s.Load()
-			// Written as a subtraction so a huge n cannot overflow. Over
-			// its share only while no other peer is being refused.
-			if n > b.peerMax.Load()-cur && b.contestedByOther(p) {
+			// Written as a subtraction so a huge n cannot overflow.
+			if n > b.peerMax.Load()-cur {
 				return false
 			}
 			if s.CompareAndSwap(cur, cur+n) {
@@ -218,35 +213,9 @@ func (b *Budget) admit(n int64, p peer) bool {
 	}
 	if !b.take(n, b.pending.Load()) {
 		b.peerAdd(p, -n)
-		b.noteRefused(p)
 		return false
 	}
 	return true
-}
-
-// contestWindow is how long a refusal of one peer keeps every other peer
-// to its share.
-const contestWindow = time.Second
-
-// noteRefused records that peer p was refused for lack of room in the
-// budget (not for being over its share): for
-// contestWindow, the other peers are held to their share, so that p gets
-// the room they free.
-func (b *Budget) noteRefused(p peer) {
-	if p == 0 {
-		return
-	}
-	b.refusedPeer.Store(uint32(p))
-	b.refusedUntil.Store(time.Now().Add(contestWindow).UnixNano())
-}
-
-// contestedByOther reports whether a peer other than p has been refused
-// room within contestWindow. The share is work-conserving: a peer alone
-// (one agent, or every client behind one proxy, SNAT or mesh sidecar) may
-// use the whole budget, and is held to its share only when another peer
-// wants room, which is when fairness is needed.
-func (b *Budget) contestedByOther(p peer) bool {
-	return b.refusedPeer.Load() != uint32(p) && time.Now().UnixNano() < b.refusedUntil.Load()
 }
 
 // take reserves n bytes if they fit in the budget with keep bytes left

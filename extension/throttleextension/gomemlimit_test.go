@@ -1,0 +1,149 @@
+package throttleextension
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelthrottle/throttle/internal/cgroup"
+)
+
+// resizableSource is a container whose memory limit and cores can change
+// while the collector runs (an in-place pod resize).
+type resizableSource struct {
+	ws    atomic.Uint64
+	limit atomic.Uint64
+	cores atomic.Uint64 // millicores
+}
+
+func newResizableSource(limit uint64, millicores uint64) *resizableSource {
+	s := &resizableSource{}
+	s.limit.Store(limit)
+	s.cores.Store(millicores)
+	s.ws.Store(limit / 10)
+	return s
+}
+
+func (*resizableSource) CPUTime() (time.Duration, error) { return 0, nil }
+func (s *resizableSource) WorkingSet() (uint64, error)  { return s.ws.Load(), nil }
+func (s *resizableSource) Limits() (cgroup.Limits, error) {
+	return cgroup.Limits{MemLimit: s.limit.Load(), QuotaCores: float64(s.cores.Load()) / 1000}, nil
+}
+func (*resizableSource) Describe() string { return "resizable fake source" }
+
+// fakeMemoryLimit stands in for debug.SetMemoryLimit and records every set.
+type fakeMemoryLimit struct {
+	mu    sync.Mutex
+	limit int64
+	sets  []int64
+}
+
+func newFakeMemoryLimit() *fakeMemoryLimit { return &fakeMemoryLimit{limit: math.MaxInt64} }
+
+func (f *fakeMemoryLimit) set(v int64) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	prev := f.limit
+	if v >= 0 {
+		f.limit = v
+		f.sets = append(f.sets, v)
+	}
+	return prev
+}
+
+func (f *fakeMemoryLimit) get() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.limit
+}
+
+func (f *fakeMemoryLimit) setCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.sets)
+}
+
+func startResizable(t *testing.T, src *resizableSource, ml *fakeMemoryLimit, mutate ...func(*Config)) (*throttleExtension, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zap.InfoLevel)
+	set := nopSettings()
+	set.Logger = zap.New(core)
+	f := NewFactory(WithResourceSource(src), func(o *factoryOptions) {
+		o.memoryLimit = ml.set
+		o.limitsEvery = 20 * time.Millisecond
+	})
+	ext, err := f.Create(context.Background(), set, testConfig(t, mutate...))
+	require.NoError(t, err)
+	e := ext.(*throttleExtension)
+	require.NoError(t, e.Start(context.Background(), nil))
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	return e, logs
+}
+
+// TestGoMemLimitFollowsTheContainer: with GOMEMLIMIT unset, the throttle
+// sets the soft memory limit to gomemlimit.share of the memory limit,
+// logs it at start, follows the limit when it changes, and gives the limit
+// back at shutdown.
+func TestGoMemLimitFollowsTheContainer(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "")
+	src := newResizableSource(100<<20, 1000)
+	ml := newFakeMemoryLimit()
+	e, logs := startResizable(t, src, ml)
+	assert.Equal(t, int64(80<<20), ml.get(), "0.80 of the memory limit")
+	started := logs.FilterMessage("throttle started").All()
+	require.Len(t, started, 1)
+	assert.Equal(t, "owned by throttle", started[0].ContextMap()["go_memory_limit"])
+	assert.Equal(t, int64(80<<20), started[0].ContextMap()["go_memory_limit_bytes"])
+
+	src.limit.Store(200 << 20)
+	require.Eventually(t, func() bool { return ml.get() == 160<<20 }, 10*time.Second, time.Millisecond, "follows a resize")
+	require.Eventually(t, func() bool {
+		return logs.FilterMessage("throttle: the Go soft memory limit follows the memory limit").Len() == 1
+	}, 10*time.Second, time.Millisecond)
+
+	require.NoError(t, e.Shutdown(context.Background()))
+	assert.Equal(t, int64(math.MaxInt64), ml.get(), "given back at shutdown")
+}
+
+func TestGoMemLimitRespectsTheEnvironment(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "64MiB")
+	ml := newFakeMemoryLimit()
+	ml.limit = 64 << 20 // the runtime applied it at start
+	_, logs := startResizable(t, newResizableSource(100<<20, 1000), ml)
+	assert.Zero(t, ml.setCount(), "never set")
+	assert.Equal(t, int64(64<<20), ml.get())
+	started := logs.FilterMessage("throttle started").All()
+	require.Len(t, started, 1)
+	assert.Equal(t, "set by the GOMEMLIMIT environment variable", started[0].ContextMap()["go_memory_limit"])
+}
+
+func TestGoMemLimitTurnedOff(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "")
+	ml := newFakeMemoryLimit()
+	e, _ := startResizable(t, newResizableSource(100<<20, 1000), ml, func(c *Config) { c.GoMemLimit.Enabled = false })
+	require.NoError(t, e.Shutdown(context.Background()))
+	assert.Zero(t, ml.setCount(), "gomemlimit.enabled: false never sets it")
+}
+
+// TestAutoBudgetFollowsTheContainer: the "auto" admission budget is sized
+// at start from the memory limit and the cores, and follows both when they
+// change.
+func TestAutoBudgetFollowsTheContainer(t *testing.T) {
+	src := newResizableSource(300<<20, 1000)
+	e, _ := startResizable(t, src, newFakeMemoryLimit())
+	require.EqualValues(t, 10<<20, e.budget.Load().Max(), "1 core: 10 MiB")
+	src.cores.Store(4000)
+	require.Eventually(t, func() bool { return e.budget.Load().Max() == 25<<20 }, 10*time.Second, time.Millisecond,
+		"4 cores: the memory limit's share, 300 MiB / 12")
+	src.limit.Store(120 << 20)
+	require.Eventually(t, func() bool { return e.budget.Load().Max() == 10<<20 }, 10*time.Second, time.Millisecond,
+		"a smaller limit: 120 MiB / 12")
+}
