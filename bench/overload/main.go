@@ -68,6 +68,10 @@ type options struct {
 	signals      string
 	protocol     string
 	thresholds   string
+	// factors: overload factors of the sweep (-factors), as multiples of
+	// satRate, A's saturated rate.
+	factors string
+	satRate float64
 	restartDelay time.Duration
 	interval     time.Duration
 	satSteps     string
@@ -100,7 +104,9 @@ func main() {
 	flag.IntVar(&o.attrSize, "attr-size", 256, "attribute bytes per item")
 	flag.StringVar(&o.signals, "signals", "traces:9,metrics:1", "signal mix (metrics are exempt from throttling)")
 	flag.StringVar(&o.protocol, "protocol", "http", "http or grpc")
-	flag.StringVar(&o.thresholds, "thresholds", "default", "throttle thresholds: default or benchmark (the original design's)")
+	flag.StringVar(&o.thresholds, "thresholds", "default", "throttle thresholds: default or benchmark (the original design's), or both (default,benchmark): each throttle scenario then runs once with each")
+	flag.StringVar(&o.factors, "factors", "", "the overload sweep: run each overloaded scenario (B, D, M) at each of these multiples of A's saturated rate, e.g. 1.5,2,3,4 (names like D@3x)")
+	flag.Float64Var(&o.satRate, "sat-rate", 0, "A's saturated rate in ok req/s, from an earlier run, instead of measuring it (-factors)")
 	flag.DurationVar(&o.restartDelay, "restart-delay", time.Second, "delay before restarting a dead collector")
 	flag.DurationVar(&o.interval, "interval", 250*time.Millisecond, "sampling interval")
 	flag.StringVar(&o.satSteps, "sat-steps", "1,2,4,8,16,32,64", "saturate: concurrency steps")
@@ -143,6 +149,11 @@ type scenario struct {
 	throttle      bool
 	memoryLimiter bool
 	overload      bool
+	// factor, when > 0, is the open-loop rate as a multiple of A's
+	// saturated rate (-factors); 0: -rate-over.
+	factor float64
+	// thresholds overrides -thresholds for this scenario ("" = none).
+	thresholds string
 }
 
 var allScenarios = map[string]scenario{
@@ -176,14 +187,10 @@ func run(o options) error {
 		budget += satBudget
 	}
 	if o.mode != "saturate" {
-		for _, n := range strings.Split(o.scenarios, ",") {
-			s, ok := allScenarios[strings.TrimSpace(n)]
-			if !ok {
-				return fmt.Errorf("unknown scenario %q", n)
-			}
-			scens = append(scens, s)
-			budget += o.warmup + o.duration + o.cooldown + 2*o.timeout + 30*time.Second
+		if scens, err = expandScenarios(o); err != nil {
+			return err
 		}
+		budget += time.Duration(len(scens)) * (o.warmup + o.duration + o.cooldown + 2*o.timeout + 30*time.Second)
 	}
 	if o.out == "" {
 		o.out = filepath.Join("bench", "results", time.Now().UTC().Format("2006-01-02T150405Z"))
@@ -216,6 +223,9 @@ func run(o options) error {
 	for _, s := range scens {
 		needRate = needRate || s.overload
 	}
+	if o.satRate > 0 {
+		needRate = false
+	}
 	if o.mode == "saturate" || (needRate && o.rateOver <= 0) {
 		bestC, bestRate, err := saturate(ctx, o, tw)
 		if err != nil || o.mode == "saturate" {
@@ -223,8 +233,14 @@ func run(o options) error {
 		}
 		// The design's load: closed loop at the saturating concurrency below
 		// overload, open loop at twice the saturated rate above it.
-		o.cBelow, o.rateOver = bestC, 2*bestRate
-		logf("from the saturation steps: -c-below %d -rate-over %.0f", o.cBelow, o.rateOver)
+		o.cBelow, o.rateOver, o.satRate = bestC, 2*bestRate, bestRate
+		logf("from the saturation steps: -c-below %d -rate-over %.0f (-sat-rate %.0f)", o.cBelow, o.rateOver, o.satRate)
+	}
+	if o.rateOver <= 0 && o.satRate > 0 {
+		o.rateOver = 2 * o.satRate
+	}
+	if o.satRate <= 0 && o.rateOver > 0 {
+		o.satRate = o.rateOver / 2
 	}
 	var sums []*summary
 	for _, s := range scens {
@@ -246,6 +262,59 @@ func run(o options) error {
 	}
 	logf("report: %s, %s, %s, %v", files.Markdown, files.HTML, files.CSV, files.PNG)
 	return nil
+}
+
+// expandScenarios turns -scenarios, -factors and -thresholds into the list
+// to run: each overloaded scenario once per factor (named like D@3x), and
+// each throttle scenario once per thresholds value (D@3x+benchmark).
+func expandScenarios(o options) ([]scenario, error) {
+	var factors []float64
+	for _, f := range strings.Split(o.factors, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("-factors: bad factor %q", f)
+		}
+		factors = append(factors, v)
+	}
+	thresholds := strings.Split(o.thresholds, ",")
+	var out []scenario
+	for _, n := range strings.Split(o.scenarios, ",") {
+		base, ok := allScenarios[strings.TrimSpace(n)]
+		if !ok {
+			return nil, fmt.Errorf("unknown scenario %q", n)
+		}
+		variants := []scenario{base}
+		if base.overload && len(factors) > 0 {
+			variants = nil
+			for _, f := range factors {
+				v := base
+				v.factor = f
+				v.name = base.name + "@" + strconv.FormatFloat(f, 'g', -1, 64) + "x"
+				variants = append(variants, v)
+			}
+		}
+		for _, v := range variants {
+			if !v.throttle || len(thresholds) < 2 {
+				out = append(out, v)
+				continue
+			}
+			for _, th := range thresholds {
+				w := v
+				w.thresholds = strings.TrimSpace(th)
+				if w.thresholds != "default" && w.thresholds != "benchmark" {
+					return nil, fmt.Errorf("-thresholds: %q, want default or benchmark", th)
+				}
+				if w.thresholds != "default" {
+					w.name += "+" + w.thresholds
+				}
+				out = append(out, w)
+			}
+		}
+	}
+	return out, nil
 }
 
 func parseInts(s string) ([]int, error) {
@@ -325,6 +394,9 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 		}
 	}
 	e.ports.Throttle, e.ports.MemoryLimiter, e.ports.Thresholds = s.throttle, s.memoryLimiter, o.thresholds
+	if s.thresholds != "" {
+		e.ports.Thresholds = s.thresholds
+	}
 	e.ports.ThrottleYAML = o.throttleYAML
 	if o.pprof {
 		if e.ports.PprofPort, err = harness.FreePort(); err != nil {
@@ -394,6 +466,9 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 	load := loadgen.Phase{Name: "load", Duration: o.duration, Concurrency: o.cBelow, Items: o.spans, AttrSize: o.attrSize}
 	if s.overload {
 		load.Rate, load.MaxInflight = o.rateOver, o.maxInflight
+		if s.factor > 0 {
+			load.Rate = s.factor * o.satRate
+		}
 	} else if o.rateBelow > 0 {
 		load.Rate, load.MaxInflight = o.rateBelow, o.maxInflight
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/otelthrottle/throttle/internal/middleware"
 )
 
-// Defaults and bounds of the configuration. They are the values of SPEC
-// section 8; the comments say where a bound comes from.
+// Defaults and bounds of the configuration (design §8); the comments say
+// where a bound comes from.
 const (
 	defaultSampleInterval = 250 * time.Millisecond
 	// Below 10ms the sampler's own file reads become a noticeable share of a
@@ -119,7 +119,7 @@ var ruleKeys = append([]string{ruleKeyDefault}, routeSignalNames...)
 // hard line.
 var builtinRule = Rule{Enabled: true, DropMin: 0, DropMax: 1}
 
-// Config is the configuration of the throttle extension (SPEC section 8).
+// Config is the configuration of the throttle extension (design §8).
 type Config struct {
 	// Enabled turns the throttle on. With false no sampler runs and the
 	// middleware and processor admit everything; the rest of the
@@ -368,8 +368,7 @@ var (
 
 func ptrTo[T any](v T) *T { return &v }
 
-// createDefaultConfig returns the configuration of SPEC section 8, but for
-// the CPU lines: see decision.DefaultConfig for why they moved.
+// createDefaultConfig returns the defaults of design §8.
 func createDefaultConfig() component.Config {
 	return &Config{
 		Enabled:        true,

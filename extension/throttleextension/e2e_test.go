@@ -62,7 +62,7 @@ func TestE2ENormalAdmitsEverything(t *testing.T) {
 	}
 }
 
-// requireHTTPRejection checks a 429 of SPEC section 7: Retry-After in the
+// requireHTTPRejection checks a 429 of design §7: Retry-After in the
 // configured range, the Status body in the request's encoding, and
 // Connection: close when open.
 func requireHTTPRejection(t *testing.T, resp e2eResponse, contentType string, open bool) {
@@ -106,7 +106,7 @@ func requireGRPCRejection(t *testing.T, err error) {
 }
 
 // TestE2EOpenRejectsHTTP: in Open every signal is rejected over HTTP, in
-// both encodings, with the answer of SPEC section 7, also on paths that only
+// both encodings, with the answer of design §7, also on paths that only
 // clean to an OTLP route; nothing reaches the sinks and every rejection is
 // counted.
 func TestE2EOpenRejectsHTTP(t *testing.T) {

@@ -33,7 +33,7 @@ func newResizableSource(limit uint64, millicores uint64) *resizableSource {
 }
 
 func (*resizableSource) CPUTime() (time.Duration, error) { return 0, nil }
-func (s *resizableSource) WorkingSet() (uint64, error)  { return s.ws.Load(), nil }
+func (s *resizableSource) WorkingSet() (uint64, error)   { return s.ws.Load(), nil }
 func (s *resizableSource) Limits() (cgroup.Limits, error) {
 	return cgroup.Limits{MemLimit: s.limit.Load(), QuotaCores: float64(s.cores.Load()) / 1000}, nil
 }

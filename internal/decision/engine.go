@@ -78,14 +78,12 @@ const (
 // breach_n 3, mem enter 0.85 exit 0.78 hard 0.92 breach_n 1, every signal
 // enabled with drop 0..1, a 5s recovery ramp, a 250ms interval.
 //
-// The CPU lines differ from SPEC section 8 (0.80/0.70/0.90), measured at 2x
-// overload in 1 CPU (bench/results, README "Results"): CPU is a rate, not a
-// level that kills; the controller holds CPU at enter, so every point below
-// the quota is throughput given away (at 0.80 D kept 60% of A's goodput), and
-// a CPU hard line under the quota turned the noise of cpu_fast into Open
-// episodes that rejected everything every ~2 s. Open is for memory, which
-// does kill; a hard line above 1 opens on CPU only when the quota is
-// exceeded (no quota, or bursts), as in the original design's benchmark.
+// The CPU lines depart from the original design's (design §12): CPU is a
+// rate, not a level that kills; the controller holds CPU at enter, so every
+// point below the quota is throughput given away, and a CPU hard line under
+// the quota turned the noise of cpu_fast into Open episodes. Open is for
+// memory, which does kill; a hard line above 1 opens on CPU only when the
+// quota is exceeded (no quota, or bursts).
 func DefaultConfig() Config {
 	cfg := Config{
 		CPU:          Slot{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3},
@@ -434,7 +432,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	}
 }
 
-// next is the transition table of SPEC section 4. Worsening is OR over the
+// next is the transition table of design §4. Worsening is OR over the
 // slots, recovery is AND. When a frame satisfies both Normal->Shedding and
 // Normal->Open (or Shedding->Normal and Shedding->Open), Open wins: the hard
 // line is the one that protects the process, and the most severe state is the

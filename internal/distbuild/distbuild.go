@@ -325,3 +325,100 @@ func RepoRoot() (string, error) { return repoRoot() }
 
 // Tail returns the last lines of s, for failure messages.
 func Tail(s string, lines int) string { return tail(s, lines) }
+
+// stockManifest is the ocb manifest of otelcol-stock, the collector with no
+// throttle code that the fleet benchmark and its test run as agents, sink
+// and stock gateways.
+const stockManifest = "bench/fleet/otelcol-stock.yaml"
+
+var (
+	stockOnce sync.Once
+	stockPath string
+	stockErr  error
+	stockLog  string
+)
+
+// Stock returns the path of the otelcol-stock binary built from
+// bench/fleet/otelcol-stock.yaml, building it once per test binary and
+// caching it by a hash of the manifest; like Binary, it skips under -short
+// or without a go toolchain. Set OTELCOL_STOCK_BINARY to use one built
+// elsewhere.
+func Stock(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("OTELCOL_STOCK_BINARY"); p != "" {
+		return p
+	}
+	if testing.Short() {
+		t.Skip("-short: building the stock distribution with ocb takes minutes on a cold cache")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go toolchain on PATH: cannot build the stock distribution with ocb")
+	}
+	stockOnce.Do(func() { stockPath, stockLog, stockErr = buildStock() })
+	if stockErr != nil {
+		t.Fatalf("building otelcol-stock: %v\n%s", stockErr, tail(stockLog, 60))
+	}
+	return stockPath
+}
+
+// buildStock returns the cached otelcol-stock for the current manifest or
+// builds it with ocb into the cache.
+func buildStock() (bin, log string, err error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", "", err
+	}
+	manifest, err := os.ReadFile(filepath.Join(root, stockManifest))
+	if err != nil {
+		return "", "", err
+	}
+	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("go env GOVERSION: %w", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "ocb %s\ngo %s\n%s/%s\n", ocbVersion, bytes.TrimSpace(goVersion), runtime.GOOS, runtime.GOARCH)
+	h.Write(manifest)
+	cache := cacheRoot()
+	final := filepath.Join(cache, "stock-"+hex.EncodeToString(h.Sum(nil))[:24], "otelcol-stock")
+	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() {
+		return final, "", nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	var out bytes.Buffer
+	ocb, err := installOCB(ctx, cache, &out)
+	if err != nil {
+		return "", out.String(), fmt.Errorf("installing ocb %s: %w", ocbVersion, err)
+	}
+	work, err := os.MkdirTemp(cache, "build-")
+	if err != nil {
+		return "", "", err
+	}
+	defer os.RemoveAll(work)
+	if n := len(outputPathRE.FindAll(manifest, -1)); n != 1 {
+		return "", "", fmt.Errorf("%s: want one dist.output_path line, found %d", stockManifest, n)
+	}
+	manifest = outputPathRE.ReplaceAll(manifest, []byte("${1} "+quote(work)))
+	manifestPath := filepath.Join(work, "otelcol-stock.yaml")
+	if err := os.WriteFile(manifestPath, manifest, 0o600); err != nil {
+		return "", "", err
+	}
+	cmd := exec.CommandContext(ctx, ocb, "--config", manifestPath)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", out.String(), fmt.Errorf("%s --config %s: %w", ocb, manifestPath, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return "", out.String(), err
+	}
+	if err := os.Rename(filepath.Join(work, "otelcol-stock"), final); err != nil {
+		return "", out.String(), err
+	}
+	return final, out.String(), nil
+}

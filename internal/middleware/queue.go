@@ -21,10 +21,9 @@ const DefaultQueueTick = 100 * time.Millisecond
 // num_consumers) and wait at least their retry back-off (5 s at first, up
 // to 30 s) after every refusal, whatever Retry-After says. A refusal during
 // a one-second Open therefore idles the sender for seconds, and a wave of
-// them idles the collector once it has room again: measured behind stock
-// agents, the gateway delivered half its capacity during a burst, mostly
-// for lack of requests. A held request keeps its sender waiting on the
-// answer instead, as HTTP/2 flow control keeps a gRPC sender waiting, and
+// them idles the collector once it has room again (design §7 has the fleet
+// measurements). A held request keeps its sender waiting on the answer
+// instead, as HTTP/2 flow control keeps a gRPC sender waiting, and
 // costs the collector its goroutine and connection, not its body: the body
 // stays unread (in the client and the kernel's socket buffers) until the
 // request is admitted.

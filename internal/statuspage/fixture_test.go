@@ -8,7 +8,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/decision"
 )
 
-// testInfo is the configuration the fixtures run with (the SPEC defaults,
+// testInfo is the configuration the fixtures run with (the design's defaults,
 // metrics exempt, profiles shed at most half).
 func testInfo() Info {
 	return Info{
@@ -27,7 +27,7 @@ func testInfo() Info {
 
 // burst fills a ring with the last 10 minutes of a realistic overload ending
 // at end: quiet, a rise, a plateau above the hard lines, a fall, quiet again.
-// The CPU EWMAs and the states follow SPEC sections 3 and 4 (simplified: no
+// The CPU EWMAs and the states follow design §3 and §4 (simplified: no
 // recovery ramp), the counters the decision of section 5. It returns the
 // final live status too, so the header matches the charts.
 func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
@@ -92,7 +92,7 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		}
 		mem := heap + rng.NormFloat64()*0.004
 
-		// State machine over both slots (SPEC section 4).
+		// State machine over both slots (design §4).
 		cpuT, memT := info.CPU, info.Mem
 		worse := slow > cpuT.Enter || mem > memT.Enter
 		hard := fast >= cpuT.Hard || mem >= memT.Hard
@@ -134,7 +134,7 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		case decision.Open:
 			pDrop = 1
 		}
-		// Recovery ramp after Open (5 s, SPEC section 4).
+		// Recovery ramp after Open (5 s, design §4).
 		if openedAt >= 0 && state != decision.Open {
 			ramp := 1 - float64(i-openedAt)*interval.Seconds()/5
 			pDrop = math.Max(pDrop, ramp)

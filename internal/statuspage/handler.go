@@ -23,7 +23,7 @@ var pageHTML []byte
 const pageCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; " +
 	"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// Threshold is one resource slot's configuration (SPEC section 4).
+// Threshold is one resource slot's configuration (design §4).
 type Threshold struct {
 	Enabled bool
 	Enter   float64
@@ -32,7 +32,7 @@ type Threshold struct {
 	BreachN int
 }
 
-// SignalInfo is one signal's rule (SPEC section 5).
+// SignalInfo is one signal's rule (design §5).
 type SignalInfo struct {
 	Enabled bool
 	DropMin float64
