@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Command overload runs the otelcol-throttle distribution in a cgroup
 // limited to 1 CPU and 300 MiB and loads it with internal/loadgen, in the
 // scenarios of the original design's benchmark (issue 7):

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package report turns the CSVs of one bench/overload run (summary.csv and
 // timeline.csv) into the report of issue 7: a Markdown table per scenario,
 // a timeline chart per scenario (stacked panels on one shared time axis) as

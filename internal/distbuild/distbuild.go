@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package distbuild builds the otelcol-throttle distribution
 // (builder-config.yaml) with ocb for tests, cached by a hash of its sources
 // under the user's cache folder. It is the same algorithm, cache folder and

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package promtext parses the Prometheus text exposition of the
 // collector's own metrics, for tests and the overload harness.
 package promtext // import "github.com/otelthrottle/throttle/internal/promtext"

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package inprocess runs a whole collector in the test process: otelcol's
 // own Collector with the real otlpreceiver, the throttle extension on both of
 // its protocols and the throttle processor in a pipeline, exactly as a
