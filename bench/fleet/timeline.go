@@ -206,8 +206,10 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 	if p.cgOK {
 		*prevCPU, *prevAt = st.CPUUsage, now
 	}
-	row := []string{r.scenario, f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase,
-		b2s(alive), strconv.Itoa(restarts)}
+	row := []string{
+		r.scenario, f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase,
+		b2s(alive), strconv.Itoa(restarts),
+	}
 	if p.cgOK {
 		row = append(row, strconv.FormatUint(st.OOMKills, 10), strconv.FormatUint(st.WorkingSet, 10), strconv.FormatUint(st.Limit, 10),
 			f64(p.wsPct, 2), f64(st.CPUUsage.Seconds(), 3))

@@ -342,8 +342,10 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return nil, cleanup, err
 	}
-	col, err := harness.StartProcess(harness.ProcessConfig{Bin: o.bin, Args: []string{"--config", cfgPath}, Cgroup: cg,
-		LogPath: filepath.Join(o.out, "collector-"+s.name+".log"), Restart: true, RestartDelay: o.restartDelay, Logf: logf})
+	col, err := harness.StartProcess(harness.ProcessConfig{
+		Bin: o.bin, Args: []string{"--config", cfgPath}, Cgroup: cg,
+		LogPath: filepath.Join(o.out, "collector-"+s.name+".log"), Restart: true, RestartDelay: o.restartDelay, Logf: logf,
+	})
 	if err != nil {
 		return nil, cleanup, err
 	}
@@ -375,8 +377,10 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 		cleanups = append(cleanups, func() { stopGor(); <-gorDone })
 	}
 
-	e.rec = &recorder{scenario: s.name, start: time.Now(), cpus: o.cpus, cg: cg, col: col, scr: scr, gor: gor,
-		runner: e.getRunner, w: tw, logf: logf}
+	e.rec = &recorder{
+		scenario: s.name, start: time.Now(), cpus: o.cpus, cg: cg, col: col, scr: scr, gor: gor,
+		runner: e.getRunner, w: tw, logf: logf,
+	}
 	rctx, stopRec := context.WithCancel(context.Background())
 	e.recDone = make(chan struct{})
 	go func() { defer close(e.recDone); e.rec.run(rctx, o.interval) }()
@@ -458,8 +462,10 @@ func saturate(ctx context.Context, o options, tw *csv.Writer) (bestC int, bestRa
 	for _, c := range steps {
 		phases = append(phases, loadgen.Phase{Name: "c=" + strconv.Itoa(c), Duration: o.satStep, Concurrency: c, Items: o.spans, AttrSize: o.attrSize})
 	}
-	r, err := loadgen.New(loadgen.Config{Target: e.target, Protocol: loadgen.Protocol(o.protocol), Signals: sigs,
-		Timeout: o.timeout, GRPCConns: 8, Phases: phases, CSVPath: filepath.Join(o.out, "loadgen-SAT.csv")})
+	r, err := loadgen.New(loadgen.Config{
+		Target: e.target, Protocol: loadgen.Protocol(o.protocol), Signals: sigs,
+		Timeout: o.timeout, GRPCConns: 8, Phases: phases, CSVPath: filepath.Join(o.out, "loadgen-SAT.csv"),
+	})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -53,8 +53,10 @@ func loadFleetSeries(tl *Table) []*FleetSeries {
 	var out []*FleetSeries
 	for _, name := range order {
 		rs := rows[name]
-		s := &FleetSeries{Scenario: name, BurstStart: math.NaN(), BurstEnd: math.NaN(), Capacity: math.NaN(),
-			MemEnter: math.NaN(), MemHard: math.NaN()}
+		s := &FleetSeries{
+			Scenario: name, BurstStart: math.NaN(), BurstEnd: math.NaN(), Capacity: math.NaN(),
+			MemEnter: math.NaN(), MemHard: math.NaN(),
+		}
 		col := func(c string, scale float64) []float64 {
 			v := make([]float64, len(rs))
 			for i, r := range rs {

@@ -413,9 +413,11 @@ pre{background:#f6f6f6;padding:.5em}svg{max-width:100%;height:auto}</style></hea
 }
 
 // chartHeader is the header of chart.csv: exactly the plotted series.
-var chartHeader = []string{"scenario", "t_s", "phase", "ws_pct", "cpu_pct", "cpu_slow_pct", "cpu_fast_pct",
+var chartHeader = []string{
+	"scenario", "t_s", "phase", "ws_pct", "cpu_pct", "cpu_slow_pct", "cpu_fast_pct",
 	"state_traces", "state_metrics", "state_logs", "ok_req_s", "rejected_req_s", "failed_req_s",
-	"denied_shed_s", "denied_open_s", "denied_budget_s", "inflight_mib", "oom_kill", "restart"}
+	"denied_shed_s", "denied_open_s", "denied_budget_s", "inflight_mib", "oom_kill", "restart",
+}
 
 func writeChartCSV(series []*Series, path string) error {
 	f, err := os.Create(path)
@@ -441,12 +443,14 @@ func writeChartCSV(series []*Series, path string) error {
 	}
 	for _, s := range series {
 		for i := range s.T {
-			_ = w.Write([]string{s.Scenario, ff(s.T[i], 3), s.Phase[i], ff(s.WSPct[i], 2), ff(s.CPUPct[i], 1),
+			_ = w.Write([]string{
+				s.Scenario, ff(s.T[i], 3), s.Phase[i], ff(s.WSPct[i], 2), ff(s.CPUPct[i], 1),
 				ff(s.CPUSlowPct[i], 1), ff(s.CPUFastPct[i], 1),
 				ff(s.StateTraces[i], 0), ff(s.StateMetrics[i], 0), ff(s.StateLogs[i], 0),
 				ff(s.OKps[i], 1), ff(s.Rejectedps[i], 1), ff(s.Failedps[i], 1),
 				ff(s.Shedps[i], 1), ff(s.Openps[i], 1), ff(s.Budgetps[i], 1), ff(s.InflightMiB[i], 2),
-				count(s.OOMAt, s.T[i]), count(s.RestartAt, s.T[i])})
+				count(s.OOMAt, s.T[i]), count(s.RestartAt, s.T[i]),
+			})
 		}
 	}
 	w.Flush()

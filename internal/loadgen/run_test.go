@@ -112,9 +112,11 @@ func TestRunHTTPPattern(t *testing.T) {
 			ts := httptest.NewServer(srv)
 			defer ts.Close()
 			csvPath := filepath.Join(t.TempDir(), "run.csv")
-			args := []string{"-target", ts.URL, "-signals", "traces:2,metrics:1,logs:1", "-d", "300ms",
+			args := []string{
+				"-target", ts.URL, "-signals", "traces:2,metrics:1,logs:1", "-d", "300ms",
 				"-warmup-c", "2", "-c", "8", "-warmup-spans", "3", "-burst-spans", "5", "-bigpayload-spans", "7",
-				"-attr-size", "16", "-H", "X-Tenant: a", "-csv", csvPath}
+				"-attr-size", "16", "-H", "X-Tenant: a", "-csv", csvPath,
+			}
 			if tc.json {
 				args = append(args, "-encoding", "json")
 			}
@@ -199,8 +201,10 @@ func TestRunOpenLoopCap(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer ts.Close()
-	cfg, err := ParseFlags([]string{"-target", ts.URL, "-phases", "burst", "-d", "400ms", "-rate", "200",
-		"-max-inflight", "2", "-burst-spans", "1"}, io.Discard)
+	cfg, err := ParseFlags([]string{
+		"-target", ts.URL, "-phases", "burst", "-d", "400ms", "-rate", "200",
+		"-max-inflight", "2", "-burst-spans", "1",
+	}, io.Discard)
 	require.NoError(t, err)
 	r, err := New(cfg)
 	require.NoError(t, err)
@@ -319,9 +323,11 @@ func TestRunGRPC(t *testing.T) {
 			go func() { _ = srv.Serve(l) }()
 			defer srv.Stop()
 
-			args := []string{"-protocol", "grpc", "-target", l.Addr().String(), "-signals", "traces,metrics,logs",
+			args := []string{
+				"-protocol", "grpc", "-target", l.Addr().String(), "-signals", "traces,metrics,logs",
 				"-phases", "warmup,burst", "-d", "300ms", "-c", "6", "-warmup-spans", "4", "-burst-spans", "9",
-				"-attr-size", "8", "-H", "X-Tenant: a", "-grpc-conns", "2"}
+				"-attr-size", "8", "-H", "X-Tenant: a", "-grpc-conns", "2",
+			}
 			if gz {
 				args = append(args, "-gzip")
 			}
