@@ -115,7 +115,7 @@ func FuzzParseMemoryStat(f *testing.F) {
 		_, _ = parseMemoryMax(data)
 		_, _ = parseV1MemoryLimit(data)
 		if u, err := parseUint(data); err == nil {
-			if i, err := parseInt(data); err == nil && uint64(i) != u { //nolint:gosec // G115: i >= 0 (data parsed as unsigned too), so exact
+			if i, err := parseInt(data); err == nil && uint64(i) != u {
 				t.Fatalf("parseInt %d != parseUint %d for %q", i, u, data)
 			}
 		}
