@@ -369,7 +369,7 @@ func TestRunGRPC(t *testing.T) {
 
 // TestRunInterrupted: cancelling the context ends the run early.
 func TestRunInterrupted(t *testing.T) {
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 	}))
 	defer ts.Close()
@@ -389,7 +389,7 @@ func TestRunInterrupted(t *testing.T) {
 }
 
 func BenchmarkSendHTTP(b *testing.B) {
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 	}))
 	defer ts.Close()

@@ -31,7 +31,7 @@ func Parse(text string) []Sample {
 			continue
 		}
 		s := Sample{Labels: map[string]string{}}
-		rest := line
+		var rest string
 		if i := strings.IndexByte(line, '{'); i >= 0 {
 			j := strings.LastIndexByte(line, '}')
 			if j < i {
