@@ -188,11 +188,16 @@ func envNote(env []string) string {
 func sanitize(s string) string {
 	out := []byte(s)
 	for i, c := range out {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		if !nameByte(c) {
 			out[i] = '_'
 		}
 	}
 	return string(out)
+}
+
+// nameByte reports whether c may stay in a cgroup or file name: [a-zA-Z0-9_-].
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
 // load runs one load generator per agent with the given phases and returns

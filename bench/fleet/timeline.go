@@ -281,8 +281,7 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 		r.agentLast[len(r.f.agents)] = ss
 	}
 	p.sinkSpans = zero(get(r.agentLast[len(r.f.agents)], "otelcol_receiver_accepted_spans", nil))
-	row = append(row, f64(p.sinkSpans, 0))
-	row = append(row, strconv.FormatInt(lg.Sent, 10), strconv.FormatInt(lg.OK, 10),
+	row = append(row, f64(p.sinkSpans, 0), strconv.FormatInt(lg.Sent, 10), strconv.FormatInt(lg.OK, 10),
 		strconv.FormatInt(lg.Rejected+lg.Unavailable+lg.Other+lg.Errors, 10), strconv.FormatInt(lg.Skipped, 10),
 		strconv.FormatInt(lg.AcceptedItems, 10))
 

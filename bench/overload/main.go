@@ -265,19 +265,16 @@ func parseInts(s string) ([]int, error) {
 
 // env is a collector running in its cgroup, with the recorder sampling it.
 type env struct {
-	cg       *harness.Cgroup
-	col      *harness.Process
-	rec      *recorder
-	scr      *harness.Scraper
-	ports    colConfig
-	target   string
-	mu       sync.Mutex
-	runner   *loadgen.Runner
-	stopRec  context.CancelFunc
-	recDone  chan struct{}
-	scrDone  chan struct{}
-	stopScr  context.CancelFunc
-	startCPU time.Duration
+	cg      *harness.Cgroup
+	col     *harness.Process
+	rec     *recorder
+	scr     *harness.Scraper
+	ports   colConfig
+	target  string
+	mu      sync.Mutex
+	runner  *loadgen.Runner
+	recDone chan struct{}
+	scrDone chan struct{}
 }
 
 func (e *env) setRunner(r *loadgen.Runner) {
@@ -436,7 +433,7 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 		}
 	}
 	stEnd, _ := e.cg.Stats()
-	sum := summarize(o, s, e, rep, st0, stEnd)
+	sum := summarize(s, e, rep, st0, stEnd)
 	sum.report = rep
 	sum.final, _ = e.scr.Get()
 	sum.LoadAvgStart, sum.LoadAvgEnd = la0, harness.LoadAvg()

@@ -131,13 +131,16 @@ const rateWindow = 1.0
 func rate(t, c []float64) []float64 {
 	out := make([]float64, len(c))
 	start := -1 // first sample of the current unbroken run
-	for i := range c {
+	prev := math.NaN()
+	for i, v := range c {
 		out[i] = math.NaN()
-		if math.IsNaN(c[i]) || math.IsNaN(t[i]) {
+		p := prev // c[i-1]
+		prev = v
+		if math.IsNaN(v) || math.IsNaN(t[i]) {
 			start = -1
 			continue
 		}
-		if start < 0 || c[i] < c[i-1] || math.IsNaN(c[i-1]) {
+		if start < 0 || v < p || math.IsNaN(p) {
 			start = i
 			continue
 		}
@@ -375,7 +378,7 @@ type svgChart struct {
 	svg      []byte
 }
 
-func writeHTML(w io.Writer, t *Table, charts []svgChart, machine string) {
+func writeHTML(w *bytes.Buffer, t *Table, charts []svgChart, machine string) {
 	fmt.Fprint(w, `<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>throttle overload run</title>
 <style>body{font-family:sans-serif;margin:1em 2em}table{border-collapse:collapse;font-size:13px}
