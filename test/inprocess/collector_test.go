@@ -152,7 +152,10 @@ func TestCollectorInProcess(t *testing.T) {
 		col.Shutdown()
 		select {
 		case err := <-runErr:
-			assert.NoError(t, err, "collector Run")
+			// Not require: the idle connections below are closed either way.
+			if err != nil {
+				t.Errorf("collector Run: %v", err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("collector did not stop within 30s of Shutdown")
 		}
@@ -299,7 +302,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) []e2e.Sample {
 	add := func(name string, attrs attribute.Set, v float64) {
 		labels := map[string]string{}
 		for _, kv := range attrs.ToSlice() {
-			labels[string(kv.Key)] = kv.Value.Emit()
+			labels[string(kv.Key)] = kv.Value.String()
 		}
 		out = append(out, e2e.Sample{Name: name, Labels: labels, Value: v})
 	}
