@@ -370,7 +370,8 @@ func writeMarkdown(w io.Writer, t *Table, files Files, machine string) {
 	for _, p := range files.PNG {
 		fmt.Fprintf(w, "![%s](%s)\n\n", filepath.Base(p), filepath.Base(p))
 	}
-	fmt.Fprintf(w, "Charts also in `report.html` (SVG); plotted series in `chart.csv`; raw samples in `timeline.csv`.\n")
+	fmt.Fprintf(w, "Charts also in `report.html` (SVG); plotted series in `chart.csv`; raw samples in `timeline.csv` "+
+		"(next to this file; git-ignored with the other raw files: only summaries and charts are committed).\n")
 }
 
 type svgChart struct {
