@@ -32,11 +32,14 @@ fuzz:
 	  $(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) $${t%%:*}; \
 	done
 
-## lint: gofmt and go vet.
+## lint: gofmt, go vet and golangci-lint (.golangci.yml; the version is pinned
+## in internal/tools/go.mod, like mdatagen).
+GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/internal/tools/go.mod golangci-lint
 .PHONY: lint
 lint:
 	@bad=$$(gofmt -l $$(find . -name '*.go' -not -path './_build/*' -not -path './bin/*')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
 
 ## generate: regenerate mdatagen output for the processor (root) and the extension.
 # mdatagen names the package of its generated tests after the folder holding

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package throttleprocessor
 
 import (
@@ -54,7 +57,7 @@ func TestConfigValidate(t *testing.T) {
 				assert.NoError(t, err)
 				return
 			}
-			assert.ErrorIs(t, err, tt.wantErr)
+			require.ErrorIs(t, err, tt.wantErr)
 			assert.Equal(t, tt.wantMsg, err.Error())
 		})
 	}

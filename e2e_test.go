@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package throttleprocessor
 
 import (
@@ -73,7 +76,7 @@ func (fakeDriver) retryRange() (time.Duration, time.Duration) {
 	return fakeDriverDelay, fakeDriverDelay
 }
 
-func (*realThrottle) retryRange() (time.Duration, time.Duration) { return testRetryMin, testRetryMax }
+func (*realThrottle) retryRange() (time.Duration, time.Duration) { return testMinRetry, testMaxRetry }
 
 var drivers = []struct {
 	name  string

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package throttleprocessor
 
 import (
@@ -236,8 +239,8 @@ func TestProcessorWithThrottleExtension(t *testing.T) {
 			err := send(ctx, 5)
 			code, delay := retryInfo(t, err)
 			assert.Equal(t, codes.ResourceExhausted, code)
-			assert.GreaterOrEqual(t, delay, testRetryMin)
-			assert.LessOrEqual(t, delay, testRetryMax)
+			assert.GreaterOrEqual(t, delay, testMinRetry)
+			assert.LessOrEqual(t, delay, testMaxRetry)
 			assert.Contains(t, err.Error(), "(open)")
 			assert.Equal(t, 4, received())
 

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package throttleprocessor
 
 import (
@@ -40,8 +43,8 @@ func (*fakeSource) Describe() string                { return "fake source (test)
 // Retry range of the real extension in tests: short, so that clients retry
 // soon, and at least one second so that Retry-After (whole seconds) is not 0.
 const (
-	testRetryMin = time.Second
-	testRetryMax = 2 * time.Second
+	testMinRetry = time.Second
+	testMaxRetry = 2 * time.Second
 )
 
 // realThrottle is a started throttle extension built by the extension's own
@@ -55,10 +58,10 @@ type realThrottle struct {
 
 // startRealThrottle creates and starts a throttle extension with a 10ms
 // sample interval, no CPU slot, no recovery ramp, and retry_after
-// [testRetryMin, testRetryMax], plus the given configuration keys (top-level
+// [testMinRetry, testMaxRetry], plus the given configuration keys (top-level
 // keys replace the defaults above). It is shut down when the test ends.
-func startRealThrottle(t testing.TB, extra ...map[string]any) *realThrottle {
-	t.Helper()
+func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
+	tb.Helper()
 	src := &fakeSource{}
 	src.workingSet.Store(fakeCalm)
 
@@ -69,29 +72,29 @@ func startRealThrottle(t testing.TB, extra ...map[string]any) *realThrottle {
 		"recovery_ramp":   "0s",
 		// A sampler starved under -race must not turn Open into Normal.
 		"stale_after_intervals": 0,
-		"retry_after":           map[string]any{"min": testRetryMin.String(), "max": testRetryMax.String()},
+		"retry_after":           map[string]any{"min": testMinRetry.String(), "max": testMaxRetry.String()},
 		"thresholds":            map[string]any{"cpu": map[string]any{"enabled": false}},
 	}
 	for _, e := range extra {
 		maps.Copy(conf, e)
 	}
-	require.NoError(t, confmap.NewFromStringMap(conf).Unmarshal(cfg))
-	require.NoError(t, confmap.Validate(cfg))
+	require.NoError(tb, confmap.NewFromStringMap(conf).Unmarshal(cfg))
+	require.NoError(tb, confmap.Validate(cfg))
 
 	tel := componenttest.NewTelemetry()
 	set := extensiontest.NewNopSettings(f.Type())
 	set.TelemetrySettings = tel.NewTelemetrySettings()
 	ext, err := f.Create(context.Background(), set, cfg)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	th, ok := ext.(throttleextension.Throttle)
-	require.Truef(t, ok, "the extension (%T) does not implement throttleextension.Throttle", ext)
-	require.NoError(t, ext.Start(context.Background(), componenttest.NewNopHost()))
-	t.Cleanup(func() {
-		require.NoError(t, ext.Shutdown(context.Background()))
-		require.NoError(t, tel.Shutdown(context.Background()))
+	require.Truef(tb, ok, "the extension (%T) does not implement throttleextension.Throttle", ext)
+	require.NoError(tb, ext.Start(context.Background(), componenttest.NewNopHost()))
+	tb.Cleanup(func() {
+		require.NoError(tb, ext.Shutdown(context.Background()))
+		require.NoError(tb, tel.Shutdown(context.Background()))
 	})
 	rt := &realThrottle{Throttle: th, ext: ext, src: src, tel: tel}
-	rt.waitState(t, throttleextension.StateNormal)
+	rt.waitState(tb, throttleextension.StateNormal)
 	return rt
 }
 
@@ -103,22 +106,22 @@ func (rt *realThrottle) host() component.Host {
 
 // overload puts every signal in Open (one sample over mem hard) and waits
 // until the traces state machine says so.
-func (rt *realThrottle) overload(t testing.TB) {
-	t.Helper()
+func (rt *realThrottle) overload(tb testing.TB) {
+	tb.Helper()
 	rt.src.workingSet.Store(fakeOverloaded)
-	rt.waitState(t, throttleextension.StateOpen)
+	rt.waitState(tb, throttleextension.StateOpen)
 }
 
 // calm brings the memory level under every line and waits for Normal.
-func (rt *realThrottle) calm(t testing.TB) {
-	t.Helper()
+func (rt *realThrottle) calm(tb testing.TB) {
+	tb.Helper()
 	rt.src.workingSet.Store(fakeCalm)
-	rt.waitState(t, throttleextension.StateNormal)
+	rt.waitState(tb, throttleextension.StateNormal)
 }
 
-func (rt *realThrottle) waitState(t testing.TB, want throttleextension.State) {
-	t.Helper()
-	require.Eventually(t, func() bool {
+func (rt *realThrottle) waitState(tb testing.TB, want throttleextension.State) {
+	tb.Helper()
+	require.Eventually(tb, func() bool {
 		for s := range throttleextension.SignalProfiles + 1 {
 			if rt.State(s) != want {
 				return false

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -185,11 +188,16 @@ func envNote(env []string) string {
 func sanitize(s string) string {
 	out := []byte(s)
 	for i, c := range out {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		if !nameByte(c) {
 			out[i] = '_'
 		}
 	}
 	return string(out)
+}
+
+// nameByte reports whether c may stay in a cgroup or file name: [a-zA-Z0-9_-].
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
 // load runs one load generator per agent with the given phases and returns
@@ -254,8 +262,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // under-reads it, since batching and the exporter's queue let the gateway
 // overlap receiving and exporting.
 func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, error) {
-	f, err := startFleet(ctx, o, fleetSpec{name: "capacity", gateway: gatewayConfig{Kind: gwStock},
-		gwBin: o.stockBin, memMiB: max(o.memMiB, 1024)}, tw)
+	f, err := startFleet(ctx, o, fleetSpec{
+		name: "capacity", gateway: gatewayConfig{Kind: gwStock},
+		gwBin: o.stockBin, memMiB: max(o.memMiB, 1024),
+	}, tw)
 	if err != nil {
 		return 0, err
 	}
@@ -267,8 +277,10 @@ func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, e
 	for step := 0; step < o.capMaxSteps && behind < 2; step++ {
 		f.rec.setPhase(fmt.Sprintf("capacity %.0f", rate))
 		start := time.Now()
-		if _, err := f.load(ctx, []loadgen.Phase{{Name: "step", Duration: o.capStep, Rate: rate / float64(o.spans) / float64(o.agents),
-			MaxInflight: 256, Items: o.spans, AttrSize: o.attrSize}}, fmt.Sprintf("capacity-%02d", step)); err != nil {
+		if _, err := f.load(ctx, []loadgen.Phase{{
+			Name: "step", Duration: o.capStep, Rate: rate / float64(o.spans) / float64(o.agents),
+			MaxInflight: 256, Items: o.spans, AttrSize: o.attrSize,
+		}}, fmt.Sprintf("capacity-%02d", step)); err != nil {
 			return 0, err
 		}
 		got := f.rec.sinkRate(start.Add(o.capStep/2), start.Add(o.capStep))
@@ -289,8 +301,10 @@ func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, e
 
 // runScenario runs one scenario: warmup, burst, drain.
 func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*summary, error) {
-	spec := fleetSpec{name: s.name, gateway: gatewayConfig{Kind: s.kind, ThrottleYAML: o.throttleYAML},
-		gwBin: o.binFor(s.kind), memMiB: o.memMiB}
+	spec := fleetSpec{
+		name: s.name, gateway: gatewayConfig{Kind: s.kind, ThrottleYAML: o.throttleYAML},
+		gwBin: o.binFor(s.kind), memMiB: o.memMiB,
+	}
 	if s.gomemlimit {
 		spec.gwEnv = []string{"GOMEMLIMIT=" + strconv.FormatUint(uint64(float64(o.memMiB<<20)*o.gomemlimitPct/100), 10)}
 	}

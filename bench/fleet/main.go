@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Command fleet runs the fleet benchmark: a gateway under test behind stock
 // collectors acting as agents, as users run them, exporting to a sink
 // collector, through a burst at twice the gateway's capacity and the drain

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -57,8 +60,10 @@ func (s *summary) drainNote() string {
 }
 
 func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd time.Time, drained time.Duration) *summary {
-	sum := &summary{Scenario: s.name, Gateway: s.kind, Protocol: o.protocol, GOMEMLIMIT: s.gomemlimit,
-		Capacity: o.capacity, Offered: o.factor * o.capacity, BurstSeconds: o.burst.Seconds(), DrainSeconds: -1}
+	sum := &summary{
+		Scenario: s.name, Gateway: s.kind, Protocol: o.protocol, GOMEMLIMIT: s.gomemlimit,
+		Capacity: o.capacity, Offered: o.factor * o.capacity, BurstSeconds: o.burst.Seconds(), DrainSeconds: -1,
+	}
 	if drained >= 0 {
 		sum.DrainSeconds = drained.Seconds()
 	}
@@ -94,7 +99,7 @@ func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd
 	}
 	// The burst: the load phase after the warmup, up to burstEnd.
 	burstStart := burstEnd.Add(-o.burst)
-	var startSink, endSink = math.NaN(), math.NaN()
+	startSink, endSink := math.NaN(), math.NaN()
 	var cpuSum float64
 	var n int
 	sum.MaxState = math.NaN()

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -203,8 +206,10 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 	if p.cgOK {
 		*prevCPU, *prevAt = st.CPUUsage, now
 	}
-	row := []string{r.scenario, f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase,
-		b2s(alive), strconv.Itoa(restarts)}
+	row := []string{
+		r.scenario, f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase,
+		b2s(alive), strconv.Itoa(restarts),
+	}
 	if p.cgOK {
 		row = append(row, strconv.FormatUint(st.OOMKills, 10), strconv.FormatUint(st.WorkingSet, 10), strconv.FormatUint(st.Limit, 10),
 			f64(p.wsPct, 2), f64(st.CPUUsage.Seconds(), 3))
@@ -276,8 +281,7 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 		r.agentLast[len(r.f.agents)] = ss
 	}
 	p.sinkSpans = zero(get(r.agentLast[len(r.f.agents)], "otelcol_receiver_accepted_spans", nil))
-	row = append(row, f64(p.sinkSpans, 0))
-	row = append(row, strconv.FormatInt(lg.Sent, 10), strconv.FormatInt(lg.OK, 10),
+	row = append(row, f64(p.sinkSpans, 0), strconv.FormatInt(lg.Sent, 10), strconv.FormatInt(lg.OK, 10),
 		strconv.FormatInt(lg.Rejected+lg.Unavailable+lg.Other+lg.Errors, 10), strconv.FormatInt(lg.Skipped, 10),
 		strconv.FormatInt(lg.AcceptedItems, 10))
 

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -28,8 +31,10 @@ func TestOverloadD(t *testing.T) {
 		t.Skip("-short: runs the distribution under overload for about a minute")
 	}
 	harness.RequireCgroups(t)
-	o := options{cpus: 0.5, memMiB: 300, warmup: 5 * time.Second, duration: 40 * time.Second,
-		cooldown: 3 * time.Second, rateOver: 1000, maxInflight: 512}
+	o := options{
+		cpus: 0.5, memMiB: 300, warmup: 5 * time.Second, duration: 40 * time.Second,
+		cooldown: 3 * time.Second, rateOver: 1000, maxInflight: 512,
+	}
 	sum := harnessRun(t, o, allScenarios["D"])
 	lp := loadPhase(sum.report)
 	if lp == nil {

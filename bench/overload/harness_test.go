@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -23,10 +26,12 @@ func harnessRun(t *testing.T, o options, s scenario) *summary {
 		o.out = t.TempDir()
 	}
 	// Defaults of the command's flags for what the test does not set.
-	def := options{cpus: 1, memMiB: 300, warmup: 5 * time.Second, warmupRate: 100, duration: 30 * time.Second,
+	def := options{
+		cpus: 1, memMiB: 300, warmup: 5 * time.Second, warmupRate: 100, duration: 30 * time.Second,
 		cooldown: 3 * time.Second, cBelow: 8, maxInflight: 512, spans: 500, attrSize: 256,
 		signals: "traces:9,metrics:1", protocol: "http", thresholds: "default", restartDelay: time.Second,
-		interval: 250 * time.Millisecond, timeout: 10 * time.Second}
+		interval: 250 * time.Millisecond, timeout: 10 * time.Second,
+	}
 	if o.cpus == 0 {
 		o.cpus = def.cpus
 	}

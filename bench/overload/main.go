@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Command overload runs the otelcol-throttle distribution in a cgroup
 // limited to 1 CPU and 300 MiB and loads it with internal/loadgen, in the
 // scenarios of the original design's benchmark (issue 7):
@@ -331,19 +334,16 @@ func parseInts(s string) ([]int, error) {
 
 // env is a collector running in its cgroup, with the recorder sampling it.
 type env struct {
-	cg       *harness.Cgroup
-	col      *harness.Process
-	rec      *recorder
-	scr      *harness.Scraper
-	ports    colConfig
-	target   string
-	mu       sync.Mutex
-	runner   *loadgen.Runner
-	stopRec  context.CancelFunc
-	recDone  chan struct{}
-	scrDone  chan struct{}
-	stopScr  context.CancelFunc
-	startCPU time.Duration
+	cg      *harness.Cgroup
+	col     *harness.Process
+	rec     *recorder
+	scr     *harness.Scraper
+	ports   colConfig
+	target  string
+	mu      sync.Mutex
+	runner  *loadgen.Runner
+	recDone chan struct{}
+	scrDone chan struct{}
 }
 
 func (e *env) setRunner(r *loadgen.Runner) {
@@ -411,8 +411,10 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return nil, cleanup, err
 	}
-	col, err := harness.StartProcess(harness.ProcessConfig{Bin: o.bin, Args: []string{"--config", cfgPath}, Cgroup: cg,
-		LogPath: filepath.Join(o.out, "collector-"+s.name+".log"), Restart: true, RestartDelay: o.restartDelay, Logf: logf})
+	col, err := harness.StartProcess(harness.ProcessConfig{
+		Bin: o.bin, Args: []string{"--config", cfgPath}, Cgroup: cg,
+		LogPath: filepath.Join(o.out, "collector-"+s.name+".log"), Restart: true, RestartDelay: o.restartDelay, Logf: logf,
+	})
 	if err != nil {
 		return nil, cleanup, err
 	}
@@ -444,8 +446,10 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 		cleanups = append(cleanups, func() { stopGor(); <-gorDone })
 	}
 
-	e.rec = &recorder{scenario: s.name, start: time.Now(), cpus: o.cpus, cg: cg, col: col, scr: scr, gor: gor,
-		runner: e.getRunner, w: tw, logf: logf}
+	e.rec = &recorder{
+		scenario: s.name, start: time.Now(), cpus: o.cpus, cg: cg, col: col, scr: scr, gor: gor,
+		runner: e.getRunner, w: tw, logf: logf,
+	}
 	rctx, stopRec := context.WithCancel(context.Background())
 	e.recDone = make(chan struct{})
 	go func() { defer close(e.recDone); e.rec.run(rctx, o.interval) }()
@@ -504,7 +508,7 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 		}
 	}
 	stEnd, _ := e.cg.Stats()
-	sum := summarize(o, s, e, rep, st0, stEnd)
+	sum := summarize(s, e, rep, st0, stEnd)
 	sum.report = rep
 	sum.final, _ = e.scr.Get()
 	sum.LoadAvgStart, sum.LoadAvgEnd = la0, harness.LoadAvg()
@@ -530,8 +534,10 @@ func saturate(ctx context.Context, o options, tw *csv.Writer) (bestC int, bestRa
 	for _, c := range steps {
 		phases = append(phases, loadgen.Phase{Name: "c=" + strconv.Itoa(c), Duration: o.satStep, Concurrency: c, Items: o.spans, AttrSize: o.attrSize})
 	}
-	r, err := loadgen.New(loadgen.Config{Target: e.target, Protocol: loadgen.Protocol(o.protocol), Signals: sigs,
-		Timeout: o.timeout, GRPCConns: 8, Phases: phases, CSVPath: filepath.Join(o.out, "loadgen-SAT.csv")})
+	r, err := loadgen.New(loadgen.Config{
+		Target: e.target, Protocol: loadgen.Protocol(o.protocol), Signals: sigs,
+		Timeout: o.timeout, GRPCConns: 8, Phases: phases, CSVPath: filepath.Join(o.out, "loadgen-SAT.csv"),
+	})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build soak
 
 package main
@@ -64,8 +67,10 @@ func TestSoak(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := options{out: out, cpus: 1, memMiB: 300, warmup: 10 * time.Second, warmupRate: 200,
-		duration: *soakDuration, cooldown: 5 * time.Second, rateOver: *soakRate, maxInflight: 512, pprof: true}
+	o := options{
+		out: out, cpus: 1, memMiB: 300, warmup: 10 * time.Second, warmupRate: 200,
+		duration: *soakDuration, cooldown: 5 * time.Second, rateOver: *soakRate, maxInflight: 512, pprof: true,
+	}
 	sum := harnessRun(t, o, allScenarios["D"])
 	if files, err := report.Generate(out); err != nil {
 		t.Errorf("report: %v", err)

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -49,7 +52,7 @@ var summaryHeader = []string{
 	"loadavg_start", "loadavg_end",
 }
 
-func summarize(o options, s scenario, e *env, rep *loadgen.Report, st0, stEnd harness.CgStats) *summary {
+func summarize(s scenario, e *env, rep *loadgen.Report, st0, stEnd harness.CgStats) *summary {
 	sum := &summary{Scenario: s.name, Throttle: s.throttle, MemoryLimiter: s.memoryLimiter}
 	if rep != nil {
 		for _, p := range rep.Phases {
@@ -119,7 +122,7 @@ func summarize(o options, s scenario, e *env, rep *loadgen.Report, st0, stEnd ha
 }
 
 func (s *summary) row() []string {
-	b := func(v bool) string { return strconv.FormatBool(v) }
+	b := strconv.FormatBool
 	ms := func(d time.Duration) string { return f64(float64(d)/1e6, 1) }
 	return []string{
 		s.Scenario, b(s.Throttle), b(s.MemoryLimiter), s.Load, f64(s.Seconds, 1),

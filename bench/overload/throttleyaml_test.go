@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -11,8 +14,10 @@ import (
 // TestRenderConfigThrottleYAML: -throttle-config replaces the throttle
 // extension's settings, re-indented under extensions.throttle.
 func TestRenderConfigThrottleYAML(t *testing.T) {
-	b, err := renderConfig(colConfig{GRPCPort: 1, HTTPPort: 2, MetricsPort: 3, Throttle: true, Thresholds: "benchmark",
-		ThrottleYAML: "# a comment\nthresholds:\n  cpu: { enabled: true, enter: 0.92, exit: 0.85, hard: 1.10, breach_n: 3 }\nrules:\n  metrics: { enabled: false }\n"})
+	b, err := renderConfig(colConfig{
+		GRPCPort: 1, HTTPPort: 2, MetricsPort: 3, Throttle: true, Thresholds: "benchmark",
+		ThrottleYAML: "# a comment\nthresholds:\n  cpu: { enabled: true, enter: 0.92, exit: 0.85, hard: 1.10, breach_n: 3 }\nrules:\n  metrics: { enabled: false }\n",
+	})
 	require.NoError(t, err)
 	ret, err := confmap.NewRetrievedFromYAML(b)
 	require.NoError(t, err, string(b))

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -113,8 +116,10 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 		if r.loadDone.Load() {
 			p.phase = "cooldown"
 		}
-		row := []string{r.scenario, f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase,
-			b2s(alive), strconv.Itoa(pid), strconv.Itoa(restarts)}
+		row := []string{
+			r.scenario, f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase,
+			b2s(alive), strconv.Itoa(pid), strconv.Itoa(restarts),
+		}
 		if p.cgOK {
 			row = append(row, u64(st.OOMKills), u64(st.WorkingSet), u64(st.Usage), u64(st.Limit), f64(p.wsPct, 2),
 				f64(st.CPUUsage.Seconds(), 3), opt(p.cpuPct >= 0, p.cpuPct, 1), u64(st.NrThrottled))

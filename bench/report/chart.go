@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package report
 
 import (
@@ -102,12 +105,13 @@ func addLine(p *panel, name string, x, y []float64, o lineOpt) {
 	}
 }
 
-// hline draws a horizontal threshold line across [x0, x1].
-func hline(p *panel, name string, y, x0, x1 float64, c color.Color, dashes []vg.Length) {
+// hline draws a horizontal threshold line across [0, x1]: the charts' time
+// axes start at 0.
+func hline(p *panel, name string, y, x1 float64, c color.Color, dashes []vg.Length) {
 	if math.IsNaN(y) {
 		return
 	}
-	addLine(p, name, []float64{x0, x1}, []float64{y, y}, lineOpt{color: c, width: vg.Points(0.9), dashes: dashes})
+	addLine(p, name, []float64{0, x1}, []float64{y, y}, lineOpt{color: c, width: vg.Points(0.9), dashes: dashes})
 }
 
 // vlines marks events at times ts across [y0, y1].
@@ -125,15 +129,15 @@ func vlines(p *panel, name string, ts []float64, y0, y1 float64, c color.Color, 
 // seconds.
 type secondTicks struct{}
 
-func (secondTicks) Ticks(min, max float64) []plot.Tick {
+func (secondTicks) Ticks(lo, hi float64) []plot.Tick {
 	step := 5.0
-	if max-min > 120 {
+	if hi-lo > 120 {
 		step = 30
-	} else if max-min > 60 {
+	} else if hi-lo > 60 {
 		step = 10
 	}
 	var ts []plot.Tick
-	for v := math.Ceil(min/step) * step; v <= max; v += step {
+	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
 		ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 0, 64)})
 	}
 	return ts
@@ -142,8 +146,8 @@ func (secondTicks) Ticks(min, max float64) []plot.Tick {
 // countTicks are the default ticks labelled without decimals.
 type countTicks struct{}
 
-func (countTicks) Ticks(min, max float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(min, max)
+func (countTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
 	for i := range ts {
 		if ts[i].Label != "" {
 			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', 0, 64)
@@ -155,7 +159,7 @@ func (countTicks) Ticks(min, max float64) []plot.Tick {
 // stateTicks labels the state axis.
 type stateTicks struct{}
 
-func (stateTicks) Ticks(min, max float64) []plot.Tick {
+func (stateTicks) Ticks(_, _ float64) []plot.Tick {
 	return []plot.Tick{{Value: 0, Label: "Normal"}, {Value: 1, Label: "Shedding"}, {Value: 2, Label: "Open"}}
 }
 
@@ -205,13 +209,13 @@ func panels(s *Series) []*panel {
 	if throttled {
 		addLine(res, "throttle cpu_slow", s.T, s.CPUSlowPct, lineOpt{color: cOrange, width: vg.Points(1.8), clip: yTop})
 		addLine(res, "throttle cpu_fast", s.T, s.CPUFastPct, lineOpt{color: cRed, width: vg.Points(1), clip: yTop})
-		hline(res, fmt.Sprintf("cpu enter %.0f / exit %.0f", s.CPUEnter, s.CPUExit), s.CPUEnter, x0, x1, cOrange, dash)
-		hline(res, "", s.CPUExit, x0, x1, cOrange, dot)
-		hline(res, fmt.Sprintf("cpu hard %.0f", s.CPUHard), s.CPUHard, x0, x1, cRed, dash)
-		hline(res, fmt.Sprintf("mem enter %.0f / hard %.0f", s.MemEnter, s.MemHard), s.MemEnter, x0, x1, cBlue, dash)
-		hline(res, "", s.MemHard, x0, x1, cBlue, dot)
+		hline(res, fmt.Sprintf("cpu enter %.0f / exit %.0f", s.CPUEnter, s.CPUExit), s.CPUEnter, x1, cOrange, dash)
+		hline(res, "", s.CPUExit, x1, cOrange, dot)
+		hline(res, fmt.Sprintf("cpu hard %.0f", s.CPUHard), s.CPUHard, x1, cRed, dash)
+		hline(res, fmt.Sprintf("mem enter %.0f / hard %.0f", s.MemEnter, s.MemHard), s.MemEnter, x1, cBlue, dash)
+		hline(res, "", s.MemHard, x1, cBlue, dot)
 	}
-	hline(res, "limit", 100, x0, x1, cBlack, nil)
+	hline(res, "limit", 100, x1, cBlack, nil)
 	res.Y.Tick.Marker = countTicks{}
 	res.Y.Min, res.Y.Max = 0, yTop
 
@@ -316,7 +320,7 @@ func writePNG(s *Series, path string) error {
 	img := vgimg.NewWith(vgimg.UseWH(chartW, chartH), vgimg.UseDPI(dpi))
 	dc := draw.New(img)
 	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
+	dc.Fill(dc.Path())
 	drawPanels(s, dc)
 	var b bytes.Buffer
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&b); err != nil {

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package report
 
 import (
@@ -50,8 +53,10 @@ func loadFleetSeries(tl *Table) []*FleetSeries {
 	var out []*FleetSeries
 	for _, name := range order {
 		rs := rows[name]
-		s := &FleetSeries{Scenario: name, BurstStart: math.NaN(), BurstEnd: math.NaN(), Capacity: math.NaN(),
-			MemEnter: math.NaN(), MemHard: math.NaN()}
+		s := &FleetSeries{
+			Scenario: name, BurstStart: math.NaN(), BurstEnd: math.NaN(), Capacity: math.NaN(),
+			MemEnter: math.NaN(), MemHard: math.NaN(),
+		}
 		col := func(c string, scale float64) []float64 {
 			v := make([]float64, len(rs))
 			for i, r := range rs {
@@ -78,11 +83,8 @@ func loadFleetSeries(tl *Table) []*FleetSeries {
 			if restarts[i] > restarts[i-1] {
 				s.RestartAt = append(s.RestartAt, s.T[i])
 			}
-			if s.Phase[i] != s.Phase[i-1] {
-				switch s.Phase[i-1] {
-				case "load":
-					s.BurstEnd = s.T[i]
-				}
+			if s.Phase[i] != s.Phase[i-1] && s.Phase[i-1] == "load" {
+				s.BurstEnd = s.T[i]
 			}
 		}
 		out = append(out, s)
@@ -153,16 +155,16 @@ func fleetPanels(s *FleetSeries) []*panel {
 	dot := []vg.Length{vg.Points(2), vg.Points(2)}
 	throttled := !math.IsNaN(last(s.State))
 
-	res := newPanel(fmt.Sprintf("%s: the gateway's working set and CPU (%% of its cgroup's limit and quota)", s.Scenario), "% of limit / quota")
+	res := newPanel(s.Scenario+": the gateway's working set and CPU (% of its cgroup's limit and quota)", "% of limit / quota")
 	yTop := math.Max(130, math.Min(maxOf(s.CPUPct, s.WSPct)*1.05, 200))
 	addLine(res, "CPU (250 ms)", s.T, s.CPUPct, lineOpt{color: cLight, width: vg.Points(0.8), clip: yTop})
 	addLine(res, "working set", s.T, s.WSPct, lineOpt{color: cBlue, width: vg.Points(2)})
 	if throttled {
 		addLine(res, "throttle's memory level", s.T, s.MemPct, lineOpt{color: cPurple, width: vg.Points(1.2)})
-		hline(res, fmt.Sprintf("mem enter %.0f / hard %.0f", s.MemEnter, s.MemHard), s.MemEnter, x0, x1, cPurple, dash)
-		hline(res, "", s.MemHard, x0, x1, cPurple, dot)
+		hline(res, fmt.Sprintf("mem enter %.0f / hard %.0f", s.MemEnter, s.MemHard), s.MemEnter, x1, cPurple, dash)
+		hline(res, "", s.MemHard, x1, cPurple, dot)
 	}
-	hline(res, "limit", 100, x0, x1, cBlack, nil)
+	hline(res, "limit", 100, x1, cBlack, nil)
 	res.Y.Tick.Marker = countTicks{}
 	res.Y.Min, res.Y.Max = 0, yTop
 
@@ -180,7 +182,7 @@ func fleetPanels(s *FleetSeries) []*panel {
 	addLine(flow, "gateway (acknowledged)", s.T, s.GatewayIn, lineOpt{color: cOrange, width: vg.Points(1.2)})
 	addLine(flow, "sink (delivered)", s.T, s.SinkIn, lineOpt{color: cGreen, width: vg.Points(2)})
 	if !math.IsNaN(s.Capacity) {
-		hline(flow, fmt.Sprintf("capacity %.0f", s.Capacity), s.Capacity, x0, x1, cBlack, dash)
+		hline(flow, fmt.Sprintf("capacity %.0f", s.Capacity), s.Capacity, x1, cBlack, dash)
 	}
 	flow.Y.Tick.Marker = countTicks{}
 	flow.Y.Min, flow.Y.Max = 0, math.Max(10, maxOf(s.AgentIn, s.GatewayIn, s.SinkIn)*1.15)
@@ -208,7 +210,7 @@ func writeFleetPNG(s *FleetSeries, path string) error {
 	img := vgimg.NewWith(vgimg.UseWH(chartW, chartH), vgimg.UseDPI(dpi))
 	dc := draw.New(img)
 	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
+	dc.Fill(dc.Path())
 	stack(fleetPanels(s), []float64{0.26, 0.12, 0.24, 0.19, 0.19}, dc)
 	var b bytes.Buffer
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&b); err != nil {

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package report turns the CSVs of one bench/overload run (summary.csv and
 // timeline.csv) into the report of issue 7: a Markdown table per scenario,
 // a timeline chart per scenario (stacked panels on one shared time axis) as
@@ -128,13 +131,16 @@ const rateWindow = 1.0
 func rate(t, c []float64) []float64 {
 	out := make([]float64, len(c))
 	start := -1 // first sample of the current unbroken run
-	for i := range c {
+	prev := math.NaN()
+	for i, v := range c {
 		out[i] = math.NaN()
-		if math.IsNaN(c[i]) || math.IsNaN(t[i]) {
+		p := prev // c[i-1]
+		prev = v
+		if math.IsNaN(v) || math.IsNaN(t[i]) {
 			start = -1
 			continue
 		}
-		if start < 0 || c[i] < c[i-1] || math.IsNaN(c[i-1]) {
+		if start < 0 || v < p || math.IsNaN(p) {
 			start = i
 			continue
 		}
@@ -364,7 +370,8 @@ func writeMarkdown(w io.Writer, t *Table, files Files, machine string) {
 	for _, p := range files.PNG {
 		fmt.Fprintf(w, "![%s](%s)\n\n", filepath.Base(p), filepath.Base(p))
 	}
-	fmt.Fprintf(w, "Charts also in `report.html` (SVG); plotted series in `chart.csv`; raw samples in `timeline.csv`.\n")
+	fmt.Fprintf(w, "Charts also in `report.html` (SVG); plotted series in `chart.csv`; raw samples in `timeline.csv` "+
+		"(next to this file; git-ignored with the other raw files: only summaries and charts are committed).\n")
 }
 
 type svgChart struct {
@@ -372,7 +379,7 @@ type svgChart struct {
 	svg      []byte
 }
 
-func writeHTML(w io.Writer, t *Table, charts []svgChart, machine string) {
+func writeHTML(w *bytes.Buffer, t *Table, charts []svgChart, machine string) {
 	fmt.Fprint(w, `<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>throttle overload run</title>
 <style>body{font-family:sans-serif;margin:1em 2em}table{border-collapse:collapse;font-size:13px}
@@ -410,9 +417,11 @@ pre{background:#f6f6f6;padding:.5em}svg{max-width:100%;height:auto}</style></hea
 }
 
 // chartHeader is the header of chart.csv: exactly the plotted series.
-var chartHeader = []string{"scenario", "t_s", "phase", "ws_pct", "cpu_pct", "cpu_slow_pct", "cpu_fast_pct",
+var chartHeader = []string{
+	"scenario", "t_s", "phase", "ws_pct", "cpu_pct", "cpu_slow_pct", "cpu_fast_pct",
 	"state_traces", "state_metrics", "state_logs", "ok_req_s", "rejected_req_s", "failed_req_s",
-	"denied_shed_s", "denied_open_s", "denied_budget_s", "inflight_mib", "oom_kill", "restart"}
+	"denied_shed_s", "denied_open_s", "denied_budget_s", "inflight_mib", "oom_kill", "restart",
+}
 
 func writeChartCSV(series []*Series, path string) error {
 	f, err := os.Create(path)
@@ -438,12 +447,14 @@ func writeChartCSV(series []*Series, path string) error {
 	}
 	for _, s := range series {
 		for i := range s.T {
-			_ = w.Write([]string{s.Scenario, ff(s.T[i], 3), s.Phase[i], ff(s.WSPct[i], 2), ff(s.CPUPct[i], 1),
+			_ = w.Write([]string{
+				s.Scenario, ff(s.T[i], 3), s.Phase[i], ff(s.WSPct[i], 2), ff(s.CPUPct[i], 1),
 				ff(s.CPUSlowPct[i], 1), ff(s.CPUFastPct[i], 1),
 				ff(s.StateTraces[i], 0), ff(s.StateMetrics[i], 0), ff(s.StateLogs[i], 0),
 				ff(s.OKps[i], 1), ff(s.Rejectedps[i], 1), ff(s.Failedps[i], 1),
 				ff(s.Shedps[i], 1), ff(s.Openps[i], 1), ff(s.Budgetps[i], 1), ff(s.InflightMiB[i], 2),
-				count(s.OOMAt, s.T[i]), count(s.RestartAt, s.T[i])})
+				count(s.OOMAt, s.T[i]), count(s.RestartAt, s.T[i]),
+			})
 		}
 	}
 	w.Flush()

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package report
 
 import (
@@ -26,9 +29,11 @@ func writeRun(t *testing.T, dir string) {
 	f, err := os.Create(filepath.Join(dir, "timeline.csv"))
 	require.NoError(t, err)
 	w := csv.NewWriter(f)
-	header := []string{"scenario", "t_s", "phase", "restarts", "oom_kills", "ws_pct", "cpu_pct", "state_traces", "state_metrics", "state_logs",
+	header := []string{
+		"scenario", "t_s", "phase", "restarts", "oom_kills", "ws_pct", "cpu_pct", "state_traces", "state_metrics", "state_logs",
 		"wl_cpu_slow", "wl_cpu_fast", "wl_mem", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard",
-		"thr_denied_shed", "thr_denied_open", "thr_denied_budget", "inflight_reserved", "lg_ok", "lg_rejected", "lg_unavailable", "lg_other", "lg_errors"}
+		"thr_denied_shed", "thr_denied_open", "thr_denied_budget", "inflight_reserved", "lg_ok", "lg_rejected", "lg_unavailable", "lg_other", "lg_errors",
+	}
 	require.NoError(t, w.Write(header))
 	for _, sc := range []string{"A", "D"} {
 		for i := range 40 {
@@ -37,9 +42,11 @@ func writeRun(t *testing.T, dir string) {
 			if i >= 8 {
 				phase = "load"
 			}
-			row := map[string]string{"scenario": sc, "t_s": strconv.FormatFloat(ts, 'f', 3, 64), "phase": phase,
+			row := map[string]string{
+				"scenario": sc, "t_s": strconv.FormatFloat(ts, 'f', 3, 64), "phase": phase,
 				"restarts": "0", "oom_kills": "0", "ws_pct": strconv.Itoa(10 + i), "cpu_pct": strconv.Itoa(50 + i),
-				"lg_ok": strconv.Itoa(10 * i), "lg_rejected": strconv.Itoa(5 * i), "lg_unavailable": "0", "lg_other": "0", "lg_errors": "0"}
+				"lg_ok": strconv.Itoa(10 * i), "lg_rejected": strconv.Itoa(5 * i), "lg_unavailable": "0", "lg_other": "0", "lg_errors": "0",
+			}
 			if sc == "A" && i >= 20 {
 				row["oom_kills"], row["restarts"] = "1", "1"
 			}
@@ -56,10 +63,12 @@ func writeRun(t *testing.T, dir string) {
 				case i >= 10:
 					state = "1"
 				}
-				for k, v := range map[string]string{"state_traces": state, "state_metrics": state, "state_logs": state,
+				for k, v := range map[string]string{
+					"state_traces": state, "state_metrics": state, "state_logs": state,
 					"wl_cpu_slow": "0.8", "wl_cpu_fast": "0.9", "wl_mem": "0.3", "cpu_enter": "0.8", "cpu_exit": "0.7", "cpu_hard": "0.9",
 					"mem_enter": "0.85", "mem_exit": "0.78", "mem_hard": "0.92", "thr_denied_shed": strconv.Itoa(2 * i),
-					"thr_denied_open": strconv.Itoa(3 * i), "thr_denied_budget": "0", "inflight_reserved": "1048576"} {
+					"thr_denied_open": strconv.Itoa(3 * i), "thr_denied_budget": "0", "inflight_reserved": "1048576",
+				} {
 					row[k] = v
 				}
 			}

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Command loadgen sends OTLP traces, metrics and logs to a collector on this
 // machine in three phases (warmup, burst, bigpayload) and reports, per
 // phase, what the collector answered. It never retries. See

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package throttleextension
 
 // Helpers of the end-to-end tests (e2e_test.go) and benchmarks

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package throttleextension
 
 // End-to-end proof of issue 3 with real components: the real otlpreceiver

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
 
 import (

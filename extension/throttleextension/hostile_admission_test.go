@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package throttleextension
 
 // Hostile and odd clients against the admission budget (issue 13): it must

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package throttleextension
 
 // Hostile and odd requests (issue 8, item 4) against the real otlpreceiver

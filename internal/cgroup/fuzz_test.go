@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package cgroup
 
 import (
@@ -112,7 +115,7 @@ func FuzzParseMemoryStat(f *testing.F) {
 		_, _ = parseMemoryMax(data)
 		_, _ = parseV1MemoryLimit(data)
 		if u, err := parseUint(data); err == nil {
-			if i, err := parseInt(data); err == nil && uint64(i) != u { //nolint:gosec // compared as bits
+			if i, err := parseInt(data); err == nil && uint64(i) != u {
 				t.Fatalf("parseInt %d != parseUint %d for %q", i, u, data)
 			}
 		}
@@ -122,7 +125,7 @@ func FuzzParseMemoryStat(f *testing.F) {
 func FuzzParseProcStat(f *testing.F) {
 	f.Add([]byte("4242 (otel col) (x)) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0\n"))
 	f.Add([]byte("1 (x) S"))
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(_ *testing.T, data []byte) {
 		_, _ = parseProcStat(data)
 		_, _ = parseStatm(data)
 	})

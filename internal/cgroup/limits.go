@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cgroup reads the CPU and memory usage and limits of the process's
 // cgroup (v1 or v2) from the files under a root folder, and falls back to
 // the process's own counters where there is no cgroup.

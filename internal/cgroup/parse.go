@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package cgroup // import "github.com/otelthrottle/throttle/internal/cgroup"
 
 import (
@@ -85,7 +88,9 @@ func parseInt(b []byte) (int64, error) {
 		if u > 1<<63 {
 			return 0, errRange
 		}
-		return -int64(u), nil //nolint:gosec // bounded above
+		// u == 1<<63 converts to math.MinInt64, which negates to itself: the
+		// right value.
+		return -int64(u), nil //nolint:gosec // G115: u <= 1<<63, checked above; see the comment
 	}
 	if u > math.MaxInt64 {
 		return 0, errRange
@@ -260,12 +265,12 @@ func parseCPUSet(data []byte) (int, error) {
 		if b < a {
 			return 0, fmt.Errorf("range %d-%d: %w", a, b, errRange)
 		}
-		n += int(b-a) + 1
+		n += b - a + 1
 	}
 	return n, nil
 }
 
-func parseCPUIndex(b []byte) (uint64, error) {
+func parseCPUIndex(b []byte) (int, error) {
 	// Spaces inside the list are not kernel output; reject them rather than
 	// letting parseUint trim them.
 	if len(b) == 0 || isSpace(b[0]) || isSpace(b[len(b)-1]) {
@@ -278,5 +283,5 @@ func parseCPUIndex(b []byte) (uint64, error) {
 	if v > maxCPUSetIndex {
 		return 0, errRange
 	}
-	return v, nil
+	return int(v), nil
 }

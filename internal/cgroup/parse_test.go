@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package cgroup
 
 import (
@@ -121,7 +124,7 @@ func TestParseV1(t *testing.T) {
 		for _, tt := range tests {
 			got, err := parseV1MemoryLimit([]byte(tt.in))
 			if tt.wantErr {
-				assert.Error(t, err, tt.in)
+				require.Error(t, err, tt.in)
 				continue
 			}
 			require.NoError(t, err, tt.in)

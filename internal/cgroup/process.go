@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package cgroup // import "github.com/otelthrottle/throttle/internal/cgroup"
 
 import (
@@ -80,7 +83,7 @@ func (p *Process) CPUTime() (time.Duration, error) {
 	if ticks > math.MaxInt64/uint64(time.Second/clockTicks) {
 		return 0, parseError(p.stat.path, b, errRange)
 	}
-	return time.Duration(ticks) * (time.Second / clockTicks), nil //nolint:gosec // bounded above
+	return time.Duration(ticks) * (time.Second / clockTicks), nil
 }
 
 // errNoStatm is what WorkingSet returns without /proc/self/statm.
@@ -100,7 +103,7 @@ func (p *Process) WorkingSet() (uint64, error) {
 	if err != nil {
 		return 0, parseError(p.statm.path, b, err)
 	}
-	ps := uint64(os.Getpagesize()) //nolint:gosec // page size is positive
+	ps := uint64(os.Getpagesize()) //nolint:gosec // G115: the page size is positive
 	if pages > math.MaxUint64/ps {
 		return 0, parseError(p.statm.path, b, errRange)
 	}

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package cgroup
 
 import (
@@ -24,7 +27,7 @@ func TestProcessFixture(t *testing.T) {
 
 	ws, err := p.WorkingSet()
 	require.NoError(t, err)
-	assert.Equal(t, uint64(2560*os.Getpagesize()), ws)
+	assert.EqualValues(t, 2560*os.Getpagesize(), ws)
 
 	l, err := p.Limits()
 	require.NoError(t, err)

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package cgroup // import "github.com/otelthrottle/throttle/internal/cgroup"
 
 import (
@@ -286,22 +289,22 @@ func (r *Reader) CPUTime() (time.Duration, error) {
 	}
 	if r.version == 2 {
 		us, err := parseKeyValue(b, "usage_usec")
-		if err == nil && us > math.MaxInt64/uint64(time.Microsecond) {
-			err = errRange
-		}
 		if err != nil {
 			return 0, parseError(r.usage.path, b, err)
 		}
-		return time.Duration(us) * time.Microsecond, nil //nolint:gosec // bounded above
+		if us > math.MaxInt64/uint64(time.Microsecond) {
+			return 0, parseError(r.usage.path, b, errRange)
+		}
+		return time.Duration(us) * time.Microsecond, nil
 	}
 	ns, err := parseUint(b)
-	if err == nil && ns > math.MaxInt64 {
-		err = errRange
-	}
 	if err != nil {
 		return 0, parseError(r.usage.path, b, err)
 	}
-	return time.Duration(ns), nil //nolint:gosec // bounded above
+	if ns > math.MaxInt64 {
+		return 0, parseError(r.usage.path, b, errRange)
+	}
+	return time.Duration(ns), nil
 }
 
 // WorkingSet returns max(0, usage - inactive_file) of the process's memory

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package decision holds the per-signal state machines of the throttle and
 // the admission decision made on the request path.
 //

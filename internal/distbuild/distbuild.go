@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package distbuild builds the otelcol-throttle distribution
 // (builder-config.yaml) with ocb for tests, cached by a hash of its sources
 // under the user's cache folder. It is the same algorithm, cache folder and
@@ -13,6 +16,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -51,26 +55,26 @@ var (
 // Binary returns the path of the otelcol-throttle binary built from this
 // checkout, building it once per test binary; it skips the test under
 // -short or without a go toolchain, and fails it when the build fails.
-func Binary(t testing.TB) string {
-	t.Helper()
+func Binary(tb testing.TB) string {
+	tb.Helper()
 	if p := os.Getenv("OTELCOL_THROTTLE_BINARY"); p != "" {
 		return p
 	}
 	if testing.Short() {
-		t.Skip("-short: building the distribution with ocb takes minutes on a cold cache")
+		tb.Skip("-short: building the distribution with ocb takes minutes on a cold cache")
 	}
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go toolchain on PATH: cannot build the distribution with ocb")
+		tb.Skip("no go toolchain on PATH: cannot build the distribution with ocb")
 	}
 	buildOnce.Do(func() {
 		start := time.Now()
 		builtPath, buildLog, buildErr = buildDistribution()
 		if buildErr == nil {
-			t.Logf("distribution: %s (ready in %s)", builtPath, time.Since(start).Round(time.Millisecond))
+			tb.Logf("distribution: %s (ready in %s)", builtPath, time.Since(start).Round(time.Millisecond))
 		}
 	})
 	if buildErr != nil {
-		t.Fatalf("building the distribution: %v\n%s", buildErr, tail(buildLog, 60))
+		tb.Fatalf("building the distribution: %v\n%s", buildErr, tail(buildLog, 60))
 	}
 	return builtPath
 }
@@ -89,7 +93,7 @@ func repoRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no go.mod of github.com/otelthrottle/throttle at or above the working directory")
+			return "", errors.New("no go.mod of github.com/otelthrottle/throttle at or above the working directory")
 		}
 		dir = parent
 	}

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gomemlimit owns the Go runtime's soft memory limit
 // (runtime/debug.SetMemoryLimit) for a collector in a container, and reads
 // how hard that limit is squeezing the heap.

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package loadgen
 
 import (
@@ -224,7 +227,10 @@ func ParseFlags(args []string, errOut io.Writer) (Config, error) {
 		}
 		cfg.Phases = append(cfg.Phases, p)
 	}
-	return cfg, cfg.Validate()
+	// Validate normalises cfg.Target: call it before cfg is copied out (the
+	// order of `return cfg, cfg.Validate()` is unspecified).
+	err = cfg.Validate()
+	return cfg, err
 }
 
 // ParseSignals parses "traces,metrics" (equal shares) or

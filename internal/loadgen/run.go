@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package loadgen
 
 import (
@@ -5,6 +8,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -269,7 +273,7 @@ func (r *Runner) runPhase(ctx context.Context, p Phase) *PhaseReport {
 			}
 			// Sleep to the next due request, at most 1 ms so that a late
 			// wake-up is caught up in small bursts.
-			wait := start.Add(time.Duration(issued+1) * interval).Sub(time.Now())
+			wait := time.Until(start.Add(time.Duration(issued+1) * interval))
 			wait = min(max(wait, 0), time.Millisecond)
 			select {
 			case <-issue.Done():
@@ -344,7 +348,7 @@ func (p *PhaseReport) Print(w io.Writer) {
 		name := strconv.Itoa(c)
 		switch {
 		case p.Protocol == GRPC:
-			name = grpccodes.Code(c).String()
+			name = grpcCodeName(c)
 		case c == 0:
 			name = "transport-error"
 		}
@@ -357,4 +361,13 @@ func (p *PhaseReport) Print(w io.Writer) {
 		p.P50.Round(time.Microsecond*100), p.P99.Round(time.Microsecond*100), p.Max.Round(time.Microsecond*100))
 	fmt.Fprintf(w, "  generator CPU %.2fs = %.2f cores (of %d)\n",
 		p.GeneratorCPU.Seconds(), p.GeneratorCPU.Seconds()/max(wall, 1e-9), runtime.NumCPU())
+}
+
+// grpcCodeName names a gRPC status code kept as an int, or prints it when it
+// is not one.
+func grpcCodeName(c int) string {
+	if c < 0 || c > math.MaxUint32 {
+		return strconv.Itoa(c)
+	}
+	return grpccodes.Code(c).String()
 }

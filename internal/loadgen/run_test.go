@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package loadgen
 
 import (
@@ -109,9 +112,11 @@ func TestRunHTTPPattern(t *testing.T) {
 			ts := httptest.NewServer(srv)
 			defer ts.Close()
 			csvPath := filepath.Join(t.TempDir(), "run.csv")
-			args := []string{"-target", ts.URL, "-signals", "traces:2,metrics:1,logs:1", "-d", "300ms",
+			args := []string{
+				"-target", ts.URL, "-signals", "traces:2,metrics:1,logs:1", "-d", "300ms",
 				"-warmup-c", "2", "-c", "8", "-warmup-spans", "3", "-burst-spans", "5", "-bigpayload-spans", "7",
-				"-attr-size", "16", "-H", "X-Tenant: a", "-csv", csvPath}
+				"-attr-size", "16", "-H", "X-Tenant: a", "-csv", csvPath,
+			}
 			if tc.json {
 				args = append(args, "-encoding", "json")
 			}
@@ -196,8 +201,10 @@ func TestRunOpenLoopCap(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer ts.Close()
-	cfg, err := ParseFlags([]string{"-target", ts.URL, "-phases", "burst", "-d", "400ms", "-rate", "200",
-		"-max-inflight", "2", "-burst-spans", "1"}, io.Discard)
+	cfg, err := ParseFlags([]string{
+		"-target", ts.URL, "-phases", "burst", "-d", "400ms", "-rate", "200",
+		"-max-inflight", "2", "-burst-spans", "1",
+	}, io.Discard)
 	require.NoError(t, err)
 	r, err := New(cfg)
 	require.NoError(t, err)
@@ -316,9 +323,11 @@ func TestRunGRPC(t *testing.T) {
 			go func() { _ = srv.Serve(l) }()
 			defer srv.Stop()
 
-			args := []string{"-protocol", "grpc", "-target", l.Addr().String(), "-signals", "traces,metrics,logs",
+			args := []string{
+				"-protocol", "grpc", "-target", l.Addr().String(), "-signals", "traces,metrics,logs",
 				"-phases", "warmup,burst", "-d", "300ms", "-c", "6", "-warmup-spans", "4", "-burst-spans", "9",
-				"-attr-size", "8", "-H", "X-Tenant: a", "-grpc-conns", "2"}
+				"-attr-size", "8", "-H", "X-Tenant: a", "-grpc-conns", "2",
+			}
 			if gz {
 				args = append(args, "-gzip")
 			}
@@ -360,7 +369,7 @@ func TestRunGRPC(t *testing.T) {
 
 // TestRunInterrupted: cancelling the context ends the run early.
 func TestRunInterrupted(t *testing.T) {
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 	}))
 	defer ts.Close()
@@ -380,7 +389,7 @@ func TestRunInterrupted(t *testing.T) {
 }
 
 func BenchmarkSendHTTP(b *testing.B) {
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 	}))
 	defer ts.Close()

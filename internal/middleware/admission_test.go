@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package middleware
 
 // Tests of the admission budget against slow, silent, greedy and large

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package middleware is the throttle at the receivers' entrance: an HTTP
 // handler wrapper and gRPC server options (a tap handle and a stats handler)
 // that classify each request by signal, ask a Decider for a verdict, bound the

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package promtext parses the Prometheus text exposition of the
 // collector's own metrics, for tests and the overload harness.
 package promtext // import "github.com/otelthrottle/throttle/internal/promtext"
@@ -28,7 +31,7 @@ func Parse(text string) []Sample {
 			continue
 		}
 		s := Sample{Labels: map[string]string{}}
-		rest := line
+		var rest string
 		if i := strings.IndexByte(line, '{'); i >= 0 {
 			j := strings.LastIndexByte(line, '}')
 			if j < i {

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sampler reads the collector's resource usage at a fixed interval,
 // turns it into a WaterLevel and publishes it atomically.
 package sampler // import "github.com/otelthrottle/throttle/internal/sampler"

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package statuspage
 
 import (
@@ -6,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,7 +62,7 @@ func get(t *testing.T, h http.Handler, method, target string) *http.Response {
 func getHost(t *testing.T, h http.Handler, method, target, host string) *http.Response {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(method, target, nil)
+	req := httptest.NewRequest(method, target, http.NoBody)
 	req.Host = host
 	h.ServeHTTP(rec, req)
 	return rec.Result()
@@ -365,7 +367,7 @@ func TestPageSelfContained(t *testing.T) {
 
 	// Everything the Chromium test and the page rely on is there.
 	for _, id := range []string{"panel-cpu", "panel-mem", "panel-state", "panel-rate"} {
-		assert.Regexp(t, regexp.MustCompile(`<section[^>]*id="`+id+`"[^>]*data-points="0"`), page)
+		assert.Regexp(t, `<section[^>]*id="`+id+`"[^>]*data-points="0"`, page)
 	}
 	assert.Contains(t, page, `fetch(url`)
 	assert.Contains(t, page, `"status/history?since="`, "relative URLs, so a path prefix works")

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package statuspage serves the throttle's live status: a JSON view of the
 // current water level, thresholds, per-signal states and counters, and a small
 // self-contained HTML page charting the last minutes from an in-memory ring of

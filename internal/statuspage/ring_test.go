@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package statuspage
 
 import (
@@ -143,7 +146,7 @@ func TestRingThinsFastSamplers(t *testing.T) {
 		r.Record(Sample{At: t0.Add(time.Duration(i) * 10 * time.Millisecond), Allowed: uint64(i)})
 	}
 	got := all(t, r, time.Time{})
-	require.Equal(t, 480, len(got))
+	require.Len(t, got, 480)
 	for i := 1; i < len(got); i++ {
 		gap := got[i].At.Sub(got[i-1].At)
 		require.True(t, gap >= 120*time.Millisecond && gap <= 130*time.Millisecond, "gap %v", gap)

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package distribution holds the smoke test of the real otelcol-throttle
 // distribution: it builds builder-config.yaml with ocb (cached by content
 // under the user's cache folder), validates every example config, runs the

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package inprocess runs a whole collector in the test process: otelcol's
 // own Collector with the real otlpreceiver, the throttle extension on both of
 // its protocols and the throttle processor in a pipeline, exactly as a
@@ -149,7 +152,10 @@ func TestCollectorInProcess(t *testing.T) {
 		col.Shutdown()
 		select {
 		case err := <-runErr:
-			assert.NoError(t, err, "collector Run")
+			// Not require: the idle connections below are closed either way.
+			if err != nil {
+				t.Errorf("collector Run: %v", err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("collector did not stop within 30s of Shutdown")
 		}
@@ -296,7 +302,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) []e2e.Sample {
 	add := func(name string, attrs attribute.Set, v float64) {
 		labels := map[string]string{}
 		for _, kv := range attrs.ToSlice() {
-			labels[string(kv.Key)] = kv.Value.Emit()
+			labels[string(kv.Key)] = kv.Value.String()
 		}
 		out = append(out, e2e.Sample{Name: name, Labels: labels, Value: v})
 	}

@@ -1,9 +1,13 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package harness
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -82,7 +86,7 @@ type Cgroup struct {
 	cpuDir, cpuacctDir, memDir string
 }
 
-// resolve finds where a child cgroup would go for each controller.
+// Resolve finds where a child cgroup would go for each controller.
 func Resolve(root string) (version int, cpu, cpuacct, memory string, err error) {
 	mi, err := os.ReadFile(filepath.Join(root, "proc/self/mountinfo"))
 	if err != nil {
@@ -159,8 +163,7 @@ func CreateCgroup(name string, cpus float64, memBytes uint64) (*Cgroup, error) {
 		return d, nil
 	}
 	fail := func(err error) (*Cgroup, error) {
-		cg.Destroy()
-		return nil, err
+		return nil, errors.Join(err, cg.Destroy())
 	}
 	const period = 100000
 	quota := int64(cpus * period)
@@ -218,7 +221,7 @@ func write(dir, file, value string) error {
 	return nil
 }
 
-// procsFiles are the cgroup.procs a process must be written to.
+// ProcsFiles are the cgroup.procs a process must be written to.
 func (c *Cgroup) ProcsFiles() []string {
 	var out []string
 	for _, d := range c.Dirs {
@@ -227,7 +230,7 @@ func (c *Cgroup) ProcsFiles() []string {
 	return out
 }
 
-// pids lists the processes in the cgroup.
+// Pids lists the processes in the cgroup.
 func (c *Cgroup) Pids() []int {
 	seen := map[int]bool{}
 	var out []int
@@ -243,7 +246,7 @@ func (c *Cgroup) Pids() []int {
 	return out
 }
 
-// destroy removes the directories; they must be empty of processes (the
+// Destroy removes the directories; they must be empty of processes (the
 // caller kills what it started first). Retries briefly: the kernel frees a
 // memory cgroup a moment after its last process exits.
 func (c *Cgroup) Destroy() error {
@@ -329,9 +332,9 @@ func (c *Cgroup) Stats() (CgStats, error) {
 		s.OOMKills = ev["oom_kill"]
 		cs, err := readKV(filepath.Join(c.cpuDir, "cpu.stat"))
 		add(err)
-		s.CPUUsage = time.Duration(cs["usage_usec"]) * time.Microsecond
+		s.CPUUsage = usec(cs["usage_usec"])
 		s.NrThrottled = cs["nr_throttled"]
-		s.ThrottledTime = time.Duration(cs["throttled_usec"]) * time.Microsecond
+		s.ThrottledTime = usec(cs["throttled_usec"])
 	} else {
 		var err error
 		s.Usage, err = readUint(filepath.Join(c.memDir, "memory.usage_in_bytes"))
@@ -346,14 +349,30 @@ func (c *Cgroup) Stats() (CgStats, error) {
 		s.OOMKills = oc["oom_kill"]
 		ns, err := readUint(filepath.Join(c.cpuacctDir, "cpuacct.usage"))
 		add(err)
-		s.CPUUsage = time.Duration(ns)
+		s.CPUUsage = nsec(ns)
 		cs, err := readKV(filepath.Join(c.cpuDir, "cpu.stat"))
 		add(err)
 		s.NrThrottled = cs["nr_throttled"]
-		s.ThrottledTime = time.Duration(cs["throttled_time"])
+		s.ThrottledTime = nsec(cs["throttled_time"])
 	}
 	if s.Usage > s.InactiveFile {
 		s.WorkingSet = s.Usage - s.InactiveFile
 	}
 	return s, errors.Join(errs...)
+}
+
+// usec and nsec convert kernel counters of microseconds and nanoseconds to
+// a Duration, saturating rather than wrapping (the counters stay far below).
+func usec(n uint64) time.Duration {
+	if n > math.MaxInt64/uint64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * time.Microsecond
+}
+
+func nsec(n uint64) time.Duration {
+	if n > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(n)
 }

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package harness
 
 import (
@@ -80,7 +83,7 @@ func (g *GoroutineScraper) fetch(ctx context.Context) (int, error) {
 	return parseGoroutineTotal(resp.Body)
 }
 
-// get returns the latest goroutine count and when it was read (zero time:
+// Get returns the latest goroutine count and when it was read (zero time:
 // never).
 func (g *GoroutineScraper) Get() (float64, time.Time) {
 	g.mu.Lock()

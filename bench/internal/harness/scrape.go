@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 package harness
 
 import (
@@ -72,7 +75,7 @@ func (s *Scraper) once(ctx context.Context) {
 	s.mu.Unlock()
 }
 
-// get returns the latest scrape and its time.
+// Get returns the latest scrape and its time.
 func (s *Scraper) Get() ([]Sample, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,3 +1,6 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e holds what the end-to-end tests of throttle share: free ports,
 // config templates, OTLP payloads and clients, and a Prometheus scrape
 // parser. It is test support code only; no component imports it.
