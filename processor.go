@@ -7,11 +7,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -21,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processorhelper"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/middleware"
 )
 
 // throttleProcessor applies the decisions of a throttle extension to the
@@ -91,25 +87,16 @@ func (p *throttleProcessor) admit(ctx context.Context, items int) error {
 	return p.refusal(v)
 }
 
-// refusal is the error returned upstream for a refused batch: a gRPC status
-// ResourceExhausted with a RetryInfo delay. otlpreceiver passes it on as is
-// over gRPC and turns it into 429 + Retry-After over HTTP; OTLP exporters
-// retry RESOURCE_EXHAUSTED only when RetryInfo is present. The status error
-// is not permanent, and status.FromError finds it through wrappers
+// refusal is the error returned upstream for a refused batch: the
+// middleware's retryable status error. otlpreceiver passes it on as is over
+// gRPC and turns it into 429 + Retry-After over HTTP. The status error is
+// not permanent, and status.FromError finds it through wrappers
 // (consumererror.NewDownstream in the service's pipeline instrumentation).
 func (p *throttleProcessor) refusal(v throttleextension.Verdict) error {
 	delay := p.throttle.RetryDelay(v)
-	st := status.New(codes.ResourceExhausted,
+	return middleware.RetryableError(
 		fmt.Sprintf("%s refused by the throttle processor: signal is overloaded (%s); retry after %s",
-			p.signal, v.Reason(), delay))
-	withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
-	if err != nil {
-		// Unreachable: a RetryInfo always marshals. Without it the OTLP
-		// exporters would treat the code as permanent, but a status is
-		// still better than no error at all.
-		return st.Err()
-	}
-	return withInfo.Err()
+			p.signal, v.Reason(), delay), delay)
 }
 
 func (p *throttleProcessor) processTraces(ctx context.Context, td ptrace.Traces) (ptrace.Traces, error) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
@@ -186,82 +187,129 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
+// invalidCase is an invalid configuration: the errors it must give and,
+// for each, the field the collector's message names.
+type invalidCase struct {
+	errs   []error
+	fields []string
+}
+
+func invalid(pairs ...any) invalidCase {
+	var c invalidCase
+	for i := 0; i < len(pairs); i += 2 {
+		c.errs = append(c.errs, pairs[i].(error))
+		c.fields = append(c.fields, pairs[i+1].(string))
+	}
+	return c
+}
+
+// requireInvalid checks err, from confmap.Validate, against want: every
+// error is there, as the package's error value, with the text naming its
+// field (confmap.Validate puts the section's path before the section's
+// first error only).
+func requireInvalid(t *testing.T, want invalidCase, err error) {
+	t.Helper()
+	require.Error(t, err)
+	for i, e := range want.errs {
+		require.ErrorIs(t, err, e)
+		assert.Contains(t, err.Error(), want.fields[i])
+	}
+	assert.Len(t, strings.Split(err.Error(), "\n"), len(want.errs), "one line per error: %v", err)
+}
+
 func TestLoadConfigInvalid(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		want []string // every line of the error, in order
-	}{
-		{"disabled_invalid", []string{"thresholds.cpu.exit must be < thresholds.cpu.enter, got 0.95 and 0.9"}},
-		{"pacing_delay_negative", []string{"pacing.delay must be between 0s and 10s, got -1s"}},
-		{"pacing_delay_too_long", []string{"pacing.delay must be between 0s and 10s, got 11s"}},
-		{"pacing_max_held_negative", []string{"pacing.max_held must be >= 0, got -1"}},
-		{"cpu_exit_ge_enter", []string{"thresholds.cpu.exit must be < thresholds.cpu.enter, got 0.7 and 0.7"}},
-		{"cpu_enter_ge_hard", []string{"thresholds.cpu.enter must be < thresholds.cpu.hard, got 0.95 and 0.9"}},
-		{"mem_exit_zero", []string{"thresholds.mem.exit must be > 0, got 0"}},
-		{"mem_hard_over_one", []string{"thresholds.mem.hard must be <= 1, got 1.05"}},
-		{"breach_n_zero", []string{
-			"thresholds.cpu.breach_n must be >= 1, got 0",
-			"thresholds.mem.breach_n must be >= 1, got -1",
-		}},
-		{"beta_out_of_range", []string{
-			"signal.cpu_slow_beta must be in (0, 1), got 1",
-			"signal.cpu_fast_beta must be in (0, 1), got 0",
-		}},
-		{"fallback_cores_negative", []string{"signal.fallback_cores must be a number >= 0, got -1"}},
-		{"sample_interval_short", []string{"sample_interval must be >= 10ms, got 5ms"}},
-		{"drop_out_of_range", []string{
-			"rules.traces.drop_min must be in [0, 1], got -0.1",
-			"rules.traces.drop_max must be in [0, 1], got 1.5",
-		}},
-		{"drop_min_gt_max", []string{"rules.logs.drop_min must be <= rules.logs.drop_max, got 0.6 and 0.4"}},
-		{"drop_min_gt_inherited_max", []string{
-			"rules.traces.drop_min must be <= rules.traces.drop_max, got 0.5 and 0.3 (drop_max inherited)",
-		}},
-		{"unknown_rule", []string{"rules.tracez: unknown signal, want one of default, traces, metrics, logs, profiles"}},
-		{"retry_after_inverted", []string{"retry_after.min must be <= retry_after.max, got 40s and 30s"}},
-		{"retry_after_negative", []string{"retry_after.min must be >= 0, got -1s"}},
-		{"recovery_ramp_negative", []string{"recovery_ramp must be >= 0, got -1s"}},
-		{"unknown_size_zero", []string{"admission.unknown_size must be > 0 when admission.max_inflight_bytes is not 0"}},
-		{"unknown_size_over_budget", []string{
-			"admission.unknown_size must be <= admission.max_inflight_bytes, got 2MiB and 1MiB",
-		}},
-		{"admission_limits_invalid", []string{
-			"admission.idle_timeout must be 0 (off) or >= 1s, got 500ms",
-			"admission.peer_share must be in (0, 1], got 0",
-			"admission.wait_timeout must be between 0s and 10s, got 11s",
-		}},
-		{"admission_limits_negative", []string{
-			"admission.idle_timeout must be 0 (off) or >= 1s, got -1s",
-			"admission.peer_share must be in (0, 1], got 1.5",
-			"admission.wait_timeout must be between 0s and 10s, got -1s",
-		}},
-		{"route_unknown_signal", []string{
-			`routes.http./x: unknown signal "foo", want one of traces, metrics, logs, profiles`,
-			`routes.grpc./a.B/C: unknown signal "default", want one of traces, metrics, logs, profiles`,
-		}},
-		{"route_bad_paths", []string{
-			`routes.http./a//b: path must be clean, want "/a/b"`,
-			`routes.http./q?x=1: path must not hold a query or fragment`,
-			`routes.http.x/y: path must start with "/"`,
-			`routes.grpc./pkg.Service/: want a full method name like "/pkg.Service/Method"`,
-			`routes.grpc./x: want a full method name like "/pkg.Service/Method"`,
-			`routes.grpc.pkg.Service/Method: want a full method name like "/pkg.Service/Method"`,
-		}},
-		{"status_empty_endpoint", []string{"status.endpoint must not be empty"}},
-		{"stale_after_one", []string{"stale_after_intervals must be 0 (never) or >= 2, got 1"}},
-		{"many", []string{
-			"sample_interval must be >= 10ms, got 0s",
-			"thresholds.cpu.exit must be < thresholds.cpu.enter, got 0.95 and 0.9",
-			"rules.metricz: unknown signal, want one of default, traces, metrics, logs, profiles",
-		}},
+	tests := map[string]invalidCase{
+		"disabled_invalid":         invalid(errExitNotBelowEnter, "thresholds::cpu: exit must be < enter, got 0.95 and 0.9"),
+		"pacing_delay_negative":    invalid(errPacingDelay, "pacing: delay"),
+		"pacing_delay_too_long":    invalid(errPacingDelay, "pacing: delay"),
+		"pacing_max_held_negative": invalid(errPacingMaxHeld, "pacing: max_held"),
+		"cpu_exit_ge_enter":        invalid(errExitNotBelowEnter, "thresholds::cpu: exit"),
+		"cpu_enter_ge_hard":        invalid(errEnterNotBelowHard, "thresholds::cpu: enter"),
+		"mem_exit_zero":            invalid(errExitNotAboveZero, "thresholds::mem: exit"),
+		"mem_hard_over_one":        invalid(errMemHardAboveOne, "thresholds: mem: hard"),
+		"breach_n_zero": invalid(
+			errBreachN, "thresholds::cpu: breach_n",
+			errBreachN, "thresholds::mem: breach_n"),
+		"beta_out_of_range": invalid(
+			errCPUSlowBeta, "signal: cpu_slow_beta",
+			errCPUFastBeta, "\ncpu_fast_beta"),
+		"fallback_cores_negative": invalid(errFallbackCores, "signal: fallback_cores"),
+		"sample_interval_short":   invalid(errSampleInterval, "sample_interval"),
+		"drop_out_of_range": invalid(
+			errDropRange, "rules::traces: drop_min",
+			errDropRange, "\ndrop_max"),
+		"drop_min_gt_max":           invalid(errDropOrder, "rules::logs: drop_min"),
+		"drop_min_gt_inherited_max": invalid(errDropOrder, "rules: traces: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_max inherited from default)"),
+		"unknown_rule":              invalid(errUnknownSignal, `rules: unknown signal "tracez", want one of default, traces, metrics, logs, profiles`),
+		"retry_after_inverted":      invalid(errRetryAfterOrder, "retry_after: min must be <= max"),
+		"retry_after_negative":      invalid(errRetryAfterMin, "retry_after: min"),
+		"recovery_ramp_negative":    invalid(errRecoveryRamp, "recovery_ramp"),
+		"unknown_size_zero":         invalid(errUnknownSizeZero, "admission: unknown_size"),
+		"unknown_size_over_budget":  invalid(errUnknownSizeOverBudget, "admission: unknown_size must be <= max_inflight_bytes, got 2MiB and 1MiB"),
+		"admission_limits_invalid": invalid(
+			errIdleTimeout, "admission: idle_timeout",
+			errPeerShare, "\npeer_share",
+			errWaitTimeout, "\nwait_timeout"),
+		"admission_limits_negative": invalid(
+			errIdleTimeout, "admission: idle_timeout",
+			errPeerShare, "\npeer_share",
+			errWaitTimeout, "\nwait_timeout"),
+		"route_unknown_signal": invalid(
+			errUnknownSignal, `routes: http "/x": unknown signal "foo", want one of traces, metrics, logs, profiles`,
+			errUnknownSignal, "\n" + `grpc "/a.B/C": unknown signal "default"`),
+		"route_bad_paths": invalid(
+			middleware.ErrRouteUnclean, `routes: http "/a//b": path must be clean, want "/a/b"`,
+			middleware.ErrRouteQuery, "\n" + `http "/q?x=1"`,
+			middleware.ErrRouteNotRooted, "\n" + `http "x/y"`,
+			middleware.ErrRouteMethod, "\n" + `grpc "/pkg.Service/"`,
+			middleware.ErrRouteMethod, "\n" + `grpc "/x"`,
+			middleware.ErrRouteMethod, "\n" + `grpc "pkg.Service/Method"`),
+		"status_empty_endpoint": invalid(errStatusEndpoint, "status: endpoint"),
+		"stale_after_one":       invalid(errStaleAfterIntervals, "stale_after_intervals"),
+		"many": invalid(
+			errSampleInterval, "sample_interval",
+			errExitNotBelowEnter, "thresholds::cpu: exit",
+			errUnknownSignal, `rules: unknown signal "metricz"`),
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := loadConfig(t, component.NewIDWithName(metadata.Type, tt.name))
+	for name, want := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := loadConfig(t, component.NewIDWithName(metadata.Type, name))
 			require.NoError(t, err)
-			assert.EqualError(t, confmap.Validate(cfg), strings.Join(tt.want, "\n"))
+			requireInvalid(t, want, confmap.Validate(cfg))
 		})
+	}
+}
+
+// TestConfigErrorsInOrder: the errors come in the order of the fields, and
+// of the keys within a section, so the same configuration always prints
+// the same message.
+func TestConfigErrorsInOrder(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]string{
+		"many": strings.Join([]string{
+			"sample_interval must be >= 10ms, got 0s",
+			"thresholds::cpu: exit must be < enter, got 0.95 and 0.9",
+			`rules: unknown signal "metricz", want one of default, traces, metrics, logs, profiles`,
+		}, "\n"),
+		// confmap.Validate names the section once, before its first error.
+		"route_bad_paths": strings.Join([]string{
+			`routes: http "/a//b": path must be clean, want "/a/b"`,
+			`http "/q?x=1": path must not hold a query or fragment`,
+			`http "x/y": path must start with "/"`,
+			`grpc "/pkg.Service/": want a full method name like "/pkg.Service/Method"`,
+			`grpc "/x": want a full method name like "/pkg.Service/Method"`,
+			`grpc "pkg.Service/Method": want a full method name like "/pkg.Service/Method"`,
+		}, "\n"),
+		"admission_limits_invalid": strings.Join([]string{
+			"admission: idle_timeout must be 0 (off) or >= 1s, got 500ms",
+			"peer_share must be in (0, 1], got 0",
+			"wait_timeout must be between 0s and 10s, got 11s",
+		}, "\n"),
+	} {
+		cfg, err := loadConfig(t, component.NewIDWithName(metadata.Type, name))
+		require.NoError(t, err)
+		assert.EqualError(t, confmap.Validate(cfg), want, name)
 	}
 }
 
@@ -340,20 +388,82 @@ func TestConfigValidateNonFinite(t *testing.T) {
 		c.Rules["traces"] = RuleConfig{DropMax: ptrTo(nan)}
 		c.Admission.PeerShare = nan
 	})
-	assert.EqualError(t, cfg.Validate(), strings.Join([]string{
-		"signal.cpu_slow_beta must be in (0, 1), got NaN",
-		"signal.fallback_cores must be a number >= 0, got +Inf",
-		"thresholds.cpu.hard must be a finite number, got +Inf",
-		"thresholds.mem.enter must be a finite number, got NaN",
-		"rules.traces.drop_max must be in [0, 1], got NaN",
-		"admission.peer_share must be in (0, 1], got NaN",
-	}, "\n"))
+	requireInvalid(t, invalid(
+		errCPUSlowBeta, "signal: cpu_slow_beta must be in (0, 1), got NaN",
+		errFallbackCores, "\nfallback_cores must be a number >= 0, got +Inf",
+		errNotFinite, "thresholds::cpu: hard must be a finite number, got +Inf",
+		errNotFinite, "thresholds::mem: enter must be a finite number, got NaN",
+		errDropRange, "rules::traces: drop_max must be in [0, 1], got NaN",
+		errPeerShare, "admission: peer_share must be in (0, 1], got NaN",
+	), confmap.Validate(cfg))
 }
 
 func TestConfigValidateMemoryLimitOverflow(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfigWith(func(c *Config) { c.Signal.MemoryLimitMiB = 1 << 44 })
-	assert.EqualError(t, cfg.Validate(), "signal.memory_limit_mib must be <= 17592186044415, got 17592186044416")
+	requireInvalid(t, invalid(errMemoryLimitMiB, "signal: memory_limit_mib must be <= 17592186044415, got 17592186044416"),
+		confmap.Validate(cfg))
+}
+
+func TestConfigValidateSizeBounds(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfigWith(func(c *Config) {
+		c.Admission.MaxInflightBytes = FixedInflightBudget(2 * TiB)
+		c.Admission.UnknownSize = 2 * TiB
+	})
+	requireInvalid(t, invalid(
+		errSizeTooLarge, "admission: max_inflight_bytes must be at most 1TiB, got 2TiB",
+		errSizeTooLarge, "\nunknown_size must be at most 1TiB, got 2TiB",
+	), confmap.Validate(cfg))
+}
+
+func TestConfigValidateSections(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		edit func(*Config)
+		want invalidCase
+	}{
+		"retry_after.max negative": {
+			func(c *Config) { c.RetryAfter = RetryAfterConfig{Min: -time.Second, Max: -time.Second} },
+			invalid(errRetryAfterMin, "retry_after: min", errRetryAfterMax, "\nmax must be >= 0, got -1s"),
+		},
+		"queue": {
+			func(c *Config) { c.Queue = QueueConfig{MaxWait: time.Minute, MaxHeld: -1} },
+			invalid(errQueueMaxWait, "queue: max_wait must be between 0s and 30s, got 1m0s", errQueueMaxHeld, "\nmax_held must be >= 0, got -1"),
+		},
+		"gomemlimit": {
+			func(c *Config) { c.GoMemLimit.Share = 1.5 },
+			invalid(errGoMemLimitShare, "gomemlimit: share must be in (0, 1], got 1.5"),
+		},
+		"stale_after_intervals overflow": {
+			func(c *Config) { c.SampleInterval, c.StaleAfterIntervals = 100*time.Millisecond, math.MaxInt64/1000 },
+			invalid(errStaleAfterOverflow, "stale_after_intervals is too large: 9223372036854775 intervals of 100ms overflow a duration"),
+		},
+		"default rule order": {
+			func(c *Config) { c.Rules[ruleKeyDefault] = RuleConfig{DropMin: ptrTo(0.6), DropMax: ptrTo(0.4)} },
+			invalid(errDropOrder, "rules::default: drop_min must be <= drop_max, got 0.6 and 0.4"),
+		},
+		"inherited drop_min": {
+			func(c *Config) {
+				c.Rules[ruleKeyDefault] = RuleConfig{DropMin: ptrTo(0.5)}
+				c.Rules["logs"] = RuleConfig{DropMax: ptrTo(0.3)}
+			},
+			invalid(errDropOrder, "rules: logs: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_min inherited from default)"),
+		},
+		"disabled slot is not checked": {
+			func(c *Config) { c.Thresholds.Mem = SlotConfig{Hard: 5} },
+			invalidCase{},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := confmap.Validate(defaultConfigWith(tc.edit))
+			if len(tc.want.errs) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			requireInvalid(t, tc.want, err)
+		})
+	}
 }
 
 // TestConfigUnknownKeys checks confmap's own rejection of a key the
@@ -543,30 +653,9 @@ func TestConfigStaleAfter(t *testing.T) {
 	cfg.StaleAfterIntervals = 0
 	assert.Equal(t, time.Duration(0), cfg.StaleAfter(), "0 = never")
 	cfg.StaleAfterIntervals = -3
-	assert.EqualError(t, cfg.Validate(), "stale_after_intervals must be 0 (never) or >= 2, got -3")
+	requireInvalid(t, invalid(errStaleAfterIntervals, "stale_after_intervals must be 0 (never) or >= 2, got -3"), confmap.Validate(cfg))
 	cfg.StaleAfterIntervals = math.MaxInt64 / 1000
-	assert.EqualError(t, cfg.Validate(), "stale_after_intervals is too large: 9223372036854775 intervals of 100ms overflow a duration")
-}
-
-func TestConfigIsFullMethod(t *testing.T) {
-	t.Parallel()
-	for m, want := range map[string]bool{
-		"/my.pkg.Service/Push": true,
-		"/Service/Method":      true,
-		"/opentelemetry.proto.collector.trace.v1.TraceService/Export": true,
-		"":                    false,
-		"/":                   false,
-		"//":                  false,
-		"/a.B/C/D":            false,
-		"/.a.B/C":             false,
-		"/a..B/C":             false,
-		"/a.B./C":             false,
-		"/a B/C":              false,
-		"/a.B/C.D":            false,
-		"my.pkg.Service/Push": false,
-	} {
-		assert.Equal(t, want, isFullMethod(m), m)
-	}
+	requireInvalid(t, invalid(errStaleAfterOverflow, "stale_after_intervals is too large"), confmap.Validate(cfg))
 }
 
 func TestConfigEngine(t *testing.T) {
@@ -605,14 +694,22 @@ func TestConfigEngine(t *testing.T) {
 
 // TestConfigErrorAsCollectorPrints shows the message a user gets: the
 // collector validates its whole configuration with confmap.Validate, which
-// prefixes our errors with the path of the component.
+// calls every section's Validate and prefixes each error with its path,
+// from the component down to the section.
 func TestConfigErrorAsCollectorPrints(t *testing.T) {
 	t.Parallel()
-	cfg, err := loadConfig(t, component.NewIDWithName(metadata.Type, "cpu_exit_ge_enter"))
-	require.NoError(t, err)
-	collectorLike := struct {
-		Extensions map[component.ID]component.Config `mapstructure:"extensions"`
-	}{Extensions: map[component.ID]component.Config{component.NewID(metadata.Type): cfg}}
-	assert.EqualError(t, confmap.Validate(collectorLike),
-		"extensions::throttle: thresholds.cpu.exit must be < thresholds.cpu.enter, got 0.7 and 0.7")
+	for name, want := range map[string]string{
+		"cpu_exit_ge_enter":     "extensions::throttle::thresholds::cpu: exit must be < enter, got 0.7 and 0.7",
+		"mem_hard_over_one":     "extensions::throttle::thresholds: mem: hard must be <= 1, got 1.05",
+		"drop_min_gt_max":       "extensions::throttle::rules::logs: drop_min must be <= drop_max, got 0.6 and 0.4",
+		"unknown_size_zero":     "extensions::throttle::admission: unknown_size must be > 0 when max_inflight_bytes is not 0",
+		"sample_interval_short": "extensions::throttle: sample_interval must be >= 10ms, got 5ms",
+	} {
+		cfg, err := loadConfig(t, component.NewIDWithName(metadata.Type, name))
+		require.NoError(t, err)
+		collectorLike := struct {
+			Extensions map[component.ID]component.Config `mapstructure:"extensions"`
+		}{Extensions: map[component.ID]component.Config{component.NewID(metadata.Type): cfg}}
+		assert.EqualError(t, confmap.Validate(collectorLike), want, name)
+	}
 }

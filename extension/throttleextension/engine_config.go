@@ -11,7 +11,7 @@ import (
 
 // samplerConfig maps the sample_interval and signal sections to the
 // sampler's configuration. The slow cadence at which limits are re-read is
-// left to the sampler's default (10s): it is not a user setting.
+// left to the sampler's default: it is not a user setting.
 func (cfg *Config) samplerConfig() sampler.Config {
 	return sampler.Config{
 		Interval:      cfg.SampleInterval,
@@ -34,14 +34,18 @@ func (cfg *Config) decisionConfig() decision.Config {
 		Interval:     cfg.SampleInterval,
 	}
 	for s := range decision.NumSignals {
-		r := cfg.RuleFor(s)
-		dc.Rules[s] = decision.Rule{Enabled: r.Enabled, DropMin: r.DropMin, DropMax: r.DropMax}
+		dc.Rules[s] = cfg.RuleFor(s)
 	}
 	return dc
 }
 
 func (s SlotConfig) slot() decision.Slot {
 	return decision.Slot{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN}
+}
+
+// slotConfig is the configuration of slot s, for the defaults.
+func slotConfig(s decision.Slot) SlotConfig {
+	return SlotConfig{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN}
 }
 
 // middlewareRoutes maps the routes section to the middleware's routes.

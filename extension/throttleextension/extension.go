@@ -361,17 +361,12 @@ func (e *throttleExtension) ObserveOnly() bool { return e.cfg.ObserveOnly }
 
 // RecordProcessorDecision implements Throttle.
 func (e *throttleExtension) RecordProcessorDecision(s Signal, v Verdict) {
-	e.tel.record(protocolProcessor, s, v)
+	e.tel.record(middleware.ProtocolProcessor, s, v)
 }
 
 // Record implements middleware.Recorder.
 func (e *throttleExtension) Record(p middleware.Protocol, s decision.Signal, v decision.Verdict) {
-	switch p {
-	case middleware.ProtocolHTTP:
-		e.tel.record(protocolHTTP, s, v)
-	case middleware.ProtocolGRPC:
-		e.tel.record(protocolGRPC, s, v)
-	}
+	e.tel.record(p, s, v)
 }
 
 func (e *throttleExtension) middlewareConfig() middleware.Config {

@@ -5,6 +5,7 @@ package throttleextension // import "github.com/otelthrottle/throttle/extension/
 
 import (
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/otelthrottle/throttle/internal/gomemlimit"
@@ -27,13 +28,13 @@ type GoMemLimitConfig struct {
 	_ struct{}
 }
 
-// ErrGoMemLimitShare is the error of a gomemlimit.share out of (0, 1].
-var ErrGoMemLimitShare = errors.New("share must be in (0, 1]")
+// errGoMemLimitShare is the error of a gomemlimit.share out of (0, 1].
+var errGoMemLimitShare = errors.New("share must be in (0, 1]")
 
 // Validate checks the section; the collector prefixes the field path.
 func (c GoMemLimitConfig) Validate() error {
 	if !(c.Share > 0 && c.Share <= 1) || math.IsNaN(c.Share) {
-		return ErrGoMemLimitShare
+		return fmt.Errorf("%w, got %s", errGoMemLimitShare, formatConfigFloat(c.Share))
 	}
 	return nil
 }

@@ -219,12 +219,13 @@ func hostileReserved(env *e2eEnv) int64 {
 	return -1
 }
 
-// hostileHighWater is the largest amount the admission budget has held.
-func hostileHighWater(t *testing.T, env *e2eEnv) int64 {
+// hostileHighWater starts a mark of the largest amount the admission budget
+// holds from now on.
+func hostileHighWater(t *testing.T, env *e2eEnv) *middleware.HighWater {
 	t.Helper()
 	e, ok := env.ext.(*throttleExtension)
 	require.True(t, ok)
-	return e.budget.Load().HighWater()
+	return e.budget.Load().WatchHighWater()
 }
 
 // requireBudgetCutOff checks the answer otlpreceiver gives when the body
@@ -650,25 +651,27 @@ func TestHostileChunkedBudget(t *testing.T) {
 		return hostileRaw(t, env.httpAddr, append(hostileHead(http.MethodPost, "/v1/traces", "HTTP/1.1", h...), body...), false)
 	}
 	chunked := []string{"Transfer-Encoding: chunked"}
-	released := func(t *testing.T, env *e2eEnv) {
+	released := func(t *testing.T, env *e2eEnv, hw *middleware.HighWater) {
 		t.Helper()
 		require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond, "reservation not released")
-		assert.LessOrEqual(t, hostileHighWater(t, env), int64(hostileBudget))
+		assert.LessOrEqual(t, hw.Load(), int64(hostileBudget))
 	}
 
 	t.Run("chunked fits", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		hw := hostileHighWater(t, env)
 		r := send(t, env, pbType, chunked, hostileChunked(fits, 4<<10))
 		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
 		assert.Equal(t, fitsSpans, env.traces.SpanCount())
 		// Grown beyond unknown_size to cover every byte read.
-		assert.GreaterOrEqual(t, hostileHighWater(t, env), int64(len(fits)))
-		released(t, env)
+		assert.GreaterOrEqual(t, hw.Load(), int64(len(fits)))
+		released(t, env, hw)
 	})
 
 	for _, ct := range []string{pbType, jsonType} {
 		t.Run("chunked too big "+ct, func(t *testing.T) {
 			env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+			hw := hostileHighWater(t, env)
 			unhold := hostileHold(t, env)
 			r := send(t, env, ct, chunked, hostileChunked(tooBig, 4<<10))
 			requireBudgetCutOff(t, r, ct)
@@ -676,21 +679,23 @@ func TestHostileChunkedBudget(t *testing.T) {
 			assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "allowed", ""))
 			assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "budget"))
 			unhold()
-			released(t, env)
+			released(t, env, hw)
 		})
 	}
 
 	t.Run("chunked too big alone", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		hw := hostileHighWater(t, env)
 		r := send(t, env, pbType, chunked, hostileChunked(tooBig, 4<<10))
 		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
 		assert.Equal(t, tooBigSpans, env.traces.SpanCount())
-		assert.EqualValues(t, hostileBudget, hostileHighWater(t, env), "it holds the whole budget, never more")
-		released(t, env)
+		assert.EqualValues(t, hostileBudget, hw.Load(), "it holds the whole budget, never more")
+		released(t, env, hw)
 	})
 
 	t.Run("chunked 8MiB server bytes", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		hw := hostileHighWater(t, env)
 		unhold := hostileHold(t, env)
 		p := startE2ECountingProxy(t, env.httpAddr)
 		const size = 8 << 20
@@ -708,24 +713,25 @@ func TestHostileChunkedBudget(t *testing.T) {
 		assert.Less(t, fwd, int64(2<<20))
 		assert.Zero(t, env.traces.SpanCount())
 		unhold()
-		released(t, env)
+		released(t, env, hw)
 	})
 
 	t.Run("gzip charged decompressed", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		hw := hostileHighWater(t, env)
 		gz := hostileGzip(t, fits)
 		require.Less(t, len(gz), hostileUnknown, "the compressed body fits in the first reservation")
 		r := send(t, env, pbType, []string{"Content-Encoding: gzip", "Content-Length: " + strconv.Itoa(len(gz))}, gz)
 		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
 		assert.Equal(t, fitsSpans, env.traces.SpanCount())
-		hw := hostileHighWater(t, env)
-		t.Logf("gzip: %d bytes on the wire, %d decompressed, budget high water %d", len(gz), len(fits), hw)
-		assert.GreaterOrEqual(t, hw, int64(len(fits)), "charged the decompressed size, not the %d compressed bytes", len(gz))
-		released(t, env)
+		t.Logf("gzip: %d bytes on the wire, %d decompressed, budget high water %d", len(gz), len(fits), hw.Load())
+		assert.GreaterOrEqual(t, hw.Load(), int64(len(fits)), "charged the decompressed size, not the %d compressed bytes", len(gz))
+		released(t, env, hw)
 	})
 
 	t.Run("gzip too big decompressed", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		hw := hostileHighWater(t, env)
 		gz := hostileGzip(t, tooBig)
 		require.Less(t, len(gz), hostileBudget, "the compressed body alone would fit the budget")
 		unhold := hostileHold(t, env)
@@ -733,14 +739,14 @@ func TestHostileChunkedBudget(t *testing.T) {
 		requireBudgetCutOff(t, r, pbType)
 		assert.Zero(t, env.traces.SpanCount())
 		unhold()
-		released(t, env)
+		released(t, env, hw)
 
 		// Alone, the same request runs with the whole budget.
 		r = send(t, env, pbType, []string{"Content-Encoding: gzip", "Content-Length: " + strconv.Itoa(len(gz))}, gz)
 		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
 		assert.Equal(t, tooBigSpans, env.traces.SpanCount())
-		assert.EqualValues(t, hostileBudget, hostileHighWater(t, env))
-		released(t, env)
+		assert.EqualValues(t, hostileBudget, hw.Load())
+		released(t, env, hw)
 	})
 
 	t.Run("declared size over budget", func(t *testing.T) {
@@ -751,6 +757,7 @@ func TestHostileChunkedBudget(t *testing.T) {
 		// admissions stop); as the other request does not finish, it is
 		// cut off with the budget's 429 + Retry-After 1.
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		hw := hostileHighWater(t, env)
 		unhold := hostileHold(t, env)
 		const size = hostileBudget + 1
 		head := []string{"Host: x", "Content-Type: " + pbType, "Content-Length: " + strconv.Itoa(size)}
@@ -760,21 +767,22 @@ func TestHostileChunkedBudget(t *testing.T) {
 		assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "budget"))
 		assert.Zero(t, env.traces.SpanCount())
 		unhold()
-		released(t, env)
+		released(t, env, hw)
 	})
 
 	t.Run("declared size over budget alone", func(t *testing.T) {
 		// With nothing else reserved, a Content-Length over the whole
 		// budget reserves the whole budget and is delivered.
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+		hw := hostileHighWater(t, env)
 		body, spans := hostileTraces(t, hostileBudget+1)
 		r := send(t, env, pbType, []string{"Content-Length: " + strconv.Itoa(len(body))}, body)
 		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
 		assert.Equal(t, spans, env.traces.SpanCount())
 		assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "allowed", ""))
 		assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "budget"))
-		assert.EqualValues(t, hostileBudget, hostileHighWater(t, env), "the whole budget, never more")
-		released(t, env)
+		assert.EqualValues(t, hostileBudget, hw.Load(), "the whole budget, never more")
+		released(t, env, hw)
 	})
 }
 

@@ -5,6 +5,7 @@ package throttleextension // import "github.com/otelthrottle/throttle/extension/
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -19,8 +20,8 @@ type QueueConfig struct {
 	// clients' request timeout (the OTLP exporters' default is 30s).
 	MaxWait time.Duration `mapstructure:"max_wait"`
 	// MaxHeld is how many requests are held at once (each costs its
-	// goroutine and connection buffers, about 20 KiB); beyond it a request
-	// is refused at once.
+	// goroutine and connection buffers, docs/design.md §7); beyond it a
+	// request is refused at once.
 	MaxHeld int `mapstructure:"max_held"`
 
 	// prevent unkeyed literal initialization
@@ -35,18 +36,18 @@ const (
 
 // Errors of the queue section; the collector prefixes the field path.
 var (
-	ErrQueueMaxWait = errors.New("max_wait must be between 0s and 30s")
-	ErrQueueMaxHeld = errors.New("max_held must be >= 0")
+	errQueueMaxWait = fmt.Errorf("max_wait must be between 0s and %v", maxQueueMaxWait)
+	errQueueMaxHeld = errors.New("max_held must be >= 0")
 )
 
 // Validate checks the section.
 func (c QueueConfig) Validate() error {
 	var errs []error
 	if c.MaxWait < 0 || c.MaxWait > maxQueueMaxWait {
-		errs = append(errs, ErrQueueMaxWait)
+		errs = append(errs, fmt.Errorf("%w, got %v", errQueueMaxWait, c.MaxWait))
 	}
 	if c.MaxHeld < 0 {
-		errs = append(errs, ErrQueueMaxHeld)
+		errs = append(errs, fmt.Errorf("%w, got %d", errQueueMaxHeld, c.MaxHeld))
 	}
 	return errors.Join(errs...)
 }

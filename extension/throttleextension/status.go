@@ -18,12 +18,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/statuspage"
 )
-
-// numVerdicts is the number of verdicts counted per signal.
-const numVerdicts = int(decision.DenyBudget) + 1
 
 // decisionCounts are cumulative in-memory counts of decisions per protocol,
 // signal and verdict. They are the only counting the request path does (one
@@ -31,26 +29,26 @@ const numVerdicts = int(decision.DenyBudget) + 1
 // them, and the status page reads them. Each (protocol, signal) row has its
 // own cache line so that receivers of different signals do not contend.
 type decisionCounts struct {
-	rows [numProtocols][decision.NumSignals]struct {
-		n [numVerdicts]atomic.Uint64
-		_ [64 - numVerdicts*8%64]byte
+	rows [middleware.NumProtocols][decision.NumSignals]struct {
+		n [decision.NumVerdicts]atomic.Uint64
+		_ [64 - decision.NumVerdicts*8%64]byte
 	}
 }
 
 // add counts one decision. Callers check the bounds of p, s and v.
-func (c *decisionCounts) add(p protocol, s decision.Signal, v decision.Verdict) {
+func (c *decisionCounts) add(p middleware.Protocol, s decision.Signal, v decision.Verdict) {
 	c.rows[p][s].n[v].Add(1)
 }
 
 // loadProtocol returns the count of (p, s, v).
-func (c *decisionCounts) loadProtocol(p protocol, s decision.Signal, v decision.Verdict) uint64 {
+func (c *decisionCounts) loadProtocol(p middleware.Protocol, s decision.Signal, v decision.Verdict) uint64 {
 	return c.rows[p][s].n[v].Load()
 }
 
 // load returns the count of (s, v) over every protocol.
 func (c *decisionCounts) load(s decision.Signal, v decision.Verdict) uint64 {
 	var n uint64
-	for p := range numProtocols {
+	for p := range middleware.NumProtocols {
 		n += c.rows[p][s].n[v].Load()
 	}
 	return n

@@ -13,21 +13,9 @@ import (
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
-
-// protocol is where a decision was taken; its values index pre-built
-// attribute sets.
-type protocol uint8
-
-const (
-	protocolHTTP protocol = iota
-	protocolGRPC
-	protocolProcessor
-	numProtocols
-)
-
-var protocolNames = [numProtocols]string{"http", "grpc", "processor"}
 
 // The water_level kinds, in the order observed.
 var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "mem", "mem_working_set", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
@@ -80,13 +68,13 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 		errors: map[string]metric.AddOption{},
 		plain:  metric.WithAttributeSet(attribute.NewSet(idAttr)),
 	}
-	var requestOpts [numProtocols][decision.NumSignals][numVerdicts]metric.ObserveOption
-	for p := range numProtocols {
+	var requestOpts [middleware.NumProtocols][decision.NumSignals][decision.NumVerdicts]metric.ObserveOption
+	for p := range middleware.NumProtocols {
 		for s := range decision.NumSignals {
-			for v := decision.Admit; v <= decision.DenyBudget; v++ {
+			for v := range decision.NumVerdicts {
 				attrs := []attribute.KeyValue{
 					idAttr,
-					attribute.String("protocol", protocolNames[p]),
+					attribute.String("protocol", p.String()),
 					attribute.String("signal", s.String()),
 				}
 				if v.Admitted() {
@@ -105,9 +93,9 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 	// Only cells that counted something are observed, as a synchronous
 	// counter would only have the series it was incremented with.
 	err = tb.RegisterThrottleRequestsCallback(func(_ context.Context, o metric.Int64Observer) error {
-		for p := range numProtocols {
+		for p := range middleware.NumProtocols {
 			for s := range decision.NumSignals {
-				for v := decision.Admit; v <= decision.DenyBudget; v++ {
+				for v := range decision.NumVerdicts {
 					if n := t.counts.loadProtocol(p, s, v); n > 0 {
 						o.Observe(int64(n), requestOpts[p][s][v])
 					}
@@ -215,8 +203,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 }
 
 // record counts one decision. It is on the request path: no allocation.
-func (t *telemetry) record(p protocol, s decision.Signal, v decision.Verdict) {
-	if s >= decision.NumSignals || v > decision.DenyBudget {
+func (t *telemetry) record(p middleware.Protocol, s decision.Signal, v decision.Verdict) {
+	if p >= middleware.NumProtocols || s >= decision.NumSignals || v >= decision.NumVerdicts {
 		return
 	}
 	t.counts.add(p, s, v)

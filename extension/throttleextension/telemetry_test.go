@@ -223,7 +223,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	want.add("http", SignalTraces, Admit)
 	require.Equal(t, http.StatusOK, innerCode, "larger than the budget, while another request holds 1000 bytes")
 	want.add("http", SignalTraces, Admit)
-	assert.Equal(t, int64(1000+defaultUnknownSize), seenReserved, "1000 bytes and the larger request's unknown_size")
+	assert.Equal(t, int64(1000+middleware.DefaultUnknownSize), seenReserved, "1000 bytes and the larger request's unknown_size")
 	held := e.budget.Load()
 	require.True(t, held.Reserve(budget-500))
 	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalTraces], 1000), "1000 bytes with 500 left")
@@ -362,8 +362,9 @@ func TestRecordResourceFallback(t *testing.T) {
 		{Attributes: attribute.NewSet(idAttr, attribute.String("resource", "limits")), Value: 2},
 	}, metricdatatest.IgnoreTimestamp())
 	// Out-of-range inputs are ignored, not a panic.
-	tel.record(protocolHTTP, decision.NumSignals, decision.Admit)
-	tel.record(protocolHTTP, decision.Traces, decision.DenyBudget+1)
+	tel.record(middleware.ProtocolHTTP, decision.NumSignals, decision.Admit)
+	tel.record(middleware.ProtocolHTTP, decision.Traces, decision.NumVerdicts)
+	tel.record(middleware.NumProtocols, decision.Traces, decision.Admit)
 	_, err = tt.GetMetric("otelcol_throttle_requests")
 	require.Error(t, err, "nothing recorded")
 }
@@ -383,7 +384,7 @@ func BenchmarkRecord(b *testing.B) {
 	defer tel.shutdown()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		tel.record(protocol(i%int(numProtocols)), decision.Signal(i%int(decision.NumSignals)), decision.Verdict(i%4))
+		tel.record(middleware.Protocol(i%int(middleware.NumProtocols)), decision.Signal(i%int(decision.NumSignals)), decision.Verdict(i%4))
 	}
 }
 
@@ -398,10 +399,10 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer tel.shutdown()
-	tel.record(protocolHTTP, decision.Traces, decision.Admit) // first use creates the series
+	tel.record(middleware.ProtocolHTTP, decision.Traces, decision.Admit) // first use creates the series
 	allocs := testing.AllocsPerRun(1000, func() {
-		tel.record(protocolHTTP, decision.Traces, decision.Admit)
-		tel.record(protocolGRPC, decision.Logs, decision.DenyOpen)
+		tel.record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
+		tel.record(middleware.ProtocolGRPC, decision.Logs, decision.DenyOpen)
 	})
 	assert.Zero(t, allocs)
 }

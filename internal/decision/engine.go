@@ -58,44 +58,42 @@ type Config struct {
 	// Interval is the time between two Observe calls (the sampler's
 	// interval). It scales the CPU controller's step per frame, so that the
 	// controller reacts in the same wall time at any sample interval; 0
-	// means 250ms.
+	// means sampler.DefaultInterval.
 	Interval time.Duration
 }
 
 // The CPU controller (see Engine.cpuShare). cpuShareGain is the share's rate
-// of change per second per unit of error (cpu_fast - enter): with the
-// default 0.90 line and a collector pinned at its quota the error is 0.10,
-// so the share rises by 0.10 a second and a 2x overload (share 0.5) is
-// matched in about 5 s; near the line it moves by a few thousandths per
-// frame, which averages out the ±0.1 noise of 250 ms CFS windows.
+// of change per second per unit of error (cpu_fast - enter): fast enough to
+// match an overload within seconds, slow enough per frame to average out the
+// noise of short CFS windows (docs/design.md §5).
 // cpuShareOpenStep is added when the CPU slot opens: shedding was too weak.
 // cpuShareNormalDecay is the smallest error the share unlearns at in Normal.
 const (
 	cpuShareGain        = 1.0
 	cpuShareOpenStep    = 0.1
 	cpuShareNormalDecay = 0.1
-	defaultInterval     = 250 * time.Millisecond
 )
 
-// DefaultConfig returns the defaults: cpu enter 0.90 exit 0.80 hard 1.10
-// breach_n 3, mem enter 0.85 exit 0.78 hard 0.92 breach_n 1, every signal
-// enabled with drop 0..1, a 5s recovery ramp, a 250ms interval.
+// DefaultRule is every signal's rule unless configured: throttled, from no
+// drop at the enter line to dropping all at the hard line.
+func DefaultRule() Rule { return Rule{Enabled: true, DropMin: 0, DropMax: 1} }
+
+// DefaultConfig returns the defaults of thresholds, rules and recovery_ramp;
+// the extension's configuration takes its defaults from here.
 //
-// The CPU lines depart from the original design's (design §12): CPU is a
-// rate, not a level that kills; the controller holds CPU at enter, so every
-// point below the quota is throughput given away, and a CPU hard line under
-// the quota turned the noise of cpu_fast into Open episodes. Open is for
-// memory, which does kill; a hard line above 1 opens on CPU only when the
-// quota is exceeded (no quota, or bursts).
+// CPU's hard line is above 1 and its enter line close to it: CPU is a rate,
+// not a level that kills, so Open is left to memory and every point of enter
+// below the quota is throughput given away (docs/design.md §12). Memory
+// needs a single frame (breach_n 1): it meets the OOM killer, which is final.
 func DefaultConfig() Config {
 	cfg := Config{
 		CPU:          Slot{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3},
 		Mem:          Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
 		RecoveryRamp: 5 * time.Second,
-		Interval:     defaultInterval,
+		Interval:     sampler.DefaultInterval,
 	}
 	for i := range cfg.Rules {
-		cfg.Rules[i] = Rule{Enabled: true, DropMin: 0, DropMax: 1}
+		cfg.Rules[i] = DefaultRule()
 	}
 	return cfg
 }
@@ -179,8 +177,8 @@ type Engine struct {
 	// line and falls while it is below, and settles on the share of load
 	// that holds CPU at enter whatever the overload factor. A proportional
 	// severity cannot: to shed half the load it needs CPU halfway to the
-	// hard line, where the noise of cpu_fast reaches hard (measured: a
-	// Shedding/Open relay every ~2 s at 2x overload). It is kept through
+	// hard line, where the noise of cpu_fast reaches hard and the state
+	// relays between Shedding and Open (docs/design.md §5). It is kept through
 	// Open (raised by cpuShareOpenStep when the CPU slot opens), through
 	// frames without a new CPU reading and through the stale fallback
 	// (like the state itself), and unlearnt in Normal (see
@@ -392,9 +390,9 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	// memory level drops in one sample and a burst let in during the next
 	// interval can exceed the headroom (the prototype's OOM kill). CPU
 	// overshoot only costs CFS throttling, and a ramp after a CPU-only Open
-	// made the load oscillate (Open, 5 s of near-total shedding, CPU falls,
-	// ramp ends, Open again; measured at 2x overload in 1 CPU). So the ramp
-	// follows only an Open episode in which memory was at its hard line.
+	// made the load oscillate between Open and near-total shedding
+	// (docs/design.md §4). So the ramp follows only an Open episode in which
+	// memory was at its hard line.
 	if to == Open && !e.mem.safe(mem) && mem.fast >= e.mem.Hard {
 		e.openByMem = true
 	}
@@ -624,7 +622,7 @@ func streak(n int, holds bool) int {
 
 func intervalOrDefault(d time.Duration) time.Duration {
 	if d <= 0 {
-		return defaultInterval
+		return sampler.DefaultInterval
 	}
 	return d
 }

@@ -77,9 +77,11 @@ const (
 	// DenyBudget rejects it: the admission budget of in-flight bytes is full.
 	// Decide never returns it; the middleware does.
 	DenyBudget
+	// NumVerdicts is the number of verdicts; not a verdict.
+	NumVerdicts
 )
 
-var verdictReasons = [...]string{"", "shed", "open", "budget"}
+var verdictReasons = [NumVerdicts]string{"", "shed", "open", "budget"}
 
 // Admitted reports whether v lets the request in.
 func (v Verdict) Admitted() bool { return v == Admit }
@@ -87,7 +89,7 @@ func (v Verdict) Admitted() bool { return v == Admit }
 // Reason is the telemetry reason of a denial ("shed", "open", "budget"), or
 // "" for Admit.
 func (v Verdict) Reason() string {
-	if int(v) < len(verdictReasons) {
+	if v < NumVerdicts {
 		return verdictReasons[v]
 	}
 	return "unknown"

@@ -62,12 +62,11 @@ type Budget struct {
 	peerMax   atomic.Int64
 	peerShare float64
 	wait      time.Duration
+	// highWater is set by tests only (WatchHighWater); nil, it costs a
+	// reservation one load of a line it reads anyway.
+	highWater atomic.Pointer[HighWater]
 
 	reserved atomic.Int64
-	// Padding keeps the high-water mark, read on every reservation but
-	// rarely written, off the line of reserved, which every request writes.
-	_    [56]byte
-	high atomic.Int64
 
 	// pending is what the waiting bodies still need; waiting counts them,
 	// so that a release takes the lock only when someone waits.
@@ -232,18 +231,16 @@ func (b *Budget) take(n, keep int64) bool {
 		}
 		next := cur + n
 		if b.reserved.CompareAndSwap(cur, next) {
-			b.noteHigh(next)
+			b.noteReserved(next)
 			return true
 		}
 	}
 }
 
-func (b *Budget) noteHigh(v int64) {
-	for {
-		h := b.high.Load()
-		if v <= h || b.high.CompareAndSwap(h, v) {
-			return
-		}
+// noteReserved tells the high-water mark, if any, of a new reserved total.
+func (b *Budget) noteReserved(v int64) {
+	if h := b.highWater.Load(); h != nil {
+		h.note(v)
 	}
 }
 
@@ -254,7 +251,7 @@ func (b *Budget) charge(n int64, p peer) {
 	if b == nil || n <= 0 {
 		return
 	}
-	b.noteHigh(b.reserved.Add(n))
+	b.noteReserved(b.reserved.Add(n))
 	b.peerAdd(p, n)
 }
 
@@ -287,7 +284,7 @@ func (b *Budget) tryGrow(need int64, p peer) int64 {
 		}
 		next := cur + take
 		if b.reserved.CompareAndSwap(cur, next) {
-			b.noteHigh(next)
+			b.noteReserved(next)
 			b.peerAdd(p, take)
 			return take
 		}
@@ -407,11 +404,31 @@ func (b *Budget) Max() int64 {
 	return b.max.Load()
 }
 
-// HighWater returns the largest value Reserved has reached. It exists for
-// tests and diagnostics.
-func (b *Budget) HighWater() int64 {
-	if b == nil {
-		return 0
+// HighWater is the largest value a Budget's Reserved has reached since
+// WatchHighWater, for tests: production budgets keep no mark.
+type HighWater struct{ v atomic.Int64 }
+
+// Load returns the mark.
+func (h *HighWater) Load() int64 { return h.v.Load() }
+
+func (h *HighWater) note(v int64) {
+	for {
+		cur := h.v.Load()
+		if v <= cur || h.v.CompareAndSwap(cur, v) {
+			return
+		}
 	}
-	return b.high.Load()
+}
+
+// WatchHighWater starts a high-water mark of b's reservations at what is
+// reserved now, and returns it. Call it before the reservations it should
+// see; for tests.
+// A nil budget's mark stays 0.
+func (b *Budget) WatchHighWater() *HighWater {
+	h := &HighWater{}
+	if b != nil {
+		h.note(b.reserved.Load())
+		b.highWater.Store(h)
+	}
+	return h
 }

@@ -18,6 +18,7 @@ import (
 func TestBudget(t *testing.T) {
 	b := NewBudget(100)
 	require.NotNil(t, b)
+	hw := b.WatchHighWater()
 	assert.EqualValues(t, 100, b.Max())
 	assert.True(t, b.Reserve(60))
 	assert.False(t, b.Reserve(41))
@@ -31,7 +32,7 @@ func TestBudget(t *testing.T) {
 	assert.False(t, b.Reserve(math.MaxInt64))
 	b.Release(40)
 	assert.Zero(t, b.Reserved())
-	assert.EqualValues(t, 100, b.HighWater())
+	assert.EqualValues(t, 100, hw.Load())
 }
 
 func TestBudgetNil(t *testing.T) {
@@ -42,12 +43,13 @@ func TestBudgetNil(t *testing.T) {
 	b.Release(10)
 	assert.Zero(t, b.Reserved())
 	assert.Zero(t, b.Max())
-	assert.Zero(t, b.HighWater())
+	assert.Zero(t, b.WatchHighWater().Load())
 }
 
 func TestBudgetConcurrent(t *testing.T) {
 	const maxBytes = 1000
 	b := NewBudget(maxBytes)
+	hw := b.WatchHighWater()
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Go(func() {
@@ -62,8 +64,8 @@ func TestBudgetConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Zero(t, b.Reserved())
-	assert.LessOrEqual(t, b.HighWater(), int64(maxBytes))
-	assert.Positive(t, b.HighWater())
+	assert.LessOrEqual(t, hw.Load(), int64(maxBytes))
+	assert.Positive(t, hw.Load())
 }
 
 func TestRetryDelay(t *testing.T) {

@@ -4,6 +4,7 @@
 package middleware // import "github.com/otelthrottle/throttle/internal/middleware"
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -50,12 +51,74 @@ type Classifier struct {
 	maxHTTP int
 }
 
+// Errors of a route key, from CheckHTTPRoute and CheckGRPCRoute.
+var (
+	ErrRouteNotRooted = errors.New(`path must start with "/"`)
+	ErrRouteQuery     = errors.New("path must not hold a query or fragment")
+	ErrRouteUnclean   = errors.New("path must be clean")
+	ErrRouteMethod    = errors.New(`want a full method name like "/pkg.Service/Method"`)
+)
+
+// CheckHTTPRoute returns why p cannot be a configured HTTP route, or nil: it
+// must be a rooted, clean path without query or fragment. NewClassifier
+// also takes an unclean path, which it stores cleaned.
+func CheckHTTPRoute(p string) error {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return ErrRouteNotRooted
+	case strings.ContainsAny(p, "?#"):
+		return ErrRouteQuery
+	case path.Clean(p) != p:
+		return fmt.Errorf("%w, want %q", ErrRouteUnclean, path.Clean(p))
+	}
+	return nil
+}
+
+// CheckGRPCRoute returns why m cannot be a gRPC route, or nil: it must be a
+// full method name, "/package.Service/Method", of protobuf identifier
+// characters (the package is optional in gRPC, so "/Service/Method" is
+// accepted too). grpc-go answers anything else Unimplemented before any
+// stats handler sees it, so a malformed route could never be released on
+// End.
+func CheckGRPCRoute(m string) error {
+	if !isFullMethod(m) {
+		return ErrRouteMethod
+	}
+	return nil
+}
+
+func isFullMethod(m string) bool {
+	rest, ok := strings.CutPrefix(m, "/")
+	if !ok {
+		return false
+	}
+	service, method, ok := strings.Cut(rest, "/")
+	if !ok || service == "" || method == "" || strings.Contains(method, "/") {
+		return false
+	}
+	if strings.HasPrefix(service, ".") || strings.HasSuffix(service, ".") || strings.Contains(service, "..") {
+		return false
+	}
+	ident := func(s string, dots bool) bool {
+		for _, c := range s {
+			switch {
+			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_':
+			case c == '.' && dots:
+			default:
+				return false
+			}
+		}
+		return true
+	}
+	return ident(service, true) && ident(method, false)
+}
+
 // NewClassifier returns a Classifier for the built-in OTLP routes plus user.
-// A user route overrides a built-in one with the same key. HTTP routes must
-// be absolute paths; they are stored cleaned (path.Clean), so "/a/" and "/a"
-// are the same route, and two user routes that clean to the same path with
-// different signals are an error. gRPC routes must have the form
-// "/service/method".
+// A user route overrides a built-in one with the same key. Routes must pass
+// CheckHTTPRoute and CheckGRPCRoute, except that an HTTP route may be
+// unclean: it is stored cleaned (path.Clean), so "/a/" and "/a" are the same
+// route, and two user routes that clean to the same path with different
+// signals are an error.
 func NewClassifier(user Routes) (*Classifier, error) {
 	def := DefaultRoutes()
 	c := &Classifier{http: def.HTTP, grpc: def.GRPC}
@@ -64,8 +127,8 @@ func NewClassifier(user Routes) (*Classifier, error) {
 		if s >= decision.NumSignals {
 			return nil, fmt.Errorf("http route %q: invalid signal %d", route, s)
 		}
-		if !strings.HasPrefix(route, "/") {
-			return nil, fmt.Errorf("http route %q: must be an absolute path starting with /", route)
+		if err := CheckHTTPRoute(route); err != nil && !errors.Is(err, ErrRouteUnclean) {
+			return nil, fmt.Errorf("http route %q: %w", route, err)
 		}
 		key := path.Clean(route)
 		if prev, dup := userHTTP[key]; dup && user.HTTP[prev] != s {
@@ -78,8 +141,8 @@ func NewClassifier(user Routes) (*Classifier, error) {
 		if s >= decision.NumSignals {
 			return nil, fmt.Errorf("grpc route %q: invalid signal %d", route, s)
 		}
-		if !validFullMethod(route) {
-			return nil, fmt.Errorf("grpc route %q: must be a full method name /package.Service/Method", route)
+		if err := CheckGRPCRoute(route); err != nil {
+			return nil, fmt.Errorf("grpc route %q: %w", route, err)
 		}
 		c.grpc[route] = s
 	}
@@ -87,18 +150,6 @@ func NewClassifier(user Routes) (*Classifier, error) {
 		c.maxHTTP = max(c.maxHTTP, len(route))
 	}
 	return c, nil
-}
-
-// validFullMethod reports whether m is "/service/method" with non-empty
-// parts. grpc-go answers anything else Unimplemented before any stats
-// handler sees it, so a malformed route could never be released on End.
-func validFullMethod(m string) bool {
-	rest, ok := strings.CutPrefix(m, "/")
-	if !ok {
-		return false
-	}
-	svc, method, ok := strings.Cut(rest, "/")
-	return ok && svc != "" && method != "" && !strings.Contains(method, "/")
 }
 
 // HTTP classifies an HTTP request by its URL path. Pass r.URL.Path: the

@@ -162,6 +162,51 @@ func TestNewClassifierErrors(t *testing.T) {
 	assert.NoError(t, err)
 }
 
+func TestCheckGRPCRoute(t *testing.T) {
+	for m, want := range map[string]bool{
+		"/my.pkg.Service/Push": true,
+		"/Service/Method":      true,
+		"/opentelemetry.proto.collector.trace.v1.TraceService/Export": true,
+		"":                    false,
+		"/":                   false,
+		"//":                  false,
+		"/a.B/C/D":            false,
+		"/.a.B/C":             false,
+		"/a..B/C":             false,
+		"/a.B./C":             false,
+		"/a B/C":              false,
+		"/a.B/C.D":            false,
+		"my.pkg.Service/Push": false,
+	} {
+		if want {
+			assert.NoError(t, CheckGRPCRoute(m), m)
+		} else {
+			assert.ErrorIs(t, CheckGRPCRoute(m), ErrRouteMethod, m)
+		}
+	}
+}
+
+func TestCheckHTTPRoute(t *testing.T) {
+	for p, want := range map[string]error{
+		"/prometheus/write": nil,
+		"/":                 nil,
+		"x/y":               ErrRouteNotRooted,
+		"":                  ErrRouteNotRooted,
+		"/q?x=1":            ErrRouteQuery,
+		"/a#b":              ErrRouteQuery,
+		"/a//b":             ErrRouteUnclean,
+		"/a/":               ErrRouteUnclean,
+		"/a/./b":            ErrRouteUnclean,
+	} {
+		if want == nil {
+			assert.NoError(t, CheckHTTPRoute(p), p)
+		} else {
+			assert.ErrorIs(t, CheckHTTPRoute(p), want, p)
+		}
+	}
+	assert.EqualError(t, CheckHTTPRoute("/a//b"), `path must be clean, want "/a/b"`)
+}
+
 func TestIsCleanPathMatchesPathClean(t *testing.T) {
 	for _, p := range []string{
 		"/", "/a", "/a/b", "//", "/a/", "/a//b", "/./a", "/a/.", "/a/..", "/..", "/.", "/...", "/a/.b",

@@ -108,21 +108,23 @@ func (p *payloadCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) cont
 func (p *payloadCounter) HandleConn(context.Context, stats.ConnStats) {}
 
 type grpcFixture struct {
-	dec      *fakeDecider
-	rec      *countingRecorder
-	budget   *Budget
-	mw       *GRPC
-	traces   *traceServer
-	push     *pushServer
-	payloads *payloadCounter
-	conn     *grpc.ClientConn
-	addr     string
+	dec    *fakeDecider
+	rec    *countingRecorder
+	budget *Budget
+	// highWater watches budget from the start.
+	highWater *HighWater
+	mw        *GRPC
+	traces    *traceServer
+	push      *pushServer
+	payloads  *payloadCounter
+	conn      *grpc.ClientConn
+	addr      string
 }
 
 func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64, edit ...func(*Config)) *grpcFixture {
 	t.Helper()
 	f := &grpcFixture{
-		dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget,
+		dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, highWater: budget.WatchHighWater(),
 		traces: &traceServer{}, push: &pushServer{}, payloads: &payloadCounter{},
 	}
 	cls := mustClassifier(t, Routes{GRPC: map[string]decision.Signal{
@@ -238,7 +240,7 @@ func TestGRPCAdmit(t *testing.T) {
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Logs, decision.Admit))
 	f.requireReleased(t)
-	assert.EqualValues(t, DefaultUnknownSize, f.budget.HighWater(), "the first RPC reserves unknown_size")
+	assert.EqualValues(t, DefaultUnknownSize, f.highWater.Load(), "the first RPC reserves unknown_size")
 }
 
 func TestGRPCRejectUnary(t *testing.T) {
@@ -252,7 +254,7 @@ func TestGRPCRejectUnary(t *testing.T) {
 			assert.Zero(t, f.traces.calls.Load(), "the handler is never called")
 			assert.Zero(t, f.payloads.in.Load(), "the message is never received")
 			assert.EqualValues(t, 20, f.rec.get(ProtocolGRPC, decision.Traces, v))
-			assert.Zero(t, f.budget.HighWater(), "a rejected RPC reserves nothing")
+			assert.Zero(t, f.highWater.Load(), "a rejected RPC reserves nothing")
 		})
 	}
 }
@@ -325,7 +327,7 @@ func TestGRPCBudget(t *testing.T) {
 	f.requireReleased(t)
 	require.NoError(t, f.export(context.Background()))
 	f.requireReleased(t)
-	assert.EqualValues(t, 1000, f.budget.HighWater())
+	assert.EqualValues(t, 1000, f.highWater.Load())
 }
 
 // TestGRPCBudgetHeldUntilEnd: the reservation lasts until the handler

@@ -40,7 +40,7 @@ func (f *fakeDecider) Exempt(s decision.Signal) bool { return f.exempt[s].Load()
 
 // countingRecorder counts Record calls per (protocol, signal, verdict).
 type countingRecorder struct {
-	n [NumProtocols][decision.NumSignals][numVerdicts]atomic.Int64
+	n [NumProtocols][decision.NumSignals][decision.NumVerdicts]atomic.Int64
 }
 
 func (c *countingRecorder) Record(p Protocol, s decision.Signal, v decision.Verdict) {

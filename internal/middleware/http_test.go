@@ -69,14 +69,16 @@ type httpFixture struct {
 	dec    *fakeDecider
 	rec    *countingRecorder
 	budget *Budget
-	mw     *HTTP
-	next   *countingHandler
-	h      http.Handler
+	// highWater watches budget from the start.
+	highWater *HighWater
+	mw        *HTTP
+	next      *countingHandler
+	h         http.Handler
 }
 
 func newHTTPFixture(t testing.TB, budget *Budget, unknownSize int64, retry *RetryDelay, edit ...func(*Config)) *httpFixture {
 	t.Helper()
-	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, next: &countingHandler{}}
+	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, highWater: budget.WatchHighWater(), next: &countingHandler{}}
 	cfg := Config{
 		Classifier:  mustClassifier(t, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.Metrics}}),
 		Decider:     f.dec,
@@ -117,7 +119,7 @@ func TestHTTPAdmit(t *testing.T) {
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Logs, decision.Admit))
 	assert.EqualValues(t, 4, f.rec.total(), "unclassified requests are not counted")
 	assert.Zero(t, f.budget.Reserved())
-	assert.EqualValues(t, 5, f.budget.HighWater())
+	assert.EqualValues(t, 5, f.highWater.Load())
 }
 
 // TestHTTPUnclassifiedNeverRejected: Open on every signal and a full budget
@@ -362,6 +364,7 @@ func TestHTTPExpectContinueBodyNeverSent(t *testing.T) {
 func TestHTTPBudgetConcurrent(t *testing.T) {
 	const maxBytes = 64 << 10
 	b := NewBudget(maxBytes)
+	hw := b.WatchHighWater()
 	dec := &fakeDecider{}
 	rec := &countingRecorder{}
 	var over atomic.Int64
@@ -407,9 +410,9 @@ func TestHTTPBudgetConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("ok %d, refused %d, failed mid-body %d, high water %d of %d", ok.Load(), refused.Load(), failed.Load(), b.HighWater(), maxBytes)
+	t.Logf("ok %d, refused %d, failed mid-body %d, high water %d of %d", ok.Load(), refused.Load(), failed.Load(), hw.Load(), maxBytes)
 	assert.Zero(t, over.Load())
-	assert.LessOrEqual(t, b.HighWater(), int64(maxBytes))
+	assert.LessOrEqual(t, hw.Load(), int64(maxBytes))
 	assert.Zero(t, b.Reserved(), "every reservation is released")
 	assert.Positive(t, ok.Load())
 	assert.Positive(t, refused.Load())
@@ -445,7 +448,7 @@ func TestHTTPBudgetContentLength(t *testing.T) {
 	h.ServeHTTP(httptest.NewRecorder(), req)
 	assert.EqualValues(t, 100, during, "an over-budget request reserves the whole budget")
 	assert.Zero(t, f.budget.Reserved())
-	assert.EqualValues(t, 100, f.budget.HighWater())
+	assert.EqualValues(t, 100, f.highWater.Load())
 
 	// While it runs, nothing else is admitted, not even one byte.
 	var inner int
@@ -460,7 +463,7 @@ func TestHTTPBudgetContentLength(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, inner)
 	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
 	assert.Zero(t, f.budget.Reserved())
-	assert.LessOrEqual(t, f.budget.HighWater(), int64(100))
+	assert.LessOrEqual(t, f.highWater.Load(), int64(100))
 }
 
 // TestHTTPChunkedCannotBypass: while another request holds part of the
@@ -486,7 +489,7 @@ func TestHTTPChunkedCannotBypass(t *testing.T) {
 	require.Len(t, st.Details(), 1)
 	assert.LessOrEqual(t, f.next.read.Load(), int64(maxBytes-other))
 	assert.Positive(t, f.next.read.Load())
-	assert.EqualValues(t, maxBytes, f.budget.HighWater())
+	assert.EqualValues(t, maxBytes, f.highWater.Load())
 	assert.EqualValues(t, other, f.budget.Reserved(), "only the other request's bytes remain")
 	f.budget.Release(other)
 	assert.Zero(t, f.budget.Reserved())
@@ -531,7 +534,7 @@ func TestHTTPChunkedAlone(t *testing.T) {
 	assert.Equal(t, http.StatusOK, rec.Code)
 	assert.EqualValues(t, size, f.next.read.Load())
 	assert.EqualValues(t, maxBytes, peak, "it holds the whole budget, never more")
-	assert.EqualValues(t, maxBytes, f.budget.HighWater())
+	assert.EqualValues(t, maxBytes, f.highWater.Load())
 	assert.Equal(t, http.StatusTooManyRequests, inner, "nothing else runs beside it")
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
 	assert.Zero(t, f.budget.Reserved())
@@ -649,5 +652,5 @@ func TestHTTPRealServerBudget(t *testing.T) {
 	assert.EqualValues(t, 1<<20, f.next.read.Load()-before)
 	srv.Close()
 	assert.Zero(t, f.budget.Reserved())
-	assert.LessOrEqual(t, f.budget.HighWater(), int64(32<<10))
+	assert.LessOrEqual(t, f.highWater.Load(), int64(32<<10))
 }

@@ -40,7 +40,8 @@ type Config struct {
 	Classifier *Classifier
 	// Decider decides for classified, non-exempt requests. Required.
 	Decider Decider
-	// Retry draws the announced retry delays. Nil means 0s to 30s.
+	// Retry draws the announced retry delays. Nil means 0s to
+	// DefaultRetryMax.
 	Retry *RetryDelay
 	// Budget bounds the bytes of admitted, unfinished requests. Nil means
 	// no budget. Share one Budget between all servers of an extension.
@@ -113,7 +114,7 @@ func newSettings(cfg Config) (settings, error) {
 		s.idle, s.queue = 0, nil
 	}
 	if s.retry == nil {
-		s.retry = NewRetryDelay(0, defaultRetryMax, nil)
+		s.retry = NewRetryDelay(0, DefaultRetryMax, nil)
 	}
 	if s.unknownSize <= 0 {
 		s.unknownSize = DefaultUnknownSize

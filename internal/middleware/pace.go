@@ -20,10 +20,10 @@ import (
 // answered at once, as without pacing.
 const MaxPacedBody = 256 << 10
 
-// paceBufSize is the read size of the drain: 16 KiB reads take about 13
-// syscalls for a 205 KiB body where net/http's own discard takes 27 (larger
-// buffers measured no cheaper: the reads catch up with the sender and wait).
-// A buffer is taken only while a body is read.
+// paceBufSize is the read size of the drain: larger than net/http's own
+// discard, so a body takes fewer reads, and no larger, as the reads then
+// only catch up with the sender and wait (docs/design.md §7). A buffer is
+// taken only while a body is read.
 const paceBufSize = 16 << 10
 
 // Pacer holds shed and budget rejections of HTTP requests for a delay before
@@ -31,14 +31,12 @@ const paceBufSize = 16 << 10
 //
 // Why: an early 429 is cheap but not free. The body still has to be read to
 // keep the connection, and the request pays for its headers, its handler
-// chain and its garbage: measured 157 µs of CPU for a 205 KiB request, a
-// quarter of admitting it. A client that ignores Retry-After and sends the
+// chain and its garbage, so a client that ignores Retry-After and sends the
 // next request as soon as it has an answer turns fast rejections into a
-// load of their own: at 2x overload the rejections took 0.34 of a 1-core
-// collector holding CPU at 0.90. Held for a second, the same client has a
-// request slot tied up instead, and sends less. A client that honours
-// Retry-After only waits a little longer. This is nginx limit_req's "delay,
-// then reject", applied to the rejections only.
+// load of their own (docs/design.md §7 has the measurements). Held for a
+// second, the same client has a request slot tied up instead, and sends
+// less. A client that honours Retry-After only waits a little longer. This
+// is nginx limit_req's "delay, then reject", applied to the rejections only.
 //
 // A held request costs its goroutine and connection, not its body: the body
 // is read and discarded first, so neither the heap nor the kernel's socket

@@ -6,15 +6,15 @@ package middleware // import "github.com/otelthrottle/throttle/internal/middlewa
 import "github.com/otelthrottle/throttle/internal/decision"
 
 // Protocol is where a decision was made; it is the `protocol` attribute of
-// the requests counter.
+// the requests counter and indexes the extension's counts.
 type Protocol uint8
 
 // The protocols, usable as array indexes.
 const (
 	ProtocolHTTP Protocol = iota
 	ProtocolGRPC
-	// ProtocolProcessor is not used by this package; it is defined here so a
-	// single Recorder implementation can serve the processor too.
+	// ProtocolProcessor is a decision of the throttle processor: the
+	// middleware never records it, the extension counts it with the others.
 	ProtocolProcessor
 	// NumProtocols is the number of protocols; not a protocol.
 	NumProtocols

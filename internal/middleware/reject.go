@@ -31,20 +31,17 @@ func rejectMessage(v decision.Verdict) string {
 	return "throttle: collector overloaded (" + v.Reason() + ")"
 }
 
-// numVerdicts covers every verdict the middleware can reject with.
-const numVerdicts = int(decision.DenyBudget) + 1
-
 // httpBodies holds the encoded Status bodies, computed once: the rejection
 // path should be much cheaper than admitting, so nothing is marshalled per
 // request. Index [verdict][0 = JSON, 1 = protobuf].
-type httpBodies [numVerdicts][2][]byte
+type httpBodies [decision.NumVerdicts][2][]byte
 
 func newHTTPBodies() *httpBodies {
 	var b httpBodies
-	for v := range numVerdicts {
+	for v := range decision.NumVerdicts {
 		st := &spb.Status{
 			Code:    int32(codes.ResourceExhausted),
-			Message: rejectMessage(decision.Verdict(v)),
+			Message: rejectMessage(v),
 		}
 		js, err := protojson.Marshal(st)
 		if err != nil {
@@ -90,7 +87,7 @@ func isProtobuf(contentType string) bool {
 // otherwise never see the 429, and a slow one would see it only once its
 // body had been read.
 func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodies, v decision.Verdict, delay time.Duration) {
-	if int(v) >= numVerdicts || v == decision.Admit {
+	if v >= decision.NumVerdicts || v == decision.Admit {
 		v = decision.DenyOpen
 	}
 	h := w.Header()
@@ -124,20 +121,20 @@ const maxPrecomputedDelays = 61
 // are shared read-only (grpc-go and otlpreceiver only read them).
 type grpcRejections struct {
 	minS int64
-	errs [numVerdicts][]error // [verdict][delay seconds - minS]
+	errs [decision.NumVerdicts][]error // [verdict][delay seconds - minS]
 }
 
 func newGRPCRejections(d *RetryDelay) *grpcRejections {
 	minS, maxS := d.seconds()
 	n := min(maxS-minS+1, maxPrecomputedDelays)
 	t := &grpcRejections{minS: minS}
-	for v := range numVerdicts {
-		if decision.Verdict(v) == decision.Admit {
+	for v := range decision.NumVerdicts {
+		if v == decision.Admit {
 			continue
 		}
 		t.errs[v] = make([]error, n)
 		for i := range n {
-			t.errs[v][i] = grpcRejection(decision.Verdict(v), time.Duration(minS+i)*time.Second).Err()
+			t.errs[v][i] = grpcRejection(v, time.Duration(minS+i)*time.Second)
 		}
 	}
 	return t
@@ -146,22 +143,28 @@ func newGRPCRejections(d *RetryDelay) *grpcRejections {
 // get returns the rejection error of verdict v with a retry delay of delay
 // (whole seconds in the range the table was built for).
 func (t *grpcRejections) get(v decision.Verdict, delay time.Duration) error {
-	if int(v) < numVerdicts {
+	if v < decision.NumVerdicts {
 		if i := int64(delay/time.Second) - t.minS; i >= 0 && i < int64(len(t.errs[v])) {
 			return t.errs[v][i]
 		}
 	}
-	return grpcRejection(v, delay).Err()
+	return grpcRejection(v, delay)
 }
 
-// grpcRejection returns RESOURCE_EXHAUSTED with a RetryInfo detail: the
-// OTLP exporters treat RESOURCE_EXHAUSTED as permanent (and drop the data)
-// unless RetryInfo is present.
-func grpcRejection(v decision.Verdict, delay time.Duration) *status.Status {
-	st := status.New(codes.ResourceExhausted, rejectMessage(v))
+// grpcRejection returns the gRPC error of a rejection with verdict v.
+func grpcRejection(v decision.Verdict, delay time.Duration) error {
+	return RetryableError(rejectMessage(v), delay)
+}
+
+// RetryableError returns a RESOURCE_EXHAUSTED status error with message
+// and a RetryInfo detail of delay: the OTLP exporters treat
+// RESOURCE_EXHAUSTED as permanent (and drop the data) unless RetryInfo is
+// present. The throttle processor refuses with it too.
+func RetryableError(message string, delay time.Duration) error {
+	st := status.New(codes.ResourceExhausted, message)
 	withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
 	if err != nil {
-		return st // cannot happen: RetryInfo always marshals
+		return st.Err() // cannot happen: RetryInfo always marshals
 	}
-	return withInfo
+	return withInfo.Err()
 }

@@ -17,8 +17,10 @@ import (
 // random delay meant to spread a sustained overload.
 const BudgetRetryDelay = time.Second
 
-// defaultRetryMax is the default upper bound of the retry delay (retry_after.max).
-const defaultRetryMax = 30 * time.Second
+// DefaultRetryMax is retry_after.max's default: wide enough to spread the
+// retries of many rejected clients, no longer than the OTLP exporters' own
+// longest back-off.
+const DefaultRetryMax = 30 * time.Second
 
 // RetryDelay draws the retry delay announced with a rejection: whole seconds,
 // uniformly distributed in [min, max] so that rejected clients do not retry
