@@ -187,90 +187,89 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
-// invalidCase is an invalid configuration: the errors it must give and,
-// for each, the field the collector's message names.
-type invalidCase struct {
-	errs   []error
-	fields []string
-}
-
-func invalid(pairs ...any) invalidCase {
-	var c invalidCase
-	for i := 0; i < len(pairs); i += 2 {
-		c.errs = append(c.errs, pairs[i].(error))
-		c.fields = append(c.fields, pairs[i+1].(string))
-	}
-	return c
+// fieldError is an error Validate must give, and the text of the
+// collector's message that names its field.
+type fieldError struct {
+	err   error
+	field string
 }
 
 // requireInvalid checks err, from confmap.Validate, against want: every
 // error is there, as the package's error value, with the text naming its
 // field (confmap.Validate puts the section's path before the section's
 // first error only).
-func requireInvalid(t *testing.T, want invalidCase, err error) {
+func requireInvalid(t *testing.T, want []fieldError, err error) {
 	t.Helper()
 	require.Error(t, err)
-	for i, e := range want.errs {
-		require.ErrorIs(t, err, e)
-		assert.Contains(t, err.Error(), want.fields[i])
+	for _, w := range want {
+		require.ErrorIs(t, err, w.err)
+		assert.Contains(t, err.Error(), w.field)
 	}
-	assert.Len(t, strings.Split(err.Error(), "\n"), len(want.errs), "one line per error: %v", err)
+	assert.Len(t, strings.Split(err.Error(), "\n"), len(want), "one line per error: %v", err)
 }
 
 func TestLoadConfigInvalid(t *testing.T) {
 	t.Parallel()
-	tests := map[string]invalidCase{
-		"disabled_invalid":         invalid(errExitNotBelowEnter, "thresholds::cpu: exit must be < enter, got 0.95 and 0.9"),
-		"pacing_delay_negative":    invalid(errPacingDelay, "pacing: delay"),
-		"pacing_delay_too_long":    invalid(errPacingDelay, "pacing: delay"),
-		"pacing_max_held_negative": invalid(errPacingMaxHeld, "pacing: max_held"),
-		"cpu_exit_ge_enter":        invalid(errExitNotBelowEnter, "thresholds::cpu: exit"),
-		"cpu_enter_ge_hard":        invalid(errEnterNotBelowHard, "thresholds::cpu: enter"),
-		"mem_exit_zero":            invalid(errExitNotAboveZero, "thresholds::mem: exit"),
-		"mem_hard_over_one":        invalid(errMemHardAboveOne, "thresholds: mem: hard"),
-		"breach_n_zero": invalid(
-			errBreachN, "thresholds::cpu: breach_n",
-			errBreachN, "thresholds::mem: breach_n"),
-		"beta_out_of_range": invalid(
-			errCPUSlowBeta, "signal: cpu_slow_beta",
-			errCPUFastBeta, "\ncpu_fast_beta"),
-		"fallback_cores_negative": invalid(errFallbackCores, "signal: fallback_cores"),
-		"sample_interval_short":   invalid(errSampleInterval, "sample_interval"),
-		"drop_out_of_range": invalid(
-			errDropRange, "rules::traces: drop_min",
-			errDropRange, "\ndrop_max"),
-		"drop_min_gt_max":           invalid(errDropOrder, "rules::logs: drop_min"),
-		"drop_min_gt_inherited_max": invalid(errDropOrder, "rules: traces: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_max inherited from default)"),
-		"unknown_rule":              invalid(errUnknownSignal, `rules: unknown signal "tracez", want one of default, traces, metrics, logs, profiles`),
-		"retry_after_inverted":      invalid(errRetryAfterOrder, "retry_after: min must be <= max"),
-		"retry_after_negative":      invalid(errRetryAfterMin, "retry_after: min"),
-		"recovery_ramp_negative":    invalid(errRecoveryRamp, "recovery_ramp"),
-		"unknown_size_zero":         invalid(errUnknownSizeZero, "admission: unknown_size"),
-		"unknown_size_over_budget":  invalid(errUnknownSizeOverBudget, "admission: unknown_size must be <= max_inflight_bytes, got 2MiB and 1MiB"),
-		"admission_limits_invalid": invalid(
-			errIdleTimeout, "admission: idle_timeout",
-			errPeerShare, "\npeer_share",
-			errWaitTimeout, "\nwait_timeout"),
-		"admission_limits_negative": invalid(
-			errIdleTimeout, "admission: idle_timeout",
-			errPeerShare, "\npeer_share",
-			errWaitTimeout, "\nwait_timeout"),
-		"route_unknown_signal": invalid(
-			errUnknownSignal, `routes: http "/x": unknown signal "foo", want one of traces, metrics, logs, profiles`,
-			errUnknownSignal, "\n" + `grpc "/a.B/C": unknown signal "default"`),
-		"route_bad_paths": invalid(
-			middleware.ErrRouteUnclean, `routes: http "/a//b": path must be clean, want "/a/b"`,
-			middleware.ErrRouteQuery, "\n" + `http "/q?x=1"`,
-			middleware.ErrRouteNotRooted, "\n" + `http "x/y"`,
-			middleware.ErrRouteMethod, "\n" + `grpc "/pkg.Service/"`,
-			middleware.ErrRouteMethod, "\n" + `grpc "/x"`,
-			middleware.ErrRouteMethod, "\n" + `grpc "pkg.Service/Method"`),
-		"status_empty_endpoint": invalid(errStatusEndpoint, "status: endpoint"),
-		"stale_after_one":       invalid(errStaleAfterIntervals, "stale_after_intervals"),
-		"many": invalid(
-			errSampleInterval, "sample_interval",
-			errExitNotBelowEnter, "thresholds::cpu: exit",
-			errUnknownSignal, `rules: unknown signal "metricz"`),
+	tests := map[string][]fieldError{
+		"disabled_invalid":         {{errExitNotBelowEnter, "thresholds::cpu: exit must be < enter, got 0.95 and 0.9"}},
+		"pacing_delay_negative":    {{errPacingDelay, "pacing: delay"}},
+		"pacing_delay_too_long":    {{errPacingDelay, "pacing: delay"}},
+		"pacing_max_held_negative": {{errPacingMaxHeld, "pacing: max_held"}},
+		"cpu_exit_ge_enter":        {{errExitNotBelowEnter, "thresholds::cpu: exit"}},
+		"cpu_enter_ge_hard":        {{errEnterNotBelowHard, "thresholds::cpu: enter"}},
+		"mem_exit_zero":            {{errExitNotAboveZero, "thresholds::mem: exit"}},
+		"mem_hard_over_one":        {{errMemHardAboveOne, "thresholds: mem: hard"}},
+		"breach_n_zero": {
+			{errBreachN, "thresholds::cpu: breach_n"},
+			{errBreachN, "thresholds::mem: breach_n"},
+		},
+		"beta_out_of_range": {
+			{errCPUSlowBeta, "signal: cpu_slow_beta"},
+			{errCPUFastBeta, "\ncpu_fast_beta"},
+		},
+		"fallback_cores_negative": {{errFallbackCores, "signal: fallback_cores"}},
+		"sample_interval_short":   {{errSampleInterval, "sample_interval"}},
+		"drop_out_of_range": {
+			{errDropRange, "rules::traces: drop_min"},
+			{errDropRange, "\ndrop_max"},
+		},
+		"drop_min_gt_max":           {{errDropOrder, "rules::logs: drop_min"}},
+		"drop_min_gt_inherited_max": {{errDropOrder, "rules: traces: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_max inherited from default)"}},
+		"unknown_rule":              {{errUnknownSignal, `rules: unknown signal "tracez", want one of default, traces, metrics, logs, profiles`}},
+		"retry_after_inverted":      {{errRetryAfterOrder, "retry_after: min must be <= max"}},
+		"retry_after_negative":      {{errRetryAfterMin, "retry_after: min"}},
+		"recovery_ramp_negative":    {{errRecoveryRamp, "recovery_ramp"}},
+		"unknown_size_zero":         {{errUnknownSizeZero, "admission: unknown_size"}},
+		"unknown_size_over_budget":  {{errUnknownSizeOverBudget, "admission: unknown_size must be <= max_inflight_bytes, got 2MiB and 1MiB"}},
+		"admission_limits_invalid": {
+			{errIdleTimeout, "admission: idle_timeout"},
+			{errPeerShare, "\npeer_share"},
+			{errWaitTimeout, "\nwait_timeout"},
+		},
+		"admission_limits_negative": {
+			{errIdleTimeout, "admission: idle_timeout"},
+			{errPeerShare, "\npeer_share"},
+			{errWaitTimeout, "\nwait_timeout"},
+		},
+		"route_unknown_signal": {
+			{errUnknownSignal, `routes: http "/x": unknown signal "foo", want one of traces, metrics, logs, profiles`},
+			{errUnknownSignal, "\n" + `grpc "/a.B/C": unknown signal "default"`},
+		},
+		"route_bad_paths": {
+			{middleware.ErrRouteUnclean, `routes: http "/a//b": path must be clean, want "/a/b"`},
+			{middleware.ErrRouteQuery, "\n" + `http "/q?x=1"`},
+			{middleware.ErrRouteNotRooted, "\n" + `http "x/y"`},
+			{middleware.ErrRouteMethod, "\n" + `grpc "/pkg.Service/"`},
+			{middleware.ErrRouteMethod, "\n" + `grpc "/x"`},
+			{middleware.ErrRouteMethod, "\n" + `grpc "pkg.Service/Method"`},
+		},
+		"status_empty_endpoint": {{errStatusEndpoint, "status: endpoint"}},
+		"stale_after_one":       {{errStaleAfterIntervals, "stale_after_intervals"}},
+		"many": {
+			{errSampleInterval, "sample_interval"},
+			{errExitNotBelowEnter, "thresholds::cpu: exit"},
+			{errUnknownSignal, `rules: unknown signal "metricz"`},
+		},
 	}
 	for name, want := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -343,6 +342,18 @@ func TestCreateDefaultConfig(t *testing.T) {
 	require.NoError(t, confmap.Validate(cfg))
 	assert.True(t, cfg.Enabled)
 	assert.Equal(t, 250*time.Millisecond, cfg.SampleInterval)
+	// The values of design §8, whichever package owns them.
+	assert.Equal(t, SignalConfig{CPUSlowBeta: 0.95, CPUFastBeta: 0.7}, cfg.Signal)
+	assert.Equal(t, ThresholdsConfig{
+		CPU: SlotConfig{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3},
+		Mem: SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
+	}, cfg.Thresholds)
+	assert.Equal(t, RetryAfterConfig{Min: 0, Max: 30 * time.Second}, cfg.RetryAfter)
+	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
+	assert.Equal(t, PacingConfig{MaxHeld: 512}, cfg.Pacing)
+	assert.Equal(t, QueueConfig{MaxWait: 5 * time.Second, MaxHeld: 256}, cfg.Queue)
+	assert.Equal(t, GoMemLimitConfig{Enabled: true, Share: 0.80}, cfg.GoMemLimit)
+	assert.Equal(t, 20, cfg.StaleAfterIntervals)
 	assert.True(t, cfg.Admission.MaxInflightBytes.Auto())
 	assert.Equal(t, MiB, cfg.Admission.UnknownSize)
 	assert.Equal(t, 10*time.Second, cfg.Admission.IdleTimeout)
@@ -388,20 +399,20 @@ func TestConfigValidateNonFinite(t *testing.T) {
 		c.Rules["traces"] = RuleConfig{DropMax: ptrTo(nan)}
 		c.Admission.PeerShare = nan
 	})
-	requireInvalid(t, invalid(
-		errCPUSlowBeta, "signal: cpu_slow_beta must be in (0, 1), got NaN",
-		errFallbackCores, "\nfallback_cores must be a number >= 0, got +Inf",
-		errNotFinite, "thresholds::cpu: hard must be a finite number, got +Inf",
-		errNotFinite, "thresholds::mem: enter must be a finite number, got NaN",
-		errDropRange, "rules::traces: drop_max must be in [0, 1], got NaN",
-		errPeerShare, "admission: peer_share must be in (0, 1], got NaN",
-	), confmap.Validate(cfg))
+	requireInvalid(t, []fieldError{
+		{errCPUSlowBeta, "signal: cpu_slow_beta must be in (0, 1), got NaN"},
+		{errFallbackCores, "\nfallback_cores must be a number >= 0, got +Inf"},
+		{errNotFinite, "thresholds::cpu: hard must be a finite number, got +Inf"},
+		{errNotFinite, "thresholds::mem: enter must be a finite number, got NaN"},
+		{errDropRange, "rules::traces: drop_max must be in [0, 1], got NaN"},
+		{errPeerShare, "admission: peer_share must be in (0, 1], got NaN"},
+	}, confmap.Validate(cfg))
 }
 
 func TestConfigValidateMemoryLimitOverflow(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfigWith(func(c *Config) { c.Signal.MemoryLimitMiB = 1 << 44 })
-	requireInvalid(t, invalid(errMemoryLimitMiB, "signal: memory_limit_mib must be <= 17592186044415, got 17592186044416"),
+	requireInvalid(t, []fieldError{{errMemoryLimitMiB, "signal: memory_limit_mib must be <= 17592186044415, got 17592186044416"}},
 		confmap.Validate(cfg))
 }
 
@@ -411,53 +422,59 @@ func TestConfigValidateSizeBounds(t *testing.T) {
 		c.Admission.MaxInflightBytes = FixedInflightBudget(2 * TiB)
 		c.Admission.UnknownSize = 2 * TiB
 	})
-	requireInvalid(t, invalid(
-		errSizeTooLarge, "admission: max_inflight_bytes must be at most 1TiB, got 2TiB",
-		errSizeTooLarge, "\nunknown_size must be at most 1TiB, got 2TiB",
-	), confmap.Validate(cfg))
+	requireInvalid(t, []fieldError{
+		{errSizeTooLarge, "admission: max_inflight_bytes must be at most 1TiB, got 2TiB"},
+		{errSizeTooLarge, "\nunknown_size must be at most 1TiB, got 2TiB"},
+	}, confmap.Validate(cfg))
 }
 
 func TestConfigValidateSections(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
 		edit func(*Config)
-		want invalidCase
+		want []fieldError
 	}{
 		"retry_after.max negative": {
 			func(c *Config) { c.RetryAfter = RetryAfterConfig{Min: -time.Second, Max: -time.Second} },
-			invalid(errRetryAfterMin, "retry_after: min", errRetryAfterMax, "\nmax must be >= 0, got -1s"),
+			[]fieldError{
+				{errRetryAfterMin, "retry_after: min"},
+				{errRetryAfterMax, "\nmax must be >= 0, got -1s"},
+			},
 		},
 		"queue": {
 			func(c *Config) { c.Queue = QueueConfig{MaxWait: time.Minute, MaxHeld: -1} },
-			invalid(errQueueMaxWait, "queue: max_wait must be between 0s and 30s, got 1m0s", errQueueMaxHeld, "\nmax_held must be >= 0, got -1"),
+			[]fieldError{
+				{errQueueMaxWait, "queue: max_wait must be between 0s and 30s, got 1m0s"},
+				{errQueueMaxHeld, "\nmax_held must be >= 0, got -1"},
+			},
 		},
 		"gomemlimit": {
 			func(c *Config) { c.GoMemLimit.Share = 1.5 },
-			invalid(errGoMemLimitShare, "gomemlimit: share must be in (0, 1], got 1.5"),
+			[]fieldError{{errGoMemLimitShare, "gomemlimit: share must be in (0, 1], got 1.5"}},
 		},
 		"stale_after_intervals overflow": {
 			func(c *Config) { c.SampleInterval, c.StaleAfterIntervals = 100*time.Millisecond, math.MaxInt64/1000 },
-			invalid(errStaleAfterOverflow, "stale_after_intervals is too large: 9223372036854775 intervals of 100ms overflow a duration"),
+			[]fieldError{{errStaleAfterOverflow, "stale_after_intervals is too large: 9223372036854775 intervals of 100ms overflow a duration"}},
 		},
 		"default rule order": {
 			func(c *Config) { c.Rules[ruleKeyDefault] = RuleConfig{DropMin: ptrTo(0.6), DropMax: ptrTo(0.4)} },
-			invalid(errDropOrder, "rules::default: drop_min must be <= drop_max, got 0.6 and 0.4"),
+			[]fieldError{{errDropOrder, "rules::default: drop_min must be <= drop_max, got 0.6 and 0.4"}},
 		},
 		"inherited drop_min": {
 			func(c *Config) {
 				c.Rules[ruleKeyDefault] = RuleConfig{DropMin: ptrTo(0.5)}
 				c.Rules["logs"] = RuleConfig{DropMax: ptrTo(0.3)}
 			},
-			invalid(errDropOrder, "rules: logs: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_min inherited from default)"),
+			[]fieldError{{errDropOrder, "rules: logs: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_min inherited from default)"}},
 		},
 		"disabled slot is not checked": {
 			func(c *Config) { c.Thresholds.Mem = SlotConfig{Hard: 5} },
-			invalidCase{},
+			nil,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := confmap.Validate(defaultConfigWith(tc.edit))
-			if len(tc.want.errs) == 0 {
+			if len(tc.want) == 0 {
 				require.NoError(t, err)
 				return
 			}
@@ -653,9 +670,9 @@ func TestConfigStaleAfter(t *testing.T) {
 	cfg.StaleAfterIntervals = 0
 	assert.Equal(t, time.Duration(0), cfg.StaleAfter(), "0 = never")
 	cfg.StaleAfterIntervals = -3
-	requireInvalid(t, invalid(errStaleAfterIntervals, "stale_after_intervals must be 0 (never) or >= 2, got -3"), confmap.Validate(cfg))
+	requireInvalid(t, []fieldError{{errStaleAfterIntervals, "stale_after_intervals must be 0 (never) or >= 2, got -3"}}, confmap.Validate(cfg))
 	cfg.StaleAfterIntervals = math.MaxInt64 / 1000
-	requireInvalid(t, invalid(errStaleAfterOverflow, "stale_after_intervals is too large"), confmap.Validate(cfg))
+	requireInvalid(t, []fieldError{{errStaleAfterOverflow, "stale_after_intervals is too large"}}, confmap.Validate(cfg))
 }
 
 func TestConfigEngine(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.uber.org/goleak"
@@ -80,7 +81,7 @@ func testConfig(t testing.TB, mutate ...func(*Config)) *Config {
 	for _, m := range mutate {
 		m(cfg)
 	}
-	require.NoError(t, cfg.Validate())
+	require.NoError(t, confmap.Validate(cfg))
 	return cfg
 }
 

@@ -27,7 +27,7 @@ import (
 )
 
 // DefaultShare is the soft limit's default share of the container's memory
-// limit: under the throttle's memory enter line (0.85), so that the
+// limit: under the throttle's default memory enter line, so that the
 // collector collects harder before the throttle has to shed, and leaving
 // room for what the Go runtime does not count (the binary's pages, cgo).
 const DefaultShare = 0.80

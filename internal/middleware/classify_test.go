@@ -179,9 +179,9 @@ func TestCheckGRPCRoute(t *testing.T) {
 		"my.pkg.Service/Push": false,
 	} {
 		if want {
-			assert.NoError(t, CheckGRPCRoute(m), m)
+			require.NoError(t, CheckGRPCRoute(m), m)
 		} else {
-			assert.ErrorIs(t, CheckGRPCRoute(m), ErrRouteMethod, m)
+			require.ErrorIs(t, CheckGRPCRoute(m), ErrRouteMethod, m)
 		}
 	}
 }
@@ -199,9 +199,9 @@ func TestCheckHTTPRoute(t *testing.T) {
 		"/a/./b":            ErrRouteUnclean,
 	} {
 		if want == nil {
-			assert.NoError(t, CheckHTTPRoute(p), p)
+			require.NoError(t, CheckHTTPRoute(p), p)
 		} else {
-			assert.ErrorIs(t, CheckHTTPRoute(p), want, p)
+			require.ErrorIs(t, CheckHTTPRoute(p), want, p)
 		}
 	}
 	assert.EqualError(t, CheckHTTPRoute("/a//b"), `path must be clean, want "/a/b"`)

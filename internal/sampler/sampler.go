@@ -67,11 +67,13 @@ func (e *ReadError) Unwrap() error { return e.Err }
 // Config is the sampler's configuration (the extension's "signal" block and
 // sample_interval).
 type Config struct {
-	// Interval is the time between two ticks; 250ms when 0.
+	// Interval is the time between two ticks; DefaultInterval when 0.
 	Interval time.Duration
-	// CPUFastBeta is the history weight of the fast CPU EWMA; 0.7 when not in (0, 1).
+	// CPUFastBeta is the history weight of the fast CPU EWMA;
+	// DefaultCPUFastBeta when not in (0, 1).
 	CPUFastBeta float64
-	// CPUSlowBeta is the history weight of the slow CPU EWMA; 0.95 when not in (0, 1).
+	// CPUSlowBeta is the history weight of the slow CPU EWMA;
+	// DefaultCPUSlowBeta when not in (0, 1).
 	CPUSlowBeta float64
 	// FallbackCores is the number of cores when there is no CPU quota;
 	// 0 means runtime.GOMAXPROCS(0).
@@ -79,7 +81,7 @@ type Config struct {
 	// MemoryLimit in bytes overrides the source's memory limit when > 0.
 	MemoryLimit uint64
 	// LimitsEvery is the slow cadence at which limits and cores are re-read;
-	// 10s when 0.
+	// DefaultLimitsEvery when 0.
 	LimitsEvery time.Duration
 }
 
