@@ -398,7 +398,7 @@ func TestSizeFromScalarTypes(t *testing.T) {
 		cfg := createDefaultConfig().(*Config)
 		err := conf.Unmarshal(cfg)
 		if tc.wantError != "" {
-			assert.ErrorContains(t, err, tc.wantError, "%#v", tc.in)
+			require.ErrorContains(t, err, tc.wantError, "%#v", tc.in)
 			continue
 		}
 		require.NoError(t, err, "%#v", tc.in)
@@ -442,7 +442,7 @@ func TestParseByteSize(t *testing.T) {
 	} {
 		got, err := ParseByteSize(tc.in)
 		if tc.wantError != "" {
-			assert.EqualError(t, err, tc.wantError, tc.in)
+			require.EqualError(t, err, tc.wantError, tc.in)
 			continue
 		}
 		require.NoError(t, err, tc.in)
@@ -543,7 +543,7 @@ func TestConfigStaleAfter(t *testing.T) {
 	cfg.StaleAfterIntervals = 0
 	assert.Equal(t, time.Duration(0), cfg.StaleAfter(), "0 = never")
 	cfg.StaleAfterIntervals = -3
-	assert.EqualError(t, cfg.Validate(), "stale_after_intervals must be 0 (never) or >= 2, got -3")
+	require.EqualError(t, cfg.Validate(), "stale_after_intervals must be 0 (never) or >= 2, got -3")
 	cfg.StaleAfterIntervals = math.MaxInt64 / 1000
 	assert.EqualError(t, cfg.Validate(), "stale_after_intervals is too large: 9223372036854775 intervals of 100ms overflow a duration")
 }
