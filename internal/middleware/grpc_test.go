@@ -553,7 +553,7 @@ func TestGRPCBudgetWaitEnds(t *testing.T) {
 	// tap answers; the OTLP exporters retry both.
 	err = f.export(context.Background())
 	if code := status.Code(err); code != codes.Canceled {
-		requireRetryable(t, err, "budget", 2*time.Second, 2*time.Second)
+		requireRetryable(t, err, "budget", grpcRetryLow)
 	}
 	assert.Zero(t, f.traces.calls.Load())
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
