@@ -525,7 +525,7 @@ func TestSizeFromScalarTypes(t *testing.T) {
 		cfg := createDefaultConfig().(*Config)
 		err := conf.Unmarshal(cfg)
 		if tc.wantError != "" {
-			assert.ErrorContains(t, err, tc.wantError, "%#v", tc.in)
+			require.ErrorContains(t, err, tc.wantError, "%#v", tc.in)
 			continue
 		}
 		require.NoError(t, err, "%#v", tc.in)
@@ -569,7 +569,7 @@ func TestParseByteSize(t *testing.T) {
 	} {
 		got, err := ParseByteSize(tc.in)
 		if tc.wantError != "" {
-			assert.EqualError(t, err, tc.wantError, tc.in)
+			require.EqualError(t, err, tc.wantError, tc.in)
 			continue
 		}
 		require.NoError(t, err, tc.in)

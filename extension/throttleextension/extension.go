@@ -179,7 +179,7 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 	wl := e.sampler.Load()
 	if !e.cfg.Admission.MaxInflightBytes.Off() {
 		e.budget.Store(middleware.NewBudgetWith(middleware.BudgetConfig{
-			Max:       int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit, wl.Cores)),
+			Max:       int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit, wl.Cores)), //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
 			PeerShare: e.cfg.Admission.PeerShare,
 			Wait:      e.cfg.Admission.WaitTimeout,
 		}))
@@ -255,7 +255,7 @@ func (e *throttleExtension) resizeBudget(wl *sampler.WaterLevel) {
 	if b == nil || !e.cfg.Admission.MaxInflightBytes.Auto() {
 		return
 	}
-	if want := int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit, wl.Cores)); want != b.Max() {
+	if want := int64(e.cfg.Admission.MaxInflightBytes.ResolveBudget(wl.MemLimit, wl.Cores)); want != b.Max() { //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
 		b.SetMax(want)
 		e.logger.Info("throttle: the admission budget follows the memory limit and the cores",
 			zap.Int64("admission_budget_bytes", want), zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Float64("effective_cores", wl.Cores))
@@ -375,7 +375,7 @@ func (e *throttleExtension) middlewareConfig() middleware.Config {
 		Decider:     e,
 		Retry:       e.retry,
 		Budget:      e.budget.Load(),
-		UnknownSize: int64(e.cfg.Admission.UnknownSize),
+		UnknownSize: int64(e.cfg.Admission.UnknownSize), //nolint:gosec // G115: at most 1 TiB (Validate)
 		IdleTimeout: e.cfg.Admission.IdleTimeout,
 		Recorder:    e,
 		Pacer:       e.pacer,

@@ -71,7 +71,7 @@ func (f *fakeSource) Describe() string { return "fake source (test)" }
 // testConfig is the default configuration with a 10ms interval, no recovery
 // ramp, metrics exempt (rules.metrics.enabled: false) and no stale-level
 // fallback (so a slow machine cannot turn a state back to Normal).
-func testConfig(t testing.TB, mutate ...func(*Config)) *Config {
+func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 	cfg := createDefaultConfig().(*Config)
 	cfg.SampleInterval = 10 * time.Millisecond
 	cfg.RecoveryRamp = 0
@@ -81,34 +81,34 @@ func testConfig(t testing.TB, mutate ...func(*Config)) *Config {
 	for _, m := range mutate {
 		m(cfg)
 	}
-	require.NoError(t, confmap.Validate(cfg))
+	require.NoError(tb, confmap.Validate(cfg))
 	return cfg
 }
 
 // newTestExtension creates (but does not start) an extension through the
 // factory, with src injected when not nil. Shutdown runs at cleanup.
-func newTestExtension(t testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+func newTestExtension(tb testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
 	var opts []Option
 	if src != nil {
 		opts = append(opts, WithResourceSource(src))
 	}
 	ext, err := NewFactory(opts...).Create(context.Background(), set, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, ext.Shutdown(context.Background())) })
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, ext.Shutdown(context.Background())) })
 	return ext.(*throttleExtension)
 }
 
-func startTestExtension(t testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
-	e := newTestExtension(t, src, cfg, set)
-	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
+func startTestExtension(tb testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+	e := newTestExtension(tb, src, cfg, set)
+	require.NoError(tb, e.Start(context.Background(), componenttest.NewNopHost()))
 	return e
 }
 
 func nopSettings() extension.Settings { return extensiontest.NewNopSettings(metadata.Type) }
 
 // waitState waits until every signal is in want.
-func waitState(t testing.TB, e *throttleExtension, want State) {
-	require.Eventually(t, func() bool {
+func waitState(tb testing.TB, e *throttleExtension, want State) {
+	require.Eventually(tb, func() bool {
 		for s := range decision.NumSignals {
 			if e.State(s) != want {
 				return false
@@ -120,8 +120,8 @@ func waitState(t testing.TB, e *throttleExtension, want State) {
 
 // waitValid waits until the published level has a valid CPU window (the
 // second tick) and the given memory level.
-func waitValid(t testing.TB, e *throttleExtension, mem float64) {
-	require.Eventually(t, func() bool {
+func waitValid(tb testing.TB, e *throttleExtension, mem float64) {
+	require.Eventually(tb, func() bool {
 		wl := e.level()
 		return wl != nil && wl.CPUValid && wl.MemValid && wl.Mem == mem
 	}, 10*time.Second, time.Millisecond)
@@ -242,7 +242,7 @@ func TestStateThroughSeam(t *testing.T) {
 		// the backstop refuses the exempt signal too.
 		assert.Equal(t, DenyOpen, e.Decide(s), s.String())
 	}
-	assert.Equal(t, e.exempt, [decision.NumSignals]bool{false, true, false, false})
+	assert.Equal(t, [decision.NumSignals]bool{false, true, false, false}, e.exempt)
 
 	// Back to 50% with recovery_ramp 0: Normal and admitting at once.
 	src.setMem(50)

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,13 +115,13 @@ func samplerWarns(logs *observer.ObservedLogs) map[string]int {
 	return out
 }
 
-func faultExtension(t *testing.T, src ResourceSource, mutate ...func(*Config)) (*throttleExtension, *componenttest.Telemetry, *observer.ObservedLogs) {
+func faultExtension(t *testing.T, src ResourceSource) (*throttleExtension, *componenttest.Telemetry, *observer.ObservedLogs) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
 	set := metadatatest.NewSettings(tel)
 	core, logs := observer.New(zapcore.InfoLevel)
 	set.Logger = zap.New(core)
-	e := startTestExtension(t, src, testConfig(t, mutate...), set)
+	e := startTestExtension(t, src, testConfig(t), set)
 	return e, tel, logs
 }
 
@@ -249,7 +250,7 @@ func TestFaultsRealCgroupReader(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 
 	// Past mem hard: the reader drives the state.
-	write("memory.current", fmt.Sprint(uint64(95*512<<20)/100+20971520)) // + inactive_file
+	write("memory.current", strconv.FormatUint(uint64(95*512<<20)/100+20971520, 10)) // + inactive_file
 	waitState(t, e, StateOpen)
 
 	// Garbage in memory.current: mem invalid, counted; the state falls back.

@@ -213,9 +213,9 @@ func TestLifecycleAnyOrder(t *testing.T) {
 			for i := range 8 {
 				wg.Go(func() {
 					if i%2 == 0 {
-						assert.NoError(t, e.Start(ctx, host))
+						assert.NoError(t, e.Start(ctx, host)) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 					} else {
-						assert.NoError(t, e.Shutdown(ctx))
+						assert.NoError(t, e.Shutdown(ctx)) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 					}
 					_ = e.Decide(SignalTraces)
 					_ = e.RetryDelay(DenyOpen)
@@ -321,7 +321,7 @@ func TestSharedByManyServers(t *testing.T) {
 			for _, u := range urls {
 				wg.Go(func() {
 					code, err := postTraces(hc, u)
-					assert.NoError(t, err)
+					assert.NoError(t, err) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 					assert.Equal(t, wantHTTP, code)
 				})
 			}
@@ -418,13 +418,13 @@ func TestTwoThrottleExtensions(t *testing.T) {
 	for range 10 {
 		load.Go(func() {
 			code, err := postTraces(hc, urlA)
-			assert.NoError(t, err)
+			assert.NoError(t, err) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 			assert.Equal(t, http.StatusTooManyRequests, code)
 			assert.Equal(t, codes.ResourceExhausted, exportTraces(gcA))
 		})
 		load.Go(func() {
 			code, err := postTraces(hc, urlB)
-			assert.NoError(t, err)
+			assert.NoError(t, err) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 			assert.Equal(t, http.StatusOK, code)
 			assert.Equal(t, codes.OK, exportTraces(gcB))
 		})

@@ -5,13 +5,13 @@ package throttleextension
 
 import (
 	"context"
-	"go.opentelemetry.io/collector/component/componentstatus"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -92,7 +92,7 @@ func staleGauge(t *testing.T, tel *componenttest.Telemetry) int64 {
 	return g.DataPoints[0].Value
 }
 
-func observedSettings(tel *componenttest.Telemetry, level zapcore.Level) (*observer.ObservedLogs, func() *zap.Logger) {
+func observedSettings(level zapcore.Level) (*observer.ObservedLogs, func() *zap.Logger) {
 	core, logs := observer.New(level)
 	return logs, func() *zap.Logger { return zap.New(core) }
 }
@@ -107,7 +107,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
 	set := metadatatest.NewSettings(tel)
-	logs, logger := observedSettings(tel, zapcore.InfoLevel)
+	logs, logger := observedSettings(zapcore.InfoLevel)
 	set.Logger = logger()
 
 	src := newBlockingSource(95) // over mem hard: Open

@@ -97,7 +97,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 			for s := range decision.NumSignals {
 				for v := range decision.NumVerdicts {
 					if n := t.counts.loadProtocol(p, s, v); n > 0 {
-						o.Observe(int64(n), requestOpts[p][s][v])
+						o.Observe(int64(n), requestOpts[p][s][v]) //nolint:gosec // G115: a request count, far below 2^63
 					}
 				}
 			}

@@ -44,9 +44,17 @@ func wantLevels(mem float64) []metricdata.DataPoint[float64] {
 		kind string
 		v    float64
 	}{
-		{"cpu", 0}, {"cpu_slow", 0}, {"cpu_fast", 0}, {"mem", mem}, {"mem_working_set", mem},
-		{"cpu_enter", 0.90}, {"cpu_exit", 0.80}, {"cpu_hard", 1.10},
-		{"mem_enter", 0.85}, {"mem_exit", 0.78}, {"mem_hard", 0.92},
+		{"cpu", 0},
+		{"cpu_slow", 0},
+		{"cpu_fast", 0},
+		{"mem", mem},
+		{"mem_working_set", mem},
+		{"cpu_enter", 0.90},
+		{"cpu_exit", 0.80},
+		{"cpu_hard", 1.10},
+		{"mem_enter", 0.85},
+		{"mem_exit", 0.78},
+		{"mem_hard", 0.92},
 	}
 	dps := make([]metricdata.DataPoint[float64], 0, len(kv))
 	for _, p := range kv {
@@ -69,9 +77,10 @@ func wantStates(st State) []metricdata.DataPoint[int64] {
 	return dps
 }
 
-func wantInflight(reserved, limit int64) []metricdata.DataPoint[int64] {
+// wantInflight is throttle_inflight_bytes with nothing reserved.
+func wantInflight(limit int64) []metricdata.DataPoint[int64] {
 	return []metricdata.DataPoint[int64]{
-		{Attributes: attribute.NewSet(idAttr, attribute.String("budget", "reserved")), Value: reserved},
+		{Attributes: attribute.NewSet(idAttr, attribute.String("budget", "reserved")), Value: 0},
 		{Attributes: attribute.NewSet(idAttr, attribute.String("budget", "limit")), Value: limit},
 	}
 }
@@ -157,7 +166,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	waitValid(t, e, 0.5)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
-	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleHeldRequests(t, tt, []metricdata.DataPoint[int64]{
 		{Attributes: attribute.NewSet(idAttr), Value: 0},
 	}, metricdatatest.IgnoreTimestamp())
@@ -175,7 +184,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	e.RecordProcessorDecision(SignalTraces, Admit)
 	want.add("processor", SignalTraces, Admit)
 	assertRequests()
-	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 
 	// Step 2: Open at 95%.
 	src.setMem(95)
@@ -235,7 +244,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	e.RecordProcessorDecision(SignalProfiles, DenyBudget)
 	want.add("processor", SignalProfiles, DenyBudget)
 	assertRequests()
-	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 
 	// The sampler histograms: one point with the component ID, counts > 0,
 	// the declared buckets.
@@ -271,7 +280,7 @@ func TestTelemetryBudgetSettings(t *testing.T) {
 			startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
 				c.Admission.MaxInflightBytes = tc.budget
 			}), metadatatest.NewSettings(tt))
-			metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, tc.limit), metricdatatest.IgnoreTimestamp())
+			metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(tc.limit), metricdatatest.IgnoreTimestamp())
 		})
 	}
 }

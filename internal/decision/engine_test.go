@@ -375,8 +375,8 @@ func TestOpenExitDecidedOnCurrentFrame(t *testing.T) {
 	}{
 		{"above exit before, at or below exit now", []frame{cpuResid, cpuResid, cpuOnly(0.70, 0.70)}, Normal},
 		{"below exit before, above exit now", []frame{cpuCalm, cpuCalm, cpuOnly(0.71, 0.71)}, Shedding},
-		{"mem above exit now only", []frame{cpuCalm, cpuCalm, frame{0.5, 0.5, 0.79}}, Shedding},
-		{"mem above exit before only", []frame{frame{0.5, 0.5, 0.85}, frame{0.5, 0.5, 0.85}, frame{0.5, 0.5, 0.78}}, Normal},
+		{"mem above exit now only", []frame{cpuCalm, cpuCalm, {0.5, 0.5, 0.79}}, Shedding},
+		{"mem above exit before only", []frame{{0.5, 0.5, 0.85}, {0.5, 0.5, 0.85}, {0.5, 0.5, 0.78}}, Normal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -920,7 +920,7 @@ func TestBadInput(t *testing.T) {
 	assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
 }
 
-func TestConcurrentDecideAndObserve(t *testing.T) {
+func TestConcurrentDecideAndObserve(*testing.T) {
 	e := New(linesConfig(), Options{RelieveMemory: func() {}})
 	levels := []frame{calm, cpuEnter, cpuEnterHd, memOnly(0.95), calm}
 	stop := make(chan struct{})

@@ -5,6 +5,7 @@ package middleware
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/stats"
@@ -134,7 +136,7 @@ func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64, edit ...fun
 	}})
 	cfg := Config{
 		Classifier: cls, Decider: f.dec, Budget: budget, UnknownSize: unknownSize, Recorder: f.rec,
-		Retry: NewRetryDelay(2*time.Second, 9*time.Second, nil),
+		Retry: NewRetryDelay(grpcRetryLow, grpcRetryHigh, nil),
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -201,9 +203,16 @@ func (f *grpcFixture) pushAllOn(ctx context.Context, cc *grpc.ClientConn, msgs, 
 	return cs.RecvMsg(new(emptypb.Empty))
 }
 
+// grpcRetryLow and grpcRetryHigh are the retry delay range of the gRPC
+// fixture.
+const (
+	grpcRetryLow  = 2 * time.Second
+	grpcRetryHigh = 9 * time.Second
+)
+
 // requireRetryable asserts err is RESOURCE_EXHAUSTED with a RetryInfo delay
-// in [lo, hi].
-func requireRetryable(t *testing.T, err error, reason string, lo, hi time.Duration) {
+// in [grpcRetryLow, hi].
+func requireRetryable(t *testing.T, err error, reason string, hi time.Duration) {
 	t.Helper()
 	st, ok := status.FromError(err)
 	require.True(t, ok, "%v", err)
@@ -217,7 +226,7 @@ func requireRetryable(t *testing.T, err error, reason string, lo, hi time.Durati
 	}
 	require.NotNil(t, info, "RetryInfo detail")
 	d := info.GetRetryDelay().AsDuration()
-	assert.GreaterOrEqual(t, d, lo)
+	assert.GreaterOrEqual(t, d, grpcRetryLow)
 	assert.LessOrEqual(t, d, hi)
 	assert.Zero(t, d%time.Second)
 }
@@ -249,7 +258,7 @@ func TestGRPCRejectUnary(t *testing.T) {
 			f := newGRPCFixture(t, NewBudget(1<<20), 0)
 			f.dec.set(decision.Traces, v)
 			for range 20 {
-				requireRetryable(t, f.export(context.Background()), v.Reason(), 2*time.Second, 9*time.Second)
+				requireRetryable(t, f.export(context.Background()), v.Reason(), grpcRetryHigh)
 			}
 			assert.Zero(t, f.traces.calls.Load(), "the handler is never called")
 			assert.Zero(t, f.payloads.in.Load(), "the message is never received")
@@ -266,14 +275,14 @@ func TestGRPCRejectStreaming(t *testing.T) {
 	ctx := context.Background()
 
 	// Client streaming.
-	requireRetryable(t, f.pushAll(ctx, 5, 1000), "shed", 2*time.Second, 9*time.Second)
+	requireRetryable(t, f.pushAll(ctx, 5, 1000), "shed", grpcRetryHigh)
 	assert.Zero(t, f.push.calls.Load())
 
 	// Server streaming (health Watch, routed as metrics).
 	ws, err := healthpb.NewHealthClient(f.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	_, err = ws.Recv()
-	requireRetryable(t, err, "open", 2*time.Second, 9*time.Second)
+	requireRetryable(t, err, "open", grpcRetryHigh)
 	assert.Zero(t, f.payloads.in.Load(), "no rejected message is received")
 
 	// An unrouted method on the same server is never rejected.
@@ -313,11 +322,11 @@ func TestGRPCBudget(t *testing.T) {
 	require.Eventually(t, func() bool { return f.budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
 
 	// BudgetRetryDelay (1s) clamped up to the range's minimum of 2s.
-	requireRetryable(t, f.export(context.Background()), "budget", 2*time.Second, 2*time.Second)
+	requireRetryable(t, f.export(context.Background()), "budget", grpcRetryLow)
 	ws, err := healthpb.NewHealthClient(f.conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	_, err = ws.Recv()
-	requireRetryable(t, err, "budget", 2*time.Second, 2*time.Second)
+	requireRetryable(t, err, "budget", grpcRetryLow)
 	assert.Zero(t, f.traces.calls.Load())
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Metrics, decision.DenyBudget))
@@ -487,9 +496,125 @@ func TestGRPCReservationGrowsToMessage(t *testing.T) {
 	go func() { errc <- f.pushAll(ctx, 1, 300<<10) }()
 	require.Eventually(t, func() bool { return f.push.messages.Load() == 1 }, 10*time.Second, time.Millisecond)
 	assert.GreaterOrEqual(t, f.budget.Reserved(), int64(300<<10), "the message being handled is charged")
-	requireRetryable(t, f.export(ctx), "budget", 2*time.Second, 2*time.Second)
+	requireRetryable(t, f.export(ctx), "budget", grpcRetryLow)
 	close(f.push.hold)
 	require.NoError(t, <-errc)
 	f.requireReleased(t)
 	require.NoError(t, f.export(ctx))
+}
+
+// withQueue holds what the budget cannot take yet, as the extension does
+// by default.
+func withQueue(dec Decider) func(*Config) {
+	return func(c *Config) { c.Queue = NewQueue(dec, 5*time.Second, 8, 0) }
+}
+
+// TestGRPCBudgetWaitsForBytes: with the queue on, an RPC that finds the
+// budget full is not refused at the tap: its handler waits for the bytes
+// and runs once they are released, and the exporter never sees a refusal.
+func TestGRPCBudgetWaitsForBytes(t *testing.T) {
+	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 5 * time.Second})
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	f.dec = dec
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	idle, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+
+	errc := make(chan error, 1)
+	go func() { errc <- f.export(context.Background()) }()
+	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, f.traces.calls.Load(), "the waiting RPC's handler must not run before it has its bytes")
+
+	cancel()
+	_ = idle.RecvMsg(new(emptypb.Empty))
+	require.NoError(t, <-errc)
+	assert.EqualValues(t, 1, f.traces.calls.Load())
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.mw.queue.Held())
+	f.requireReleased(t)
+}
+
+// TestGRPCBudgetWaitEnds: an RPC that waited the budget's wait without
+// getting its bytes is refused before its handler runs, counted as a
+// budget refusal, and holds nothing afterwards.
+func TestGRPCBudgetWaitEnds(t *testing.T) {
+	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 200 * time.Millisecond})
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	idle, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+
+	// CANCELLED when the message was still unread, else the refusal the
+	// tap answers; the OTLP exporters retry both.
+	err = f.export(context.Background())
+	if code := status.Code(err); code != codes.Canceled {
+		requireRetryable(t, err, "budget", grpcRetryLow)
+	}
+	assert.Zero(t, f.traces.calls.Load())
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.mw.queue.Held())
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond, "only the idle stream's bytes")
+
+	cancel()
+	_ = idle.RecvMsg(new(emptypb.Empty))
+	f.requireReleased(t)
+}
+
+// TestGRPCEstimateWireSize: compressed messages reserve their size on the
+// wire, as an HTTP body its Content-Length, but never less than a quarter
+// of their decoded size; the reservation grows to the decoded size once
+// the message has arrived.
+func TestGRPCEstimateWireSize(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(8<<20), 4<<10)
+	ctx := context.Background()
+	gz, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
+	require.NoError(t, err)
+	defer gz.Close()
+
+	// Random bytes do not compress: wire size and decoded size agree.
+	random := make([]byte, 400<<10)
+	_, _ = rand.Read(random)
+	require.NoError(t, sendOn(ctx, gz, random))
+	f.requireReleased(t)
+	assert.InDelta(t, 400<<10, f.mw.sizeEstimate(decision.Logs, 0), 1<<10)
+
+	// Zeros compress a thousandfold: the floor, a quarter of the decoded size.
+	f2 := newGRPCFixture(t, NewBudget(8<<20), 4<<10)
+	gz2, err := grpc.NewClient(f2.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
+	require.NoError(t, err)
+	defer gz2.Close()
+	f2.push.hold = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- sendOn(ctx, gz2, make([]byte, 400<<10)) }()
+	require.Eventually(t, func() bool { return f2.push.messages.Load() == 1 }, 10*time.Second, time.Millisecond)
+	assert.GreaterOrEqual(t, f2.budget.Reserved(), int64(400<<10), "grown to the decoded size while handled")
+	close(f2.push.hold)
+	require.NoError(t, <-errc)
+	f2.requireReleased(t)
+	assert.InDelta(t, 100<<10, f2.mw.sizeEstimate(decision.Logs, 0), 1<<10)
+}
+
+// sendOn sends one message of the given bytes on a push stream of cc.
+func sendOn(ctx context.Context, cc *grpc.ClientConn, b []byte) error {
+	cs, err := cc.NewStream(ctx, &pushDesc.Streams[0], pushMethod)
+	if err != nil {
+		return err
+	}
+	if err := cs.SendMsg(wrapperspb.Bytes(b)); err != nil {
+		return cs.RecvMsg(new(emptypb.Empty))
+	}
+	if err := cs.CloseSend(); err != nil {
+		return err
+	}
+	return cs.RecvMsg(new(emptypb.Empty))
 }

@@ -140,6 +140,29 @@ func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdic
 	return q.dec.Decide(sig)
 }
 
+// takeSlot takes one of the queue's MaxHeld places for a request that waits
+// elsewhere (a gRPC stream waiting for the budget, see GRPC), so that one
+// max_held bounds everything held and the held_requests gauge shows it.
+// False when the queue is full, closed or nil.
+func (q *Queue) takeSlot() bool {
+	if q == nil {
+		return false
+	}
+	select {
+	case <-q.closing:
+		return false
+	default:
+	}
+	if q.held.Add(1) > q.maxHeld {
+		q.held.Add(-1)
+		return false
+	}
+	return true
+}
+
+// freeSlot gives back a place taken by takeSlot.
+func (q *Queue) freeSlot() { q.held.Add(-1) }
+
 // dispatch decides the held requests every tick until none is held. Per
 // signal, each held request draws one fresh decision, and as many as were
 // admitted go on, oldest first: the same share goes on as if each kept its
@@ -154,7 +177,7 @@ func (q *Queue) dispatch() {
 			q.mu.Unlock()
 			return
 		}
-		any := false
+		pending := false
 		for s := range q.waiting {
 			ws := q.waiting[s][:0]
 			for _, w := range q.waiting[s] {
@@ -174,9 +197,9 @@ func (q *Queue) dispatch() {
 			rest := ws[admit:]
 			// Keep the backing array from growing for ever.
 			q.waiting[s] = append(q.waiting[s][:0], rest...)
-			any = any || len(rest) > 0
+			pending = pending || len(rest) > 0
 		}
-		if !any {
+		if !pending {
 			q.running = false
 			q.mu.Unlock()
 			return
