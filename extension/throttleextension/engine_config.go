@@ -41,7 +41,7 @@ func (cfg *Config) decisionConfig() decision.Config {
 }
 
 func (s SlotConfig) slot() decision.Slot {
-	return decision.Slot{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN}
+	return decision.Slot{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN, MaxShed: s.MaxShed}
 }
 
 // middlewareRoutes maps the routes section to the middleware's routes.
