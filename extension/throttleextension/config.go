@@ -108,6 +108,7 @@ var (
 	errExitNotBelowEnter = errors.New("exit must be < enter")
 	errEnterNotBelowHard = errors.New("enter must be < hard")
 	errBreachN           = errors.New("breach_n must be >= 1")
+	errMaxShed           = errors.New("max_shed must be in (0, 1]")
 	// errMemHardAboveOne: memory is a share of the limit, and above 1 the
 	// kernel's OOM killer comes first, so a hard line over 1 would never
 	// open.
@@ -267,6 +268,9 @@ type SlotConfig struct {
 	// BreachN is the number of consecutive frames a condition must hold.
 	// At least 1.
 	BreachN int `mapstructure:"breach_n"`
+	// MaxShed is the most this resource alone sheds: a cap on its share of
+	// the shedding severity, in (0, 1]. Default cpu 0.2, mem 1.
+	MaxShed float64 `mapstructure:"max_shed"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -519,8 +523,8 @@ func (c ThresholdsConfig) Validate() error {
 	return nil
 }
 
-// Validate checks 0 < exit < enter < hard and breach_n >= 1 for an enabled
-// slot. Comparisons are written so NaN fails them.
+// Validate checks 0 < exit < enter < hard, breach_n >= 1 and max_shed in
+// (0, 1] for an enabled slot. Comparisons are written so NaN fails them.
 func (s SlotConfig) Validate() error {
 	if !s.Enabled {
 		return nil
@@ -547,6 +551,9 @@ func (s SlotConfig) Validate() error {
 	}
 	if s.BreachN < 1 {
 		errs = append(errs, fmt.Errorf("%w, got %d", errBreachN, s.BreachN))
+	}
+	if !(s.MaxShed > 0 && s.MaxShed <= 1) { // also rejects NaN
+		errs = append(errs, fmt.Errorf("%w, got %s", errMaxShed, formatConfigFloat(s.MaxShed)))
 	}
 	return errors.Join(errs...)
 }

@@ -72,8 +72,8 @@ func TestLoadConfig(t *testing.T) {
 					MemoryLimitMiB: 512,
 				},
 				Thresholds: ThresholdsConfig{
-					CPU: SlotConfig{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4},
-					Mem: SlotConfig{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2},
+					CPU: SlotConfig{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4, MaxShed: 0.5},
+					Mem: SlotConfig{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2, MaxShed: 0.9},
 				},
 				Rules: map[string]RuleConfig{
 					"default":  {Enabled: ptrTo(true), DropMin: ptrTo(0.1), DropMax: ptrTo(0.9)},
@@ -111,8 +111,8 @@ func TestLoadConfig(t *testing.T) {
 			id: component.NewIDWithName(metadata.Type, "benchmark"),
 			expected: defaultConfigWith(func(c *Config) {
 				c.Signal.FallbackCores = 1
-				c.Thresholds.CPU = SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.70, Hard: 1.20, BreachN: 3}
-				c.Thresholds.Mem = SlotConfig{Enabled: true, Enter: 0.70, Exit: 0.60, Hard: 0.80, BreachN: 1}
+				c.Thresholds.CPU = SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.70, Hard: 1.20, BreachN: 3, MaxShed: decision.DefaultCPUMaxShed}
+				c.Thresholds.Mem = SlotConfig{Enabled: true, Enter: 0.70, Exit: 0.60, Hard: 0.80, BreachN: 1, MaxShed: 1}
 				c.Rules = map[string]RuleConfig{
 					// A map entry is decoded afresh: enabled, not written,
 					// stays nil and is inherited (true).
@@ -173,7 +173,7 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "cpu_off"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Thresholds.CPU = SlotConfig{}
+				c.Thresholds.CPU = SlotConfig{MaxShed: decision.DefaultCPUMaxShed}
 			}),
 		},
 	}
@@ -222,6 +222,10 @@ func TestLoadConfigInvalid(t *testing.T) {
 		"breach_n_zero": {
 			{errBreachN, "thresholds::cpu: breach_n"},
 			{errBreachN, "thresholds::mem: breach_n"},
+		},
+		"max_shed_out_of_range": {
+			{errMaxShed, "thresholds::cpu: max_shed must be in (0, 1], got 0"},
+			{errMaxShed, "thresholds::mem: max_shed must be in (0, 1], got 1.5"},
 		},
 		"beta_out_of_range": {
 			{errCPUSlowBeta, "signal: cpu_slow_beta"},
@@ -345,8 +349,8 @@ func TestCreateDefaultConfig(t *testing.T) {
 	// The values of design §8, whichever package owns them.
 	assert.Equal(t, SignalConfig{CPUSlowBeta: 0.95, CPUFastBeta: 0.7}, cfg.Signal)
 	assert.Equal(t, ThresholdsConfig{
-		CPU: SlotConfig{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3},
-		Mem: SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
+		CPU: SlotConfig{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2},
+		Mem: SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1},
 	}, cfg.Thresholds)
 	assert.Equal(t, RetryAfterConfig{Min: 0, Max: 30 * time.Second}, cfg.RetryAfter)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
@@ -696,8 +700,8 @@ func TestConfigEngine(t *testing.T) {
 		MemoryLimit:   512 << 20,
 	}, full.samplerConfig())
 	assert.Equal(t, decision.Config{
-		CPU: decision.Slot{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4},
-		Mem: decision.Slot{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2},
+		CPU: decision.Slot{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4, MaxShed: 0.5},
+		Mem: decision.Slot{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2, MaxShed: 0.9},
 		Rules: [decision.NumSignals]decision.Rule{
 			decision.Traces:   {Enabled: true, DropMin: 0.1, DropMax: 0.5},
 			decision.Metrics:  {Enabled: false, DropMin: 0.1, DropMax: 0.9},

@@ -40,12 +40,12 @@ func (cfg *Config) decisionConfig() decision.Config {
 }
 
 func (s SlotConfig) slot() decision.Slot {
-	return decision.Slot{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN}
+	return decision.Slot{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN, MaxShed: s.MaxShed}
 }
 
 // slotConfig is the configuration of slot s, for the defaults.
 func slotConfig(s decision.Slot) SlotConfig {
-	return SlotConfig{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN}
+	return SlotConfig{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN, MaxShed: s.MaxShed}
 }
 
 // middlewareRoutes maps the routes section to the middleware's routes.
