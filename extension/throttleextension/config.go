@@ -346,7 +346,7 @@ type AdmissionConfig struct {
 // "100 Continue", are answered at once.
 //
 // Off by default: it helps against clients that ignore Retry-After and send
-// uncompressed bodies (docs/design.md §7), but held rejections occupy the
+// uncompressed bodies (docs/results.md), but held rejections occupy the
 // request slots of clients that share them between signals, exempt ones
 // included, and the OTLP exporters compress (and honour Retry-After) by
 // default.

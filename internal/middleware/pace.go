@@ -33,7 +33,7 @@ const paceBufSize = 16 << 10
 // keep the connection, and the request pays for its headers, its handler
 // chain and its garbage, so a client that ignores Retry-After and sends the
 // next request as soon as it has an answer turns fast rejections into a
-// load of their own (docs/design.md §7 has the measurements). Held for a
+// load of their own (docs/results.md has the measurements). Held for a
 // second, the same client has a request slot tied up instead, and sends
 // less. A client that honours Retry-After only waits a little longer. This
 // is nginx limit_req's "delay, then reject", applied to the rejections only.
