@@ -48,7 +48,26 @@ func (g *GRPC) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InTapHandle(g.tap),
 		grpc.StatsHandler(grpcStats{g}),
+		grpc.ChainUnaryInterceptor(g.unaryGate),
+		grpc.ChainStreamInterceptor(g.streamGate),
 	}
+}
+
+// unaryGate refuses an RPC whose wait for the budget ended without the
+// bytes but whose message had already arrived: its handler must not run.
+func (g *GRPC) unaryGate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if r, ok := ctx.Value(reservationKey{}).(*reservation); ok && r.refused.Load() {
+		return nil, g.rejections.get(decision.DenyBudget, g.retry.Draw(decision.DenyBudget))
+	}
+	return handler(ctx, req)
+}
+
+// streamGate is unaryGate for streaming RPCs.
+func (g *GRPC) streamGate(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if r, ok := ss.Context().Value(reservationKey{}).(*reservation); ok && r.refused.Load() {
+		return g.rejections.get(decision.DenyBudget, g.retry.Draw(decision.DenyBudget))
+	}
+	return handler(srv, ss)
 }
 
 // reservationKey carries a *reservation from the tap to the stats handler:
@@ -73,10 +92,21 @@ type reservation struct {
 	cancel context.CancelFunc
 	idle   *time.Timer
 	msg    atomic.Bool
+	// refused is set when the wait for the budget ended without the bytes.
+	refused atomic.Bool
+
+	// age is when the tap admitted the stream: waits are served oldest
+	// first.
+	age time.Duration
 
 	mu   sync.Mutex
 	n    int64
 	done bool
+	// want is what a stream admitted without its bytes (the budget was
+	// full) waits for when its handler starts; 0 otherwise. slot is the
+	// queue place it holds meanwhile.
+	want int64
+	slot *Queue
 }
 
 func (r *reservation) release() {
@@ -84,9 +114,17 @@ func (r *reservation) release() {
 	n := r.n
 	first := !r.done
 	r.done = true
+	r.freeSlotLocked()
 	r.mu.Unlock()
 	if first {
 		r.b.release(n, r.peer)
+	}
+}
+
+func (r *reservation) freeSlotLocked() {
+	if r.slot != nil {
+		r.slot.freeSlot()
+		r.slot = nil
 	}
 }
 
@@ -133,17 +171,27 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	}
 	p, _ := ctx.Value(peerKey{}).(peer)
 	n := g.sizeEstimate(sig, p)
+	r := &reservation{b: g.budget, n: n, sig: sig, peer: p, age: now(), cancel: func() {}}
 	if !g.budget.admit(n, p) {
 		if g.observe {
 			g.rec.Record(ProtocolGRPC, sig, decision.DenyBudget)
 			return ctx, nil
 		}
-		return ctx, g.reject(sig, decision.DenyBudget)
+		// The stream waits for its bytes when its handler starts (see
+		// awaitBudget), on its own goroutine and before its message is
+		// read, rather than being refused here: a refused exporter backs
+		// off for seconds, and the collector idles once bytes are free.
+		if g.budget.wait <= 0 || !g.queue.takeSlot() {
+			return ctx, g.reject(sig, decision.DenyBudget)
+		}
+		r.n, r.want, r.slot = 0, n, g.queue
+	} else {
+		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 	}
-	g.rec.Record(ProtocolGRPC, sig, decision.Admit)
-	r := &reservation{b: g.budget, n: n, sig: sig, peer: p, cancel: func() {}}
-	if g.idle > 0 {
+	if g.idle > 0 || r.want > 0 {
 		ctx, r.cancel = context.WithCancel(ctx)
+	}
+	if g.idle > 0 {
 		r.idle = time.AfterFunc(g.idle, r.expire)
 	}
 	// Safety net: grpc-go sends *stats.End only for RPCs that reach a
@@ -156,6 +204,39 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	// the net so a client cancel cannot release while the handler runs.
 	r.stop = context.AfterFunc(ctx, r.release)
 	return context.WithValue(ctx, reservationKey{}, r), nil
+}
+
+// awaitBudget runs when the handler of a stream admitted without its bytes
+// starts (*stats.Begin, on the stream's goroutine: the connection's other
+// streams go on). It waits, at most the budget's wait and oldest first as a
+// body does, for the bytes; meanwhile the message stays unread beyond the
+// stream's flow-control window. Without them the stream is cancelled
+// before its message is read, which the exporters retry (CANCELLED); if
+// the message had already arrived, the gate refuses it before the handler
+// runs (RESOURCE_EXHAUSTED with RetryInfo, as at the tap).
+func (g *GRPC) awaitBudget(ctx context.Context, r *reservation) {
+	r.mu.Lock()
+	want := r.want
+	r.mu.Unlock()
+	ok, _ := g.budget.waitGrow(ctx, &waiter{age: r.age}, want, 0, r.peer, g.budget.wait)
+	r.mu.Lock()
+	r.want = 0
+	r.freeSlotLocked()
+	late := ok && r.done
+	if ok && !late {
+		r.n = want
+	}
+	r.mu.Unlock()
+	if late {
+		g.budget.release(want, r.peer)
+	}
+	if ok {
+		g.rec.Record(ProtocolGRPC, r.sig, decision.Admit)
+		return
+	}
+	g.rec.Record(ProtocolGRPC, r.sig, decision.DenyBudget)
+	r.refused.Store(true)
+	r.cancel()
 }
 
 func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
@@ -208,7 +289,9 @@ func (h grpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
 			// If stop reports false the net has fired (the stream was
 			// cancelled before the handler started) and has released.
-			r.stop()
+			if r.stop() && r.want > 0 {
+				h.g.awaitBudget(ctx, r)
+			}
 		}
 	case *stats.InPayload:
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {

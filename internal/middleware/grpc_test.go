@@ -491,3 +491,68 @@ func TestGRPCReservationGrowsToMessage(t *testing.T) {
 	f.requireReleased(t)
 	require.NoError(t, f.export(ctx))
 }
+
+// withQueue holds what the budget cannot take yet, as the extension does
+// by default.
+func withQueue(dec Decider) func(*Config) {
+	return func(c *Config) { c.Queue = NewQueue(dec, 5*time.Second, 8, 0) }
+}
+
+// TestGRPCBudgetWaitsForBytes: with the queue on, an RPC that finds the
+// budget full is not refused at the tap: its handler waits for the bytes
+// and runs once they are released, and the exporter never sees a refusal.
+func TestGRPCBudgetWaitsForBytes(t *testing.T) {
+	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 5 * time.Second})
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	f.dec = dec
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	idle, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+
+	errc := make(chan error, 1)
+	go func() { errc <- f.export(context.Background()) }()
+	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, f.traces.calls.Load(), "the waiting RPC's handler must not run before it has its bytes")
+
+	cancel()
+	_ = idle.RecvMsg(new(emptypb.Empty))
+	require.NoError(t, <-errc)
+	assert.EqualValues(t, 1, f.traces.calls.Load())
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.mw.queue.Held())
+	f.requireReleased(t)
+}
+
+// TestGRPCBudgetWaitEnds: an RPC that waited the budget's wait without
+// getting its bytes is refused before its handler runs, counted as a
+// budget refusal, and holds nothing afterwards.
+func TestGRPCBudgetWaitEnds(t *testing.T) {
+	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 200 * time.Millisecond})
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	idle, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+
+	// CANCELLED when the message was still unread, else the refusal the
+	// tap answers; the OTLP exporters retry both.
+	err = f.export(context.Background())
+	if code := status.Code(err); code != codes.Canceled {
+		requireRetryable(t, err, "budget", 2*time.Second, 2*time.Second)
+	}
+	assert.Zero(t, f.traces.calls.Load())
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.mw.queue.Held())
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond, "only the idle stream's bytes")
+
+	cancel()
+	_ = idle.RecvMsg(new(emptypb.Empty))
+	f.requireReleased(t)
+}
