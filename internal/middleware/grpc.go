@@ -24,9 +24,15 @@ import (
 // per server: the size estimate is per server.
 type GRPC struct {
 	settings
-	// estimate learns, per signal, the largest recent message size.
+	// estimate learns, per signal, the largest recent message size, and
+	// wire the largest recent size as received (compressed).
 	estimate [decision.NumSignals]sizeWindow
+	wire     [decision.NumSignals]sizeWindow
 }
+
+// maxOvercommit bounds how far below a message's decoded size its RPC's
+// first reservation may be (see sizeEstimate).
+const maxOvercommit = 4
 
 // minEstimate is the least an RPC reserves, so that an estimate learnt
 // from empty messages still counts every call.
@@ -245,21 +251,31 @@ func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
 }
 
 // sizeEstimate is what an RPC of sig from peer p reserves: the largest
-// message received for sig on this server in the last 10 to 20 seconds
-// (unknownSize when there was none), at least minEstimate; never more than
-// the budget or the peer's share, as an HTTP body larger than that starts
-// with it: a reservation that can never be made would lock a signal out.
+// message received for sig on this server in the last 10 to 20 seconds as
+// it came on the wire (compressed), but at least a quarter of the largest
+// decoded one (unknownSize when there was none), at least minEstimate;
+// never more than the budget or the peer's share, as an HTTP body larger
+// than that starts with it: a reservation that can never be made would
+// lock a signal out.
 //
-// A maximum rather than an average: small or empty messages cannot lower
-// it while large ones arrive. The reservation then grows to the actual
-// size when the message has arrived (see reservation.grow), so that the
-// budget shows a large message while it is handled and refuses others.
-// A stream holds one reservation, of its largest message, for its whole
-// life (its messages are handled one at a time).
+// Wire size, as an HTTP body starts with its Content-Length: reserving the
+// decoded size up front admits a fifth as many of the usual gzip-compressed
+// exports, too few to keep the collector busy (design §7); the floor keeps
+// messages that decompress far more than usual from multiplying what the
+// budget admits by more than maxOvercommit. A maximum rather than an
+// average: small or empty messages cannot lower it while large ones
+// arrive. The reservation then grows to the decoded size when the message
+// has arrived (see reservation.grow), so that the budget shows a large
+// message while it is handled and refuses others. A stream holds one
+// reservation, of its largest message, for its whole life (its messages
+// are handled one at a time).
 func (g *GRPC) sizeEstimate(sig decision.Signal, p peer) int64 {
-	n := g.estimate[sig].get(now())
+	t := now()
+	n := g.estimate[sig].get(t)
 	if n == 0 {
 		n = g.unknownSize
+	} else if w := g.wire[sig].get(t); w > 0 {
+		n = max(min(w, n), n/maxOvercommit)
 	}
 	n = max(n, min(minEstimate, g.unknownSize))
 	return min(n, g.budget.maxFor(p))
@@ -299,7 +315,13 @@ func (h grpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 				r.idle.Stop()
 			}
 			r.grow(int64(rs.Length))
-			h.g.estimate[r.sig].observe(int64(rs.Length), now())
+			t := now()
+			h.g.estimate[r.sig].observe(int64(rs.Length), t)
+			wire := rs.CompressedLength
+			if wire == 0 {
+				wire = rs.Length // not filled in by older grpc-go
+			}
+			h.g.wire[r.sig].observe(int64(wire), t)
 		}
 	case *stats.End:
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
