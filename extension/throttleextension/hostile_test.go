@@ -224,7 +224,7 @@ func hostileHighWater(t *testing.T, env *e2eEnv) int64 {
 	t.Helper()
 	e, ok := env.ext.(*throttleExtension)
 	require.True(t, ok)
-	return e.budget.Load().HighWater()
+	return e.runner.Budget().HighWater()
 }
 
 // requireBudgetCutOff checks the answer otlpreceiver gives when the body
