@@ -619,7 +619,7 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 		resp, err := env.tryPost(c, e2eSignals[0].path, pbType, pb)
 		got <- result{resp, err}
 	}()
-	require.Eventually(t, func() bool { return e.queue.Held() == 1 }, e2eWait, time.Millisecond, "held")
+	require.Eventually(t, func() bool { return e.runner.Queue().Held() == 1 }, e2eWait, time.Millisecond, "held")
 	assert.Zero(t, e2eSignals[0].received(env), "a held body is not read")
 	env.setLevel(t, e2eCalm, StateNormal)
 	select {
@@ -630,7 +630,7 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 		t.Fatal("the held request was not admitted")
 	}
 	assert.Equal(t, 5, e2eSignals[0].received(env))
-	assert.Zero(t, e.queue.Held())
+	assert.Zero(t, e.runner.Queue().Held())
 	assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "allowed", ""))
 	assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "open"), "a held request that got in is no denial")
 }

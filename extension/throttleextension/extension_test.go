@@ -122,7 +122,7 @@ func waitState(tb testing.TB, e *throttleExtension, want State) {
 // second tick) and the given memory level.
 func waitValid(tb testing.TB, e *throttleExtension, mem float64) {
 	require.Eventually(tb, func() bool {
-		wl := e.level()
+		wl := e.runner.Level()
 		return wl != nil && wl.CPUValid && wl.MemValid && wl.Mem == mem
 	}, 10*time.Second, time.Millisecond)
 }
@@ -137,7 +137,7 @@ func TestLifecycle(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		e := newTestExtension(t, newFakeSource(50), testConfig(t), nopSettings())
 		require.NoError(t, e.Start(ctx, host))
-		require.NotNil(t, e.sampler)
+		require.NotNil(t, e.runner.Sampler())
 		require.NoError(t, e.Shutdown(ctx))
 	})
 	t.Run("shutdown_without_start", func(t *testing.T) {
@@ -150,9 +150,9 @@ func TestLifecycle(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		e := newTestExtension(t, newFakeSource(50), testConfig(t), nopSettings())
 		require.NoError(t, e.Start(ctx, host))
-		first := e.sampler
+		first := e.runner.Sampler()
 		require.NoError(t, e.Start(ctx, host))
-		assert.Same(t, first, e.sampler, "a second Start must not create a second sampler")
+		assert.Same(t, first, e.runner.Sampler(), "a second Start must not create a second sampler")
 		require.NoError(t, e.Shutdown(ctx))
 		require.NoError(t, e.Shutdown(ctx))
 	})
@@ -176,11 +176,11 @@ func TestLifecycle(t *testing.T) {
 		ignore := goleak.IgnoreCurrent()
 		require.NoError(t, e.Start(ctx, host))
 		goleak.VerifyNone(t, ignore)
-		assert.Nil(t, e.sampler)
+		assert.Nil(t, e.runner.Sampler())
 		assert.Zero(t, src.wsCalls.Load(), "a disabled throttle must not read resources")
 		for _, s := range allSignals {
 			assert.Equal(t, Admit, e.Decide(s), s.String())
-			assert.True(t, e.Exempt(s), s.String())
+			assert.True(t, e.runner.Exempt(s), s.String())
 			assert.Equal(t, StateNormal, e.State(s), s.String())
 		}
 		require.NoError(t, e.Shutdown(ctx))
@@ -242,7 +242,11 @@ func TestStateThroughSeam(t *testing.T) {
 		// the backstop refuses the exempt signal too.
 		assert.Equal(t, DenyOpen, e.Decide(s), s.String())
 	}
-	assert.Equal(t, [decision.NumSignals]bool{false, true, false, false}, e.exempt)
+	var exempt [decision.NumSignals]bool
+	for s := range decision.NumSignals {
+		exempt[s] = e.runner.Exempt(s)
+	}
+	assert.Equal(t, [decision.NumSignals]bool{false, true, false, false}, exempt)
 
 	// Back to 50% with recovery_ramp 0: Normal and admitting at once.
 	src.setMem(50)
@@ -256,7 +260,7 @@ func TestStateThroughSeam(t *testing.T) {
 	src.setMem(87)
 	waitState(t, e, StateShedding)
 	wantP := (0.87 - 0.85) / (0.92 - 0.85)
-	st := e.engine.Stat()
+	st := e.runner.Engine().Stat()
 	assert.InDelta(t, wantP, st.Signals[SignalTraces].DropProbability, 1e-9)
 	assert.Zero(t, st.Signals[SignalMetrics].DropProbability)
 	const n = 4000
@@ -300,7 +304,7 @@ func TestRecoveryRampAfterOpen(t *testing.T) {
 		require.Equal(t, Admit, e.Decide(SignalMetrics), "an exempt signal is not ramped")
 	}
 	assert.Greater(t, shed, 90, "right after Open the ramp must shed nearly everything")
-	assert.Greater(t, e.engine.Stat().Signals[SignalTraces].DropProbability, 0.99)
+	assert.Greater(t, e.runner.Engine().Stat().Signals[SignalTraces].DropProbability, 0.99)
 }
 
 func TestRetryDelay(t *testing.T) {
@@ -325,7 +329,7 @@ func TestShutdownClosesOwnedSource(t *testing.T) {
 
 	e = newTestExtension(t, nil, testConfig(t), nopSettings())
 	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
-	require.NotNil(t, e.ownedSource)
+	require.NotNil(t, e.runner.OwnedSource())
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 

@@ -225,7 +225,7 @@ func hostileHighWater(t *testing.T, env *e2eEnv) *middleware.HighWater {
 	t.Helper()
 	e, ok := env.ext.(*throttleExtension)
 	require.True(t, ok)
-	return e.budget.Load().WatchHighWater()
+	return e.runner.Budget().WatchHighWater()
 }
 
 // requireBudgetCutOff checks the answer otlpreceiver gives when the body

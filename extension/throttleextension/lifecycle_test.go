@@ -268,7 +268,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 	for range 2 * n {
 		<-g.entered
 	}
-	reserved, _ := e.budgetValues()
+	reserved := e.runner.Budget().Reserved()
 	assert.Positive(t, reserved, "the held HTTP requests hold budget")
 
 	require.NoError(t, e.Shutdown(context.Background()), "Shutdown returns with requests in flight")
@@ -285,7 +285,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 		assert.Equal(t, codes.OK, c)
 	}
 	assert.Equal(t, int64(2*n), rcv.accepted.Load())
-	reserved, _ = e.budgetValues()
+	reserved = e.runner.Budget().Reserved()
 	assert.Zero(t, reserved, "every reservation was released")
 
 	// After Shutdown (a receiver that outlives it, in a wrong order): still

@@ -624,7 +624,6 @@ func TestCPUShedCapped(t *testing.T) {
 	assert.Greater(t, e.Stat().Signals[Traces].DropProbability, 0.5)
 }
 
-
 func TestDecideDrawsOnlyWhenUncertain(t *testing.T) {
 	draws := 0
 	cfg := testConfig(1, 1)
