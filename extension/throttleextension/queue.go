@@ -10,9 +10,11 @@ import (
 
 // QueueConfig is the queue section: HTTP requests the throttle would
 // refuse are held, unread, and decided again until they are admitted or
-// have waited MaxWait (middleware.Queue says why). gRPC requests are not
-// held: the decision runs on the connection's reader goroutine, and HTTP/2
-// flow control already keeps a gRPC sender waiting.
+// have waited MaxWait (middleware.Queue says why). gRPC requests the state
+// refuses are not held: that decision runs on the connection's reader
+// goroutine. A gRPC request that finds the admission budget full takes one
+// of the MaxHeld places instead and waits for its bytes on its own
+// goroutine, up to admission.wait_timeout, its message unread.
 type QueueConfig struct {
 	// MaxWait is the longest a request is held before it is refused; 0
 	// turns the queue off (refuse at once). Keep it well under the

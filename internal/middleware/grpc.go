@@ -24,9 +24,15 @@ import (
 // per server: the size estimate is per server.
 type GRPC struct {
 	settings
-	// estimate learns, per signal, the largest recent message size.
+	// estimate learns, per signal, the largest recent message size, and
+	// wire the largest recent size as received (compressed).
 	estimate [decision.NumSignals]sizeWindow
+	wire     [decision.NumSignals]sizeWindow
 }
+
+// maxOvercommit bounds how far below a message's decoded size its RPC's
+// first reservation may be (see sizeEstimate).
+const maxOvercommit = 4
 
 // minEstimate is the least an RPC reserves, so that an estimate learnt
 // from empty messages still counts every call.
@@ -48,7 +54,26 @@ func (g *GRPC) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InTapHandle(g.tap),
 		grpc.StatsHandler(grpcStats{g}),
+		grpc.ChainUnaryInterceptor(g.unaryGate),
+		grpc.ChainStreamInterceptor(g.streamGate),
 	}
+}
+
+// unaryGate refuses an RPC whose wait for the budget ended without the
+// bytes but whose message had already arrived: its handler must not run.
+func (g *GRPC) unaryGate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if r, ok := ctx.Value(reservationKey{}).(*reservation); ok && r.refused.Load() {
+		return nil, g.rejections.get(decision.DenyBudget, g.retry.Draw(decision.DenyBudget))
+	}
+	return handler(ctx, req)
+}
+
+// streamGate is unaryGate for streaming RPCs.
+func (g *GRPC) streamGate(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if r, ok := ss.Context().Value(reservationKey{}).(*reservation); ok && r.refused.Load() {
+		return g.rejections.get(decision.DenyBudget, g.retry.Draw(decision.DenyBudget))
+	}
+	return handler(srv, ss)
 }
 
 // reservationKey carries a *reservation from the tap to the stats handler:
@@ -73,10 +98,21 @@ type reservation struct {
 	cancel context.CancelFunc
 	idle   *time.Timer
 	msg    atomic.Bool
+	// refused is set when the wait for the budget ended without the bytes.
+	refused atomic.Bool
+
+	// age is when the tap admitted the stream: waits are served oldest
+	// first.
+	age time.Duration
 
 	mu   sync.Mutex
 	n    int64
 	done bool
+	// want is what a stream admitted without its bytes (the budget was
+	// full) waits for when its handler starts; 0 otherwise. slot is the
+	// queue place it holds meanwhile.
+	want int64
+	slot *Queue
 }
 
 func (r *reservation) release() {
@@ -84,9 +120,17 @@ func (r *reservation) release() {
 	n := r.n
 	first := !r.done
 	r.done = true
+	r.freeSlotLocked()
 	r.mu.Unlock()
 	if first {
 		r.b.release(n, r.peer)
+	}
+}
+
+func (r *reservation) freeSlotLocked() {
+	if r.slot != nil {
+		r.slot.freeSlot()
+		r.slot = nil
 	}
 }
 
@@ -133,17 +177,27 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	}
 	p, _ := ctx.Value(peerKey{}).(peer)
 	n := g.sizeEstimate(sig, p)
+	r := &reservation{b: g.budget, n: n, sig: sig, peer: p, age: now(), cancel: func() {}}
 	if !g.budget.admit(n, p) {
 		if g.observe {
 			g.rec.Record(ProtocolGRPC, sig, decision.DenyBudget)
 			return ctx, nil
 		}
-		return ctx, g.reject(sig, decision.DenyBudget)
+		// The stream waits for its bytes when its handler starts (see
+		// awaitBudget), on its own goroutine and before its message is
+		// read, rather than being refused here: a refused exporter backs
+		// off for seconds, and the collector idles once bytes are free.
+		if g.budget.wait <= 0 || !g.queue.takeSlot() {
+			return ctx, g.reject(sig, decision.DenyBudget)
+		}
+		r.n, r.want, r.slot = 0, n, g.queue
+	} else {
+		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 	}
-	g.rec.Record(ProtocolGRPC, sig, decision.Admit)
-	r := &reservation{b: g.budget, n: n, sig: sig, peer: p, cancel: func() {}}
-	if g.idle > 0 {
+	if g.idle > 0 || r.want > 0 {
 		ctx, r.cancel = context.WithCancel(ctx)
+	}
+	if g.idle > 0 {
 		r.idle = time.AfterFunc(g.idle, r.expire)
 	}
 	// Safety net: grpc-go sends *stats.End only for RPCs that reach a
@@ -158,27 +212,70 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	return context.WithValue(ctx, reservationKey{}, r), nil
 }
 
+// awaitBudget runs when the handler of a stream admitted without its bytes
+// starts (*stats.Begin, on the stream's goroutine: the connection's other
+// streams go on). It waits, at most the budget's wait and oldest first as a
+// body does, for the bytes; meanwhile the message stays unread beyond the
+// stream's flow-control window. Without them the stream is cancelled
+// before its message is read, which the exporters retry (CANCELLED); if
+// the message had already arrived, the gate refuses it before the handler
+// runs (RESOURCE_EXHAUSTED with RetryInfo, as at the tap).
+func (g *GRPC) awaitBudget(ctx context.Context, r *reservation) {
+	r.mu.Lock()
+	want := r.want
+	r.mu.Unlock()
+	ok, _ := g.budget.waitGrow(ctx, &waiter{age: r.age}, want, 0, r.peer, g.budget.wait)
+	r.mu.Lock()
+	r.want = 0
+	r.freeSlotLocked()
+	late := ok && r.done
+	if ok && !late {
+		r.n = want
+	}
+	r.mu.Unlock()
+	if late {
+		g.budget.release(want, r.peer)
+	}
+	if ok {
+		g.rec.Record(ProtocolGRPC, r.sig, decision.Admit)
+		return
+	}
+	g.rec.Record(ProtocolGRPC, r.sig, decision.DenyBudget)
+	r.refused.Store(true)
+	r.cancel()
+}
+
 func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
 	g.rec.Record(ProtocolGRPC, sig, v)
 	return g.rejections.get(v, g.retry.Draw(v))
 }
 
 // sizeEstimate is what an RPC of sig from peer p reserves: the largest
-// message received for sig on this server in the last 10 to 20 seconds
-// (unknownSize when there was none), at least minEstimate; never more than
-// the budget or the peer's share, as an HTTP body larger than that starts
-// with it: a reservation that can never be made would lock a signal out.
+// message received for sig on this server in the last 10 to 20 seconds as
+// it came on the wire (compressed), but at least a quarter of the largest
+// decoded one (unknownSize when there was none), at least minEstimate;
+// never more than the budget or the peer's share, as an HTTP body larger
+// than that starts with it: a reservation that can never be made would
+// lock a signal out.
 //
-// A maximum rather than an average: small or empty messages cannot lower
-// it while large ones arrive. The reservation then grows to the actual
-// size when the message has arrived (see reservation.grow), so that the
-// budget shows a large message while it is handled and refuses others.
-// A stream holds one reservation, of its largest message, for its whole
-// life (its messages are handled one at a time).
+// Wire size, as an HTTP body starts with its Content-Length: reserving the
+// decoded size up front admits a fifth as many of the usual gzip-compressed
+// exports, too few to keep the collector busy (design §7); the floor keeps
+// messages that decompress far more than usual from multiplying what the
+// budget admits by more than maxOvercommit. A maximum rather than an
+// average: small or empty messages cannot lower it while large ones
+// arrive. The reservation then grows to the decoded size when the message
+// has arrived (see reservation.grow), so that the budget shows a large
+// message while it is handled and refuses others. A stream holds one
+// reservation, of its largest message, for its whole life (its messages
+// are handled one at a time).
 func (g *GRPC) sizeEstimate(sig decision.Signal, p peer) int64 {
-	n := g.estimate[sig].get(now())
+	t := now()
+	n := g.estimate[sig].get(t)
 	if n == 0 {
 		n = g.unknownSize
+	} else if w := g.wire[sig].get(t); w > 0 {
+		n = max(min(w, n), n/maxOvercommit)
 	}
 	n = max(n, min(minEstimate, g.unknownSize))
 	return min(n, g.budget.maxFor(p))
@@ -208,7 +305,9 @@ func (h grpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
 			// If stop reports false the net has fired (the stream was
 			// cancelled before the handler started) and has released.
-			r.stop()
+			if r.stop() && r.want > 0 {
+				h.g.awaitBudget(ctx, r)
+			}
 		}
 	case *stats.InPayload:
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
@@ -216,7 +315,13 @@ func (h grpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 				r.idle.Stop()
 			}
 			r.grow(int64(rs.Length))
-			h.g.estimate[r.sig].observe(int64(rs.Length), now())
+			t := now()
+			h.g.estimate[r.sig].observe(int64(rs.Length), t)
+			wire := rs.CompressedLength
+			if wire == 0 {
+				wire = rs.Length // not filled in by older grpc-go
+			}
+			h.g.wire[r.sig].observe(int64(wire), t)
 		}
 	case *stats.End:
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {

@@ -5,6 +5,7 @@ package middleware
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/stats"
@@ -490,4 +492,120 @@ func TestGRPCReservationGrowsToMessage(t *testing.T) {
 	require.NoError(t, <-errc)
 	f.requireReleased(t)
 	require.NoError(t, f.export(ctx))
+}
+
+// withQueue holds what the budget cannot take yet, as the extension does
+// by default.
+func withQueue(dec Decider) func(*Config) {
+	return func(c *Config) { c.Queue = NewQueue(dec, 5*time.Second, 8, 0) }
+}
+
+// TestGRPCBudgetWaitsForBytes: with the queue on, an RPC that finds the
+// budget full is not refused at the tap: its handler waits for the bytes
+// and runs once they are released, and the exporter never sees a refusal.
+func TestGRPCBudgetWaitsForBytes(t *testing.T) {
+	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 5 * time.Second})
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	f.dec = dec
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	idle, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+
+	errc := make(chan error, 1)
+	go func() { errc <- f.export(context.Background()) }()
+	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, f.traces.calls.Load(), "the waiting RPC's handler must not run before it has its bytes")
+
+	cancel()
+	_ = idle.RecvMsg(new(emptypb.Empty))
+	require.NoError(t, <-errc)
+	assert.EqualValues(t, 1, f.traces.calls.Load())
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.mw.queue.Held())
+	f.requireReleased(t)
+}
+
+// TestGRPCBudgetWaitEnds: an RPC that waited the budget's wait without
+// getting its bytes is refused before its handler runs, counted as a
+// budget refusal, and holds nothing afterwards.
+func TestGRPCBudgetWaitEnds(t *testing.T) {
+	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 200 * time.Millisecond})
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	idle, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+
+	// CANCELLED when the message was still unread, else the refusal the
+	// tap answers; the OTLP exporters retry both.
+	err = f.export(context.Background())
+	if code := status.Code(err); code != codes.Canceled {
+		requireRetryable(t, err, "budget", 2*time.Second, 2*time.Second)
+	}
+	assert.Zero(t, f.traces.calls.Load())
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.mw.queue.Held())
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond, "only the idle stream's bytes")
+
+	cancel()
+	_ = idle.RecvMsg(new(emptypb.Empty))
+	f.requireReleased(t)
+}
+
+// TestGRPCEstimateWireSize: compressed messages reserve their size on the
+// wire, as an HTTP body its Content-Length, but never less than a quarter
+// of their decoded size; the reservation grows to the decoded size once
+// the message has arrived.
+func TestGRPCEstimateWireSize(t *testing.T) {
+	f := newGRPCFixture(t, NewBudget(8<<20), 4<<10)
+	ctx := context.Background()
+	gz, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
+	require.NoError(t, err)
+	defer gz.Close()
+
+	// Random bytes do not compress: wire size and decoded size agree.
+	random := make([]byte, 400<<10)
+	_, _ = rand.Read(random)
+	require.NoError(t, sendOn(ctx, gz, random))
+	f.requireReleased(t)
+	assert.InDelta(t, 400<<10, f.mw.sizeEstimate(decision.Logs, 0), 1<<10)
+
+	// Zeros compress a thousandfold: the floor, a quarter of the decoded size.
+	f2 := newGRPCFixture(t, NewBudget(8<<20), 4<<10)
+	gz2, err := grpc.NewClient(f2.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
+	require.NoError(t, err)
+	defer gz2.Close()
+	f2.push.hold = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- sendOn(ctx, gz2, make([]byte, 400<<10)) }()
+	require.Eventually(t, func() bool { return f2.push.messages.Load() == 1 }, 10*time.Second, time.Millisecond)
+	assert.GreaterOrEqual(t, f2.budget.Reserved(), int64(400<<10), "grown to the decoded size while handled")
+	close(f2.push.hold)
+	require.NoError(t, <-errc)
+	f2.requireReleased(t)
+	assert.InDelta(t, 100<<10, f2.mw.sizeEstimate(decision.Logs, 0), 1<<10)
+}
+
+// sendOn sends one message of the given bytes on a push stream of cc.
+func sendOn(ctx context.Context, cc *grpc.ClientConn, b []byte) error {
+	cs, err := cc.NewStream(ctx, &pushDesc.Streams[0], pushMethod)
+	if err != nil {
+		return err
+	}
+	if err := cs.SendMsg(wrapperspb.Bytes(b)); err != nil {
+		return cs.RecvMsg(new(emptypb.Empty))
+	}
+	if err := cs.CloseSend(); err != nil {
+		return err
+	}
+	return cs.RecvMsg(new(emptypb.Empty))
 }

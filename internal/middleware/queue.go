@@ -140,6 +140,29 @@ func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdic
 	return q.dec.Decide(sig)
 }
 
+// takeSlot takes one of the queue's MaxHeld places for a request that waits
+// elsewhere (a gRPC stream waiting for the budget, see GRPC), so that one
+// max_held bounds everything held and the held_requests gauge shows it.
+// False when the queue is full, closed or nil.
+func (q *Queue) takeSlot() bool {
+	if q == nil {
+		return false
+	}
+	select {
+	case <-q.closing:
+		return false
+	default:
+	}
+	if q.held.Add(1) > q.maxHeld {
+		q.held.Add(-1)
+		return false
+	}
+	return true
+}
+
+// freeSlot gives back a place taken by takeSlot.
+func (q *Queue) freeSlot() { q.held.Add(-1) }
+
 // dispatch decides the held requests every tick until none is held. Per
 // signal, each held request draws one fresh decision, and as many as were
 // admitted go on, oldest first: the same share goes on as if each kept its

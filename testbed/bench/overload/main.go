@@ -56,28 +56,28 @@ import (
 )
 
 type options struct {
-	mode         string
-	bin          string
-	out          string
-	scenarios    string
-	cpus         float64
-	memMiB       uint64
-	warmup       time.Duration
-	warmupRate   float64
-	duration     time.Duration
-	cooldown     time.Duration
-	cBelow       int
-	rateOver     float64
-	maxInflight  int
-	spans        int
-	attrSize     int
-	signals      string
-	protocol     string
-	thresholds   string
+	mode        string
+	bin         string
+	out         string
+	scenarios   string
+	cpus        float64
+	memMiB      uint64
+	warmup      time.Duration
+	warmupRate  float64
+	duration    time.Duration
+	cooldown    time.Duration
+	cBelow      int
+	rateOver    float64
+	maxInflight int
+	spans       int
+	attrSize    int
+	signals     string
+	protocol    string
+	thresholds  string
 	// factors: overload factors of the sweep (-factors), as multiples of
 	// satRate, A's saturated rate.
-	factors string
-	satRate float64
+	factors      string
+	satRate      float64
 	restartDelay time.Duration
 	interval     time.Duration
 	satSteps     string
