@@ -257,6 +257,9 @@ type SlotConfig struct {
 	// BreachN is the number of consecutive frames a condition must hold.
 	// At least 1.
 	BreachN int `mapstructure:"breach_n"`
+	// MaxShed is the most this resource alone sheds: a cap on its share of
+	// the shedding severity, in (0, 1]. Default cpu 0.2, mem 1.
+	MaxShed float64 `mapstructure:"max_shed"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -381,10 +384,10 @@ func createDefaultConfig() component.Config {
 			CPUFastBeta: defaultCPUFastBeta,
 		},
 		Thresholds: ThresholdsConfig{
-			CPU: SlotConfig{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3},
+			CPU: SlotConfig{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: decision.DefaultCPUMaxShed},
 			// breach_n 1: memory meets the OOM killer, which is final; CPU
 			// only gets throttled by CFS.
-			Mem: SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
+			Mem: SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1},
 		},
 		Rules: map[string]RuleConfig{
 			ruleKeyDefault: {
@@ -601,6 +604,9 @@ func validateSlot(key string, s SlotConfig, maxHard float64) []error {
 	}
 	if s.BreachN < 1 {
 		add("%s.breach_n must be >= 1, got %d", key, s.BreachN)
+	}
+	if !(s.MaxShed > 0 && s.MaxShed <= 1) {
+		add("%s.max_shed must be in (0, 1], got %s", key, formatConfigFloat(s.MaxShed))
 	}
 	return errs
 }

@@ -71,8 +71,8 @@ func TestLoadConfig(t *testing.T) {
 					MemoryLimitMiB: 512,
 				},
 				Thresholds: ThresholdsConfig{
-					CPU: SlotConfig{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4},
-					Mem: SlotConfig{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2},
+					CPU: SlotConfig{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4, MaxShed: 0.5},
+					Mem: SlotConfig{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2, MaxShed: 0.9},
 				},
 				Rules: map[string]RuleConfig{
 					"default":  {Enabled: ptrTo(true), DropMin: ptrTo(0.1), DropMax: ptrTo(0.9)},
@@ -110,8 +110,8 @@ func TestLoadConfig(t *testing.T) {
 			id: component.NewIDWithName(metadata.Type, "benchmark"),
 			expected: defaultConfigWith(func(c *Config) {
 				c.Signal.FallbackCores = 1
-				c.Thresholds.CPU = SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.70, Hard: 1.20, BreachN: 3}
-				c.Thresholds.Mem = SlotConfig{Enabled: true, Enter: 0.70, Exit: 0.60, Hard: 0.80, BreachN: 1}
+				c.Thresholds.CPU = SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.70, Hard: 1.20, BreachN: 3, MaxShed: decision.DefaultCPUMaxShed}
+				c.Thresholds.Mem = SlotConfig{Enabled: true, Enter: 0.70, Exit: 0.60, Hard: 0.80, BreachN: 1, MaxShed: 1}
 				c.Rules = map[string]RuleConfig{
 					// A map entry is decoded afresh: enabled, not written,
 					// stays nil and is inherited (true).
@@ -172,7 +172,7 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "cpu_off"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Thresholds.CPU = SlotConfig{}
+				c.Thresholds.CPU = SlotConfig{MaxShed: decision.DefaultCPUMaxShed}
 			}),
 		},
 	}
@@ -203,6 +203,10 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"breach_n_zero", []string{
 			"thresholds.cpu.breach_n must be >= 1, got 0",
 			"thresholds.mem.breach_n must be >= 1, got -1",
+		}},
+		{"max_shed_out_of_range", []string{
+			"thresholds.cpu.max_shed must be in (0, 1], got 0",
+			"thresholds.mem.max_shed must be in (0, 1], got 1.5",
 		}},
 		{"beta_out_of_range", []string{
 			"signal.cpu_slow_beta must be in (0, 1), got 1",
@@ -398,7 +402,7 @@ func TestSizeFromScalarTypes(t *testing.T) {
 		cfg := createDefaultConfig().(*Config)
 		err := conf.Unmarshal(cfg)
 		if tc.wantError != "" {
-			assert.ErrorContains(t, err, tc.wantError, "%#v", tc.in)
+			require.ErrorContains(t, err, tc.wantError, "%#v", tc.in)
 			continue
 		}
 		require.NoError(t, err, "%#v", tc.in)
@@ -442,7 +446,7 @@ func TestParseByteSize(t *testing.T) {
 	} {
 		got, err := ParseByteSize(tc.in)
 		if tc.wantError != "" {
-			assert.EqualError(t, err, tc.wantError, tc.in)
+			require.EqualError(t, err, tc.wantError, tc.in)
 			continue
 		}
 		require.NoError(t, err, tc.in)
@@ -543,7 +547,7 @@ func TestConfigStaleAfter(t *testing.T) {
 	cfg.StaleAfterIntervals = 0
 	assert.Equal(t, time.Duration(0), cfg.StaleAfter(), "0 = never")
 	cfg.StaleAfterIntervals = -3
-	assert.EqualError(t, cfg.Validate(), "stale_after_intervals must be 0 (never) or >= 2, got -3")
+	require.EqualError(t, cfg.Validate(), "stale_after_intervals must be 0 (never) or >= 2, got -3")
 	cfg.StaleAfterIntervals = math.MaxInt64 / 1000
 	assert.EqualError(t, cfg.Validate(), "stale_after_intervals is too large: 9223372036854775 intervals of 100ms overflow a duration")
 }
@@ -590,8 +594,8 @@ func TestConfigEngine(t *testing.T) {
 		MemoryLimit:   512 << 20,
 	}, full.samplerConfig())
 	assert.Equal(t, decision.Config{
-		CPU: decision.Slot{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4},
-		Mem: decision.Slot{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2},
+		CPU: decision.Slot{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4, MaxShed: 0.5},
+		Mem: decision.Slot{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2, MaxShed: 0.9},
 		Rules: [decision.NumSignals]decision.Rule{
 			decision.Traces:   {Enabled: true, DropMin: 0.1, DropMax: 0.5},
 			decision.Metrics:  {Enabled: false, DropMin: 0.1, DropMax: 0.9},

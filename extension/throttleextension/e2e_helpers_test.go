@@ -64,12 +64,12 @@ const (
 	e2eOpen     = 0.95 // over hard: Open
 )
 
-// e2eRetryMin and e2eRetryMax are the retry_after range of the tests: at
+// e2eRetryLow and e2eRetryHigh are the retry_after min and max of the tests: at
 // least one second so that Retry-After (whole seconds) is not 0 and the
 // exporters really wait, short so that the retry tests stay quick.
 const (
-	e2eRetryMin = time.Second
-	e2eRetryMax = 2 * time.Second
+	e2eRetryLow  = time.Second
+	e2eRetryHigh = 2 * time.Second
 )
 
 // e2eWait bounds every wait of the tests.
@@ -152,7 +152,7 @@ func e2eThrottleConfig(tb testing.TB, extra map[string]any) *Config {
 		"sample_interval":       "10ms",
 		"recovery_ramp":         "0s",
 		"stale_after_intervals": 0,
-		"retry_after":           map[string]any{"min": e2eRetryMin.String(), "max": e2eRetryMax.String()},
+		"retry_after":           map[string]any{"min": e2eRetryLow.String(), "max": e2eRetryHigh.String()},
 		"pacing":                map[string]any{"delay": "0s"},
 		// Refusals are answered at once unless a test turns the queue on.
 		"queue": map[string]any{"max_wait": "0s"},
@@ -462,15 +462,29 @@ type e2eResponse struct {
 // post sends body to env's HTTP server at path.
 func (env *e2eEnv) post(tb testing.TB, c *http.Client, path, contentType string, body []byte) e2eResponse {
 	tb.Helper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+env.httpAddr+path, bytes.NewReader(body))
+	resp, err := env.tryPost(c, path, contentType, body)
 	require.NoError(tb, err)
+	return resp
+}
+
+// tryPost is post returning its error instead of failing the test, for
+// goroutines other than the test's.
+func (env *e2eEnv) tryPost(c *http.Client, path, contentType string, body []byte) (e2eResponse, error) {
+	req, err := http.NewRequest(http.MethodPost, "http://"+env.httpAddr+path, bytes.NewReader(body))
+	if err != nil {
+		return e2eResponse{}, err
+	}
 	req.Header.Set("Content-Type", contentType)
 	resp, err := c.Do(req)
-	require.NoError(tb, err)
+	if err != nil {
+		return e2eResponse{}, err
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(tb, err)
-	return e2eResponse{Response: resp, body: b}
+	if err != nil {
+		return e2eResponse{}, err
+	}
+	return e2eResponse{Response: resp, body: b}, nil
 }
 
 // grpcConn returns a raw grpc-go client connection to env's gRPC server,

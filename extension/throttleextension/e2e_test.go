@@ -51,8 +51,8 @@ func requireHTTPRejection(t *testing.T, resp e2eResponse, contentType string, op
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "body: %s", resp.body)
 	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 	require.NoError(t, err, "Retry-After %q", resp.Header.Get("Retry-After"))
-	assert.GreaterOrEqual(t, secs, int(e2eRetryMin/time.Second))
-	assert.LessOrEqual(t, secs, int(e2eRetryMax/time.Second))
+	assert.GreaterOrEqual(t, secs, int(e2eRetryLow/time.Second))
+	assert.LessOrEqual(t, secs, int(e2eRetryHigh/time.Second))
 	assert.Equal(t, contentType, resp.Header.Get("Content-Type"))
 	st := &spb.Status{}
 	if contentType == pbType {
@@ -82,8 +82,8 @@ func requireGRPCRejection(t *testing.T, err error) {
 	}
 	require.NotNil(t, info, "no RetryInfo in %v", st.Details())
 	d := info.GetRetryDelay().AsDuration()
-	assert.GreaterOrEqual(t, d, e2eRetryMin)
-	assert.LessOrEqual(t, d, e2eRetryMax)
+	assert.GreaterOrEqual(t, d, e2eRetryLow)
+	assert.LessOrEqual(t, d, e2eRetryHigh)
 }
 
 // TestE2EOpenRejectsHTTP: in Open every signal is rejected over HTTP, in
@@ -538,19 +538,27 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 	c := e2eHTTPClient(t)
 	pb, err := e2eSignals[0].proto(5)
 	require.NoError(t, err)
-	got := make(chan e2eResponse, 1)
-	go func() { got <- env.post(t, c, e2eSignals[0].path, pbType, pb) }()
-	require.Eventually(t, func() bool { return e.queue.Held() == 1 }, e2eWait, time.Millisecond, "held")
+	type result struct {
+		resp e2eResponse
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := env.tryPost(c, e2eSignals[0].path, pbType, pb)
+		got <- result{resp, err}
+	}()
+	require.Eventually(t, func() bool { return e.runner.Queue().Held() == 1 }, e2eWait, time.Millisecond, "held")
 	assert.Zero(t, e2eSignals[0].received(env), "a held body is not read")
 	env.setLevel(t, e2eCalm, StateNormal)
 	select {
-	case resp := <-got:
-		assert.Equal(t, http.StatusOK, resp.StatusCode, "body: %s", resp.body)
+	case r := <-got:
+		require.NoError(t, r.err)
+		assert.Equal(t, http.StatusOK, r.resp.StatusCode, "body: %s", r.resp.body)
 	case <-time.After(e2eWait):
 		t.Fatal("the held request was not admitted")
 	}
 	assert.Equal(t, 5, e2eSignals[0].received(env))
-	assert.Zero(t, e.queue.Held())
+	assert.Zero(t, e.runner.Queue().Held())
 	assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "allowed", ""))
 	assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "open"), "a held request that got in is no denial")
 }

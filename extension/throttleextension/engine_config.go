@@ -4,10 +4,48 @@
 package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
 
 import (
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
+
+// runnerConfig maps the configuration to the runner's: every section
+// resolved into what the sampler, the engine, the middleware and the status
+// page take.
+func (cfg *Config) runnerConfig() runner.Config {
+	rc := runner.Config{
+		Enabled:       cfg.Enabled,
+		ObserveOnly:   cfg.ObserveOnly,
+		Sampler:       cfg.samplerConfig(),
+		Decision:      cfg.decisionConfig(),
+		Routes:        cfg.middlewareRoutes(),
+		RetryAfterMin: cfg.RetryAfter.Min,
+		RetryAfterMax: cfg.RetryAfter.Max,
+		PacingDelay:   cfg.Pacing.Delay,
+		PacingMaxHeld: cfg.Pacing.MaxHeld,
+		QueueMaxWait:  cfg.Queue.MaxWait,
+		QueueMaxHeld:  cfg.Queue.MaxHeld,
+		Admission: runner.Admission{
+			AutoBudget:  cfg.Admission.MaxInflightBytes.Auto(),
+			PeerShare:   cfg.Admission.PeerShare,
+			WaitTimeout: cfg.Admission.WaitTimeout,
+			UnknownSize: int64(cfg.Admission.UnknownSize), //nolint:gosec // G115: at most 1 TiB (Validate)
+			IdleTimeout: cfg.Admission.IdleTimeout,
+		},
+		GoMemLimit:   cfg.GoMemLimit.ownerConfig(),
+		StaleAfter:   cfg.StaleAfter(),
+		ReportStatus: cfg.ReportStatus,
+	}
+	if !cfg.Admission.MaxInflightBytes.Off() {
+		rc.Admission.Budget = cfg.Admission.MaxInflightBytes.ResolveBudget
+	}
+	if cfg.Status.HasValue() {
+		status := *cfg.Status.Get() // ToServer fills in defaults; keep the config as loaded
+		rc.Status = &status
+	}
+	return rc
+}
 
 // samplerConfig maps the sample_interval and signal sections to the
 // sampler's configuration. The slow cadence at which limits are re-read is
@@ -41,7 +79,7 @@ func (cfg *Config) decisionConfig() decision.Config {
 }
 
 func (s SlotConfig) slot() decision.Slot {
-	return decision.Slot{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN}
+	return decision.Slot{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN, MaxShed: s.MaxShed}
 }
 
 // middlewareRoutes maps the routes section to the middleware's routes.

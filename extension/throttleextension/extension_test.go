@@ -70,7 +70,7 @@ func (f *fakeSource) Describe() string { return "fake source (test)" }
 // testConfig is the default configuration with a 10ms interval, no recovery
 // ramp, metrics exempt (rules.metrics.enabled: false) and no stale-level
 // fallback (so a slow machine cannot turn a state back to Normal).
-func testConfig(t testing.TB, mutate ...func(*Config)) *Config {
+func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 	cfg := createDefaultConfig().(*Config)
 	cfg.SampleInterval = 10 * time.Millisecond
 	cfg.RecoveryRamp = 0
@@ -80,34 +80,34 @@ func testConfig(t testing.TB, mutate ...func(*Config)) *Config {
 	for _, m := range mutate {
 		m(cfg)
 	}
-	require.NoError(t, cfg.Validate())
+	require.NoError(tb, cfg.Validate())
 	return cfg
 }
 
 // newTestExtension creates (but does not start) an extension through the
 // factory, with src injected when not nil. Shutdown runs at cleanup.
-func newTestExtension(t testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+func newTestExtension(tb testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
 	var opts []Option
 	if src != nil {
 		opts = append(opts, WithResourceSource(src))
 	}
 	ext, err := NewFactory(opts...).Create(context.Background(), set, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, ext.Shutdown(context.Background())) })
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, ext.Shutdown(context.Background())) })
 	return ext.(*throttleExtension)
 }
 
-func startTestExtension(t testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
-	e := newTestExtension(t, src, cfg, set)
-	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
+func startTestExtension(tb testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+	e := newTestExtension(tb, src, cfg, set)
+	require.NoError(tb, e.Start(context.Background(), componenttest.NewNopHost()))
 	return e
 }
 
 func nopSettings() extension.Settings { return extensiontest.NewNopSettings(metadata.Type) }
 
 // waitState waits until every signal is in want.
-func waitState(t testing.TB, e *throttleExtension, want State) {
-	require.Eventually(t, func() bool {
+func waitState(tb testing.TB, e *throttleExtension, want State) {
+	require.Eventually(tb, func() bool {
 		for s := range decision.NumSignals {
 			if e.State(s) != want {
 				return false
@@ -119,9 +119,9 @@ func waitState(t testing.TB, e *throttleExtension, want State) {
 
 // waitValid waits until the published level has a valid CPU window (the
 // second tick) and the given memory level.
-func waitValid(t testing.TB, e *throttleExtension, mem float64) {
-	require.Eventually(t, func() bool {
-		wl := e.level()
+func waitValid(tb testing.TB, e *throttleExtension, mem float64) {
+	require.Eventually(tb, func() bool {
+		wl := e.runner.Level()
 		return wl != nil && wl.CPUValid && wl.MemValid && wl.Mem == mem
 	}, 10*time.Second, time.Millisecond)
 }
@@ -136,7 +136,7 @@ func TestLifecycle(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		e := newTestExtension(t, newFakeSource(50), testConfig(t), nopSettings())
 		require.NoError(t, e.Start(ctx, host))
-		require.NotNil(t, e.sampler)
+		require.NotNil(t, e.runner.Sampler())
 		require.NoError(t, e.Shutdown(ctx))
 	})
 	t.Run("shutdown_without_start", func(t *testing.T) {
@@ -149,9 +149,9 @@ func TestLifecycle(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		e := newTestExtension(t, newFakeSource(50), testConfig(t), nopSettings())
 		require.NoError(t, e.Start(ctx, host))
-		first := e.sampler
+		first := e.runner.Sampler()
 		require.NoError(t, e.Start(ctx, host))
-		assert.Same(t, first, e.sampler, "a second Start must not create a second sampler")
+		assert.Same(t, first, e.runner.Sampler(), "a second Start must not create a second sampler")
 		require.NoError(t, e.Shutdown(ctx))
 		require.NoError(t, e.Shutdown(ctx))
 	})
@@ -175,11 +175,11 @@ func TestLifecycle(t *testing.T) {
 		ignore := goleak.IgnoreCurrent()
 		require.NoError(t, e.Start(ctx, host))
 		goleak.VerifyNone(t, ignore)
-		assert.Nil(t, e.sampler)
+		assert.Nil(t, e.runner.Sampler())
 		assert.Zero(t, src.wsCalls.Load(), "a disabled throttle must not read resources")
 		for _, s := range allSignals {
 			assert.Equal(t, Admit, e.Decide(s), s.String())
-			assert.True(t, e.Exempt(s), s.String())
+			assert.True(t, e.runner.Exempt(s), s.String())
 			assert.Equal(t, StateNormal, e.State(s), s.String())
 		}
 		require.NoError(t, e.Shutdown(ctx))
@@ -241,7 +241,11 @@ func TestStateThroughSeam(t *testing.T) {
 		// the backstop refuses the exempt signal too.
 		assert.Equal(t, DenyOpen, e.Decide(s), s.String())
 	}
-	assert.Equal(t, e.exempt, [decision.NumSignals]bool{false, true, false, false})
+	var exempt [decision.NumSignals]bool
+	for s := range decision.NumSignals {
+		exempt[s] = e.runner.Exempt(s)
+	}
+	assert.Equal(t, [decision.NumSignals]bool{false, true, false, false}, exempt)
 
 	// Back to 50% with recovery_ramp 0: Normal and admitting at once.
 	src.setMem(50)
@@ -255,7 +259,7 @@ func TestStateThroughSeam(t *testing.T) {
 	src.setMem(87)
 	waitState(t, e, StateShedding)
 	wantP := (0.87 - 0.85) / (0.92 - 0.85)
-	st := e.engine.Stat()
+	st := e.runner.Engine().Stat()
 	assert.InDelta(t, wantP, st.Signals[SignalTraces].DropProbability, 1e-9)
 	assert.Zero(t, st.Signals[SignalMetrics].DropProbability)
 	const n = 4000
@@ -299,7 +303,7 @@ func TestRecoveryRampAfterOpen(t *testing.T) {
 		require.Equal(t, Admit, e.Decide(SignalMetrics), "an exempt signal is not ramped")
 	}
 	assert.Greater(t, shed, 90, "right after Open the ramp must shed nearly everything")
-	assert.Greater(t, e.engine.Stat().Signals[SignalTraces].DropProbability, 0.99)
+	assert.Greater(t, e.runner.Engine().Stat().Signals[SignalTraces].DropProbability, 0.99)
 }
 
 func TestRetryDelay(t *testing.T) {
@@ -324,7 +328,7 @@ func TestShutdownClosesOwnedSource(t *testing.T) {
 
 	e = newTestExtension(t, nil, testConfig(t), nopSettings())
 	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
-	require.NotNil(t, e.ownedSource)
+	require.NotNil(t, e.runner.OwnedSource())
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 

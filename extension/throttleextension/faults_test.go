@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,13 +115,13 @@ func samplerWarns(logs *observer.ObservedLogs) map[string]int {
 	return out
 }
 
-func faultExtension(t *testing.T, src ResourceSource, mutate ...func(*Config)) (*throttleExtension, *componenttest.Telemetry, *observer.ObservedLogs) {
+func faultExtension(t *testing.T, src ResourceSource) (*throttleExtension, *componenttest.Telemetry, *observer.ObservedLogs) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
 	set := metadatatest.NewSettings(tel)
 	core, logs := observer.New(zapcore.InfoLevel)
 	set.Logger = zap.New(core)
-	e := startTestExtension(t, src, testConfig(t, mutate...), set)
+	e := startTestExtension(t, src, testConfig(t), set)
 	return e, tel, logs
 }
 
@@ -140,7 +141,7 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 	src.waitTicks(t, 50)
 	waitState(t, e, StateNormal)
 	assert.Equal(t, Admit, e.Decide(SignalTraces), "an unreadable level fails open")
-	wl := e.level()
+	wl := e.runner.Level()
 	assert.False(t, wl.CPUValid)
 	assert.False(t, wl.MemValid)
 
@@ -168,7 +169,7 @@ func TestFaultsLimitsUnreadableFromStart(t *testing.T) {
 	src.limitFail.Store(true)
 	e, tel, logs := faultExtension(t, src)
 	src.waitTicks(t, 10)
-	assert.False(t, e.level().MemValid)
+	assert.False(t, e.runner.Level().MemValid)
 	assert.Equal(t, Admit, e.Decide(SignalTraces))
 	assert.Equal(t, StateNormal, e.State(SignalTraces))
 	assert.Equal(t, int64(1), samplerErrors(t, tel)["limits"], "limits are read at Start, then every 10s")
@@ -187,7 +188,7 @@ func TestFaultsCounterKeepsResetting(t *testing.T) {
 	src.waitTicks(t, 30)
 	assert.GreaterOrEqual(t, samplerErrors(t, tel)["cpu"], int64(28))
 	assert.Equal(t, map[string]int{"cpu": 1}, samplerWarns(logs))
-	assert.False(t, e.level().CPUValid, "no window was ever valid")
+	assert.False(t, e.runner.Level().CPUValid, "no window was ever valid")
 
 	src.ws.Store(95 * testMemLimit / 100)
 	waitState(t, e, StateOpen)
@@ -244,12 +245,12 @@ func TestFaultsRealCgroupReader(t *testing.T) {
 	e, tel, logs := faultExtension(t, r)
 	const fixtureMem = 80.0 / 512 // working set / memory.max in the fixture
 	require.Eventually(t, func() bool {
-		wl := e.level()
+		wl := e.runner.Level()
 		return wl.MemValid && wl.Mem == fixtureMem && wl.CPUValid
 	}, 10*time.Second, time.Millisecond)
 
 	// Past mem hard: the reader drives the state.
-	write("memory.current", fmt.Sprint(uint64(95*512<<20)/100+20971520)) // + inactive_file
+	write("memory.current", strconv.FormatUint(uint64(95*512<<20)/100+20971520, 10)) // + inactive_file
 	waitState(t, e, StateOpen)
 
 	// Garbage in memory.current: mem invalid, counted; the state falls back.
@@ -260,13 +261,13 @@ func TestFaultsRealCgroupReader(t *testing.T) {
 	// A partial line in cpu.stat.
 	write("cpu.stat", "usage_u")
 	require.Eventually(t, func() bool { return samplerErrors(t, tel)["cpu"] >= 20 }, 30*time.Second, time.Millisecond)
-	assert.False(t, e.level().CPUValid)
+	assert.False(t, e.runner.Level().CPUValid)
 
 	// A counter reset, then counting again.
 	write("cpu.stat", "usage_usec 10\n")
 	write("memory.current", "104857600\n")
 	require.Eventually(t, func() bool {
-		wl := e.level()
+		wl := e.runner.Level()
 		return wl.MemValid && wl.Mem == fixtureMem && wl.CPUValid
 	}, 10*time.Second, time.Millisecond)
 	waitState(t, e, StateNormal)

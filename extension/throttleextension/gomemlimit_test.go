@@ -24,10 +24,11 @@ type resizableSource struct {
 	cores atomic.Uint64 // millicores
 }
 
-func newResizableSource(limit uint64, millicores uint64) *resizableSource {
+// newResizableSource starts with memory limit limit and one core.
+func newResizableSource(limit uint64) *resizableSource {
 	s := &resizableSource{}
 	s.limit.Store(limit)
-	s.cores.Store(millicores)
+	s.cores.Store(1000)
 	s.ws.Store(limit / 10)
 	return s
 }
@@ -94,7 +95,7 @@ func startResizable(t *testing.T, src *resizableSource, ml *fakeMemoryLimit, mut
 // back at shutdown.
 func TestGoMemLimitFollowsTheContainer(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "")
-	src := newResizableSource(100<<20, 1000)
+	src := newResizableSource(100 << 20)
 	ml := newFakeMemoryLimit()
 	e, logs := startResizable(t, src, ml)
 	assert.Equal(t, int64(80<<20), ml.get(), "0.80 of the memory limit")
@@ -117,7 +118,7 @@ func TestGoMemLimitRespectsTheEnvironment(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "64MiB")
 	ml := newFakeMemoryLimit()
 	ml.limit = 64 << 20 // the runtime applied it at start
-	_, logs := startResizable(t, newResizableSource(100<<20, 1000), ml)
+	_, logs := startResizable(t, newResizableSource(100<<20), ml)
 	assert.Zero(t, ml.setCount(), "never set")
 	assert.Equal(t, int64(64<<20), ml.get())
 	started := logs.FilterMessage("throttle started").All()
@@ -128,7 +129,7 @@ func TestGoMemLimitRespectsTheEnvironment(t *testing.T) {
 func TestGoMemLimitTurnedOff(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "")
 	ml := newFakeMemoryLimit()
-	e, _ := startResizable(t, newResizableSource(100<<20, 1000), ml, func(c *Config) { c.GoMemLimit.Enabled = false })
+	e, _ := startResizable(t, newResizableSource(100<<20), ml, func(c *Config) { c.GoMemLimit.Enabled = false })
 	require.NoError(t, e.Shutdown(context.Background()))
 	assert.Zero(t, ml.setCount(), "gomemlimit.enabled: false never sets it")
 }
@@ -137,13 +138,13 @@ func TestGoMemLimitTurnedOff(t *testing.T) {
 // at start from the memory limit and the cores, and follows both when they
 // change.
 func TestAutoBudgetFollowsTheContainer(t *testing.T) {
-	src := newResizableSource(300<<20, 1000)
+	src := newResizableSource(300 << 20)
 	e, _ := startResizable(t, src, newFakeMemoryLimit())
-	require.EqualValues(t, 10<<20, e.budget.Load().Max(), "1 core: 10 MiB")
+	require.EqualValues(t, 10<<20, e.runner.Budget().Max(), "1 core: 10 MiB")
 	src.cores.Store(4000)
-	require.Eventually(t, func() bool { return e.budget.Load().Max() == 25<<20 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.runner.Budget().Max() == 25<<20 }, 10*time.Second, time.Millisecond,
 		"4 cores: the memory limit's share, 300 MiB / 12")
 	src.limit.Store(120 << 20)
-	require.Eventually(t, func() bool { return e.budget.Load().Max() == 10<<20 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.runner.Budget().Max() == 10<<20 }, 10*time.Second, time.Millisecond,
 		"a smaller limit: 120 MiB / 12")
 }

@@ -213,9 +213,9 @@ func TestLifecycleAnyOrder(t *testing.T) {
 			for i := range 8 {
 				wg.Go(func() {
 					if i%2 == 0 {
-						assert.NoError(t, e.Start(ctx, host))
+						assert.NoError(t, e.Start(ctx, host)) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 					} else {
-						assert.NoError(t, e.Shutdown(ctx))
+						assert.NoError(t, e.Shutdown(ctx)) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 					}
 					_ = e.Decide(SignalTraces)
 					_ = e.RetryDelay(DenyOpen)
@@ -268,7 +268,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 	for range 2 * n {
 		<-g.entered
 	}
-	reserved, _ := e.budgetValues()
+	reserved := e.runner.Budget().Reserved()
 	assert.Positive(t, reserved, "the held HTTP requests hold budget")
 
 	require.NoError(t, e.Shutdown(context.Background()), "Shutdown returns with requests in flight")
@@ -285,7 +285,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 		assert.Equal(t, codes.OK, c)
 	}
 	assert.Equal(t, int64(2*n), rcv.accepted.Load())
-	reserved, _ = e.budgetValues()
+	reserved = e.runner.Budget().Reserved()
 	assert.Zero(t, reserved, "every reservation was released")
 
 	// After Shutdown (a receiver that outlives it, in a wrong order): still
@@ -321,7 +321,7 @@ func TestSharedByManyServers(t *testing.T) {
 			for _, u := range urls {
 				wg.Go(func() {
 					code, err := postTraces(hc, u)
-					assert.NoError(t, err)
+					assert.NoError(t, err) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 					assert.Equal(t, wantHTTP, code)
 				})
 			}
@@ -418,13 +418,13 @@ func TestTwoThrottleExtensions(t *testing.T) {
 	for range 10 {
 		load.Go(func() {
 			code, err := postTraces(hc, urlA)
-			assert.NoError(t, err)
+			assert.NoError(t, err) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 			assert.Equal(t, http.StatusTooManyRequests, code)
 			assert.Equal(t, codes.ResourceExhausted, exportTraces(gcA))
 		})
 		load.Go(func() {
 			code, err := postTraces(hc, urlB)
-			assert.NoError(t, err)
+			assert.NoError(t, err) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 			assert.Equal(t, http.StatusOK, code)
 			assert.Equal(t, codes.OK, exportTraces(gcB))
 		})

@@ -5,13 +5,13 @@ package throttleextension
 
 import (
 	"context"
-	"go.opentelemetry.io/collector/component/componentstatus"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -92,7 +92,7 @@ func staleGauge(t *testing.T, tel *componenttest.Telemetry) int64 {
 	return g.DataPoints[0].Value
 }
 
-func observedSettings(tel *componenttest.Telemetry, level zapcore.Level) (*observer.ObservedLogs, func() *zap.Logger) {
+func observedSettings(level zapcore.Level) (*observer.ObservedLogs, func() *zap.Logger) {
 	core, logs := observer.New(level)
 	return logs, func() *zap.Logger { return zap.New(core) }
 }
@@ -107,7 +107,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
 	set := metadatatest.NewSettings(tel)
-	logs, logger := observedSettings(tel, zapcore.InfoLevel)
+	logs, logger := observedSettings(zapcore.InfoLevel)
 	set.Logger = logger()
 
 	src := newBlockingSource(95) // over mem hard: Open
@@ -123,7 +123,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	release := src.block(t)
 	require.Eventually(t, func() bool { return e.Decide(SignalTraces) == Admit }, 10*time.Second, time.Millisecond,
 		"a blocked sampler must not hold Open for ever")
-	assert.True(t, e.engine.Stale())
+	assert.True(t, e.runner.Engine().Stale())
 	for _, s := range allSignals {
 		assert.Equal(t, Admit, e.Decide(s), s.String())
 		assert.Equal(t, StateNormal, e.State(s), s.String())
@@ -149,7 +149,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 		return logs.FilterMessageSnippet("fresh water level again").FilterLevelExact(zapcore.InfoLevel).Len() == 1
 	}, 10*time.Second, time.Millisecond)
 	assert.Len(t, logs.FilterMessageSnippet("no fresh water level").All(), 1)
-	assert.False(t, e.engine.Stale())
+	assert.False(t, e.runner.Engine().Stale())
 
 	require.NoError(t, e.Shutdown(context.Background()))
 }
@@ -160,11 +160,11 @@ func TestStaleAfterZeroHolds(t *testing.T) {
 	verifyNoLeaks(t)
 	src := newBlockingSource(95)
 	e := startTestExtension(t, src, testConfig(t), nopSettings()) // testConfig: 0
-	require.Nil(t, e.stale)
+	require.False(t, e.runner.Watchdog(), "no stale watchdog")
 	waitState(t, e, StateOpen)
 	release := src.block(t)
 	assert.Never(t, func() bool { return e.Decide(SignalTraces) != DenyOpen }, 200*time.Millisecond, 5*time.Millisecond)
-	assert.False(t, e.engine.Stale())
+	assert.False(t, e.runner.Engine().Stale())
 	release()
 	require.NoError(t, e.Shutdown(context.Background()))
 }
@@ -174,7 +174,7 @@ func TestStaleAfterZeroHolds(t *testing.T) {
 func TestStaleWatchdogStopsAtShutdown(t *testing.T) {
 	verifyNoLeaks(t)
 	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfterIntervals = 2 }), nopSettings())
-	require.NotNil(t, e.stale)
+	require.True(t, e.runner.Watchdog(), "stale watchdog started")
 	require.NoError(t, e.Shutdown(context.Background()))
 	require.NoError(t, e.Shutdown(context.Background()))
 }
@@ -216,37 +216,4 @@ func TestStaleFallbackReportsStatus(t *testing.T) {
 	require.Equal(t, componentstatus.StatusOK, host.next(t).Status(), "stale fallback admits: OK")
 	release()
 	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status(), "fresh level, Open again")
-}
-
-// TestStaleCounterCountsOnlyTicksOnTime: a sampler that publishes nothing
-// while the watchdog runs on time is stuck; a process so starved of CPU
-// that its watchdog runs late too is not called stuck, however long the
-// gap, and every publication starts the count again.
-func TestStaleCounterCountsOnlyTicksOnTime(t *testing.T) {
-	const interval = 250 * time.Millisecond
-	start := time.Unix(1000, 0)
-	published := start
-
-	c := staleCounter{interval: interval, need: 4}
-	at := start
-	for i := range 3 {
-		at = at.Add(interval)
-		assert.False(t, c.tick(at, published), "on-time tick %d of 4", i+1)
-	}
-	// Starved: the watchdog runs seconds late, again and again.
-	for range 10 {
-		at = at.Add(3 * time.Second)
-		assert.False(t, c.tick(at, published), "late ticks do not count")
-	}
-	at = at.Add(interval)
-	assert.True(t, c.tick(at, published), "the 4th on-time tick without a publication")
-
-	// A publication starts the count again.
-	published = at
-	for i := range 3 {
-		at = at.Add(interval)
-		assert.False(t, c.tick(at, published), "tick %d after a publication", i+1)
-	}
-	at = at.Add(interval)
-	assert.True(t, c.tick(at, published))
 }

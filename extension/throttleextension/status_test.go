@@ -28,7 +28,6 @@ import (
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
-	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 // statusTestSource drives the water level: no CPU used, a working set the
@@ -166,7 +165,7 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 		"status": map[string]any{"endpoint": "127.0.0.1:0"},
 		"rules":  map[string]any{"logs": map[string]any{"enabled": false}},
 	})
-	addr := e.status.addr()
+	addr := e.runner.StatusAddr()
 	require.NotNil(t, addr, "status server not listening")
 	base := "http://" + addr.String()
 	tr := &http.Transport{}
@@ -174,10 +173,10 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 	defer tr.CloseIdleConnections()
 
 	// Decisions counted by every path show up per signal.
-	e.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
-	e.Record(middleware.ProtocolGRPC, decision.Traces, decision.Admit)
+	e.runner.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
+	e.runner.Record(middleware.ProtocolGRPC, decision.Traces, decision.Admit)
 	e.RecordProcessorDecision(decision.Traces, decision.DenyShed)
-	e.Record(middleware.ProtocolGRPC, decision.Metrics, decision.DenyBudget)
+	e.runner.Record(middleware.ProtocolGRPC, decision.Metrics, decision.DenyBudget)
 
 	doc := getStatus(t, c, base)
 	assert.Equal(t, "status test source", doc.Source)
@@ -251,7 +250,7 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 
 	tr.CloseIdleConnections()
 	require.NoError(t, e.Shutdown(context.Background()))
-	assert.Nil(t, e.status.addr())
+	assert.Nil(t, e.runner.StatusAddr())
 	conn, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
 	if err == nil {
 		_ = conn.Close()
@@ -261,8 +260,9 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 
 func TestStatusPageOffByDefault(t *testing.T) {
 	e, _ := startStatusExtension(t, componenttest.NewNopHost(), nil)
-	assert.Nil(t, e.status.addr())
-	assert.Nil(t, e.status.ring)
+	assert.Nil(t, e.runner.StatusAddr())
+	// No status section, no page (and no ring: the runner's tests check it).
+	assert.Nil(t, createDefaultConfig().(*Config).runnerConfig().Status)
 }
 
 func TestStatusPageEndpointInUse(t *testing.T) {
@@ -350,61 +350,4 @@ func TestReportStatusOffByDefault(t *testing.T) {
 	require.Eventually(t, func() bool { return e.State(SignalTraces) != StateOpen }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, e.Shutdown(context.Background()))
 	assert.Empty(t, host.recorded())
-}
-
-// The sampler goroutine records into the ring and checks for a status
-// change on every sample: without a change it must not allocate.
-func TestStatusRecordDoesNotAllocate(t *testing.T) {
-	src := &statusTestSource{}
-	f := NewFactory(WithResourceSource(src))
-	cfg := f.CreateDefaultConfig()
-	require.NoError(t, confmap.NewFromStringMap(map[string]any{
-		"report_status": true, "status": map[string]any{"endpoint": "127.0.0.1:0"},
-	}).Unmarshal(cfg))
-	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
-	require.NoError(t, err)
-	e := ext.(*throttleExtension)
-	wl := &sampler.WaterLevel{Mem: 0.5, MemValid: true, At: time.Now()}
-	allocs := testing.AllocsPerRun(100, func() {
-		e.status.record(wl)
-		e.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
-	})
-	assert.Zero(t, allocs)
-	assert.Positive(t, e.status.ring.Len())
-	require.NoError(t, ext.Shutdown(context.Background()))
-}
-
-// The stale fallback turns every signal Normal without a sample; whoever
-// triggers it calls reportChange, which then reports OK: a throttle that
-// admits everything must not keep the component in error.
-func TestReportStatusStaleFallback(t *testing.T) {
-	f := NewFactory(WithResourceSource(&statusTestSource{}))
-	cfg := f.CreateDefaultConfig()
-	require.NoError(t, confmap.NewFromStringMap(map[string]any{"report_status": true}).Unmarshal(cfg))
-	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
-	require.NoError(t, err)
-	e := ext.(*throttleExtension)
-	host := newStatusHost()
-	e.status.host = host // as Start does; the engine is driven by hand below
-
-	e.engine.Observe(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()})
-	e.status.reportChange()
-	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status())
-	e.status.reportChange() // no change, no report
-
-	require.Eventually(t, func() bool { return e.engine.Expire(time.Nanosecond) }, 10*time.Second, time.Millisecond)
-	live := e.status.live()
-	assert.True(t, live.Stale)
-	for _, s := range live.Signals {
-		assert.Equal(t, StateNormal, s.State)
-		assert.Zero(t, s.DropProbability)
-	}
-	e.status.reportChange()
-	require.Equal(t, componentstatus.StatusOK, host.next(t).Status())
-
-	// Once Shutdown has begun nothing is reported (the host is Stopping).
-	e.engine.Observe(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()})
-	require.NoError(t, ext.Shutdown(context.Background()))
-	e.status.reportChange()
-	assert.Len(t, host.recorded(), 2)
 }

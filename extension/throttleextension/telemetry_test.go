@@ -13,7 +13,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -23,9 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
-	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
-	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 // idAttr is the component ID attribute metadatatest.NewSettings gives.
@@ -44,9 +41,17 @@ func wantLevels(mem float64) []metricdata.DataPoint[float64] {
 		kind string
 		v    float64
 	}{
-		{"cpu", 0}, {"cpu_slow", 0}, {"cpu_fast", 0}, {"mem", mem}, {"mem_working_set", mem},
-		{"cpu_enter", 0.90}, {"cpu_exit", 0.80}, {"cpu_hard", 1.10},
-		{"mem_enter", 0.85}, {"mem_exit", 0.78}, {"mem_hard", 0.92},
+		{"cpu", 0},
+		{"cpu_slow", 0},
+		{"cpu_fast", 0},
+		{"mem", mem},
+		{"mem_working_set", mem},
+		{"cpu_enter", 0.90},
+		{"cpu_exit", 0.80},
+		{"cpu_hard", 1.10},
+		{"mem_enter", 0.85},
+		{"mem_exit", 0.78},
+		{"mem_hard", 0.92},
 	}
 	dps := make([]metricdata.DataPoint[float64], 0, len(kv))
 	for _, p := range kv {
@@ -69,9 +74,10 @@ func wantStates(st State) []metricdata.DataPoint[int64] {
 	return dps
 }
 
-func wantInflight(reserved, limit int64) []metricdata.DataPoint[int64] {
+// wantInflight is throttle_inflight_bytes with nothing reserved.
+func wantInflight(limit int64) []metricdata.DataPoint[int64] {
 	return []metricdata.DataPoint[int64]{
-		{Attributes: attribute.NewSet(idAttr, attribute.String("budget", "reserved")), Value: reserved},
+		{Attributes: attribute.NewSet(idAttr, attribute.String("budget", "reserved")), Value: 0},
 		{Attributes: attribute.NewSet(idAttr, attribute.String("budget", "limit")), Value: limit},
 	}
 }
@@ -157,7 +163,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	waitValid(t, e, 0.5)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
-	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleHeldRequests(t, tt, []metricdata.DataPoint[int64]{
 		{Attributes: attribute.NewSet(idAttr), Value: 0},
 	}, metricdatatest.IgnoreTimestamp())
@@ -175,7 +181,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	e.RecordProcessorDecision(SignalTraces, Admit)
 	want.add("processor", SignalTraces, Admit)
 	assertRequests()
-	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 
 	// Step 2: Open at 95%.
 	src.setMem(95)
@@ -191,7 +197,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	want.add("http", SignalLogs, DenyOpen)
 	e.RecordProcessorDecision(SignalLogs, DenyOpen)
 	want.add("processor", SignalLogs, DenyOpen)
-	e.Record(middleware.ProtocolGRPC, SignalTraces, DenyOpen)
+	e.runner.Record(middleware.ProtocolGRPC, SignalTraces, DenyOpen)
 	want.add("grpc", SignalTraces, DenyOpen)
 	assertRequests()
 
@@ -203,7 +209,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.87), metricdatatest.IgnoreTimestamp())
 	e.RecordProcessorDecision(SignalTraces, DenyShed)
 	want.add("processor", SignalTraces, DenyShed)
-	e.Record(middleware.ProtocolGRPC, SignalProfiles, Admit)
+	e.runner.Record(middleware.ProtocolGRPC, SignalProfiles, Admit)
 	want.add("grpc", SignalProfiles, Admit)
 	assertRequests()
 
@@ -224,7 +230,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	require.Equal(t, http.StatusOK, innerCode, "larger than the budget, while another request holds 1000 bytes")
 	want.add("http", SignalTraces, Admit)
 	assert.Equal(t, int64(1000+defaultUnknownSize), seenReserved, "1000 bytes and the larger request's unknown_size")
-	held := e.budget.Load()
+	held := e.runner.Budget()
 	require.True(t, held.Reserve(budget-500))
 	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalTraces], 1000), "1000 bytes with 500 left")
 	want.add("http", SignalTraces, DenyBudget)
@@ -235,7 +241,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	e.RecordProcessorDecision(SignalProfiles, DenyBudget)
 	want.add("processor", SignalProfiles, DenyBudget)
 	assertRequests()
-	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, budget), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 
 	// The sampler histograms: one point with the component ID, counts > 0,
 	// the declared buckets.
@@ -271,7 +277,7 @@ func TestTelemetryBudgetSettings(t *testing.T) {
 			startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
 				c.Admission.MaxInflightBytes = tc.budget
 			}), metadatatest.NewSettings(tt))
-			metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(0, tc.limit), metricdatatest.IgnoreTimestamp())
+			metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(tc.limit), metricdatatest.IgnoreTimestamp())
 		})
 	}
 }
@@ -341,67 +347,4 @@ func TestSamplerErrors(t *testing.T) {
 	warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("resource", "mem")).All()
 	require.Len(t, warns, 1, "a failing read is logged once per 30s, not per tick")
 	assert.Contains(t, warns[0].ContextMap()["error"], errFakeRead.Error())
-}
-
-// TestRecordResourceFallback checks that an unknown resource is counted as
-// limits (the metric's enum has no other value) rather than dropped.
-func TestRecordResourceFallback(t *testing.T) {
-	tt := newTestTelemetry(t)
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
-		level:  func() *sampler.WaterLevel { return nil },
-		state:  func(decision.Signal) decision.State { return decision.Normal },
-		budget: func() (int64, int64) { return 0, 0 },
-		stale:  func() bool { return false },
-		held:   func() int64 { return 0 },
-	})
-	require.NoError(t, err)
-	defer tel.shutdown()
-	tel.samplerError("limits")
-	tel.samplerError("something")
-	metadatatest.AssertEqualThrottleSamplerErrors(t, tt, []metricdata.DataPoint[int64]{
-		{Attributes: attribute.NewSet(idAttr, attribute.String("resource", "limits")), Value: 2},
-	}, metricdatatest.IgnoreTimestamp())
-	// Out-of-range inputs are ignored, not a panic.
-	tel.record(protocolHTTP, decision.NumSignals, decision.Admit)
-	tel.record(protocolHTTP, decision.Traces, decision.DenyBudget+1)
-	_, err = tt.GetMetric("otelcol_throttle_requests")
-	require.Error(t, err, "nothing recorded")
-}
-
-// BenchmarkRecord is the request path's telemetry: it must not allocate.
-func BenchmarkRecord(b *testing.B) {
-	tt := componenttest.NewTelemetry()
-	defer func() { _ = tt.Shutdown(context.Background()) }()
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
-		level:  func() *sampler.WaterLevel { return nil },
-		state:  func(decision.Signal) decision.State { return decision.Normal },
-		budget: func() (int64, int64) { return 0, 0 },
-		stale:  func() bool { return false },
-		held:   func() int64 { return 0 },
-	})
-	require.NoError(b, err)
-	defer tel.shutdown()
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		tel.record(protocol(i%int(numProtocols)), decision.Signal(i%int(decision.NumSignals)), decision.Verdict(i%4))
-	}
-}
-
-func TestRecordDoesNotAllocate(t *testing.T) {
-	tt := newTestTelemetry(t)
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
-		level:  func() *sampler.WaterLevel { return nil },
-		state:  func(decision.Signal) decision.State { return decision.Normal },
-		budget: func() (int64, int64) { return 0, 0 },
-		stale:  func() bool { return false },
-		held:   func() int64 { return 0 },
-	})
-	require.NoError(t, err)
-	defer tel.shutdown()
-	tel.record(protocolHTTP, decision.Traces, decision.Admit) // first use creates the series
-	allocs := testing.AllocsPerRun(1000, func() {
-		tel.record(protocolHTTP, decision.Traces, decision.Admit)
-		tel.record(protocolGRPC, decision.Logs, decision.DenyOpen)
-	})
-	assert.Zero(t, allocs)
 }

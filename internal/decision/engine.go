@@ -33,6 +33,18 @@ type Slot struct {
 	// BreachN is the number of consecutive frames every condition of the
 	// slot must hold for before it counts; values below 1 count as 1.
 	BreachN int
+	// MaxShed caps this slot's shedding severity (in (0, 1]; 0 counts as
+	// 1): the most this resource alone sheds, before the rules map
+	// severity to a drop probability.
+	MaxShed float64
+}
+
+// maxShed is MaxShed with 0 (and anything out of range) as 1.
+func (s Slot) maxShed() float64 {
+	if s.MaxShed > 0 && s.MaxShed < 1 {
+		return s.MaxShed
+	}
+	return 1
 }
 
 // Rule is how strongly one signal is shed (rules.<signal>).
@@ -89,8 +101,8 @@ const (
 // quota is exceeded (no quota, or bursts).
 func DefaultConfig() Config {
 	cfg := Config{
-		CPU:          Slot{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3},
-		Mem:          Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
+		CPU:          Slot{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: DefaultCPUMaxShed},
+		Mem:          Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1},
 		RecoveryRamp: 5 * time.Second,
 		Interval:     defaultInterval,
 	}
@@ -99,6 +111,13 @@ func DefaultConfig() Config {
 	}
 	return cfg
 }
+
+// DefaultCPUMaxShed: CPU alone sheds at most a fifth of the requests. A
+// rejection costs CPU too, and clients that re-send at once answer a larger
+// share with more requests, so beyond it shedding for CPU lowers goodput
+// and lengthens the tail (design §12 has the overload sweep behind it);
+// memory, which kills, keeps the full range and Open.
+const DefaultCPUMaxShed = 0.2
 
 // Transition is one state change of one signal.
 type Transition struct {
@@ -408,7 +427,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	e.updateCPUShare(from, to, cpu, wl.CPUCarried)
 
 	ramp := e.rampAt(now)
-	t := max(e.cpuShare, e.mem.severity(mem))
+	t := max(e.cpuShare, min(e.mem.severity(mem), e.mem.maxShed()))
 	backstop := e.mem.atHardNow(mem)
 	for i := range e.rules {
 		// Publish on change only: a steady state costs no allocation.
@@ -482,16 +501,18 @@ func (e *Engine) updateCPUShare(from, to State, cpu reading, carried bool) {
 		// Shedding into Normal, since an invalid slot counts as safe).
 	case to == Open:
 		if from != Open && e.cpu.hardReached(cpu) {
-			e.cpuShare = clamp01(e.cpuShare + cpuShareOpenStep)
+			e.cpuShare = min(clamp01(e.cpuShare+cpuShareOpenStep), e.cpu.maxShed())
 		}
 	case to == Normal:
 		// Not used in Normal, only unlearnt: at least as fast as with CPU
 		// 0.1 under enter (a full share is gone within 10 s), faster the
 		// lower CPU is. A load that comes back within seconds finds the
 		// share it left.
-		e.cpuShare = clamp01(e.cpuShare + e.cpuStep*min(cpu.fast-e.cpu.Enter, -cpuShareNormalDecay))
+		e.cpuShare = min(clamp01(e.cpuShare+e.cpuStep*min(cpu.fast-e.cpu.Enter, -cpuShareNormalDecay)), e.cpu.maxShed())
 	default: // Shedding
-		e.cpuShare = clamp01(e.cpuShare + e.cpuStep*(cpu.fast-e.cpu.Enter))
+		// Capped where it is integrated, so that it does not wind up above
+		// the cap and stay there after the load has gone.
+		e.cpuShare = min(clamp01(e.cpuShare+e.cpuStep*(cpu.fast-e.cpu.Enter)), e.cpu.maxShed())
 	}
 }
 

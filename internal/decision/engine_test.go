@@ -375,8 +375,8 @@ func TestOpenExitDecidedOnCurrentFrame(t *testing.T) {
 	}{
 		{"above exit before, at or below exit now", []frame{cpuResid, cpuResid, cpuOnly(0.70, 0.70)}, Normal},
 		{"below exit before, above exit now", []frame{cpuCalm, cpuCalm, cpuOnly(0.71, 0.71)}, Shedding},
-		{"mem above exit now only", []frame{cpuCalm, cpuCalm, frame{0.5, 0.5, 0.79}}, Shedding},
-		{"mem above exit before only", []frame{frame{0.5, 0.5, 0.85}, frame{0.5, 0.5, 0.85}, frame{0.5, 0.5, 0.78}}, Normal},
+		{"mem above exit now only", []frame{cpuCalm, cpuCalm, {0.5, 0.5, 0.79}}, Shedding},
+		{"mem above exit before only", []frame{{0.5, 0.5, 0.85}, {0.5, 0.5, 0.85}, {0.5, 0.5, 0.78}}, Normal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -552,28 +552,27 @@ func TestCPUShare(t *testing.T) {
 	})
 }
 
-// TestCPUHeldAtEnter runs the defaults in closed loop against a model of a
-// collector offered twice what its CPU quota can serve: CPU used is the
-// admitted share of the load plus a cost per rejection, clipped at the
-// quota, with ±0.1 of noise per 250 ms window (what CFS windows of a loaded
-// collector show), fed through the sampler's EWMAs. What users rely on:
-// once settled, CPU sits at the enter line, not at the quota; the state
-// never opens; the share matches the overload.
-func TestCPUHeldAtEnter(t *testing.T) {
+// runCPUModel runs cfg in closed loop against a model of a collector
+// offered twice what its CPU quota can serve: CPU used is the admitted
+// share of the load plus a cost per rejection, clipped at the quota, with
+// ±0.1 of noise per 250 ms window (what CFS windows of a loaded collector
+// show), fed through the sampler's EWMAs. It returns the mean CPU used once
+// settled (after 40 s of 2 minutes), the final drop probability and the
+// number of frames in Open; every settled frame must be Shedding.
+func runCPUModel(t *testing.T, cfg Config) (meanCPU, pDrop float64, opens int) {
+	t.Helper()
 	const (
 		offered    = 2.0  // cores of work offered
 		rejectCost = 0.15 // cores per core of rejected work
 		frames     = 480  // 2 minutes of 250 ms frames
 		settled    = 160  // after 40 s
 	)
-	cfg := DefaultConfig()
 	e := New(cfg, Options{Now: newFakeClock().Now})
 	noise := uint64(12345)
 	var fast, slow, sumCPU float64
-	opens := 0
 	for i := range frames {
-		pDrop := e.Stat().Signals[Traces].DropProbability
-		used := offered*(1-pDrop) + rejectCost*offered*pDrop
+		p := e.Stat().Signals[Traces].DropProbability
+		used := offered*(1-p) + rejectCost*offered*p
 		// xorshift: deterministic noise in [-0.1, 0.1)
 		noise ^= noise << 13
 		noise ^= noise >> 7
@@ -593,12 +592,36 @@ func TestCPUHeldAtEnter(t *testing.T) {
 			sumCPU += min(used, 1)
 		}
 	}
+	return sumCPU / (frames - settled), e.Stat().Signals[Traces].DropProbability, opens
+}
+
+// TestCPUHeldAtEnter: without a cap on what CPU sheds, the integral
+// controller holds CPU at the enter line, not at the quota, never opens,
+// and sheds the share the overload needs.
+func TestCPUHeldAtEnter(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.CPU.MaxShed = 1
+	mean, p, opens := runCPUModel(t, cfg)
 	assert.Zero(t, opens, "no Open episode")
-	mean := sumCPU / (frames - settled)
 	assert.InDelta(t, cfg.CPU.Enter, mean, 0.02, "CPU held at enter, not at the quota")
-	p := e.Stat().Signals[Traces].DropProbability
 	// CPU at enter: 2(1-p) + 0.3p = 0.9 -> p = 1.1/1.7.
 	assert.InDelta(t, 1.1/1.7, p, 0.05)
+}
+
+// TestCPUShedCapped: with the defaults CPU alone sheds at most
+// DefaultCPUMaxShed: at twice the quota the collector runs at its quota
+// (the rest waits in clients and queues), never opens, and the share does
+// not wind up above the cap.
+func TestCPUShedCapped(t *testing.T) {
+	mean, p, opens := runCPUModel(t, DefaultConfig())
+	assert.Zero(t, opens, "no Open episode")
+	assert.InDelta(t, DefaultCPUMaxShed, p, 1e-9, "shed share at the cap")
+	assert.Greater(t, mean, 0.97, "CPU at the quota")
+
+	// The cap is on CPU only: memory over its enter line still sheds more.
+	e := New(DefaultConfig(), Options{Now: newFakeClock().Now, RelieveMemory: func() {}})
+	e.Observe(&sampler.WaterLevel{CPU: 2, CPUFast: 2, CPUSlow: 2, CPUValid: true, Mem: 0.91, MemValid: true})
+	assert.Greater(t, e.Stat().Signals[Traces].DropProbability, 0.5)
 }
 
 func TestDecideDrawsOnlyWhenUncertain(t *testing.T) {
@@ -920,7 +943,7 @@ func TestBadInput(t *testing.T) {
 	assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
 }
 
-func TestConcurrentDecideAndObserve(t *testing.T) {
+func TestConcurrentDecideAndObserve(*testing.T) {
 	e := New(linesConfig(), Options{RelieveMemory: func() {}})
 	levels := []frame{calm, cpuEnter, cpuEnterHd, memOnly(0.95), calm}
 	stop := make(chan struct{})
@@ -951,7 +974,8 @@ func TestConcurrentDecideAndObserve(t *testing.T) {
 func TestDefaultConfig(t *testing.T) {
 	cfg := linesConfig()
 	assert.Equal(t, Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3}, cfg.CPU)
-	assert.Equal(t, Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1}, cfg.Mem)
+	assert.Equal(t, Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1}, cfg.Mem)
+	assert.InDelta(t, DefaultCPUMaxShed, DefaultConfig().CPU.MaxShed, 0)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
 	for _, r := range cfg.Rules {
 		assert.Equal(t, Rule{Enabled: true, DropMin: 0, DropMax: 1}, r)

@@ -122,7 +122,7 @@ func TestOwnership(t *testing.T) {
 		assert.Equal(t, Owned, third.Status(), "released ownership can be taken again")
 	})
 
-	t.Run("nil release", func(t *testing.T) {
+	t.Run("nil release", func(*testing.T) {
 		var o *Owner
 		o.Release()
 	})

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,7 +39,7 @@ const admissionWait = 20 * time.Second
 // slowClient writes a request head and the first bytes of a body that it
 // announces longer, on a raw connection, and then writes one more byte
 // every interval (never, if interval is 0) until the test ends.
-func slowClient(t *testing.T, addr string, contentLength int, first int, interval time.Duration) net.Conn {
+func slowClient(t *testing.T, addr string, contentLength, first int, interval time.Duration) net.Conn {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, admissionWait)
 	require.NoError(t, err)
@@ -253,7 +254,7 @@ func TestHTTPBodyWaitsForRelease(t *testing.T) {
 func TestHTTPLearnsInitialSize(t *testing.T) {
 	f := newHTTPFixture(t, NewBudget(1<<20), 16<<10, nil)
 	var first atomic.Int64
-	h := f.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := f.mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		first.Store(f.budget.Reserved())
 		_, _ = io.Copy(io.Discard, r.Body)
 	}))
@@ -293,7 +294,7 @@ func TestHTTPOverBudgetBodyDoesNotStarve(t *testing.T) {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		w.Header().Set("X-Read", fmt.Sprint(n))
+		w.Header().Set("X-Read", strconv.FormatInt(n, 10))
 	}))
 	serve := func(size int, holdIt bool) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, size)))
@@ -321,7 +322,7 @@ func TestHTTPOverBudgetBodyDoesNotStarve(t *testing.T) {
 	close(hold)
 	rec := <-big
 	assert.Equal(t, http.StatusOK, rec.Code)
-	assert.Equal(t, fmt.Sprint(maxBytes+(maxBytes>>1)), rec.Header().Get("X-Read"))
+	assert.Equal(t, strconv.Itoa(maxBytes+(maxBytes>>1)), rec.Header().Get("X-Read"))
 	wg.Wait()
 	assert.Zero(t, f.budget.Reserved())
 	assert.EqualValues(t, maxBytes, f.budget.HighWater(), "it held the whole budget, never more")
@@ -446,7 +447,7 @@ func TestGRPCPeerShare(t *testing.T) {
 	require.Eventually(t, func() bool { return b.Reserved() == 2000 }, admissionWait, time.Millisecond)
 	cs, err := f.pushStream(ctx)
 	require.NoError(t, err)
-	requireRetryable(t, cs.RecvMsg(new(emptypb.Empty)), "budget", 2*time.Second, 2*time.Second)
+	requireRetryable(t, cs.RecvMsg(new(emptypb.Empty)), "budget", grpcRetryLow)
 	assert.EqualValues(t, 2000, b.Reserved(), "refused although half the budget is free")
 
 	local := "127.0.0.2"

@@ -134,7 +134,7 @@ func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64, edit ...fun
 	}})
 	cfg := Config{
 		Classifier: cls, Decider: f.dec, Budget: budget, UnknownSize: unknownSize, Recorder: f.rec,
-		Retry: NewRetryDelay(2*time.Second, 9*time.Second, nil),
+		Retry: NewRetryDelay(grpcRetryLow, grpcRetryHigh, nil),
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -201,9 +201,16 @@ func (f *grpcFixture) pushAllOn(ctx context.Context, cc *grpc.ClientConn, msgs, 
 	return cs.RecvMsg(new(emptypb.Empty))
 }
 
+// grpcRetryLow and grpcRetryHigh are the retry delay range of the gRPC
+// fixture.
+const (
+	grpcRetryLow  = 2 * time.Second
+	grpcRetryHigh = 9 * time.Second
+)
+
 // requireRetryable asserts err is RESOURCE_EXHAUSTED with a RetryInfo delay
-// in [lo, hi].
-func requireRetryable(t *testing.T, err error, reason string, lo, hi time.Duration) {
+// in [grpcRetryLow, hi].
+func requireRetryable(t *testing.T, err error, reason string, hi time.Duration) {
 	t.Helper()
 	st, ok := status.FromError(err)
 	require.True(t, ok, "%v", err)
@@ -217,7 +224,7 @@ func requireRetryable(t *testing.T, err error, reason string, lo, hi time.Durati
 	}
 	require.NotNil(t, info, "RetryInfo detail")
 	d := info.GetRetryDelay().AsDuration()
-	assert.GreaterOrEqual(t, d, lo)
+	assert.GreaterOrEqual(t, d, grpcRetryLow)
 	assert.LessOrEqual(t, d, hi)
 	assert.Zero(t, d%time.Second)
 }
@@ -249,7 +256,7 @@ func TestGRPCRejectUnary(t *testing.T) {
 			f := newGRPCFixture(t, NewBudget(1<<20), 0)
 			f.dec.set(decision.Traces, v)
 			for range 20 {
-				requireRetryable(t, f.export(context.Background()), v.Reason(), 2*time.Second, 9*time.Second)
+				requireRetryable(t, f.export(context.Background()), v.Reason(), grpcRetryHigh)
 			}
 			assert.Zero(t, f.traces.calls.Load(), "the handler is never called")
 			assert.Zero(t, f.payloads.in.Load(), "the message is never received")
@@ -266,14 +273,14 @@ func TestGRPCRejectStreaming(t *testing.T) {
 	ctx := context.Background()
 
 	// Client streaming.
-	requireRetryable(t, f.pushAll(ctx, 5, 1000), "shed", 2*time.Second, 9*time.Second)
+	requireRetryable(t, f.pushAll(ctx, 5, 1000), "shed", grpcRetryHigh)
 	assert.Zero(t, f.push.calls.Load())
 
 	// Server streaming (health Watch, routed as metrics).
 	ws, err := healthpb.NewHealthClient(f.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	_, err = ws.Recv()
-	requireRetryable(t, err, "open", 2*time.Second, 9*time.Second)
+	requireRetryable(t, err, "open", grpcRetryHigh)
 	assert.Zero(t, f.payloads.in.Load(), "no rejected message is received")
 
 	// An unrouted method on the same server is never rejected.
@@ -313,11 +320,11 @@ func TestGRPCBudget(t *testing.T) {
 	require.Eventually(t, func() bool { return f.budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
 
 	// BudgetRetryDelay (1s) clamped up to the range's minimum of 2s.
-	requireRetryable(t, f.export(context.Background()), "budget", 2*time.Second, 2*time.Second)
+	requireRetryable(t, f.export(context.Background()), "budget", grpcRetryLow)
 	ws, err := healthpb.NewHealthClient(f.conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	_, err = ws.Recv()
-	requireRetryable(t, err, "budget", 2*time.Second, 2*time.Second)
+	requireRetryable(t, err, "budget", grpcRetryLow)
 	assert.Zero(t, f.traces.calls.Load())
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Metrics, decision.DenyBudget))
@@ -487,7 +494,7 @@ func TestGRPCReservationGrowsToMessage(t *testing.T) {
 	go func() { errc <- f.pushAll(ctx, 1, 300<<10) }()
 	require.Eventually(t, func() bool { return f.push.messages.Load() == 1 }, 10*time.Second, time.Millisecond)
 	assert.GreaterOrEqual(t, f.budget.Reserved(), int64(300<<10), "the message being handled is charged")
-	requireRetryable(t, f.export(ctx), "budget", 2*time.Second, 2*time.Second)
+	requireRetryable(t, f.export(ctx), "budget", grpcRetryLow)
 	close(f.push.hold)
 	require.NoError(t, <-errc)
 	f.requireReleased(t)
@@ -546,7 +553,7 @@ func TestGRPCBudgetWaitEnds(t *testing.T) {
 	// tap answers; the OTLP exporters retry both.
 	err = f.export(context.Background())
 	if code := status.Code(err); code != codes.Canceled {
-		requireRetryable(t, err, "budget", 2*time.Second, 2*time.Second)
+		requireRetryable(t, err, "budget", grpcRetryLow)
 	}
 	assert.Zero(t, f.traces.calls.Load())
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))

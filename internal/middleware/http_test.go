@@ -74,11 +74,11 @@ type httpFixture struct {
 	h      http.Handler
 }
 
-func newHTTPFixture(t testing.TB, budget *Budget, unknownSize int64, retry *RetryDelay, edit ...func(*Config)) *httpFixture {
-	t.Helper()
+func newHTTPFixture(tb testing.TB, budget *Budget, unknownSize int64, retry *RetryDelay, edit ...func(*Config)) *httpFixture {
+	tb.Helper()
 	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, next: &countingHandler{}}
 	cfg := Config{
-		Classifier:  mustClassifier(t, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.Metrics}}),
+		Classifier:  mustClassifier(tb, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.Metrics}}),
 		Decider:     f.dec,
 		Retry:       retry,
 		Budget:      budget,
@@ -89,7 +89,7 @@ func newHTTPFixture(t testing.TB, budget *Budget, unknownSize int64, retry *Retr
 		e(&cfg)
 	}
 	mw, err := NewHTTP(cfg)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	f.mw = mw
 	f.h = mw.Wrap(f.next)
 	return f
@@ -471,7 +471,7 @@ func TestHTTPChunkedCannotBypass(t *testing.T) {
 	const other = 1 << 10
 	f := newHTTPFixture(t, NewBudget(maxBytes), 4<<10, nil)
 	require.True(t, f.budget.Reserve(other), "another request holds part of the budget")
-	req := httptest.NewRequest(http.MethodPost, "/v1/traces", nil)
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
 	req.ContentLength = -1
 	req.Body = io.NopCloser(bytes.NewReader(make([]byte, 100<<10)))
 	rec := httptest.NewRecorder()
@@ -523,7 +523,7 @@ func TestHTTPChunkedAlone(t *testing.T) {
 			}
 		}
 	}))
-	req := httptest.NewRequest(http.MethodPost, "/v1/traces", nil)
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
 	req.ContentLength = -1
 	req.Body = io.NopCloser(bytes.NewReader(make([]byte, size)))
 	rec := httptest.NewRecorder()
@@ -561,7 +561,7 @@ func TestHTTPChunkedGrows(t *testing.T) {
 					}
 				}
 			}))
-			req := httptest.NewRequest(http.MethodPost, "/v1/traces", nil)
+			req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
 			req.ContentLength = -1
 			req.Body = io.NopCloser(bytes.NewReader(make([]byte, size)))
 			rec := httptest.NewRecorder()
@@ -580,12 +580,12 @@ func TestHTTPChunkedReadAfterReturn(t *testing.T) {
 	f := newHTTPFixture(t, NewBudget(1<<20), 1, nil)
 	var body io.Reader
 	h := f.mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { body = r.Body }))
-	req := httptest.NewRequest(http.MethodPost, "/v1/traces", nil)
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
 	req.ContentLength = -1
 	req.Body = io.NopCloser(strings.NewReader("abcdef"))
 	h.ServeHTTP(httptest.NewRecorder(), req)
 	_, err := body.Read(make([]byte, 10))
-	assert.ErrorIs(t, err, http.ErrBodyReadAfterClose)
+	require.ErrorIs(t, err, http.ErrBodyReadAfterClose)
 	assert.Zero(t, f.budget.Reserved())
 	_, isBudget := req.Body.(*budgetBody)
 	assert.False(t, isBudget, "the caller's request is not modified")

@@ -177,7 +177,7 @@ func (q *Queue) dispatch() {
 			q.mu.Unlock()
 			return
 		}
-		any := false
+		pending := false
 		for s := range q.waiting {
 			ws := q.waiting[s][:0]
 			for _, w := range q.waiting[s] {
@@ -197,9 +197,9 @@ func (q *Queue) dispatch() {
 			rest := ws[admit:]
 			// Keep the backing array from growing for ever.
 			q.waiting[s] = append(q.waiting[s][:0], rest...)
-			any = any || len(rest) > 0
+			pending = pending || len(rest) > 0
 		}
-		if !any {
+		if !pending {
 			q.running = false
 			q.mu.Unlock()
 			return

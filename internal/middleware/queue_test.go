@@ -32,10 +32,10 @@ func TestQueueOff(t *testing.T) {
 	q.Close()
 }
 
-// waitResult runs Wait on its own goroutine.
-func waitResult(q *Queue, ctx context.Context, sig decision.Signal, v decision.Verdict) <-chan decision.Verdict {
+// waitResult runs Wait for traces on its own goroutine.
+func waitResult(ctx context.Context, q *Queue, v decision.Verdict) <-chan decision.Verdict {
 	out := make(chan decision.Verdict, 1)
-	go func() { out <- q.Wait(ctx, sig, v) }()
+	go func() { out <- q.Wait(ctx, decision.Traces, v) }()
 	return out
 }
 
@@ -48,7 +48,7 @@ func TestQueueAdmitsWhenTheDecisionDoes(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyOpen)
 	q := NewQueue(dec, long, 10, testTick)
-	got := waitResult(q, context.Background(), decision.Traces, decision.DenyOpen)
+	got := waitResult(context.Background(), q, decision.DenyOpen)
 	heldEventually(t, q, 1)
 	select {
 	case v := <-got:
@@ -83,8 +83,8 @@ func TestQueueFull(t *testing.T) {
 	dec.setAll(decision.DenyShed)
 	q := NewQueue(dec, long, 2, testTick)
 	ctx, cancel := context.WithCancel(context.Background())
-	a := waitResult(q, ctx, decision.Traces, decision.DenyShed)
-	b := waitResult(q, ctx, decision.Traces, decision.DenyShed)
+	a := waitResult(ctx, q, decision.DenyShed)
+	b := waitResult(ctx, q, decision.DenyShed)
 	heldEventually(t, q, 2)
 	// The third is answered at once, with the denial it came with.
 	assert.Equal(t, decision.DenyBudget, q.Wait(context.Background(), decision.Traces, decision.DenyBudget))
@@ -146,7 +146,7 @@ func TestQueueClose(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyOpen)
 	q := NewQueue(dec, long, 10, testTick)
-	a := waitResult(q, context.Background(), decision.Traces, decision.DenyOpen)
+	a := waitResult(context.Background(), q, decision.DenyOpen)
 	heldEventually(t, q, 1)
 	q.Close()
 	select {

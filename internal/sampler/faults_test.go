@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,7 +53,7 @@ func TestReadErrorClassification(t *testing.T) {
 			var re *ReadError
 			require.ErrorAs(t, h.errs[0], &re)
 			assert.Equal(t, tt.resource, re.Resource)
-			assert.ErrorIs(t, h.errs[0], boom, "Unwrap reaches the source's error")
+			require.ErrorIs(t, h.errs[0], boom, "Unwrap reaches the source's error")
 			assert.Equal(t, re.Err.Error(), re.Error())
 			assert.Contains(t, re.Error(), "boom")
 		})
@@ -105,7 +104,7 @@ func TestVanishingReadings(t *testing.T) {
 	}
 	assert.Len(t, h.errs, 30, "every failure is reported; the caller rate-limits")
 	for _, err := range h.errs {
-		assert.ErrorIs(t, err, fs.ErrNotExist)
+		require.ErrorIs(t, err, fs.ErrNotExist)
 	}
 	assert.Len(t, h.levels, 12, "every frame is published")
 
@@ -133,7 +132,7 @@ func TestContainerRestartCounterReset(t *testing.T) {
 	h.src.setCPU(10 * time.Millisecond)
 	wl := h.step(interval, 0)
 	require.Len(t, h.errs, 1)
-	assert.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
+	require.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
 	assert.Equal(t, before.CPUSlow, wl.CPUSlow)
 	assert.True(t, wl.CPUValid)
 
@@ -161,8 +160,8 @@ func TestPartialReadLooksLikeAReset(t *testing.T) {
 	h.src.setCPU(time.Hour + interval) // the real counter again
 	wl := h.step(interval, 0)
 	require.Len(t, h.errs, 2)
-	assert.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
-	assert.ErrorIs(t, h.errs[1], ErrImpossibleCPU)
+	require.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
+	require.ErrorIs(t, h.errs[1], ErrImpossibleCPU)
 	assert.Equal(t, before.CPUFast, wl.CPUFast)
 	assert.Equal(t, before.CPUSlow, wl.CPUSlow)
 
@@ -210,7 +209,7 @@ func TestWallClockJump(t *testing.T) {
 
 		wl := h.step(-time.Hour, interval/2)
 		require.Len(t, h.errs, 1)
-		assert.ErrorIs(t, h.errs[0], ErrShortWindow)
+		require.ErrorIs(t, h.errs[0], ErrShortWindow)
 		assert.Contains(t, h.errs[0].Error(), "clock went back")
 		assert.Equal(t, before.CPUSlow, wl.CPUSlow)
 		assert.Equal(t, calls+1, h.src.limitsCalls, "limits re-read at once, not an hour later")
@@ -269,7 +268,7 @@ func TestSlowRead(t *testing.T) {
 	src.cost = 3 * interval
 	wl := step(interval, 3*interval)
 	require.Len(t, errs, 1)
-	assert.ErrorIs(t, errs[0], ErrSlowRead)
+	require.ErrorIs(t, errs[0], ErrSlowRead)
 	assert.True(t, wl.CPUValid, "validity carried over")
 	assert.Equal(t, before.CPUSlow, wl.CPUSlow)
 	assert.Equal(t, 3*interval, tooks[len(tooks)-1], "OnSample reports the slow tick")
@@ -524,8 +523,8 @@ func TestCgroupFaults(t *testing.T) {
 		wl := h.tick()
 		errs := h.take()
 		require.Len(t, errs, 2)
-		assert.ErrorIs(t, errs[0], ErrCPUCounterBackwards)
-		assert.ErrorIs(t, errs[1], ErrImpossibleCPU)
+		require.ErrorIs(t, errs[0], ErrCPUCounterBackwards)
+		require.ErrorIs(t, errs[1], ErrImpossibleCPU)
 		assert.Equal(t, before.CPUFast, wl.CPUFast, "the glitch never reached the EWMAs")
 	})
 
@@ -539,7 +538,7 @@ func TestCgroupFaults(t *testing.T) {
 		wl := h.tick()
 		errs := h.take()
 		require.Len(t, errs, 1)
-		assert.ErrorIs(t, errs[0], ErrCPUCounterBackwards)
+		require.ErrorIs(t, errs[0], ErrCPUCounterBackwards)
 		assert.True(t, wl.CPUValid)
 		h.setUsage(1_000 + 62_500)
 		wl = h.tick()
@@ -572,7 +571,7 @@ func TestCgroupFaults(t *testing.T) {
 		got := map[string]int{}
 		for _, err := range errs {
 			got[readErrorOf(t, err).Resource]++
-			assert.ErrorIs(t, err, fs.ErrNotExist)
+			require.ErrorIs(t, err, fs.ErrNotExist)
 		}
 		assert.Equal(t, map[string]int{"cpu": 5, "mem": 5}, got)
 
@@ -599,7 +598,7 @@ func TestCgroupFaults(t *testing.T) {
 		for _, err := range errs {
 			re := readErrorOf(t, err)
 			got[re.Resource] = true
-			assert.True(t, strings.Contains(err.Error(), "is a directory"), "%v", err)
+			assert.Contains(t, err.Error(), "is a directory", "%v", err)
 		}
 		assert.Equal(t, map[string]bool{"cpu": true, "mem": true, "limits": true}, got)
 		assert.False(t, wl.CPUValid)

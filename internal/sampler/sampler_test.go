@@ -174,7 +174,7 @@ func TestCounterBackwardsSkipsFrame(t *testing.T) {
 	h.src.setCPU(time.Second)
 	wl := h.step(interval, 0)
 	require.Len(t, h.errs, 1)
-	assert.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
+	require.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
 	// No new CPU value: the last one is carried, still valid.
 	assert.Equal(t, before.CPU, wl.CPU)
 	assert.Equal(t, before.CPUFast, wl.CPUFast)
@@ -196,7 +196,7 @@ func TestShortWindowSkipsFrame(t *testing.T) {
 	// 100ms < 125ms: a late timer followed by an early one.
 	wl := h.step(100*time.Millisecond, 240*time.Millisecond)
 	require.Len(t, h.errs, 1)
-	assert.ErrorIs(t, h.errs[0], ErrShortWindow)
+	require.ErrorIs(t, h.errs[0], ErrShortWindow)
 	assert.Equal(t, before.CPU, wl.CPU)
 	assert.Equal(t, before.CPUSlow, wl.CPUSlow)
 	assert.False(t, before.CPUCarried)
@@ -308,7 +308,7 @@ func TestReadErrors(t *testing.T) {
 		h.src.mu.Unlock()
 		wl := h.step(interval, interval)
 		require.Len(t, h.errs, 1)
-		assert.ErrorIs(t, h.errs[0], boom)
+		require.ErrorIs(t, h.errs[0], boom)
 		assert.False(t, wl.CPUValid)
 		assert.Equal(t, seeded.CPUSlow, wl.CPUSlow, "EWMA state kept")
 
@@ -334,7 +334,7 @@ func TestReadErrors(t *testing.T) {
 		wl := h.step(interval, 0)
 		assert.False(t, wl.MemValid)
 		require.Len(t, h.errs, 1)
-		assert.ErrorIs(t, h.errs[0], boom)
+		require.ErrorIs(t, h.errs[0], boom)
 		assert.Contains(t, h.errs[0].Error(), "working set")
 	})
 
@@ -350,7 +350,7 @@ func TestReadErrors(t *testing.T) {
 		src.mu.Unlock()
 		wl := h.step(interval, 0)
 		require.Len(t, h.errs, 1)
-		assert.ErrorIs(t, h.errs[0], boom)
+		require.ErrorIs(t, h.errs[0], boom)
 		assert.Equal(t, 3.0, wl.Cores)
 		assert.True(t, wl.MemValid)
 		assert.Equal(t, uint64(800), wl.MemLimit)
@@ -427,7 +427,7 @@ func TestNewAppliesDefaults(t *testing.T) {
 }
 
 func TestStartStop(t *testing.T) {
-	t.Run("stop without start", func(t *testing.T) {
+	t.Run("stop without start", func(*testing.T) {
 		s := New(oneCore(), Config{}, Options{})
 		s.Stop()
 		s.Stop()
@@ -458,7 +458,7 @@ func TestStartStop(t *testing.T) {
 		s.Stop()
 	})
 
-	t.Run("concurrent start and stop", func(t *testing.T) {
+	t.Run("concurrent start and stop", func(*testing.T) {
 		s := New(oneCore(), Config{Interval: time.Millisecond}, Options{})
 		var wg sync.WaitGroup
 		for range 8 {
@@ -490,6 +490,7 @@ func (b *benchSource) WorkingSet() (uint64, error) {
 	b.clock.Advance(interval)
 	return 600 << 20, nil
 }
+
 func (*benchSource) Limits() (cgroup.Limits, error) {
 	return cgroup.Limits{QuotaCores: 1.5, CPUSetCores: 4, MemLimit: 1 << 30}, nil
 }

@@ -17,9 +17,9 @@ func testInfo() Info {
 	return Info{
 		Source:         "cgroup v2 /sys/fs/cgroup/kubepods/pod-1234/otelcol",
 		SampleInterval: 250 * time.Millisecond,
-		CPU:            Threshold{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3},
-		Mem:            Threshold{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
-		Signals: [decision.NumSignals]SignalInfo{
+		CPU:            decision.Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3},
+		Mem:            decision.Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
+		Signals: [decision.NumSignals]decision.Rule{
 			{Enabled: true, DropMin: 0, DropMax: 1},
 			{Enabled: false, DropMin: 0, DropMax: 1},
 			{Enabled: true, DropMin: 0, DropMax: 1},

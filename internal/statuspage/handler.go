@@ -26,22 +26,6 @@ var pageHTML []byte
 const pageCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; " +
 	"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// Threshold is one resource slot's configuration (design §4).
-type Threshold struct {
-	Enabled bool
-	Enter   float64
-	Exit    float64
-	Hard    float64
-	BreachN int
-}
-
-// SignalInfo is one signal's rule (design §5).
-type SignalInfo struct {
-	Enabled bool
-	DropMin float64
-	DropMax float64
-}
-
 // Info is the slowly changing part of the status: where resources are read
 // from and the configuration. Handler calls the info func on every request.
 type Info struct {
@@ -49,10 +33,12 @@ type Info struct {
 	Source string
 	// SampleInterval is the configured sample interval.
 	SampleInterval time.Duration
-	CPU            Threshold
-	Mem            Threshold
-	// Signals holds the rules, indexed by decision.Signal.
-	Signals [decision.NumSignals]SignalInfo
+	// CPU and Mem are the resource slots' thresholds (design §4).
+	CPU, Mem decision.Slot
+	// Signals holds the rules, indexed by decision.Signal (design §5).
+	// Enabled is false for a signal that is always admitted: its rule is
+	// disabled, or the whole throttle is.
+	Signals [decision.NumSignals]decision.Rule
 }
 
 // SignalStatus is one signal's live state and counters.
@@ -436,7 +422,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_, _ = w.Write(b)
 }
 
-func thresholdOf(t Threshold) thresholdJSON {
+func thresholdOf(t decision.Slot) thresholdJSON {
 	return thresholdJSON{Enabled: t.Enabled, Enter: finite(t.Enter), Exit: finite(t.Exit), Hard: finite(t.Hard), BreachN: t.BreachN}
 }
 

@@ -6,8 +6,10 @@
 // self-contained HTML page charting the last minutes from an in-memory ring of
 // samples.
 //
-// It is free of collector types: the extension records a Sample on every
-// published water level and mounts Handler on its optional status endpoint.
+// The extension records a Sample on every published water level; Server
+// serves Handler on its optional status endpoint (a confighttp server
+// setting), from its Start to its Shutdown. The ring and the handler are free
+// of collector types.
 package statuspage // import "github.com/otelthrottle/throttle/internal/statuspage"
 
 import (

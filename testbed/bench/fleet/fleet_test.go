@@ -41,8 +41,10 @@ func TestRenderConfigs(t *testing.T) {
 	}
 
 	for _, kind := range kinds {
-		b, err := render(gatewayTmpl, gatewayConfig{Kind: kind, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4,
-			SinkHTTPPort: 5, MemoryLimiter: memoryLimiterYAML})
+		b, err := render(gatewayTmpl, gatewayConfig{
+			Kind: kind, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4,
+			SinkHTTPPort: 5, MemoryLimiter: memoryLimiterYAML,
+		})
 		require.NoError(t, err)
 		conf := parse(b)
 		procs := []any{"batch"}

@@ -49,7 +49,7 @@ extensions:
     sample_interval: 250ms
     signal: { cpu_slow_beta: 0.95, cpu_fast_beta: 0.7, fallback_cores: 1 }
     thresholds:
-      cpu: { enabled: true, enter: 0.85, exit: 0.70, hard: 1.20, breach_n: 3 }
+      cpu: { enabled: true, enter: 0.85, exit: 0.70, hard: 1.20, breach_n: 3, max_shed: 1 }
       mem: { enabled: true, enter: 0.70, exit: 0.60, hard: 0.80, breach_n: 1 }
     rules:
       default: { drop_min: 0.0, drop_max: 0.2 }

@@ -347,20 +347,20 @@ var (
 // caching it by a hash of the manifest; like Binary, it skips under -short
 // or without a go toolchain. Set OTELCOL_STOCK_BINARY to use one built
 // elsewhere.
-func Stock(t testing.TB) string {
-	t.Helper()
+func Stock(tb testing.TB) string {
+	tb.Helper()
 	if p := os.Getenv("OTELCOL_STOCK_BINARY"); p != "" {
 		return p
 	}
 	if testing.Short() {
-		t.Skip("-short: building the stock distribution with ocb takes minutes on a cold cache")
+		tb.Skip("-short: building the stock distribution with ocb takes minutes on a cold cache")
 	}
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go toolchain on PATH: cannot build the stock distribution with ocb")
+		tb.Skip("no go toolchain on PATH: cannot build the stock distribution with ocb")
 	}
 	stockOnce.Do(func() { stockPath, stockLog, stockErr = buildStock() })
 	if stockErr != nil {
-		t.Fatalf("building otelcol-stock: %v\n%s", stockErr, tail(stockLog, 60))
+		tb.Fatalf("building otelcol-stock: %v\n%s", stockErr, tail(stockLog, 60))
 	}
 	return stockPath
 }

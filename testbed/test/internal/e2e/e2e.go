@@ -49,13 +49,13 @@ type Ports struct {
 // field at once (so they differ), then closes the listeners. Another process
 // could take one before the collector binds it; on a test machine that is
 // rare enough, and far better than fixed ports.
-func FreePorts(t testing.TB) Ports {
-	t.Helper()
+func FreePorts(tb testing.TB) Ports {
+	tb.Helper()
 	const n = 6
 	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
+		require.NoError(tb, err)
 		defer l.Close()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
@@ -64,21 +64,21 @@ func FreePorts(t testing.TB) Ports {
 
 // Render fills the Go text/template in file tmplPath with data and returns the
 // result.
-func Render(t testing.TB, tmplPath string, data any) []byte {
-	t.Helper()
+func Render(tb testing.TB, tmplPath string, data any) []byte {
+	tb.Helper()
 	tmpl, err := template.New(filepath.Base(tmplPath)).Option("missingkey=error").ParseFiles(tmplPath)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	var buf bytes.Buffer
-	require.NoError(t, tmpl.Execute(&buf, data))
+	require.NoError(tb, tmpl.Execute(&buf, data))
 	return buf.Bytes()
 }
 
-// RenderFile renders tmplPath with data into a file of t.TempDir() named
+// RenderFile renders tmplPath with data into a file of tb.TempDir() named
 // after the template without its .tmpl suffix and returns its path.
-func RenderFile(t testing.TB, tmplPath string, data any) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(tmplPath), ".tmpl"))
-	require.NoError(t, os.WriteFile(out, Render(t, tmplPath, data), 0o600))
+func RenderFile(tb testing.TB, tmplPath string, data any) string {
+	tb.Helper()
+	out := filepath.Join(tb.TempDir(), strings.TrimSuffix(filepath.Base(tmplPath), ".tmpl"))
+	require.NoError(tb, os.WriteFile(out, Render(tb, tmplPath, data), 0o600))
 	return out
 }
 

@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
+package runner // import "github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 
 import (
 	"context"
@@ -109,7 +109,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 			for s := range decision.NumSignals {
 				for v := decision.Admit; v <= decision.DenyBudget; v++ {
 					if n := t.counts.loadProtocol(p, s, v); n > 0 {
-						o.Observe(int64(n), requestOpts[p][s][v])
+						o.Observe(int64(n), requestOpts[p][s][v]) //nolint:gosec // G115: a request count, far below 2^63
 					}
 				}
 			}

@@ -1,21 +1,19 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
+package runner // import "github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
-	"go.uber.org/zap"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/sampler"
@@ -56,23 +54,23 @@ func (c *decisionCounts) load(s decision.Signal, v decision.Verdict) uint64 {
 	return n
 }
 
-// extensionStatus is the extension's outward view of itself: the optional
-// status page (its ring of samples and HTTP server) and, with report_status,
-// the component status reported to the host.
-type extensionStatus struct {
-	e      *throttleExtension
-	set    component.TelemetrySettings
+// status is the extension's outward view of itself: the optional status
+// page (its ring of samples and its server) and, with report_status, the
+// component status reported to the host.
+type status struct {
+	r      *Runner
 	info   statuspage.Info // Source is filled in by start
 	report bool
 
 	// stale says whether the published water level is too old to act on
-	// (newExtension sets the engine's; always false by default). It is
-	// called from the status handler, so it must not take e.mu (Shutdown
-	// holds it while it waits for the handler).
+	// (New sets the engine's; always false by default). It is called from
+	// the status handler, so it must not take r.mu (Shutdown holds it
+	// while it waits for the handler).
 	stale func() bool
 
-	// ring is nil when the status page is off.
-	ring *statuspage.Ring
+	// ring and server are nil when the status page is off.
+	ring   *statuspage.Ring
+	server *statuspage.Server
 
 	// Set by start before the sampler starts, so the sampler goroutine
 	// reads them without a lock.
@@ -91,90 +89,58 @@ type extensionStatus struct {
 	// has moved the component to Stopping, from where StatusOK is not a
 	// valid transition.
 	closing bool
-
-	// Start and Shutdown only (both under e.mu).
-	server  *http.Server
-	ln      net.Listener
-	serveWG sync.WaitGroup
 }
 
-func newExtensionStatus(e *throttleExtension, set component.TelemetrySettings) *extensionStatus {
-	cfg := e.cfg
-	st := &extensionStatus{
-		e:      e,
-		set:    set,
+func newStatus(r *Runner, set component.TelemetrySettings) *status {
+	cfg := &r.cfg
+	st := &status{
+		r:      r,
 		report: cfg.ReportStatus,
 		stale:  func() bool { return false },
 		info: statuspage.Info{
-			SampleInterval: cfg.SampleInterval,
-			CPU:            thresholdInfo(cfg.Thresholds.CPU),
-			Mem:            thresholdInfo(cfg.Thresholds.Mem),
+			SampleInterval: cfg.Sampler.Interval,
+			CPU:            cfg.Decision.CPU,
+			Mem:            cfg.Decision.Mem,
 		},
 	}
 	for s := range decision.NumSignals {
-		r := cfg.RuleFor(s)
-		st.info.Signals[s] = statuspage.SignalInfo{Enabled: !e.exempt[s], DropMin: r.DropMin, DropMax: r.DropMax}
+		rule := cfg.Decision.Rules[s]
+		st.info.Signals[s] = decision.Rule{Enabled: !r.exempt[s], DropMin: rule.DropMin, DropMax: rule.DropMax}
 	}
-	if cfg.Status.HasValue() {
-		st.ring = statuspage.NewRingFor(cfg.SampleInterval)
+	if cfg.Status != nil {
+		st.ring = statuspage.NewRingFor(cfg.Sampler.Interval)
+		st.server = statuspage.NewServer(*cfg.Status, set, st.ring, st.statusInfo, st.live)
 	}
 	return st
-}
-
-func thresholdInfo(s SlotConfig) statuspage.Threshold {
-	return statuspage.Threshold{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN}
 }
 
 // start keeps the host for status reports and, when the status section is
 // configured, starts the status server. It runs in Start before the sampler
 // starts, so the first sample already finds the host. On error nothing is
 // left running.
-func (st *extensionStatus) start(ctx context.Context, host component.Host, src ResourceSource) error {
+func (st *status) start(ctx context.Context, host component.Host, src sampler.Source) error {
 	if st == nil {
 		return nil
 	}
 	st.host = host
 	st.info.Source = src.Describe()
-	if !st.e.cfg.Status.HasValue() {
+	if st.server == nil {
 		return nil
 	}
-	scfg := *st.e.cfg.Status.Get() // ToServer fills in defaults; keep the config as loaded
-	var exts map[component.ID]component.Component
-	if host != nil {
-		exts = host.GetExtensions()
-	}
-	h := statuspage.Handler(st.ring, st.statusInfo, st.live, scfg.NetAddr.Endpoint)
-	srv, err := scfg.ToServer(ctx, exts, st.set, h)
-	if err != nil {
-		return err
-	}
-	ln, err := scfg.ToListener(ctx)
-	if err != nil {
-		return err
-	}
-	st.server, st.ln = srv, ln
-	st.set.Logger.Info("throttle status page listening", zap.String("endpoint", ln.Addr().String()))
-	st.serveWG.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			// The page is a diagnostic aid: losing it must not stop the
-			// collector, so this is logged rather than reported as fatal.
-			st.set.Logger.Error("throttle status page stopped serving", zap.Error(err))
-		}
-	})
-	return nil
+	return st.server.Start(ctx, host)
 }
 
 // addr is the status server's bound address, or nil when it is not running.
-func (st *extensionStatus) addr() net.Addr {
-	if st == nil || st.ln == nil {
+func (st *status) addr() net.Addr {
+	if st == nil {
 		return nil
 	}
-	return st.ln.Addr()
+	return st.server.Addr()
 }
 
 // shutdown stops reporting and closes the status server, waiting for its
 // goroutine. It runs first in Shutdown, before the sampler stops.
-func (st *extensionStatus) shutdown(ctx context.Context) error {
+func (st *status) shutdown(ctx context.Context) error {
 	if st == nil {
 		return nil
 	}
@@ -182,24 +148,13 @@ func (st *extensionStatus) shutdown(ctx context.Context) error {
 	st.reportMu.Lock()
 	st.closing = true
 	st.reportMu.Unlock()
-	if st.server == nil {
-		return nil
-	}
-	err := st.server.Shutdown(ctx)
-	if err != nil {
-		// ctx expired with requests in flight: cut them off rather than
-		// leave the goroutine behind.
-		err = errors.Join(err, st.server.Close())
-	}
-	st.serveWG.Wait()
-	st.server, st.ln = nil, nil
-	return err
+	return st.server.Shutdown(ctx)
 }
 
 // record runs on the sampler goroutine after engine.Observe: it appends the
 // sample to the ring and reports a change of the set of Open signals to the
 // host. It does not allocate unless that set changed.
-func (st *extensionStatus) record(wl *sampler.WaterLevel) {
+func (st *status) record(wl *sampler.WaterLevel) {
 	if st == nil || wl == nil {
 		return
 	}
@@ -209,7 +164,7 @@ func (st *extensionStatus) record(wl *sampler.WaterLevel) {
 			Mem: wl.Mem, MemValid: wl.MemValid,
 		}
 		for sig := range decision.NumSignals {
-			s.States[sig] = st.e.State(sig)
+			s.States[sig] = st.r.State(sig)
 		}
 		s.Allowed, s.Denied = st.totals()
 		st.ring.Record(s)
@@ -218,8 +173,8 @@ func (st *extensionStatus) record(wl *sampler.WaterLevel) {
 }
 
 // totals sums the decision counts over every signal.
-func (st *extensionStatus) totals() (allowed, denied uint64) {
-	c := &st.e.tel.counts
+func (st *status) totals() (allowed, denied uint64) {
+	c := &st.r.tel.counts
 	for s := range decision.NumSignals {
 		allowed += c.load(s, decision.Admit)
 		for v := decision.DenyShed; v <= decision.DenyBudget; v++ {
@@ -236,7 +191,7 @@ func (st *extensionStatus) totals() (allowed, denied uint64) {
 // rejects nothing, so it does not count. It is safe from any goroutine; the
 // sampler goroutine calls it after every sample, and whatever changes the
 // states without a sample (the stale fallback) should call it too.
-func (st *extensionStatus) reportChange() {
+func (st *status) reportChange() {
 	if st == nil || !st.report {
 		return
 	}
@@ -247,11 +202,11 @@ func (st *extensionStatus) reportChange() {
 	}
 	var open uint8
 	for s := range decision.NumSignals {
-		if !st.e.exempt[s] && st.e.State(s) == decision.Open {
+		if !st.r.exempt[s] && st.r.State(s) == decision.Open {
 			open |= 1 << s
 		}
 	}
-	stalled := open != 0 && st.e.open.stalled()
+	stalled := open != 0 && st.r.open.stalled()
 	if open == st.reportedOpen && stalled == st.reportedStall {
 		return
 	}
@@ -291,14 +246,14 @@ func openError(open uint8, stalled bool) error {
 }
 
 // statusInfo is the status page's Info provider.
-func (st *extensionStatus) statusInfo() statuspage.Info { return st.info }
+func (st *status) statusInfo() statuspage.Info { return st.info }
 
 // live is the status page's LiveStatus provider, called on every GET
-// /status. It reads atomics only: Shutdown holds e.mu while it waits for
-// in-flight requests, so taking e.mu here could deadlock it.
-func (st *extensionStatus) live() statuspage.LiveStatus {
-	e := st.e
-	stat := e.engine.Stat()
+// /status. It reads atomics only: Shutdown holds r.mu while it waits for
+// in-flight requests, so taking r.mu here could deadlock it.
+func (st *status) live() statuspage.LiveStatus {
+	r := st.r
+	stat := r.engine.Stat()
 	wl := &stat.Level
 	stale := st.stale()
 	l := statuspage.LiveStatus{
@@ -306,13 +261,13 @@ func (st *extensionStatus) live() statuspage.LiveStatus {
 		Mem: wl.Mem, MemValid: wl.MemValid, WorkingSet: wl.WorkingSet, MemLimit: wl.MemLimit, Cores: wl.Cores,
 		Stale: stale,
 	}
-	c := &e.tel.counts
+	c := &r.tel.counts
 	for s := range decision.NumSignals {
 		sig := &l.Signals[s]
-		sig.State = e.State(s)
+		sig.State = r.State(s)
 		// Exempt signals are always admitted, and a stale level admits
 		// everything: nothing is dropped whatever the machine says.
-		if !e.exempt[s] && !stale {
+		if !r.exempt[s] && !stale {
 			sig.DropProbability = stat.Signals[s].DropProbability
 		}
 		sig.Allowed = c.load(s, decision.Admit)
@@ -320,6 +275,6 @@ func (st *extensionStatus) live() statuspage.LiveStatus {
 		sig.DeniedOpen = c.load(s, decision.DenyOpen)
 		sig.DeniedBudget = c.load(s, decision.DenyBudget)
 	}
-	l.BudgetReserved, l.BudgetLimit = e.budgetValues()
+	l.BudgetReserved, l.BudgetLimit = r.budgetValues()
 	return l
 }

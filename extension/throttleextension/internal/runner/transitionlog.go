@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
+package runner // import "github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 
 import (
 	"time"

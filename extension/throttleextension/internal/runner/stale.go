@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
+package runner // import "github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 
 import (
 	"sync"
@@ -46,10 +46,9 @@ type staleWatchdog struct {
 	wg       sync.WaitGroup
 }
 
-// startStaleWatchdog starts the watchdog, or returns nil when the bound is
-// off (stale_after_intervals: 0).
-func startStaleWatchdog(engine *decision.Engine, logger *zap.Logger, cfg *Config, onChange func()) *staleWatchdog {
-	maxAge := cfg.StaleAfter()
+// startStaleWatchdog starts the watchdog, ticking every sample interval,
+// or returns nil when the bound maxAge is off (stale_after_intervals: 0).
+func startStaleWatchdog(engine *decision.Engine, logger *zap.Logger, maxAge, interval time.Duration, onChange func()) *staleWatchdog {
 	if maxAge <= 0 {
 		return nil
 	}
@@ -58,7 +57,7 @@ func startStaleWatchdog(engine *decision.Engine, logger *zap.Logger, cfg *Config
 		engine:   engine,
 		logger:   logger,
 		maxAge:   maxAge,
-		interval: cfg.SampleInterval,
+		interval: interval,
 		done:     make(chan struct{}),
 	}
 	w.wg.Go(w.run)

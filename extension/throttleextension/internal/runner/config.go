@@ -1,0 +1,66 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package runner // import "github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
+
+import (
+	"time"
+
+	"go.opentelemetry.io/collector/config/confighttp"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/gomemlimit"
+	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// Config is the runner's configuration: the extension's validated Config,
+// resolved into what each part of the machinery takes. The extension's
+// Config stays what users write; this one has no defaults of its own.
+type Config struct {
+	// Enabled false starts nothing: every decision admits.
+	Enabled bool
+	// ObserveOnly counts decisions but admits every request.
+	ObserveOnly bool
+	// Sampler is the sampler's configuration; its Interval is the sample
+	// interval of every other part (stale watchdog, status page).
+	Sampler sampler.Config
+	// Decision is the engine's configuration: the thresholds and every
+	// signal's rule, resolved over the default rule.
+	Decision decision.Config
+	// Routes classify requests by HTTP path and gRPC method.
+	Routes middleware.Routes
+	// RetryAfterMin and RetryAfterMax bound the delay a rejected client is
+	// asked to wait.
+	RetryAfterMin, RetryAfterMax time.Duration
+	// PacingDelay and PacingMaxHeld configure the HTTP pacer (0: off).
+	PacingDelay   time.Duration
+	PacingMaxHeld int
+	// QueueMaxWait and QueueMaxHeld configure the HTTP queue (0: off).
+	QueueMaxWait time.Duration
+	QueueMaxHeld int
+	Admission    Admission
+	GoMemLimit   gomemlimit.Config
+	// StaleAfter is how old the water level may get before decisions fall
+	// back to admitting (0: hold the last level).
+	StaleAfter time.Duration
+	// Status is the status page's server; nil when the page is off.
+	Status *confighttp.ServerConfig
+	// ReportStatus reports Open as a recoverable error to the host.
+	ReportStatus bool
+}
+
+// Admission is the admission section: the budget of in-flight bytes shared
+// by every server, and how requests are sized against it.
+type Admission struct {
+	// Budget sizes the budget for a memory limit and a number of cores;
+	// nil turns the budget off.
+	Budget func(memLimit uint64, cores float64) uint64
+	// AutoBudget resizes the budget whenever the memory limit or the cores
+	// change.
+	AutoBudget  bool
+	PeerShare   float64
+	WaitTimeout time.Duration
+	UnknownSize int64
+	IdleTimeout time.Duration
+}

@@ -1,0 +1,461 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+// Package runner is the machinery of the throttle extension: the sampler, the
+// decision engine, the stale watchdog, the log of state changes, the Go soft
+// memory limit, the admission budget, the telemetry, the status page and the
+// component status. The extension is a shell over one Runner that forwards
+// the collector's interfaces to it.
+package runner // import "github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.uber.org/zap"
+
+	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/gomemlimit"
+	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// warnEvery bounds how often one kind of sampler failure is logged: the
+// sampler ticks 4 times a second and a broken file would flood the log.
+const warnEvery = 30 * time.Second
+
+// Options are the runner's test seams. Every field is optional.
+type Options struct {
+	// Source is where resources are read; nil: the container's cgroup, or
+	// the process's own counters where there is none.
+	Source sampler.Source
+	// SetMemoryLimit stands in for the runtime's soft limit setter
+	// (debug.SetMemoryLimit); nil: the runtime's, and only with the
+	// default source (see Start).
+	SetMemoryLimit func(int64) int64
+	// LimitsEvery overrides the sampler's limits cadence; 0: its default.
+	LimitsEvery time.Duration
+}
+
+// Runner owns the throttle's machinery: it runs the sampler, and hands
+// decisions to the middleware and the processor.
+type Runner struct {
+	cfg    Config
+	logger *zap.Logger
+	source sampler.Source // injected by tests; nil = cgroup, else process
+	// memoryLimitSetter is the runtime's soft limit setter injected by
+	// tests; see Start.
+	memoryLimitSetter func(int64) int64
+	// limitsEvery overrides the sampler's limits cadence (tests only).
+	limitsEvery time.Duration
+
+	engine     *decision.Engine
+	tel        *telemetry
+	classifier *middleware.Classifier
+	retry      *middleware.RetryDelay
+	// pacer is shared by every HTTP server of this extension (nil = off).
+	pacer *middleware.Pacer
+	// queue is shared by every HTTP server of this extension (nil = off).
+	queue *middleware.Queue
+	// exempt[s]: signal s is always admitted and bypasses the budget.
+	exempt [decision.NumSignals]bool
+
+	// budget is shared by every server of this extension; set at Start once
+	// the memory limit is known (nil = no budget).
+	budget atomic.Pointer[middleware.Budget]
+
+	mu      sync.Mutex // guards the lifecycle below
+	started bool
+	stopped bool
+	// closed is stopped for the sampler goroutine, which must not take mu.
+	closed  atomic.Bool
+	sampler *sampler.Sampler
+	stale   *staleWatchdog // stale.go; nil when off
+	// memLimit sets the Go soft memory limit when the throttle owns it;
+	// nil before Start.
+	memLimit *gomemlimit.Owner
+	// open times the state machine's Open episodes (stall.go).
+	open openWatch
+
+	status *status // status page and component status (status.go)
+
+	// ownedSource is the source Start created (not injected), closed at
+	// Shutdown so its open cgroup or proc files are released at once.
+	ownedSource sampler.Source
+
+	// Sampler goroutine only (and Shutdown once the sampler has stopped).
+	lastWarn map[string]time.Time
+	lastAt   time.Time
+	translog *transitionLog
+}
+
+var (
+	_ middleware.Decider  = (*Runner)(nil)
+	_ middleware.Recorder = (*Runner)(nil)
+)
+
+// New builds the machinery of the extension id; nothing runs until Start.
+func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Options) (*Runner, error) {
+	r := &Runner{
+		cfg:    cfg,
+		logger: set.Logger,
+		source: opts.Source,
+
+		memoryLimitSetter: opts.SetMemoryLimit,
+		limitsEvery:       opts.LimitsEvery,
+		lastWarn:          map[string]time.Time{},
+		translog:          newTransitionLog(set.Logger, nil),
+	}
+	relief := gomemlimit.NewRelief()
+	r.engine = decision.New(cfg.Decision, decision.Options{
+		OnTransition:  r.logTransition,
+		RelieveMemory: func() { relief.Relieve() },
+	})
+	for s := range decision.NumSignals {
+		r.exempt[s] = !cfg.Enabled || !cfg.Decision.Rules[s].Enabled
+	}
+	var err error
+	if r.classifier, err = middleware.NewClassifier(cfg.Routes); err != nil {
+		return nil, err
+	}
+	r.retry = middleware.NewRetryDelay(cfg.RetryAfterMin, cfg.RetryAfterMax, nil)
+	r.pacer = middleware.NewPacer(cfg.PacingDelay, cfg.PacingMaxHeld)
+	if cfg.Enabled {
+		r.queue = middleware.NewQueue(r, cfg.QueueMaxWait, cfg.QueueMaxHeld, 0)
+	}
+	if r.tel, err = newTelemetry(set, id, r.telemetrySources()); err != nil {
+		return nil, err
+	}
+	r.status = newStatus(r, set)
+	r.status.stale = r.engine.Stale
+	return r, nil
+}
+
+// Start starts the sampler. It is idempotent; with enabled: false it starts
+// nothing and every decision admits.
+func (r *Runner) Start(ctx context.Context, host component.Host) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started || r.stopped {
+		return nil
+	}
+	r.started = true
+	if !r.cfg.Enabled {
+		r.logger.Info("throttle disabled (enabled: false): admitting everything, no sampler")
+		return nil
+	}
+	src := r.source
+	// The heap view corrects the working set of this process: only with
+	// the source that reads this process's own cgroup or counters.
+	var heap sampler.HeapView
+	if src == nil {
+		src = defaultSource(r.logger)
+		r.ownedSource = src
+		heap = gomemlimit.NewHeapView()
+	}
+	if err := r.status.start(ctx, host, src); err != nil {
+		return err
+	}
+	// The soft limit is derived from this process's own memory limit: an
+	// injected source describes something else, and must not set it (a test
+	// would squeeze its own process).
+	glCfg := r.cfg.GoMemLimit
+	if r.source != nil && r.memoryLimitSetter == nil {
+		glCfg.Enabled = false
+	}
+	r.memLimit = gomemlimit.Acquire(glCfg, gomemlimit.Options{SetMemoryLimit: r.memoryLimitSetter})
+	scfg := r.cfg.Sampler
+	scfg.LimitsEvery = r.limitsEvery
+	r.sampler = sampler.New(src, scfg, sampler.Options{
+		OnSample: r.onSample,
+		OnError:  r.onSamplerError,
+		Heap:     heap,
+	})
+	// Start takes the first sample before it returns, so the memory limit
+	// is known when the budget and the soft memory limit are sized.
+	if err := r.sampler.Start(ctx); err != nil {
+		return fmt.Errorf("throttle: reading %s: %w", src.Describe(), err)
+	}
+	r.stale = startStaleWatchdog(r.engine, r.logger, r.cfg.StaleAfter, r.cfg.Sampler.Interval, r.status.reportChange)
+	wl := r.sampler.Load()
+	if a := r.cfg.Admission; a.Budget != nil {
+		r.budget.Store(middleware.NewBudgetWith(middleware.BudgetConfig{
+			Max:       int64(a.Budget(wl.MemLimit, wl.Cores)), //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
+			PeerShare: a.PeerShare,
+			Wait:      a.WaitTimeout,
+		}))
+	}
+	goLimit := r.memLimit.Limit()
+	r.logger.Info("throttle started",
+		zap.String("resource_source", src.Describe()),
+		zap.Float64("effective_cores", wl.Cores),
+		zap.Uint64("memory_limit_bytes", wl.MemLimit),
+		zap.String("go_memory_limit", r.memLimit.Status().String()),
+		zap.Int64("go_memory_limit_bytes", goMemLimitBytes(goLimit)),
+		zap.Int64("admission_budget_bytes", r.budget.Load().Max()),
+		zap.Duration("sample_interval", r.cfg.Sampler.Interval),
+	)
+	return nil
+}
+
+// defaultSource is the container's cgroup, or the process's own counters
+// where there is none (bare metal, macOS, tests).
+func defaultSource(logger *zap.Logger) sampler.Source {
+	r, err := cgroup.NewReader("/")
+	if err == nil {
+		return r
+	}
+	logger.Info("no usable cgroup; reading the process's own CPU time and RSS instead", zap.Error(err))
+	return cgroup.NewProcess("/")
+}
+
+// Shutdown stops the sampler and waits for it. Safe without Start, and more
+// than once.
+func (r *Runner) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return nil
+	}
+	r.stopped = true
+	r.closed.Store(true)
+	r.queue.Close()
+	err := r.status.shutdown(ctx)
+	r.stale.stop()
+	if r.sampler != nil {
+		// A source read that never returns (a hung filesystem) must not
+		// hang the collector's shutdown: wait for the sampler only as long
+		// as ctx allows, and leave the source open if it is still in use.
+		stopped := make(chan struct{})
+		go func() {
+			r.sampler.Stop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			r.tel.shutdown()
+			return errors.Join(err, fmt.Errorf("throttle: sampler did not stop: %w", ctx.Err()))
+		}
+		// Changes counted but not yet summarised would otherwise be lost.
+		r.translog.flush()
+	}
+	if c, ok := r.ownedSource.(io.Closer); ok {
+		_ = c.Close()
+	}
+	r.memLimit.Release()
+	r.tel.shutdown()
+	return err
+}
+
+// resizeBudget keeps an "auto" admission budget sized to the memory limit
+// and the cores in force: both can change while the collector runs (an
+// in-place pod resize, a move to another cgroup).
+func (r *Runner) resizeBudget(wl *sampler.WaterLevel) {
+	b := r.budget.Load()
+	if b == nil || !r.cfg.Admission.AutoBudget {
+		return
+	}
+	if want := int64(r.cfg.Admission.Budget(wl.MemLimit, wl.Cores)); want != b.Max() { //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
+		b.SetMax(want)
+		r.logger.Info("throttle: the admission budget follows the memory limit and the cores",
+			zap.Int64("admission_budget_bytes", want), zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Float64("effective_cores", wl.Cores))
+	}
+}
+
+// goMemLimitBytes is a soft limit for logs and telemetry: 0 for none.
+func goMemLimitBytes(l int64) int64 {
+	if l == math.MaxInt64 {
+		return 0
+	}
+	return l
+}
+
+// onSample runs on the sampler goroutine after each publish.
+func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
+	// A read that hung through Shutdown returns later: what it measured
+	// goes nowhere, the extension is shut down.
+	if r.closed.Load() {
+		return
+	}
+	// The first tick runs inside Start, which logs the limit it set.
+	if limit, changed := r.memLimit.Update(wl.MemLimit); changed && !r.lastAt.IsZero() {
+		r.logger.Info("throttle: the Go soft memory limit follows the memory limit",
+			zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Int64("go_memory_limit_bytes", goMemLimitBytes(limit)))
+	}
+	r.resizeBudget(wl)
+	r.engine.Observe(wl)
+	if started, ended := r.open.observe(r.engine.State(decision.Traces) == decision.Open); started {
+		r.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until memory falls",
+			zap.Float64("mem", wl.Mem),
+			zap.Uint64("working_set_bytes", wl.WorkingSet),
+			zap.Uint64("heap_free_bytes", wl.HeapFree),
+			zap.Uint64("heap_held_back_bytes", wl.HeapHeldBack),
+			zap.Uint64("memory_limit_bytes", wl.MemLimit),
+			zap.Float64("cpu", wl.CPU),
+		)
+		r.status.reportChange()
+	} else if ended > 0 {
+		r.logger.Info("throttle: the stalled Open has ended", zap.Duration("open_for", ended))
+		r.status.reportChange()
+	}
+	r.translog.tick()
+	r.status.record(wl)
+	var interval time.Duration
+	if !r.lastAt.IsZero() {
+		interval = wl.At.Sub(r.lastAt)
+	}
+	r.lastAt = wl.At
+	r.tel.sampled(took, interval)
+}
+
+// onSamplerError counts every failure and logs each kind at most once per
+// warnEvery.
+func (r *Runner) onSamplerError(err error) {
+	resource := errorResource(err)
+	r.tel.samplerError(resource)
+	now := time.Now()
+	if last, ok := r.lastWarn[resource]; ok && now.Sub(last) < warnEvery {
+		return
+	}
+	r.lastWarn[resource] = now
+	r.logger.Warn("throttle sampler: resource read failed or frame skipped (logged at most every 30s per resource)",
+		zap.String("resource", resource), zap.Error(err))
+}
+
+// errorResource names the resource a sampler error is about, for the
+// sampler_errors metric and the rate limit of its log.
+func errorResource(err error) string {
+	var re *sampler.ReadError
+	if errors.As(err, &re) {
+		return re.Resource
+	}
+	return "cpu" // skipped CPU windows
+}
+
+// logTransition logs one state change (sampler goroutine). The message
+// names the signal and both states; transitionLog keeps a flapping state
+// from losing its changes to the collector's log sampling (see
+// transitionlog.go).
+func (r *Runner) logTransition(t decision.Transition) {
+	r.translog.transition(t)
+}
+
+// Decide implements middleware.Decider and the extension's Throttle. The
+// engine already admits a signal whose rule is disabled, and with enabled:
+// false nothing feeds it, so it stays Normal and admits everything.
+func (r *Runner) Decide(s decision.Signal) decision.Verdict { return r.engine.Decide(s) }
+
+// Exempt implements middleware.Decider.
+func (r *Runner) Exempt(s decision.Signal) bool {
+	return s < decision.NumSignals && r.exempt[s]
+}
+
+// State is the current state of signal s's state machine.
+func (r *Runner) State(s decision.Signal) decision.State { return r.engine.State(s) }
+
+// RetryDelay draws the delay a client rejected with v is asked to wait.
+func (r *Runner) RetryDelay(v decision.Verdict) time.Duration { return r.retry.Draw(v) }
+
+// ObserveOnly reports whether decisions are only counted (observe_only).
+func (r *Runner) ObserveOnly() bool { return r.cfg.ObserveOnly }
+
+// RecordProcessorDecision counts a decision taken by a processor.
+func (r *Runner) RecordProcessorDecision(s decision.Signal, v decision.Verdict) {
+	r.tel.record(protocolProcessor, s, v)
+}
+
+// Record implements middleware.Recorder.
+func (r *Runner) Record(p middleware.Protocol, s decision.Signal, v decision.Verdict) {
+	switch p {
+	case middleware.ProtocolHTTP:
+		r.tel.record(protocolHTTP, s, v)
+	case middleware.ProtocolGRPC:
+		r.tel.record(protocolGRPC, s, v)
+	}
+}
+
+// MiddlewareConfig is the configuration of one server's middleware: every
+// server of the extension shares the runner's classifier, budget, pacer
+// and queue. The budget is the one Start sized (nil before Start).
+func (r *Runner) MiddlewareConfig() middleware.Config {
+	return middleware.Config{
+		Classifier:  r.classifier,
+		Decider:     r,
+		Retry:       r.retry,
+		Budget:      r.budget.Load(),
+		UnknownSize: r.cfg.Admission.UnknownSize,
+		IdleTimeout: r.cfg.Admission.IdleTimeout,
+		Recorder:    r,
+		Pacer:       r.pacer,
+		Queue:       r.queue,
+		ObserveOnly: r.cfg.ObserveOnly,
+	}
+}
+
+// Level is the last water level the engine observed, nil before the first
+// sample. It takes no lock: metric callbacks call it, and Shutdown holds r.mu
+// while it unregisters them, which waits for a collection in progress.
+func (r *Runner) Level() *sampler.WaterLevel {
+	wl := r.engine.Level()
+	if wl == nil || wl.At.IsZero() {
+		return nil
+	}
+	return wl
+}
+
+// Budget is the admission budget shared by every server; nil before Start
+// and when it is off.
+func (r *Runner) Budget() *middleware.Budget { return r.budget.Load() }
+
+// Queue is the HTTP queue shared by every server; nil when it is off.
+func (r *Runner) Queue() *middleware.Queue { return r.queue }
+
+// Engine is the decision engine.
+func (r *Runner) Engine() *decision.Engine { return r.engine }
+
+// Sampler is the sampler Start created; nil before Start and when the
+// throttle is disabled. Call it after Start has returned.
+func (r *Runner) Sampler() *sampler.Sampler { return r.sampler }
+
+// OwnedSource is the source Start created because none was injected; nil
+// otherwise. Call it after Start has returned.
+func (r *Runner) OwnedSource() sampler.Source { return r.ownedSource }
+
+// Watchdog reports whether Start started the stale watchdog
+// (stale_after_intervals > 0). Call it after Start has returned.
+func (r *Runner) Watchdog() bool { return r.stale != nil }
+
+// StatusAddr is the status page's bound address, nil when it is not
+// serving. Call it after Start or Shutdown has returned.
+func (r *Runner) StatusAddr() net.Addr { return r.status.addr() }
+
+func (r *Runner) budgetValues() (reserved, limit int64) {
+	b := r.budget.Load()
+	return b.Reserved(), b.Max()
+}
+
+func (r *Runner) telemetrySources() telemetrySources {
+	c := &r.cfg.Decision
+	return telemetrySources{
+		level:      r.Level,
+		state:      r.State,
+		budget:     r.budgetValues,
+		stale:      r.engine.Stale,
+		held:       func() int64 { return r.pacer.Held() + r.queue.Held() },
+		goMemLimit: func() int64 { return goMemLimitBytes(gomemlimit.Current()) },
+		openFor:    r.open.openFor,
+		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
+		cpuEnabled: c.CPU.Enabled,
+		memEnabled: c.Mem.Enabled,
+	}
+}

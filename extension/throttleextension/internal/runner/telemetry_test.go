@@ -1,0 +1,93 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package runner
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// idAttr is the component ID attribute of the telemetry built below.
+var idAttr = attribute.String("extension", "throttle")
+
+func newTestTelemetry(t *testing.T) *componenttest.Telemetry {
+	tt := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
+	return tt
+}
+
+// TestRecordResourceFallback checks that an unknown resource is counted as
+// limits (the metric's enum has no other value) rather than dropped.
+func TestRecordResourceFallback(t *testing.T) {
+	tt := newTestTelemetry(t)
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
+		level:  func() *sampler.WaterLevel { return nil },
+		state:  func(decision.Signal) decision.State { return decision.Normal },
+		budget: func() (int64, int64) { return 0, 0 },
+		stale:  func() bool { return false },
+		held:   func() int64 { return 0 },
+	})
+	require.NoError(t, err)
+	defer tel.shutdown()
+	tel.samplerError("limits")
+	tel.samplerError("something")
+	metadatatest.AssertEqualThrottleSamplerErrors(t, tt, []metricdata.DataPoint[int64]{
+		{Attributes: attribute.NewSet(idAttr, attribute.String("resource", "limits")), Value: 2},
+	}, metricdatatest.IgnoreTimestamp())
+	// Out-of-range inputs are ignored, not a panic.
+	tel.record(protocolHTTP, decision.NumSignals, decision.Admit)
+	tel.record(protocolHTTP, decision.Traces, decision.DenyBudget+1)
+	_, err = tt.GetMetric("otelcol_throttle_requests")
+	require.Error(t, err, "nothing recorded")
+}
+
+// BenchmarkRecord is the request path's telemetry: it must not allocate.
+func BenchmarkRecord(b *testing.B) {
+	tt := componenttest.NewTelemetry()
+	defer func() { _ = tt.Shutdown(context.Background()) }()
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
+		level:  func() *sampler.WaterLevel { return nil },
+		state:  func(decision.Signal) decision.State { return decision.Normal },
+		budget: func() (int64, int64) { return 0, 0 },
+		stale:  func() bool { return false },
+		held:   func() int64 { return 0 },
+	})
+	require.NoError(b, err)
+	defer tel.shutdown()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		tel.record(protocol(i%int(numProtocols)), decision.Signal(i%int(decision.NumSignals)), decision.Verdict(i%4))
+	}
+}
+
+func TestRecordDoesNotAllocate(t *testing.T) {
+	tt := newTestTelemetry(t)
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
+		level:  func() *sampler.WaterLevel { return nil },
+		state:  func(decision.Signal) decision.State { return decision.Normal },
+		budget: func() (int64, int64) { return 0, 0 },
+		stale:  func() bool { return false },
+		held:   func() int64 { return 0 },
+	})
+	require.NoError(t, err)
+	defer tel.shutdown()
+	tel.record(protocolHTTP, decision.Traces, decision.Admit) // first use creates the series
+	allocs := testing.AllocsPerRun(1000, func() {
+		tel.record(protocolHTTP, decision.Traces, decision.Admit)
+		tel.record(protocolGRPC, decision.Logs, decision.DenyOpen)
+	})
+	assert.Zero(t, allocs)
+}
