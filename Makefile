@@ -4,18 +4,27 @@ GO ?= go
 GOTEST_FLAGS ?= -race -timeout 20m
 MDATAGEN := $(GO) tool -modfile=$(CURDIR)/internal/tools/go.mod mdatagen
 
+# Two modules: the component module (the repository root: the processor, the
+# extension and their internal packages) and testbed/ (benchmarks, load
+# generator, end-to-end tests with real exporters and the distribution
+# tests), which keeps plotting, otelcol and the exporters out of the
+# component's go.mod. internal/tools is a third, for the pinned tools only.
+TESTBED := testbed
+
 .PHONY: all
 all: lint test
 
-## test: run every test of the module (unit, component, end-to-end).
+## test: run every test of both modules (unit, component, end-to-end, distribution).
 .PHONY: test
 test:
 	$(GO) test $(GOTEST_FLAGS) ./...
+	cd $(TESTBED) && $(GO) test $(GOTEST_FLAGS) ./...
 
-## bench: run the Go benchmarks (request path, engine, sampler).
+## bench: run the Go benchmarks (request path, engine, sampler; both modules).
 .PHONY: bench
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -cpu 1,2 ./...
+	cd $(TESTBED) && $(GO) test -run='^$$' -bench=. -benchmem -cpu 1,2 ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each: a duration (10s) or a count of inputs (20000x).
 # Seeds are in testdata/fuzz.
@@ -33,13 +42,15 @@ fuzz:
 	done
 
 ## lint: gofmt, go vet and golangci-lint (.golangci.yml; the version is pinned
-## in internal/tools/go.mod, like mdatagen).
+## in internal/tools/go.mod, like mdatagen), in both modules.
 GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/internal/tools/go.mod golangci-lint
 .PHONY: lint
 lint:
 	@bad=$$(gofmt -l $$(find . -name '*.go' -not -path './_build/*' -not -path './bin/*')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
+	cd $(TESTBED) && $(GO) vet ./...
+	cd $(TESTBED) && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
 
 ## generate: regenerate mdatagen output for the processor (root) and the extension.
 # mdatagen names the package of its generated tests after the folder holding
@@ -67,12 +78,12 @@ OTELCOL := $(CURDIR)/_build/otelcol-throttle
 CONFIG ?= examples/otelcol-config.yaml
 
 # Everything the binary is built from: the manifest, the module's go.mod and
-# go.sum and every non-test Go file of the module (tracked or not), so that a
-# second `make run` with nothing changed does not rebuild.
+# go.sum and every non-test Go file of the component module (tracked or not;
+# not the testbed's), so that a second `make run` with nothing changed does
+# not rebuild.
 OTELCOL_SRCS := builder-config.yaml go.mod go.sum $(shell find . -name '*.go' -not -name '*_test.go' \
 	-not -path './_build/*' -not -path './bin/*' -not -path './.git/*' -not -path './internal/tools/*' \
-	-not -path './test/*' -not -path '*/testdata/*' -not -path './bench/*' -not -path './cmd/*' \
-	-not -path './internal/loadgen/*' 2>/dev/null)
+	-not -path './$(TESTBED)/*' -not -path '*/testdata/*' 2>/dev/null)
 
 $(OCB):
 	@mkdir -p $(CURDIR)/bin
@@ -96,31 +107,39 @@ run: $(OTELCOL)
 ## smoke: only the smoke test of the real distribution (part of `make test` too).
 .PHONY: smoke
 smoke:
-	$(GO) test -count=1 -v -timeout 20m ./test/distribution/...
+	cd $(TESTBED) && $(GO) test -count=1 -v -timeout 20m ./test/distribution/...
+
+# The benchmark drivers are built from the testbed module into ./bin and run
+# from the repository root, where their default paths (_build/...,
+# bench/results/...) and the paths of the README's commands are.
+.PHONY: bench-bin
+## bench-bin: build bin/overload, bin/fleet and bin/loadgen from the testbed module.
+bench-bin:
+	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/overload ./bench/fleet ./cmd/loadgen
 
 ## overload: the overload benchmark (Linux, root): builds the distribution, then
-## runs it in a 1 CPU / 300 MiB cgroup under scenarios A B C D M (bench/overload).
+## runs it in a 1 CPU / 300 MiB cgroup under scenarios A B C D M (testbed/bench/overload).
 ## Without -rate-over it first finds A's saturation point. Results in bench/results/.
 ## e.g. make overload OVERLOAD_FLAGS='-d 90s -rate-over 1800 -c-below 8'
 OVERLOAD_FLAGS ?=
 .PHONY: overload
-overload: $(OTELCOL)
-	$(GO) run ./bench/overload -collector $(OTELCOL) $(OVERLOAD_FLAGS)
+overload: $(OTELCOL) bench-bin
+	$(CURDIR)/bin/overload -collector $(OTELCOL) $(OVERLOAD_FLAGS)
 
 ## soak: the soak of issue 8 (Linux, root; not part of `make test`): the
 ## distribution with throttle in a 1 CPU / 300 MiB cgroup at twice its
-## saturating load for 10 minutes (bench/overload/soak_test.go, build tag soak).
-## Shorter: make soak SOAK_FLAGS='-soak.duration=2m'; results in bench/results/.
+## saturating load for 10 minutes (testbed/bench/overload/soak_test.go, build
+## tag soak). Shorter: make soak SOAK_FLAGS='-soak.duration=2m'; results in bench/results/.
 SOAK_FLAGS ?=
 SOAK_TIMEOUT ?= 40m
 .PHONY: soak
 soak: $(OTELCOL)
-	OTELCOL_THROTTLE_BINARY=$(OTELCOL) $(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout $(SOAK_TIMEOUT) ./bench/overload -args $(SOAK_FLAGS)
+	cd $(TESTBED) && OTELCOL_THROTTLE_BINARY=$(OTELCOL) $(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout $(SOAK_TIMEOUT) ./bench/overload -args $(SOAK_FLAGS)
 
 # ---------------------------------------------------------------------------
-# The fleet benchmark (bench/fleet): stock collectors as agents and sink, the
-# gateway under test in a cgroup. Peers are built from manifests in
-# bench/fleet: otelcol-stock (no throttle code, this collector release) and
+# The fleet benchmark (testbed/bench/fleet): stock collectors as agents and
+# sink, the gateway under test in a cgroup. Peers are built from manifests in
+# testbed/bench/fleet: otelcol-stock (no throttle code, this collector release) and
 # otelcol-mlext (core's memory_limiter extension, only served up to v0.149.0,
 # so built with that release's ocb).
 
@@ -134,12 +153,12 @@ $(OCB_MLEXT):
 	GOBIN=$(CURDIR)/bin $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OCB_MLEXT_VERSION)
 	mv $(CURDIR)/bin/builder $@
 
-$(OTELCOL_STOCK): bench/fleet/otelcol-stock.yaml | $(OCB)
-	$(OCB) --config bench/fleet/otelcol-stock.yaml
+$(OTELCOL_STOCK): $(TESTBED)/bench/fleet/otelcol-stock.yaml | $(OCB)
+	$(OCB) --config $(TESTBED)/bench/fleet/otelcol-stock.yaml
 	@touch $@
 
-$(OTELCOL_MLEXT): bench/fleet/otelcol-mlext.yaml | $(OCB_MLEXT)
-	$(OCB_MLEXT) --config bench/fleet/otelcol-mlext.yaml
+$(OTELCOL_MLEXT): $(TESTBED)/bench/fleet/otelcol-mlext.yaml | $(OCB_MLEXT)
+	$(OCB_MLEXT) --config $(TESTBED)/bench/fleet/otelcol-mlext.yaml
 	@touch $@
 
 ## otelcol-stock, otelcol-mlext: build the fleet benchmark's peer distributions.
@@ -153,5 +172,5 @@ otelcol-mlext: $(OTELCOL_MLEXT)
 ## bench/results/. e.g. make fleet FLEET_FLAGS='-protocol grpc'
 FLEET_FLAGS ?=
 .PHONY: fleet
-fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT)
-	$(GO) run ./bench/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
+fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
+	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)

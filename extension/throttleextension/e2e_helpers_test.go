@@ -6,9 +6,11 @@ package throttleextension
 // Helpers of the end-to-end tests (e2e_test.go) and benchmarks
 // (bench_e2e_test.go): the real otlpreceiver with the throttle as its HTTP
 // and gRPC middleware, a started throttle extension whose water level the
-// test drives through a fake resource source, and real OTLP exporters as
-// clients. Every identifier starts with e2e so that it cannot clash with the
-// other test files of the package.
+// test drives through a fake resource source, and raw net/http and grpc-go
+// clients. The tests with real OTLP exporters as clients are in the testbed
+// module (testbed/test/exporters), which keeps the exporters out of this
+// module's go.mod. Every identifier starts with e2e so that it cannot clash
+// with the other test files of the package.
 
 import (
 	"bytes"
@@ -29,11 +31,6 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
-	"go.opentelemetry.io/collector/exporter"
-	"go.opentelemetry.io/collector/exporter/exportertest"
-	"go.opentelemetry.io/collector/exporter/otlpexporter"
-	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
-	"go.opentelemetry.io/collector/exporter/xexporter"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -498,71 +495,4 @@ func (env *e2eEnv) grpcConn(tb testing.TB) *grpc.ClientConn {
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, cc.Close()) })
 	return cc
-}
-
-// e2eExporters are real OTLP exporters of every signal for one protocol.
-type e2eExporters struct {
-	protocol string // "http" or "grpc", as in throttle_requests
-	send     map[Signal]func(ctx context.Context, n int) error
-}
-
-// startExporters starts otlphttpexporter (protocol "http") or otlpexporter
-// ("grpc") for every signal, without a sending queue (an export returns
-// when its data is delivered or given up, so nothing needs to be waited
-// for), with retries on a short back-off bounded at 30s. They are shut down
-// when the test ends.
-func (env *e2eEnv) startExporters(tb testing.TB, protocol string) *e2eExporters {
-	tb.Helper()
-	ctx := context.Background()
-	conf := map[string]any{
-		"timeout":       "5s",
-		"sending_queue": map[string]any{"enabled": false},
-		"retry_on_failure": map[string]any{
-			"enabled":          true,
-			"initial_interval": "50ms",
-			"max_interval":     "200ms",
-			"max_elapsed_time": "30s",
-		},
-	}
-	var ef exporter.Factory
-	switch protocol {
-	case "http":
-		ef = otlphttpexporter.NewFactory()
-		conf["endpoint"] = "http://" + env.httpAddr
-	case "grpc":
-		ef = otlpexporter.NewFactory()
-		conf["endpoint"] = env.grpcAddr
-		conf["tls"] = map[string]any{"insecure": true}
-	default:
-		tb.Fatalf("unknown protocol %q", protocol)
-	}
-	cfg := ef.CreateDefaultConfig()
-	require.NoError(tb, confmap.NewFromStringMap(conf).Unmarshal(cfg))
-	require.NoError(tb, confmap.Validate(cfg))
-	set := exportertest.NewNopSettings(ef.Type())
-
-	start := func(c component.Component) {
-		require.NoError(tb, c.Start(ctx, componenttest.NewNopHost()))
-		tb.Cleanup(func() { require.NoError(tb, c.Shutdown(ctx)) })
-	}
-	te, err := ef.CreateTraces(ctx, set, cfg)
-	require.NoError(tb, err)
-	me, err := ef.CreateMetrics(ctx, set, cfg)
-	require.NoError(tb, err)
-	le, err := ef.CreateLogs(ctx, set, cfg)
-	require.NoError(tb, err)
-	pe, err := ef.(xexporter.Factory).CreateProfiles(ctx, set, cfg)
-	require.NoError(tb, err)
-	for _, c := range []component.Component{te, me, le, pe} {
-		start(c)
-	}
-	return &e2eExporters{
-		protocol: protocol,
-		send: map[Signal]func(context.Context, int) error{
-			SignalTraces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, e2eTraces(n)) },
-			SignalMetrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, e2eMetrics(n)) },
-			SignalLogs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, e2eLogs(n)) },
-			SignalProfiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, e2eProfiles(n)) },
-		},
-	}
 }

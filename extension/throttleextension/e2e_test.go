@@ -6,8 +6,9 @@ package throttleextension
 // End-to-end proof of issue 3 with real components: the real otlpreceiver
 // with middlewares: [{id: throttle}] on its gRPC and HTTP servers, a started
 // throttle extension whose state is driven through its resource source (the
-// real sampler and state machines decide), and real OTLP exporters and raw
-// net/http and grpc-go clients. Helpers are in e2e_helpers_test.go.
+// real sampler and state machines decide), and raw net/http and grpc-go
+// clients. Helpers are in e2e_helpers_test.go; the tests with real OTLP
+// exporters as clients are in the testbed module (testbed/test/exporters).
 
 import (
 	"bufio"
@@ -41,29 +42,6 @@ const (
 	pbType   = "application/x-protobuf"
 	jsonType = "application/json"
 )
-
-// TestE2ENormalAdmitsEverything: in Normal every signal sent by the real
-// exporters of both protocols reaches the sinks, exactly, and each decision
-// is counted as allowed.
-func TestE2ENormalAdmitsEverything(t *testing.T) {
-	env := startE2E(t, e2eOptions{})
-	ctx := context.Background()
-	const perExport = 10
-	for _, protocol := range []string{"http", "grpc"} {
-		exps := env.startExporters(t, protocol)
-		for _, s := range e2eSignals {
-			require.NoError(t, exps.send[s.sig](ctx, perExport), "%s %v", protocol, s.sig)
-		}
-	}
-	for _, s := range e2eSignals {
-		assert.Equal(t, 2*perExport, s.received(env), "%v items at the sink", s.sig)
-		for _, protocol := range []string{"http", "grpc"} {
-			assert.EqualValues(t, 1, env.requests(t, protocol, s.sig, "allowed", ""), "%s %v allowed", protocol, s.sig)
-			assert.Zero(t, env.requests(t, protocol, s.sig, "denied", "open"))
-			assert.Zero(t, env.requests(t, protocol, s.sig, "denied", "shed"))
-		}
-	}
-}
 
 // requireHTTPRejection checks a 429 of design §7: Retry-After in the
 // configured range, the Status body in the request's encoding, and
@@ -174,18 +152,23 @@ func TestE2EExemptSignal(t *testing.T) {
 	env.setLevel(t, e2eShedding, StateShedding)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
+	c := e2eHTTPClient(t)
+	cc := env.grpcConn(t)
 	const perExport = 7
+	metrics := e2eSignals[SignalMetrics]
+	require.Equal(t, SignalMetrics, metrics.sig)
+	pb, err := metrics.proto(perExport)
+	require.NoError(t, err)
+	resp := env.post(t, c, metrics.path, pbType, pb)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "body: %s", resp.body)
+	require.NoError(t, metrics.grpcExport(ctx, cc, perExport))
 	for _, protocol := range []string{"http", "grpc"} {
-		exps := env.startExporters(t, protocol)
-		require.NoError(t, exps.send[SignalMetrics](ctx, perExport))
 		assert.EqualValues(t, 1, env.requests(t, protocol, SignalMetrics, "allowed", ""), protocol)
 		assert.Zero(t, env.requests(t, protocol, SignalMetrics, "denied", "shed"), protocol)
 	}
 	assert.Equal(t, 2*perExport, env.metrics.DataPointCount())
 
 	// The others are refused.
-	c := e2eHTTPClient(t)
-	cc := env.grpcConn(t)
 	for _, s := range e2eSignals {
 		if s.sig == SignalMetrics {
 			continue
@@ -211,61 +194,6 @@ func TestE2EExemptSignal(t *testing.T) {
 	assert.Equal(t, 2*perExport, env.metrics.DataPointCount())
 	assert.EqualValues(t, 1, env.requests(t, "http", SignalMetrics, "denied", "open"))
 	assert.EqualValues(t, 1, env.requests(t, "grpc", SignalMetrics, "denied", "open"))
-}
-
-// TestE2EExportersRetryUntilNormal: exports started in Open are rejected,
-// retried by the exporters (429 + Retry-After, RESOURCE_EXHAUSTED +
-// RetryInfo) and all delivered, exactly once, when the state returns to
-// Normal: nothing is lost.
-func TestE2EExportersRetryUntilNormal(t *testing.T) {
-	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, StateOpen)
-	protocols := []string{"http", "grpc"}
-	items := map[string]int{"http": 11, "grpc": 13}
-
-	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(protocols)*len(e2eSignals))
-	for _, protocol := range protocols {
-		exps := env.startExporters(t, protocol)
-		for _, s := range e2eSignals {
-			wg.Go(func() {
-				if err := exps.send[s.sig](ctx, items[protocol]); err != nil {
-					errs <- fmt.Errorf("%s %v: %w", protocol, s.sig, err)
-				}
-			})
-		}
-	}
-	// Every export has been rejected at least once before the state is
-	// brought back: the deliveries below are retries.
-	require.Eventually(t, func() bool {
-		for _, protocol := range protocols {
-			for _, s := range e2eSignals {
-				if env.requests(t, protocol, s.sig, "denied", "open") == 0 {
-					return false
-				}
-			}
-		}
-		return true
-	}, e2eWait, time.Millisecond, "not every export was rejected")
-	for _, s := range e2eSignals {
-		require.Zero(t, s.received(env))
-	}
-
-	env.setLevel(t, e2eCalm, StateNormal)
-	wg.Wait() // bounded by ctx and the exporters' max_elapsed_time
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	for _, s := range e2eSignals {
-		assert.Equal(t, items["http"]+items["grpc"], s.received(env), "%v items at the sink", s.sig)
-		for _, protocol := range protocols {
-			assert.EqualValues(t, 1, env.requests(t, protocol, s.sig, "allowed", ""), "%s %v admitted once", protocol, s.sig)
-			t.Logf("%s %v: rejected %d times before delivery", protocol, s.sig, env.requests(t, protocol, s.sig, "denied", "open"))
-		}
-	}
 }
 
 // TestE2ESheddingRejectsAboutPDrop: half way between enter (0.5) and hard

@@ -240,6 +240,24 @@ func BenchmarkGRPCTap(b *testing.B) {
 		run(b, newMW(b, decision.DenyOpen, NewBudget(1<<40)), "/grpc.health.v1.Health/Check")
 	})
 	b.Run("reject", func(b *testing.B) { run(b, newMW(b, decision.DenyShed, NewBudget(1<<40)), traceExport) })
+	b.Run("reject-budget-full", func(b *testing.B) {
+		full := NewBudget(1 << 20)
+		full.Reserve(1 << 20)
+		run(b, newMW(b, decision.Admit, full), traceExport)
+	})
+	// The interceptor every RPC passes after the tap admitted it.
+	b.Run("gate", func(b *testing.B) {
+		mw := newMW(b, decision.Admit, NewBudget(1<<40))
+		rctx, err := mw.tap(context.Background(), &tap.Info{FullMethodName: traceExport})
+		if err != nil {
+			b.Fatal(err)
+		}
+		handler := func(context.Context, any) (any, error) { return nil, nil }
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = mw.unaryGate(rctx, nil, nil, handler)
+		}
+	})
 }
 
 // TestHTTPAdmitNoAllocs pins the benchmark's claim in a test: the admit path

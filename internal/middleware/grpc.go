@@ -177,8 +177,11 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	}
 	p, _ := ctx.Value(peerKey{}).(peer)
 	n := g.sizeEstimate(sig, p)
-	r := &reservation{b: g.budget, n: n, sig: sig, peer: p, age: now(), cancel: func() {}}
-	if !g.budget.admit(n, p) {
+	var r *reservation
+	if g.budget.admit(n, p) {
+		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
+		r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: now(), cancel: func() {}}
+	} else {
 		if g.observe {
 			g.rec.Record(ProtocolGRPC, sig, decision.DenyBudget)
 			return ctx, nil
@@ -190,9 +193,7 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		if g.budget.wait <= 0 || !g.queue.takeSlot() {
 			return ctx, g.reject(sig, decision.DenyBudget)
 		}
-		r.n, r.want, r.slot = 0, n, g.queue
-	} else {
-		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
+		r = &reservation{b: g.budget, want: n, slot: g.queue, sig: sig, peer: p, age: now(), cancel: func() {}}
 	}
 	if g.idle > 0 || r.want > 0 {
 		ctx, r.cancel = context.WithCancel(ctx)

@@ -1,0 +1,407 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
+	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
+)
+
+// member is one collector of the fleet: its process and its metrics.
+type member struct {
+	name string
+	proc *harness.Process
+	scr  *harness.Scraper
+}
+
+// fleet is one scenario's running sink, gateway and agents, and the
+// recorder sampling them.
+type fleet struct {
+	o       options
+	name    string
+	sink    *member
+	gateway *member
+	cg      *harness.Cgroup
+	agents  []*member
+	// agentPorts are the agents' OTLP/HTTP ports (the load generator's targets).
+	agentPorts []int
+	gwPprof    int
+	rec        *recorder
+
+	cleanups []func()
+}
+
+// stop stops everything started, in reverse order, by PID, and removes
+// the cgroup.
+func (f *fleet) stop() {
+	for i := len(f.cleanups) - 1; i >= 0; i-- {
+		f.cleanups[i]()
+	}
+	f.cleanups = nil
+}
+
+// fleetSpec is what to start.
+type fleetSpec struct {
+	name    string
+	gateway gatewayConfig
+	gwBin   string
+	gwEnv   []string
+	memMiB  uint64
+}
+
+func freePorts(n int) ([]int, error) {
+	out := make([]int, n)
+	for i := range out {
+		p, err := harness.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// startMember starts one collector with cfg and waits for its metrics.
+func (f *fleet) startMember(ctx context.Context, name, bin string, cfg []byte, metricsPort int, cg *harness.Cgroup, env []string, restart bool) (*member, error) {
+	cfgPath, _ := filepath.Abs(filepath.Join(f.o.out, fmt.Sprintf("config-%s-%s.yaml", f.name, name)))
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		return nil, err
+	}
+	p, err := harness.StartProcess(harness.ProcessConfig{
+		Bin: bin, Args: []string{"--config", cfgPath}, Env: env, Cgroup: cg,
+		LogPath: filepath.Join(f.o.out, fmt.Sprintf("log-%s-%s.txt", f.name, name)),
+		Restart: restart, RestartDelay: f.o.restartDelay, Logf: logf,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	// An agent drains its queue on SIGTERM, for as long as its exporter
+	// retries: its data is counted by then, so it gets a short grace.
+	f.cleanups = append(f.cleanups, func() { p.Stop(2 * time.Second) })
+	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	if err := harness.WaitReady(ctx, url, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	m := &member{name: name, proc: p, scr: harness.NewScraper(url)}
+	sctx, stopScr := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.scr.Run(sctx, f.o.interval) }()
+	f.cleanups = append(f.cleanups, func() { stopScr(); <-done })
+	return m, nil
+}
+
+// startFleet starts the sink, the gateway in its cgroup, the agents, and the
+// recorder. On error, what was started is stopped.
+func startFleet(ctx context.Context, o options, spec fleetSpec, tw *csv.Writer) (_ *fleet, err error) {
+	f := &fleet{o: o, name: spec.name}
+	defer func() {
+		if err != nil {
+			f.stop()
+		}
+	}()
+	ports, err := freePorts(7 + 2*o.agents)
+	if err != nil {
+		return nil, err
+	}
+	sinkCfg := sinkConfig{HTTPPort: ports[0], GRPCPort: ports[1], MetricsPort: ports[2]}
+	b, err := render(sinkTmpl, sinkCfg)
+	if err != nil {
+		return nil, err
+	}
+	if f.sink, err = f.startMember(ctx, "sink", o.stockBin, b, sinkCfg.MetricsPort, nil, nil, false); err != nil {
+		return nil, err
+	}
+
+	cgName := fmt.Sprintf("throttle-fleet-%d-%s", os.Getpid(), sanitize(spec.name))
+	cg, err := harness.CreateCgroup(cgName, o.cpus, spec.memMiB<<20)
+	if err != nil {
+		return nil, fmt.Errorf("creating cgroup %s: %w", cgName, err)
+	}
+	f.cg = cg
+	f.cleanups = append(f.cleanups, func() {
+		for _, pid := range cg.Pids() {
+			logf("killing leftover pid %d in %s", pid, cgName)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if err := cg.Destroy(); err != nil {
+			logf("removing cgroup %s: %v", cgName, err)
+		}
+	})
+	gw := spec.gateway
+	gw.HTTPPort, gw.GRPCPort, gw.MetricsPort, gw.PprofPort, gw.SinkHTTPPort = ports[3], ports[4], ports[5], ports[6], sinkCfg.HTTPPort
+	gw.MemoryLimiter = memoryLimiterYAML
+	f.gwPprof = gw.PprofPort
+	if b, err = render(gatewayTmpl, gw); err != nil {
+		return nil, err
+	}
+	logf("%s: gateway %s in cgroup v%d (%.2g CPU, %d MiB)%s", spec.name, gw.Kind, cg.Version, o.cpus, spec.memMiB, envNote(spec.gwEnv))
+	if f.gateway, err = f.startMember(ctx, "gateway", spec.gwBin, b, gw.MetricsPort, cg, spec.gwEnv, true); err != nil {
+		return nil, err
+	}
+
+	exporter, endpoint := "otlp_http", fmt.Sprintf("http://127.0.0.1:%d", gw.HTTPPort)
+	if o.protocol == "grpc" {
+		exporter, endpoint = "otlp_grpc", fmt.Sprintf("127.0.0.1:%d", gw.GRPCPort)
+	}
+	for i := range o.agents {
+		ac := agentConfig{HTTPPort: ports[7+2*i], MetricsPort: ports[8+2*i], Exporter: exporter, Endpoint: endpoint}
+		if b, err = render(agentTmpl, ac); err != nil {
+			return nil, err
+		}
+		m, err := f.startMember(ctx, fmt.Sprintf("agent%d", i+1), o.stockBin, b, ac.MetricsPort, nil, nil, false)
+		if err != nil {
+			return nil, err
+		}
+		f.agents = append(f.agents, m)
+		f.agentPorts = append(f.agentPorts, ac.HTTPPort)
+	}
+
+	f.rec = newRecorder(spec.name, o, f, tw)
+	rctx, stopRec := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.rec.run(rctx, o.interval) }()
+	f.cleanups = append(f.cleanups, func() { stopRec(); <-done })
+	return f, nil
+}
+
+func envNote(env []string) string {
+	if len(env) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", env %v", env)
+}
+
+// sanitize makes a scenario name usable in a cgroup or file name.
+func sanitize(s string) string {
+	out := []byte(s)
+	for i, c := range out {
+		if !nameByte(c) {
+			out[i] = '_'
+		}
+	}
+	return string(out)
+}
+
+// nameByte reports whether c may stay in a cgroup or file name: [a-zA-Z0-9_-].
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
+// load runs one load generator per agent with the given phases and returns
+// their reports. The phases' rates are per agent.
+func (f *fleet) load(ctx context.Context, phases []loadgen.Phase, logName string) ([]*loadgen.Report, error) {
+	sigs, _ := loadgen.ParseSignals("traces")
+	runners := make([]*loadgen.Runner, len(f.agentPorts))
+	for i, port := range f.agentPorts {
+		r, err := loadgen.New(loadgen.Config{
+			Target: fmt.Sprintf("http://127.0.0.1:%d", port), Protocol: loadgen.HTTP, Signals: sigs,
+			Timeout: 10 * time.Second, Phases: phases,
+		})
+		if err != nil {
+			return nil, err
+		}
+		runners[i] = r
+	}
+	f.rec.setRunners(runners)
+	out, err := os.Create(filepath.Join(f.o.out, fmt.Sprintf("loadgen-%s-%s.txt", f.name, logName)))
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	var mu sync.Mutex
+	reps := make([]*loadgen.Report, len(runners))
+	errs := make([]error, len(runners))
+	var wg sync.WaitGroup
+	for i, r := range runners {
+		wg.Go(func() {
+			w := &lockedWriter{mu: &mu, w: out}
+			fmt.Fprintf(w, "agent%d:\n", i+1)
+			reps[i], errs[i] = r.Run(ctx, w)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return reps, err
+		}
+	}
+	return reps, nil
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// measureCapacity finds the rate the stock gateway delivers to the sink at
+// most: the agents and the gateway as in the scenarios, but a memory limit
+// generous enough that memory plays no part, and an open loop stepped up
+// from -capacity-start by -capacity-growth each -capacity-step, until the
+// sink has fallen behind the offered rate in two steps in a row. The
+// capacity is the best rate the sink received over the second half of a
+// step: a synchronous measurement (each request waiting for the sink)
+// under-reads it, since batching and the exporter's queue let the gateway
+// overlap receiving and exporting.
+func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, error) {
+	f, err := startFleet(ctx, o, fleetSpec{
+		name: "capacity", gateway: gatewayConfig{Kind: gwStock},
+		gwBin: o.stockBin, memMiB: max(o.memMiB, 1024),
+	}, tw)
+	if err != nil {
+		return 0, err
+	}
+	defer f.stop()
+	fmt.Printf("\ncapacity of the gateway (%.2g CPU, stock, memory not limiting; %d agents over %s, %d-span requests):\n", o.cpus, o.agents, o.protocol, o.spans)
+	fmt.Printf("| offered spans/s | delivered spans/s (second half of the step) |\n|---|---|\n")
+	best, behind := 0.0, 0
+	rate := o.capStart
+	for step := 0; step < o.capMaxSteps && behind < 2; step++ {
+		f.rec.setPhase(fmt.Sprintf("capacity %.0f", rate))
+		start := time.Now()
+		if _, err := f.load(ctx, []loadgen.Phase{{
+			Name: "step", Duration: o.capStep, Rate: rate / float64(o.spans) / float64(o.agents),
+			MaxInflight: 256, Items: o.spans, AttrSize: o.attrSize,
+		}}, fmt.Sprintf("capacity-%02d", step)); err != nil {
+			return 0, err
+		}
+		got := f.rec.sinkRate(start.Add(o.capStep/2), start.Add(o.capStep))
+		fmt.Printf("| %.0f | %.0f |\n", rate, got)
+		best = max(best, got)
+		if got < 0.85*rate {
+			behind++
+		} else {
+			behind = 0
+		}
+		rate *= o.capGrowth
+	}
+	if best <= 0 {
+		return 0, fmt.Errorf("nothing delivered (see %s)", o.out)
+	}
+	return best, nil
+}
+
+// runScenario runs one scenario: warmup, burst, drain.
+func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*summary, error) {
+	spec := fleetSpec{
+		name: s.name, gateway: gatewayConfig{Kind: s.kind, ThrottleYAML: o.throttleYAML},
+		gwBin: o.binFor(s.kind), memMiB: o.memMiB,
+	}
+	if s.gomemlimit {
+		spec.gwEnv = []string{"GOMEMLIMIT=" + strconv.FormatUint(uint64(float64(o.memMiB<<20)*o.gomemlimitPct/100), 10)}
+	}
+	f, err := startFleet(ctx, o, spec, tw)
+	if err != nil {
+		return nil, err
+	}
+	defer f.stop()
+	perAgent := func(spansPerSec float64) float64 {
+		return spansPerSec / float64(o.spans) / float64(o.agents)
+	}
+	// The open loop never waits for an agent; the cap only guards against
+	// an agent that stops answering.
+	const maxInflight = 256
+	phases := []loadgen.Phase{
+		{Name: "warmup", Duration: o.warmup, Rate: perAgent(o.capacity / 5), MaxInflight: maxInflight, Items: o.spans, AttrSize: o.attrSize},
+		{Name: "burst", Duration: o.burst, Rate: perAgent(o.factor * o.capacity), MaxInflight: maxInflight, Items: o.spans, AttrSize: o.attrSize},
+	}
+	if o.profile > 0 {
+		go f.profileGateway(ctx, o.warmup+o.profileAt, o.profile)
+	}
+	la0 := harness.LoadAvg()
+	f.rec.setPhase("load")
+	reps, err := f.load(ctx, phases, "load")
+	if err != nil {
+		return nil, err
+	}
+	burstEnd := time.Now()
+	f.rec.setPhase("drain")
+	drained := f.waitDrained(ctx, burstEnd)
+	sum := summarize(o, s, f, reps, burstEnd, drained)
+	sum.LoadAvgStart, sum.LoadAvgEnd = la0, harness.LoadAvg()
+	logf("%s: delivered %.2f%% (%d of %d), gateway lost %d, burst %.0f spans/s to the sink (%.0f%% of capacity), OOM kills %d, restarts %d, drained %v",
+		s.name, sum.DeliveredPct, sum.SinkSpans, sum.AgentAccepted, sum.GatewayLost, sum.BurstSinkRate, sum.BurstPctCapacity,
+		sum.OOMKills, sum.Restarts, sum.drainNote())
+	return sum, ctx.Err()
+}
+
+// waitDrained waits until every agent has settled everything it accepted
+// (sent, or failed for good), every agent queue is empty and the sink has
+// not moved for settle; it gives up after drainMax. It returns the drain
+// time, or a negative duration when the fleet did not drain.
+func (f *fleet) waitDrained(ctx context.Context, from time.Time) time.Duration {
+	deadline := time.NewTimer(f.o.drainMax)
+	defer deadline.Stop()
+	tick := time.NewTicker(f.o.interval)
+	defer tick.Stop()
+	lastSink, lastMove := -1.0, time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return -1
+		case <-deadline.C:
+			return -1
+		case <-tick.C:
+		}
+		p, ok := f.rec.latest()
+		if !ok {
+			continue
+		}
+		if p.sinkSpans != lastSink {
+			lastSink, lastMove = p.sinkSpans, time.Now()
+		}
+		settled := p.agSent+p.agSendFailed+p.agEnqueueFailed >= p.agAccepted
+		if settled && p.agQueue == 0 && p.agentsFresh == len(f.agents) && time.Since(lastMove) >= f.o.settle {
+			return lastMove.Sub(from)
+		}
+	}
+}
+
+// profileGateway takes one CPU profile of the gateway through its pprof
+// extension and writes it next to the results.
+func (f *fleet) profileGateway(ctx context.Context, after, length time.Duration) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(after):
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", f.gwPprof, int(length.Seconds()))
+	cctx, cancel := context.WithTimeout(ctx, length+30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(cctx, http.MethodGet, url, http.NoBody)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		logf("%s: profile: %v", f.name, err)
+		return
+	}
+	defer resp.Body.Close()
+	path := filepath.Join(f.o.out, "profile-"+sanitize(f.name)+".pprof")
+	out, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		logf("%s: profile: %v", f.name, err)
+		return
+	}
+	logf("%s: CPU profile of the gateway in %s", f.name, path)
+}

@@ -1,0 +1,301 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+// Command fleet runs the fleet benchmark: a gateway under test behind stock
+// collectors acting as agents, as users run them, exporting to a sink
+// collector, through a burst at twice the gateway's capacity and the drain
+// that follows.
+//
+//	loadgen ──► agent 1..N ──otlp_http / otlp_grpc──► gateway ──otlp_http──► sink
+//	            (stock: otlp → batch → exporter       (in a cgroup:          (stock: otlp → nop;
+//	             with gzip, sending_queue, retry)      0.3 CPU, 150 MiB)      its accepted count
+//	                                                                          is the ground truth)
+//
+// First it measures the gateway's capacity in the same run: the stock
+// gateway, with memory enough not to matter, fed through the agents at a
+// rate stepped up until the sink falls behind; the capacity is the best
+// rate the sink received (see measureCapacity). Then,
+// per scenario, a fresh sink, gateway and agents; a short warmup at a
+// fifth of the capacity; the burst, an open loop at -factor times the
+// capacity for -burst; then the drain, until every agent has sent or
+// given up on everything it accepted, every queue is empty and the sink
+// has not moved for -settle (at most -drain-max).
+//
+// Scenarios (-scenarios): stock (no protection), memory_limiter (the
+// processor), mlext (core's memory_limiter extension as middleware, built
+// from v0.149.0), throttle (the shipped defaults); each also with the suffix
+// +gomemlimit, which sets GOMEMLIMIT to -gomemlimit-pct of the memory limit
+// as the Helm chart does.
+//
+// Every 250 ms it records the gateway's cgroup (working set, CPU, OOM
+// kills), whether it is alive (a dead gateway is restarted after
+// -restart-delay and counted, as a kubelet would), the gateway's, agents'
+// and sink's own metrics and the load generator's counts, into
+// timeline.csv; per scenario a row of summary.csv and summary.md; at the
+// end the report (bench/report): report.md and timeline-<scenario>.png.
+// Linux, root. Every phase is bounded and the run stops by itself; it
+// stops what it started, by PID, and removes its cgroups, also on error or
+// Ctrl-C.
+//
+// Its default paths are relative to the repository root: make fleet builds
+// it into bin/fleet and runs it there.
+//
+//	make fleet                                   # everything, over HTTP
+//	make fleet FLEET_FLAGS='-protocol grpc'      # agents exporting over gRPC
+//	bin/fleet -scenarios throttle -capacity 30000
+//	bin/fleet -report bench/results/<run>
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
+	"github.com/otelthrottle/throttle/testbed/bench/report"
+)
+
+type options struct {
+	stockBin, throttleBin, mlextBin string
+	out                             string
+	scenarios                       string
+	protocol                        string
+	agents                          int
+	cpus                            float64
+	memMiB                          uint64
+	capacity                        float64
+	capStart, capGrowth             float64
+	capMaxSteps                     int
+	capStep                         time.Duration
+	factor                          float64
+	warmup                          time.Duration
+	burst                           time.Duration
+	drainMax                        time.Duration
+	settle                          time.Duration
+	spans, attrSize                 int
+	restartDelay                    time.Duration
+	interval                        time.Duration
+	gomemlimitPct                   float64
+	throttleYAML                    string
+	// profile: a CPU profile of the gateway of this many seconds, taken
+	// profileAt into the burst (0: none).
+	profile, profileAt time.Duration
+	report             string
+}
+
+// defaultOptions are the flags' defaults, also used by the tests.
+func defaultOptions() options {
+	return options{
+		stockBin: "_build/stock/otelcol-stock", throttleBin: "_build/otelcol-throttle", mlextBin: "_build/mlext/otelcol-mlext",
+		scenarios: "all", protocol: "http", agents: 4, cpus: 0.3, memMiB: 150,
+		capStart: 4000, capGrowth: 1.25, capMaxSteps: 14, capStep: 10 * time.Second, factor: 2,
+		warmup: 5 * time.Second, burst: 60 * time.Second, drainMax: 6 * time.Minute, settle: 10 * time.Second,
+		spans: 200, attrSize: 256, restartDelay: time.Second, interval: 250 * time.Millisecond, gomemlimitPct: 80,
+	}
+}
+
+func main() {
+	o := defaultOptions()
+	flag.StringVar(&o.stockBin, "stock", o.stockBin, "otelcol-stock binary: agents, sink, stock gateways (make otelcol-stock)")
+	flag.StringVar(&o.throttleBin, "throttle", o.throttleBin, "otelcol-throttle binary (make otelcol)")
+	flag.StringVar(&o.mlextBin, "mlext", o.mlextBin, "otelcol-mlext binary: the memory_limiter extension gateway (make otelcol-mlext)")
+	flag.StringVar(&o.out, "out", "", "results folder (default bench/results/fleet-<UTC date-time>)")
+	flag.StringVar(&o.scenarios, "scenarios", o.scenarios, "comma-separated scenarios: stock, memory_limiter, mlext, throttle, each optionally with +gomemlimit; all = every one of them")
+	flag.StringVar(&o.protocol, "protocol", o.protocol, "the agents' exporter: http (otlp_http) or grpc (otlp_grpc)")
+	flag.IntVar(&o.agents, "agents", o.agents, "number of agents")
+	flag.Float64Var(&o.cpus, "cpus", o.cpus, "CPU quota of the gateway's cgroup, cores")
+	flag.Uint64Var(&o.memMiB, "mem-mib", o.memMiB, "memory limit of the gateway's cgroup, MiB")
+	flag.Float64Var(&o.capacity, "capacity", 0, "the gateway's capacity in spans/s (0: measure it first)")
+	flag.Float64Var(&o.capStart, "capacity-start", o.capStart, "first offered rate of the capacity measurement, spans/s")
+	flag.Float64Var(&o.capGrowth, "capacity-growth", o.capGrowth, "factor between two steps of the capacity measurement")
+	flag.IntVar(&o.capMaxSteps, "capacity-max-steps", o.capMaxSteps, "most steps of the capacity measurement")
+	flag.DurationVar(&o.capStep, "capacity-step", o.capStep, "duration of each capacity step")
+	flag.Float64Var(&o.factor, "factor", o.factor, "burst rate as a multiple of the capacity")
+	flag.DurationVar(&o.warmup, "warmup", o.warmup, "warmup at a fifth of the capacity before the burst")
+	flag.DurationVar(&o.burst, "burst", o.burst, "duration of the burst")
+	flag.DurationVar(&o.drainMax, "drain-max", o.drainMax, "longest drain after the burst (the exporters give up after 5 min)")
+	flag.DurationVar(&o.settle, "settle", o.settle, "the drain ends once the agents are empty and the sink has not moved for this long")
+	flag.IntVar(&o.spans, "spans", o.spans, "spans per load generator request (the agents batch them)")
+	flag.IntVar(&o.attrSize, "attr-size", o.attrSize, "attribute bytes per span")
+	flag.DurationVar(&o.restartDelay, "restart-delay", o.restartDelay, "delay before restarting a dead gateway")
+	flag.DurationVar(&o.interval, "interval", o.interval, "sampling interval of the timeline")
+	flag.Float64Var(&o.gomemlimitPct, "gomemlimit-pct", o.gomemlimitPct, "GOMEMLIMIT of the +gomemlimit scenarios, % of the memory limit")
+	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of the gateway of this length in every scenario (pprof extension), -profile-at into the burst")
+	flag.DurationVar(&o.profileAt, "profile-at", 20*time.Second, "when in the burst the -profile starts")
+	flag.StringVar(&o.report, "report", "", "only (re)generate the report of this results folder, and exit")
+	throttleFile := flag.String("throttle-config", "", "YAML file with the throttle extension's settings (default: none, the shipped defaults), for experiments")
+	flag.Parse()
+	if *throttleFile != "" {
+		b, err := os.ReadFile(*throttleFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleet:", err)
+			os.Exit(2)
+		}
+		o.throttleYAML = string(b)
+	}
+	if o.report != "" {
+		files, err := report.GenerateFleet(o.report)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleet: report:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("report: %s %v\n", files.Markdown, files.PNG)
+		return
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s fleet: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// scenario is one gateway under test.
+type scenario struct {
+	name       string
+	kind       string // gwStock, gwMemoryLimiter, gwMLExt, gwThrottle
+	gomemlimit bool
+}
+
+var kinds = []string{gwStock, gwMemoryLimiter, gwMLExt, gwThrottle}
+
+// parseScenarios parses -scenarios.
+func parseScenarios(s string) ([]scenario, error) {
+	if strings.TrimSpace(s) == "all" {
+		var out []scenario
+		for _, k := range kinds {
+			out = append(out, scenario{name: k, kind: k})
+		}
+		for _, k := range kinds {
+			out = append(out, scenario{name: k + "+gomemlimit", kind: k, gomemlimit: true})
+		}
+		return out, nil
+	}
+	var out []scenario
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		k, gml := strings.CutSuffix(n, "+gomemlimit")
+		found := false
+		for _, kk := range kinds {
+			found = found || kk == k
+		}
+		if !found {
+			return nil, fmt.Errorf("-scenarios: unknown scenario %q (want %s, each optionally with +gomemlimit, or all)", n, strings.Join(kinds, ", "))
+		}
+		out = append(out, scenario{name: n, kind: k, gomemlimit: gml})
+	}
+	return out, nil
+}
+
+func (o options) binFor(kind string) string {
+	switch kind {
+	case gwThrottle:
+		return o.throttleBin
+	case gwMLExt:
+		return o.mlextBin
+	}
+	return o.stockBin
+}
+
+func run(o options) error {
+	if runtime.GOOS != "linux" {
+		return errors.New("needs Linux cgroups")
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("needs root to create cgroups")
+	}
+	if o.protocol != "http" && o.protocol != "grpc" {
+		return fmt.Errorf("-protocol %q: want http or grpc", o.protocol)
+	}
+	if o.agents < 1 {
+		return errors.New("-agents must be >= 1")
+	}
+	scens, err := parseScenarios(o.scenarios)
+	if err != nil {
+		return err
+	}
+	if o.capacity <= 0 && (o.capStart <= 0 || o.capGrowth <= 1 || o.capMaxSteps < 1 || o.capStep <= 0) {
+		return errors.New("-capacity-start, -capacity-step and -capacity-max-steps must be > 0 and -capacity-growth > 1")
+	}
+	bins := map[string]bool{o.stockBin: true}
+	for _, s := range scens {
+		bins[o.binFor(s.kind)] = true
+	}
+	for b := range bins {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("binary %s: %w (make otelcol otelcol-stock otelcol-mlext)", b, err)
+		}
+	}
+	for _, p := range []*string{&o.stockBin, &o.throttleBin, &o.mlextBin} {
+		*p, _ = filepath.Abs(*p)
+	}
+	if o.out == "" {
+		o.out = filepath.Join("bench", "results", "fleet-"+time.Now().UTC().Format("2006-01-02T150405Z"))
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	budget := time.Minute
+	if o.capacity <= 0 {
+		budget += time.Duration(o.capMaxSteps)*(o.capStep+5*time.Second) + time.Minute
+	}
+	budget += time.Duration(len(scens)) * (o.warmup + o.burst + o.drainMax + 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logf("results in %s; whole run bounded to %s", o.out, budget.Round(time.Second))
+	if err := os.WriteFile(filepath.Join(o.out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644); err != nil {
+		return err
+	}
+	tl, err := os.Create(filepath.Join(o.out, "timeline.csv"))
+	if err != nil {
+		return err
+	}
+	defer tl.Close()
+	tw := csv.NewWriter(tl)
+	if err := tw.Write(timelineHeader); err != nil {
+		return err
+	}
+	tw.Flush()
+
+	if o.capacity <= 0 {
+		c, err := measureCapacity(ctx, o, tw)
+		if err != nil {
+			return fmt.Errorf("capacity: %w", err)
+		}
+		o.capacity = c
+		logf("capacity of the gateway: %.0f spans/s (-capacity %.0f to reuse it)", c, c)
+	}
+	var sums []*summary
+	for _, s := range scens {
+		sum, err := runScenario(ctx, o, s, tw)
+		if sum != nil {
+			sums = append(sums, sum)
+			if err := writeSummaries(o.out, sums); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", s.name, err)
+		}
+	}
+	printSummaries(os.Stdout, sums)
+	files, err := report.GenerateFleet(o.out)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	logf("report: %s, %v", files.Markdown, files.PNG)
+	return nil
+}

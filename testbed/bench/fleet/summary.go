@@ -1,0 +1,212 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
+)
+
+// summary is one scenario's row of summary.csv.
+type summary struct {
+	Scenario, Gateway, Protocol string
+	GOMEMLIMIT                  bool
+	Capacity, Offered           float64 // spans/s
+	BurstSeconds                float64
+	// Spans: what the load generators got accepted by the agents, what the
+	// agents accepted, sent (acknowledged by the gateway), failed to send
+	// for good, failed to enqueue (queue full), still held at the end; what
+	// the sink received.
+	LoadgenAccepted, AgentAccepted, AgentSent, AgentSendFailed, AgentEnqueueFailed, AgentQueued int64
+	SinkSpans                                                                                   int64
+	// DeliveredPct is SinkSpans over AgentAccepted.
+	DeliveredPct float64
+	// GatewayLost is what the gateway acknowledged and never delivered
+	// (AgentSent - SinkSpans, when positive); Duplicates the reverse
+	// (spans delivered twice after a timed-out acknowledgement).
+	GatewayLost, Duplicates int64
+	// BurstSinkRate is the sink's rate during the burst, spans/s, and its
+	// share of the capacity.
+	BurstSinkRate, BurstPctCapacity float64
+	// DrainSeconds is the time from the end of the burst until the fleet
+	// had drained; negative when it did not within -drain-max.
+	DrainSeconds                  float64
+	OOMKills                      uint64
+	Restarts                      int
+	PeakWSPct, MeanCPUPct         float64
+	CPUSeconds                    float64
+	MaxState                      float64
+	OpenSeconds, SheddingSeconds  float64
+	LoadgenSkipped, LoadgenFailed int64
+	LoadAvgStart, LoadAvgEnd      string
+
+	points []point
+}
+
+func (s *summary) drainNote() string {
+	if s.DrainSeconds < 0 {
+		return "no (not within -drain-max)"
+	}
+	return fmt.Sprintf("in %.0f s", s.DrainSeconds)
+}
+
+func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd time.Time, drained time.Duration) *summary {
+	sum := &summary{
+		Scenario: s.name, Gateway: s.kind, Protocol: o.protocol, GOMEMLIMIT: s.gomemlimit,
+		Capacity: o.capacity, Offered: o.factor * o.capacity, BurstSeconds: o.burst.Seconds(), DrainSeconds: -1,
+	}
+	if drained >= 0 {
+		sum.DrainSeconds = drained.Seconds()
+	}
+	for _, r := range reps {
+		if r == nil {
+			continue
+		}
+		for _, p := range r.Phases {
+			sum.LoadgenAccepted += p.Total.AcceptedItems
+			sum.LoadgenSkipped += p.Total.Skipped
+			sum.LoadgenFailed += p.Total.Done() - p.Total.OK
+		}
+	}
+	pts := f.rec.snapshot()
+	sum.points = pts
+	if len(pts) == 0 {
+		return sum
+	}
+	last := pts[len(pts)-1]
+	sum.AgentAccepted, sum.AgentSent = int64(last.agAccepted), int64(last.agSent)
+	sum.AgentSendFailed, sum.AgentEnqueueFailed, sum.AgentQueued = int64(last.agSendFailed), int64(last.agEnqueueFailed), int64(last.agQueue)
+	sum.SinkSpans = int64(last.sinkSpans)
+	if sum.AgentAccepted > 0 {
+		sum.DeliveredPct = 100 * float64(sum.SinkSpans) / float64(sum.AgentAccepted)
+	}
+	sum.GatewayLost = max(0, sum.AgentSent-sum.SinkSpans)
+	sum.Duplicates = max(0, sum.SinkSpans-sum.AgentSent)
+	sum.Restarts = last.restarts
+	first := pts[0]
+	if first.cgOK && last.cgOK {
+		sum.OOMKills = last.cg.OOMKills - first.cg.OOMKills
+		sum.CPUSeconds = (last.cg.CPUUsage - first.cg.CPUUsage).Seconds()
+	}
+	// The burst: the load phase after the warmup, up to burstEnd.
+	burstStart := burstEnd.Add(-o.burst)
+	startSink, endSink := math.NaN(), math.NaN()
+	var cpuSum float64
+	var n int
+	sum.MaxState = math.NaN()
+	for i, p := range pts {
+		at := f.rec.start.Add(p.t)
+		sum.PeakWSPct = max(sum.PeakWSPct, p.wsPct)
+		if !math.IsNaN(p.state) {
+			if math.IsNaN(sum.MaxState) {
+				sum.MaxState = p.state
+			}
+			sum.MaxState = max(sum.MaxState, p.state)
+			if i > 0 {
+				dt := (p.t - pts[i-1].t).Seconds()
+				switch p.state {
+				case 2:
+					sum.OpenSeconds += dt
+				case 1:
+					sum.SheddingSeconds += dt
+				}
+			}
+		}
+		if at.Before(burstStart) {
+			startSink = p.sinkSpans
+			continue
+		}
+		if !at.After(burstEnd) {
+			endSink = p.sinkSpans
+			if p.cpuPct >= 0 {
+				cpuSum += p.cpuPct
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		sum.MeanCPUPct = cpuSum / float64(n)
+	}
+	if !math.IsNaN(startSink) && !math.IsNaN(endSink) && o.burst > 0 {
+		sum.BurstSinkRate = (endSink - startSink) / o.burst.Seconds()
+		if o.capacity > 0 {
+			sum.BurstPctCapacity = 100 * sum.BurstSinkRate / o.capacity
+		}
+	}
+	return sum
+}
+
+var summaryHeader = []string{
+	"scenario", "gateway", "gomemlimit", "protocol", "capacity_spans_s", "offered_spans_s", "burst_s",
+	"loadgen_accepted", "agent_accepted", "agent_sent", "agent_send_failed", "agent_enqueue_failed", "agent_queued_end",
+	"sink_spans", "delivered_pct", "gateway_lost", "duplicates", "burst_sink_spans_s", "burst_pct_capacity",
+	"drain_s", "oom_kills", "restarts", "peak_ws_pct", "mean_cpu_pct", "cpu_s", "max_state", "open_s", "shedding_s",
+	"loadgen_skipped", "loadgen_failed", "loadavg_start", "loadavg_end",
+}
+
+func (s *summary) row() []string {
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	return []string{
+		s.Scenario, s.Gateway, strconv.FormatBool(s.GOMEMLIMIT), s.Protocol, f64(s.Capacity, 0), f64(s.Offered, 0), f64(s.BurstSeconds, 0),
+		i(s.LoadgenAccepted), i(s.AgentAccepted), i(s.AgentSent), i(s.AgentSendFailed), i(s.AgentEnqueueFailed), i(s.AgentQueued),
+		i(s.SinkSpans), f64(s.DeliveredPct, 2), i(s.GatewayLost), i(s.Duplicates), f64(s.BurstSinkRate, 0), f64(s.BurstPctCapacity, 1),
+		f64(s.DrainSeconds, 1), strconv.FormatUint(s.OOMKills, 10), strconv.Itoa(s.Restarts), f64(s.PeakWSPct, 1), f64(s.MeanCPUPct, 1),
+		f64(s.CPUSeconds, 1), opt(s.MaxState, 0), f64(s.OpenSeconds, 1), f64(s.SheddingSeconds, 1),
+		i(s.LoadgenSkipped), i(s.LoadgenFailed), s.LoadAvgStart, s.LoadAvgEnd,
+	}
+}
+
+// writeSummaries rewrites summary.csv and summary.md after every scenario,
+// so that an interrupted run keeps what it measured.
+func writeSummaries(dir string, sums []*summary) error {
+	f, err := os.Create(filepath.Join(dir, "summary.csv"))
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(summaryHeader)
+	for _, s := range sums {
+		_ = w.Write(s.row())
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	md, err := os.Create(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		return err
+	}
+	printSummaries(md, sums)
+	return md.Close()
+}
+
+func printSummaries(w io.Writer, sums []*summary) {
+	fmt.Fprintln(w, "| gateway | delivered (sink / accepted by agents) | acknowledged by the gateway, never delivered | agents: enqueue / send failures (spans) | burst: spans/s to the sink (% of capacity) | drained after | OOM kills | restarts | peak working set | CPU mean (burst) | time in Open / Shedding |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, s := range sums {
+		open := "n/a"
+		if !math.IsNaN(s.MaxState) {
+			open = fmt.Sprintf("%.0f s / %.0f s", s.OpenSeconds, s.SheddingSeconds)
+		}
+		drain := "not drained"
+		if s.DrainSeconds >= 0 {
+			drain = fmt.Sprintf("%.0f s", s.DrainSeconds)
+		}
+		fmt.Fprintf(w, "| %s | %.1f%% (%d of %d) | %d | %d / %d | %.0f (%.0f%%) | %s | %d | %d | %.1f%% | %.0f%% | %s |\n",
+			s.Scenario, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.GatewayLost, s.AgentEnqueueFailed, s.AgentSendFailed,
+			s.BurstSinkRate, s.BurstPctCapacity, drain, s.OOMKills, s.Restarts, s.PeakWSPct, s.MeanCPUPct, open)
+	}
+}

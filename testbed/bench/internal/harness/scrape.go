@@ -1,0 +1,83 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package harness
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/otelthrottle/throttle/testbed/internal/promtext"
+)
+
+// Sample is one series of the Prometheus exposition.
+type Sample = promtext.Sample
+
+// ParseExposition parses the Prometheus text format.
+func ParseExposition(text string) []Sample { return promtext.Parse(text) }
+
+// Sum adds the series of name (with or without a _total suffix) whose labels
+// include want; found is false when there is none.
+func Sum(samples []Sample, name string, want map[string]string) (total float64, found bool) {
+	return promtext.Sum(samples, name, want)
+}
+
+// Scraper fetches the collector's metrics in the background, so that a slow
+// answer from an overloaded collector never delays the 250 ms sampling.
+type Scraper struct {
+	url    string
+	client *http.Client
+
+	mu      sync.Mutex
+	latest  []Sample
+	at      time.Time
+	lastErr error
+}
+
+func NewScraper(url string) *Scraper {
+	return &Scraper{url: url, client: &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1}}}
+}
+
+func (s *Scraper) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	defer s.client.CloseIdleConnections()
+	for {
+		s.once(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Scraper) once(ctx context.Context) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url, http.NoBody)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		return
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return
+	}
+	parsed := ParseExposition(string(body))
+	s.mu.Lock()
+	s.latest, s.at, s.lastErr = parsed, time.Now(), nil
+	s.mu.Unlock()
+}
+
+// Get returns the latest scrape and its time.
+func (s *Scraper) Get() ([]Sample, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latest, s.at
+}

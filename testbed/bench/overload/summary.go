@@ -1,0 +1,196 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
+	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
+)
+
+// summary is one scenario's row of summary.csv (the report's table).
+type summary struct {
+	Scenario, Load                                  string
+	Throttle, MemoryLimiter                         bool
+	Seconds                                         float64
+	Sent, OK, Rejected, Unavailable, Other, Errors  int64
+	Skipped, AcceptedItems                          int64
+	Goodput, OKPerSec                               float64
+	P50, P99                                        time.Duration
+	OOMKills                                        uint64
+	Restarts                                        int
+	PeakWSPct, MeanCPUPct, PeakCPUPct               float64
+	CPUSeconds, CPUSecPerMItems                     float64
+	MetricsSent, MetricsOK, MetricsLost             int64
+	MaxStateTraces, MaxStateMetrics, GeneratorCores float64
+	// LoadAvgStart, LoadAvgEnd: the machine's 1-minute load average when
+	// the generator started and when the scenario ended.
+	LoadAvgStart, LoadAvgEnd string
+
+	// For tests of the harness as a library (not in the CSV): the
+	// generator's report, every sample, and the collector's metrics as
+	// last scraped (after the cooldown).
+	report *loadgen.Report
+	points []point
+	final  []harness.Sample
+}
+
+var summaryHeader = []string{
+	"scenario", "throttle", "memory_limiter", "load", "seconds",
+	"sent", "ok", "rejected_429", "unavailable_503", "other", "errors", "skipped",
+	"accepted_items", "goodput_items_s", "ok_req_s", "p50_ms", "p99_ms",
+	"oom_kills", "restarts", "peak_ws_pct", "mean_cpu_pct", "peak_cpu_pct", "cpu_s", "cpu_s_per_m_items",
+	"metrics_sent", "metrics_ok", "metrics_lost", "max_state_traces", "max_state_metrics", "generator_cores",
+	"loadavg_start", "loadavg_end",
+}
+
+func summarize(s scenario, e *env, rep *loadgen.Report, st0, stEnd harness.CgStats) *summary {
+	sum := &summary{Scenario: s.name, Throttle: s.throttle, MemoryLimiter: s.memoryLimiter}
+	if rep != nil {
+		for _, p := range rep.Phases {
+			if p.Phase.Name != "load" {
+				continue
+			}
+			if p.Phase.Rate > 0 {
+				sum.Load = fmt.Sprintf("open %.0f req/s, max %d in flight", p.Phase.Rate, p.Phase.MaxInflight)
+			} else {
+				sum.Load = fmt.Sprintf("closed c=%d", p.Phase.Concurrency)
+			}
+			sum.Seconds = p.Issuing.Seconds()
+			c := p.Total
+			sum.Sent, sum.OK, sum.Rejected, sum.Unavailable, sum.Other, sum.Errors = c.Sent, c.OK, c.Rejected, c.Unavailable, c.Other, c.Errors
+			sum.Skipped, sum.AcceptedItems = c.Skipped, c.AcceptedItems
+			sum.Goodput, sum.OKPerSec = p.Goodput(), float64(c.OK)/p.Issuing.Seconds()
+			sum.P50, sum.P99 = p.P50, p.P99
+			m := p.PerSignal[loadgen.Metrics]
+			sum.MetricsSent, sum.MetricsOK = m.Sent, m.OK
+			sum.MetricsLost = m.Sent - m.OK
+			sum.GeneratorCores = p.GeneratorCPU.Seconds() / p.Drained.Sub(p.Start).Seconds()
+		}
+	}
+	sum.OOMKills = stEnd.OOMKills - st0.OOMKills
+	_, _, sum.Restarts = e.col.State()
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	sum.points = append([]point(nil), e.rec.points...)
+	var cpuSum float64
+	var n int
+	var first, last *point
+	sum.MaxStateTraces, sum.MaxStateMetrics = -1, -1
+	for i := range e.rec.points {
+		p := &e.rec.points[i]
+		sum.PeakWSPct = max(sum.PeakWSPct, p.wsPct)
+		if v, ok := p.maxState["traces"]; ok {
+			sum.MaxStateTraces = max(sum.MaxStateTraces, v)
+		}
+		if v, ok := p.maxState["metrics"]; ok {
+			sum.MaxStateMetrics = max(sum.MaxStateMetrics, v)
+		}
+		if p.phase != "load" || !p.cgOK {
+			continue
+		}
+		if first == nil {
+			first = p
+		}
+		last = p
+		if p.cpuPct >= 0 {
+			cpuSum += p.cpuPct
+			n++
+			sum.PeakCPUPct = max(sum.PeakCPUPct, p.cpuPct)
+		}
+	}
+	if n > 0 {
+		sum.MeanCPUPct = cpuSum / float64(n)
+	}
+	if first != nil && last != first {
+		sum.CPUSeconds = (last.cg.CPUUsage - first.cg.CPUUsage).Seconds()
+		// Accepted items over the same window as the CPU, from the
+		// generator's snapshots.
+		if items := last.lg.Total.AcceptedItems - first.lg.Total.AcceptedItems; items > 0 {
+			sum.CPUSecPerMItems = sum.CPUSeconds / (float64(items) / 1e6)
+		}
+	}
+	return sum
+}
+
+func (s *summary) row() []string {
+	b := strconv.FormatBool
+	ms := func(d time.Duration) string { return f64(float64(d)/1e6, 1) }
+	return []string{
+		s.Scenario, b(s.Throttle), b(s.MemoryLimiter), s.Load, f64(s.Seconds, 1),
+		i64(s.Sent), i64(s.OK), i64(s.Rejected), i64(s.Unavailable), i64(s.Other), i64(s.Errors), i64(s.Skipped),
+		i64(s.AcceptedItems), f64(s.Goodput, 0), f64(s.OKPerSec, 1), ms(s.P50), ms(s.P99),
+		u64(s.OOMKills), strconv.Itoa(s.Restarts), f64(s.PeakWSPct, 1), f64(s.MeanCPUPct, 1), f64(s.PeakCPUPct, 1),
+		f64(s.CPUSeconds, 2), f64(s.CPUSecPerMItems, 3),
+		i64(s.MetricsSent), i64(s.MetricsOK), i64(s.MetricsLost), f64(s.MaxStateTraces, 0), f64(s.MaxStateMetrics, 0),
+		f64(s.GeneratorCores, 2), s.LoadAvgStart, s.LoadAvgEnd,
+	}
+}
+
+// writeSummaries rewrites summary.csv and summary.md after every scenario,
+// so that an interrupted run keeps what it measured.
+func writeSummaries(o options, sums []*summary) error {
+	f, err := os.Create(filepath.Join(o.out, "summary.csv"))
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(summaryHeader)
+	for _, s := range sums {
+		_ = w.Write(s.row())
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	md, err := os.Create(filepath.Join(o.out, "summary.md"))
+	if err != nil {
+		return err
+	}
+	printSummaries(md, sums)
+	return md.Close()
+}
+
+func printSummaries(w io.Writer, sums []*summary) {
+	fmt.Fprintln(w, "| scenario | load | goodput items/s | ok req/s | rejected (429/RE) | 503/UNAV | errors | skipped | OOM kills | restarts | peak WS % | CPU % mean / peak | p99 ok ms | CPU s / M items | metrics lost | max state traces |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, s := range sums {
+		name := s.Scenario
+		switch {
+		case s.Throttle:
+			name += " (throttle)"
+		case s.MemoryLimiter:
+			name += " (memory_limiter)"
+		default:
+			name += " (off)"
+		}
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.1f | %d | %d | %d | %d | %d | %d | %.1f | %.0f / %.0f | %.0f | %.3f | %d of %d | %s |\n",
+			name, s.Load, s.Goodput, s.OKPerSec, s.Rejected, s.Unavailable, s.Errors, s.Skipped, s.OOMKills, s.Restarts,
+			s.PeakWSPct, s.MeanCPUPct, s.PeakCPUPct, float64(s.P99)/1e6, s.CPUSecPerMItems, s.MetricsLost, s.MetricsSent,
+			stateName(s.MaxStateTraces))
+	}
+}
+
+func stateName(v float64) string {
+	switch v {
+	case 0:
+		return "Normal"
+	case 1:
+		return "Shedding"
+	case 2:
+		return "Open"
+	}
+	return "n/a"
+}

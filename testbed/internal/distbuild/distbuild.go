@@ -1,0 +1,428 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+// Package distbuild builds the otelcol-throttle distribution
+// (builder-config.yaml) with ocb for tests, cached by a hash of its sources
+// under the user's cache folder. It is the same algorithm, cache folder and
+// hash as the smoke test in test/distribution, so a build made by either is
+// reused by the other (test/distribution can switch to this package and
+// drop its copy).
+//
+// Set OTELCOL_THROTTLE_BINARY to use a binary built elsewhere.
+package distbuild // import "github.com/otelthrottle/throttle/testbed/internal/distbuild"
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	// ocbVersion is the release of ocb (go.opentelemetry.io/collector/cmd/builder)
+	// that builds builder-config.yaml; the Makefile pins the same one.
+	ocbVersion = "v0.165.0"
+	binaryName = "otelcol-throttle"
+	// keepBuilds is how many cached distributions (one per source hash) are
+	// kept; older ones are removed after a build.
+	keepBuilds = 3
+	// buildTimeout bounds ocb (module download + compile). A cold build of
+	// this distribution takes about 2.5 minutes on 2 cores.
+	buildTimeout = 15 * time.Minute
+)
+
+var (
+	buildOnce sync.Once
+	builtPath string
+	buildErr  error
+	buildLog  string
+)
+
+// Binary returns the path of the otelcol-throttle binary built from this
+// checkout, building it once per test binary; it skips the test under
+// -short or without a go toolchain, and fails it when the build fails.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("OTELCOL_THROTTLE_BINARY"); p != "" {
+		return p
+	}
+	if testing.Short() {
+		tb.Skip("-short: building the distribution with ocb takes minutes on a cold cache")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		tb.Skip("no go toolchain on PATH: cannot build the distribution with ocb")
+	}
+	buildOnce.Do(func() {
+		start := time.Now()
+		builtPath, buildLog, buildErr = buildDistribution()
+		if buildErr == nil {
+			tb.Logf("distribution: %s (ready in %s)", builtPath, time.Since(start).Round(time.Millisecond))
+		}
+	})
+	if buildErr != nil {
+		tb.Fatalf("building the distribution: %v\n%s", buildErr, tail(buildLog, 60))
+	}
+	return builtPath
+}
+
+// repoRoot is the root of the throttle module: the nearest folder at or
+// above the working directory whose go.mod declares it.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.Contains(b, []byte("module github.com/otelthrottle/throttle\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod of github.com/otelthrottle/throttle at or above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// cacheRoot is where built distributions and ocb are kept across runs:
+// $XDG_CACHE_HOME/otelcol-throttle or ~/.cache/otelcol-throttle (the OS's
+// user cache folder), or a folder under the temp dir when there is none.
+func cacheRoot() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "otelcol-throttle")
+	}
+	return filepath.Join(os.TempDir(), "otelcol-throttle-cache")
+}
+
+// sourceHash hashes everything the distribution is built from: the ocb
+// manifest, go.mod, go.sum and every non-test Go file of the module
+// (testdata and nested modules such as testbed excluded), plus the go and
+// ocb versions and the target platform.
+func sourceHash(root string) (string, error) {
+	files := []string{"builder-config.yaml", "go.mod", "go.sum"}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			if rel == "." {
+				return nil
+			}
+			name := d.Name()
+			if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "bin" {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+				return filepath.SkipDir // another module (internal/tools, testbed)
+			}
+			return nil
+		}
+		if strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go") {
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	slices.Sort(files[3:])
+	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOVERSION: %w", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "ocb %s\ngo %s\n%s/%s\n", ocbVersion, bytes.TrimSpace(goVersion), runtime.GOOS, runtime.GOARCH)
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:24], nil
+}
+
+// buildDistribution returns the cached binary for the current sources or
+// builds it with ocb into the cache. Builds go to a fresh folder and the
+// binary is renamed into place, so concurrent test runs never see half a
+// binary.
+func buildDistribution() (bin, log string, err error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", "", err
+	}
+	hash, err := sourceHash(root)
+	if err != nil {
+		return "", "", fmt.Errorf("hashing the sources: %w", err)
+	}
+	cache := cacheRoot()
+	final := filepath.Join(cache, hash, binaryName)
+	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() {
+		now := time.Now()
+		_ = os.Chtimes(filepath.Dir(final), now, now) // most recently used, for pruning
+		return final, "", nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", "", err
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	var out bytes.Buffer
+	ocb, err := installOCB(ctx, cache, &out)
+	if err != nil {
+		return "", out.String(), fmt.Errorf("installing ocb %s: %w", ocbVersion, err)
+	}
+
+	work, err := os.MkdirTemp(cache, "build-")
+	if err != nil {
+		return "", "", err
+	}
+	defer os.RemoveAll(work)
+	manifest, err := rewriteManifest(root, work)
+	if err != nil {
+		return "", "", err
+	}
+	manifestPath := filepath.Join(work, "builder-config.yaml")
+	if err := os.WriteFile(manifestPath, manifest, 0o600); err != nil {
+		return "", "", err
+	}
+	cmd := exec.CommandContext(ctx, ocb, "--config", manifestPath)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", out.String(), fmt.Errorf("%s --config %s: %w", ocb, manifestPath, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return "", out.String(), err
+	}
+	if err := os.Rename(filepath.Join(work, binaryName), final); err != nil {
+		return "", out.String(), err
+	}
+	pruneCache(cache, hash)
+	return final, out.String(), nil
+}
+
+var (
+	outputPathRE = regexp.MustCompile(`(?m)^(\s*output_path:).*$`)
+	replaceRE    = regexp.MustCompile(`(?m)^(\s*-\s*github\.com/otelthrottle/throttle\s*=>).*$`)
+)
+
+// rewriteManifest returns the repository's builder-config.yaml with the
+// output folder set to work and the replace of the throttle module pointing
+// at root by absolute path (the committed one is relative to ./_build).
+// Everything else, the list of components and their versions included, is
+// the file users copy, unchanged.
+func rewriteManifest(root, work string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(root, "builder-config.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if n := len(outputPathRE.FindAll(b, -1)); n != 1 {
+		return nil, fmt.Errorf("builder-config.yaml: want one dist.output_path line, found %d", n)
+	}
+	if n := len(replaceRE.FindAll(b, -1)); n != 1 {
+		return nil, fmt.Errorf("builder-config.yaml: want one `- github.com/otelthrottle/throttle => ...` replace, found %d", n)
+	}
+	b = outputPathRE.ReplaceAll(b, []byte("${1} "+quote(work)))
+	b = replaceRE.ReplaceAll(b, []byte("${1} "+filepath.ToSlash(root)))
+	return b, nil
+}
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
+
+// installOCB returns ocb at ocbVersion, installing it into the cache with
+// `go install` when it is not there yet.
+func installOCB(ctx context.Context, cache string, out io.Writer) (string, error) {
+	dir := filepath.Join(cache, "tools")
+	path := filepath.Join(dir, "ocb-"+ocbVersion)
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	gobin, err := os.MkdirTemp(cache, "ocb-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(gobin)
+	cmd := exec.CommandContext(ctx, "go", "install", "go.opentelemetry.io/collector/cmd/builder@"+ocbVersion)
+	cmd.Dir = gobin // outside any module
+	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOWORK=off", "GOFLAGS=")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Rename(filepath.Join(gobin, "builder"), path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// pruneCache removes all but the keepBuilds most recently used builds
+// (folders named by a source hash) and stale build folders of runs that
+// died. Only names this package creates are touched.
+func pruneCache(cache, current string) {
+	entries, err := os.ReadDir(cache)
+	if err != nil {
+		return
+	}
+	type build struct {
+		name string
+		mod  time.Time
+	}
+	var builds []build
+	hashRE := regexp.MustCompile(`^[0-9a-f]{24}$`)
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		switch {
+		case hashRE.MatchString(e.Name()) && e.Name() != current:
+			builds = append(builds, build{e.Name(), info.ModTime()})
+		case (strings.HasPrefix(e.Name(), "build-") || strings.HasPrefix(e.Name(), "ocb-")) && time.Since(info.ModTime()) > 2*buildTimeout:
+			_ = os.RemoveAll(filepath.Join(cache, e.Name()))
+		}
+	}
+	slices.SortFunc(builds, func(a, b build) int { return b.mod.Compare(a.mod) })
+	for i, b := range builds {
+		if i >= keepBuilds-1 {
+			_ = os.RemoveAll(filepath.Join(cache, b.name))
+		}
+	}
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+// RepoRoot returns the root of the throttle module (the nearest folder at or
+// above the working directory whose go.mod declares it).
+func RepoRoot() (string, error) { return repoRoot() }
+
+// Tail returns the last lines of s, for failure messages.
+func Tail(s string, lines int) string { return tail(s, lines) }
+
+// stockManifest is the ocb manifest of otelcol-stock, the collector with no
+// throttle code that the fleet benchmark and its test run as agents, sink
+// and stock gateways.
+const stockManifest = "testbed/bench/fleet/otelcol-stock.yaml"
+
+var (
+	stockOnce sync.Once
+	stockPath string
+	stockErr  error
+	stockLog  string
+)
+
+// Stock returns the path of the otelcol-stock binary built from
+// testbed/bench/fleet/otelcol-stock.yaml, building it once per test binary and
+// caching it by a hash of the manifest; like Binary, it skips under -short
+// or without a go toolchain. Set OTELCOL_STOCK_BINARY to use one built
+// elsewhere.
+func Stock(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("OTELCOL_STOCK_BINARY"); p != "" {
+		return p
+	}
+	if testing.Short() {
+		tb.Skip("-short: building the stock distribution with ocb takes minutes on a cold cache")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		tb.Skip("no go toolchain on PATH: cannot build the stock distribution with ocb")
+	}
+	stockOnce.Do(func() { stockPath, stockLog, stockErr = buildStock() })
+	if stockErr != nil {
+		tb.Fatalf("building otelcol-stock: %v\n%s", stockErr, tail(stockLog, 60))
+	}
+	return stockPath
+}
+
+// buildStock returns the cached otelcol-stock for the current manifest or
+// builds it with ocb into the cache.
+func buildStock() (bin, log string, err error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", "", err
+	}
+	manifest, err := os.ReadFile(filepath.Join(root, stockManifest))
+	if err != nil {
+		return "", "", err
+	}
+	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("go env GOVERSION: %w", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "ocb %s\ngo %s\n%s/%s\n", ocbVersion, bytes.TrimSpace(goVersion), runtime.GOOS, runtime.GOARCH)
+	h.Write(manifest)
+	cache := cacheRoot()
+	final := filepath.Join(cache, "stock-"+hex.EncodeToString(h.Sum(nil))[:24], "otelcol-stock")
+	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() {
+		return final, "", nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	var out bytes.Buffer
+	ocb, err := installOCB(ctx, cache, &out)
+	if err != nil {
+		return "", out.String(), fmt.Errorf("installing ocb %s: %w", ocbVersion, err)
+	}
+	work, err := os.MkdirTemp(cache, "build-")
+	if err != nil {
+		return "", "", err
+	}
+	defer os.RemoveAll(work)
+	if n := len(outputPathRE.FindAll(manifest, -1)); n != 1 {
+		return "", "", fmt.Errorf("%s: want one dist.output_path line, found %d", stockManifest, n)
+	}
+	manifest = outputPathRE.ReplaceAll(manifest, []byte("${1} "+quote(work)))
+	manifestPath := filepath.Join(work, "otelcol-stock.yaml")
+	if err := os.WriteFile(manifestPath, manifest, 0o600); err != nil {
+		return "", "", err
+	}
+	cmd := exec.CommandContext(ctx, ocb, "--config", manifestPath)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", out.String(), fmt.Errorf("%s --config %s: %w", ocb, manifestPath, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return "", out.String(), err
+	}
+	if err := os.Rename(filepath.Join(work, "otelcol-stock"), final); err != nil {
+		return "", out.String(), err
+	}
+	return final, out.String(), nil
+}

@@ -1,0 +1,270 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package exporters
+
+// Helpers of extension_test.go, after the extension's own end-to-end
+// helpers (extension/throttleextension/e2e_helpers_test.go): the real
+// otlpreceiver with the throttle as its HTTP and gRPC middleware, a started
+// throttle extension whose water level the test drives through a fake
+// resource source, and real OTLP exporters as clients.
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/exporter"
+	"go.opentelemetry.io/collector/exporter/exportertest"
+	"go.opentelemetry.io/collector/exporter/otlpexporter"
+	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
+	"go.opentelemetry.io/collector/exporter/xexporter"
+	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension"
+)
+
+// e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
+// "auto" admission budget (limit/12 = 85 MiB) out of the way of the tests,
+// which are about the state machines.
+const e2eMemLimit = 1 << 30
+
+// Memory levels, as a share of e2eMemLimit, against the test thresholds
+// (mem enter 0.5, exit 0.4, hard 0.9).
+const (
+	e2eCalm = 0.1  // under every line: Normal
+	e2eOpen = 0.95 // over hard: Open
+)
+
+// e2eMinRetry and e2eMaxRetry bound the retry_after range of the tests: at
+// least one second so that Retry-After (whole seconds) is not 0 and the
+// exporters really wait, short so that the retry tests stay quick.
+const (
+	e2eMinRetry = time.Second
+	e2eMaxRetry = 2 * time.Second
+)
+
+// e2eWait bounds every wait of the tests.
+const e2eWait = 30 * time.Second
+
+// e2eEnv is a started throttle extension and a started otlpreceiver (gRPC
+// and HTTP, both with middlewares: [{id: throttle}]) feeding sinks.
+type e2eEnv struct {
+	src *fakeSource
+	th  throttleextension.Throttle
+	tel *componenttest.Telemetry
+
+	httpAddr, grpcAddr string
+
+	traces   *consumertest.TracesSink
+	metrics  *consumertest.MetricsSink
+	logs     *consumertest.LogsSink
+	profiles *consumertest.ProfilesSink
+}
+
+// e2eThrottleConfig is the throttle configuration of the tests: a 10ms
+// sample interval, no CPU slot (the fake source uses none), a memory slot
+// that reacts to one sample, no recovery ramp so that leaving Open is
+// immediate, no stale fallback (a sampler starved under -race must not turn
+// Open into Normal), a short retry_after range, no pacing and no queue;
+// top-level keys of extra replace these.
+func e2eThrottleConfig(extra map[string]any) map[string]any {
+	conf := map[string]any{
+		"sample_interval":       "10ms",
+		"recovery_ramp":         "0s",
+		"stale_after_intervals": 0,
+		"retry_after":           map[string]any{"min": e2eMinRetry.String(), "max": e2eMaxRetry.String()},
+		"pacing":                map[string]any{"delay": "0s"},
+		// Refusals are answered at once.
+		"queue": map[string]any{"max_wait": "0s"},
+		"thresholds": map[string]any{
+			"cpu": map[string]any{"enabled": false},
+			"mem": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_n": 1},
+		},
+	}
+	maps.Copy(conf, extra)
+	return conf
+}
+
+// startE2E starts the throttle extension and the otlpreceiver that uses it
+// as the middleware of both its servers.
+func startE2E(tb testing.TB, conf map[string]any) *e2eEnv {
+	tb.Helper()
+	ctx := context.Background()
+	env := &e2eEnv{
+		src:      &fakeSource{memLimit: e2eMemLimit},
+		tel:      componenttest.NewTelemetry(),
+		traces:   new(consumertest.TracesSink),
+		metrics:  new(consumertest.MetricsSink),
+		logs:     new(consumertest.LogsSink),
+		profiles: new(consumertest.ProfilesSink),
+	}
+	env.src.setLevel(e2eCalm)
+	tb.Cleanup(func() { require.NoError(tb, env.tel.Shutdown(ctx)) })
+	ext, th := startThrottle(tb, env.src, e2eThrottleConfig(conf), env.tel)
+	env.th = th
+
+	// The receiver, configured as a user would in YAML.
+	env.httpAddr, env.grpcAddr = freeAddr(tb), freeAddr(tb)
+	middlewares := []any{map[string]any{"id": "throttle"}}
+	rf := otlpreceiver.NewFactory()
+	rcfg := rf.CreateDefaultConfig()
+	require.NoError(tb, confmap.NewFromStringMap(map[string]any{
+		"protocols": map[string]any{
+			"grpc": map[string]any{"endpoint": env.grpcAddr, "middlewares": middlewares},
+			"http": map[string]any{"endpoint": env.httpAddr, "middlewares": middlewares},
+		},
+	}).Unmarshal(rcfg))
+	require.NoError(tb, confmap.Validate(rcfg))
+
+	rset := receivertest.NewNopSettings(rf.Type())
+	// otlpreceiver shares one server between the receivers of one config:
+	// creating all four registers every signal, starting one starts it.
+	tr, err := rf.CreateTraces(ctx, rset, rcfg, env.traces)
+	require.NoError(tb, err)
+	mr, err := rf.CreateMetrics(ctx, rset, rcfg, env.metrics)
+	require.NoError(tb, err)
+	lr, err := rf.CreateLogs(ctx, rset, rcfg, env.logs)
+	require.NoError(tb, err)
+	pr, err := rf.(xreceiver.Factory).CreateProfiles(ctx, rset, rcfg, env.profiles)
+	require.NoError(tb, err)
+	rcvs := []component.Component{tr, mr, lr, pr}
+	host := hostWith(component.MustNewID("throttle"), ext)
+	for _, r := range rcvs {
+		require.NoError(tb, r.Start(ctx, host))
+	}
+	tb.Cleanup(func() {
+		for _, r := range rcvs {
+			require.NoError(tb, r.Shutdown(ctx))
+		}
+	})
+	return env
+}
+
+// setLevel sets the memory level and waits until the state machines (every
+// signal shares them) are in want.
+func (env *e2eEnv) setLevel(tb testing.TB, level float64, want throttleextension.State) {
+	tb.Helper()
+	env.src.setLevel(level)
+	waitState(tb, env.th, want, e2eWait)
+}
+
+// requests is the throttle_requests counter for one protocol, signal and
+// decision ("allowed", or "denied" with a reason), ignoring any other
+// attribute; 0 before the first decision.
+func (env *e2eEnv) requests(tb testing.TB, protocol string, s throttleextension.Signal, decision, reason string) int64 {
+	tb.Helper()
+	m, err := env.tel.GetMetric("otelcol_throttle_requests")
+	if err != nil {
+		return 0
+	}
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	require.Truef(tb, ok, "throttle_requests is a %T", m.Data)
+	var total int64
+	for _, dp := range sum.DataPoints {
+		if attrIs(dp.Attributes, "protocol", protocol) && attrIs(dp.Attributes, "signal", s.String()) &&
+			attrIs(dp.Attributes, "decision", decision) && attrIs(dp.Attributes, "reason", reason) {
+			total += dp.Value
+		}
+	}
+	return total
+}
+
+// attrIs: the attribute has value want, or is absent when want is "".
+func attrIs(set attribute.Set, key, want string) bool {
+	v, ok := set.Value(attribute.Key(key))
+	if want == "" {
+		return !ok
+	}
+	return ok && v.AsString() == want
+}
+
+// e2eSignal is one signal as the tests count it at env's sinks.
+type e2eSignal struct {
+	sig      throttleextension.Signal
+	received func(env *e2eEnv) int
+}
+
+var e2eSignals = []e2eSignal{
+	{throttleextension.SignalTraces, func(env *e2eEnv) int { return env.traces.SpanCount() }},
+	{throttleextension.SignalMetrics, func(env *e2eEnv) int { return env.metrics.DataPointCount() }},
+	{throttleextension.SignalLogs, func(env *e2eEnv) int { return env.logs.LogRecordCount() }},
+	{throttleextension.SignalProfiles, func(env *e2eEnv) int { return env.profiles.SampleCount() }},
+}
+
+// e2eExporters are real OTLP exporters of every signal for one protocol.
+type e2eExporters struct {
+	protocol string // "http" or "grpc", as in throttle_requests
+	send     map[throttleextension.Signal]func(ctx context.Context, n int) error
+}
+
+// startExporters starts otlphttpexporter (protocol "http") or otlpexporter
+// ("grpc") for every signal, without a sending queue (an export returns
+// when its data is delivered or given up, so nothing needs to be waited
+// for), with retries on a short back-off bounded at 30s. They are shut down
+// when the test ends.
+func (env *e2eEnv) startExporters(tb testing.TB, protocol string) *e2eExporters {
+	tb.Helper()
+	ctx := context.Background()
+	conf := map[string]any{
+		"timeout":       "5s",
+		"sending_queue": map[string]any{"enabled": false},
+		"retry_on_failure": map[string]any{
+			"enabled":          true,
+			"initial_interval": "50ms",
+			"max_interval":     "200ms",
+			"max_elapsed_time": "30s",
+		},
+	}
+	var ef exporter.Factory
+	switch protocol {
+	case "http":
+		ef = otlphttpexporter.NewFactory()
+		conf["endpoint"] = "http://" + env.httpAddr
+	case "grpc":
+		ef = otlpexporter.NewFactory()
+		conf["endpoint"] = env.grpcAddr
+		conf["tls"] = map[string]any{"insecure": true}
+	default:
+		tb.Fatalf("unknown protocol %q", protocol)
+	}
+	cfg := ef.CreateDefaultConfig()
+	require.NoError(tb, confmap.NewFromStringMap(conf).Unmarshal(cfg))
+	require.NoError(tb, confmap.Validate(cfg))
+	set := exportertest.NewNopSettings(ef.Type())
+
+	start := func(c component.Component) {
+		require.NoError(tb, c.Start(ctx, componenttest.NewNopHost()))
+		tb.Cleanup(func() { require.NoError(tb, c.Shutdown(ctx)) })
+	}
+	te, err := ef.CreateTraces(ctx, set, cfg)
+	require.NoError(tb, err)
+	me, err := ef.CreateMetrics(ctx, set, cfg)
+	require.NoError(tb, err)
+	le, err := ef.CreateLogs(ctx, set, cfg)
+	require.NoError(tb, err)
+	pe, err := ef.(xexporter.Factory).CreateProfiles(ctx, set, cfg)
+	require.NoError(tb, err)
+	for _, c := range []component.Component{te, me, le, pe} {
+		start(c)
+	}
+	return &e2eExporters{
+		protocol: protocol,
+		send: map[throttleextension.Signal]func(context.Context, int) error{
+			throttleextension.SignalTraces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, makeTraces(n)) },
+			throttleextension.SignalMetrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, makeMetrics(n)) },
+			throttleextension.SignalLogs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, makeLogs(n)) },
+			throttleextension.SignalProfiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, makeProfiles(n)) },
+		},
+	}
+}

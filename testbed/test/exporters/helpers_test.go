@@ -1,0 +1,190 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+// Package exporters holds the end-to-end tests of the throttle extension
+// and processor with the real OTLP exporters (otlpexporter,
+// otlphttpexporter) as clients of the real otlpreceiver. They live in the
+// testbed module so that the component module's go.mod carries no exporter;
+// the tests with raw net/http and grpc-go clients stay next to the code
+// (extension/throttleextension/e2e_test.go, the processor's tests). Only
+// the components' public API is used.
+package exporters
+
+// Helpers shared by extension_test.go and processor_test.go: a throttle
+// extension built by its public factory, whose water level the test drives
+// through a fake resource source, a host holding it, and payloads.
+
+import (
+	"context"
+	"math"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.uber.org/goleak"
+
+	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/cgroup"
+)
+
+// TestMain checks, as the components' own tests do, that no goroutine
+// outlives the tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeSource is the resource source of the extension under test: no CPU
+// used, a working set the test sets against a fixed memory limit.
+type fakeSource struct {
+	memLimit   uint64
+	workingSet atomic.Uint64
+}
+
+var _ throttleextension.ResourceSource = (*fakeSource)(nil)
+
+func (*fakeSource) CPUTime() (time.Duration, error)  { return 0, nil }
+func (s *fakeSource) WorkingSet() (uint64, error)    { return s.workingSet.Load(), nil }
+func (s *fakeSource) Limits() (cgroup.Limits, error) { return cgroup.Limits{MemLimit: s.memLimit}, nil }
+func (*fakeSource) Describe() string                 { return "fake source (test)" }
+
+// setLevel sets the working set to level times the memory limit.
+func (s *fakeSource) setLevel(level float64) {
+	s.workingSet.Store(uint64(math.Round(level * float64(s.memLimit))))
+}
+
+// startThrottle creates the throttle extension with the extension's own
+// factory, reading src, configured with conf (keys of the throttle
+// configuration) and counting into tel (no-op telemetry when nil), and
+// starts it; it is shut down when the test ends.
+func startThrottle(tb testing.TB, src *fakeSource, conf map[string]any, tel *componenttest.Telemetry) (component.Component, throttleextension.Throttle) {
+	tb.Helper()
+	ctx := context.Background()
+	f := throttleextension.NewFactory(throttleextension.WithResourceSource(src))
+	cfg := f.CreateDefaultConfig()
+	require.NoError(tb, confmap.NewFromStringMap(conf).Unmarshal(cfg))
+	require.NoError(tb, confmap.Validate(cfg))
+	set := extensiontest.NewNopSettings(f.Type())
+	set.ID = component.NewID(f.Type())
+	if tel != nil {
+		set.TelemetrySettings = tel.NewTelemetrySettings()
+	}
+	ext, err := f.Create(ctx, set, cfg)
+	require.NoError(tb, err)
+	th, ok := ext.(throttleextension.Throttle)
+	require.Truef(tb, ok, "the extension (%T) does not implement throttleextension.Throttle", ext)
+	require.NoError(tb, ext.Start(ctx, componenttest.NewNopHost()))
+	tb.Cleanup(func() { require.NoError(tb, ext.Shutdown(ctx)) })
+	return ext, th
+}
+
+// waitState waits until every signal's state machine is in want.
+func waitState(tb testing.TB, th throttleextension.Throttle, want throttleextension.State, wait time.Duration) {
+	tb.Helper()
+	require.Eventuallyf(tb, func() bool {
+		for s := range throttleextension.SignalProfiles + 1 {
+			if th.State(s) != want {
+				return false
+			}
+		}
+		return true
+	}, wait, time.Millisecond, "waiting for every signal to be %v", want)
+}
+
+// testHost is a component.Host holding the given extensions: all that
+// confighttp, configgrpc and the processor need to find the throttle.
+type testHost struct {
+	extensions map[component.ID]component.Component
+}
+
+func (h testHost) GetExtensions() map[component.ID]component.Component { return h.extensions }
+
+func hostWith(id component.ID, ext component.Component) component.Host {
+	return testHost{extensions: map[component.ID]component.Component{id: ext}}
+}
+
+// defaultExtensionID is the ID of the throttle extension the processor
+// follows by default.
+var defaultExtensionID = component.MustNewID("throttle")
+
+// freeAddr returns a loopback address nobody listens on right now.
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	addr := l.Addr().String()
+	require.NoError(tb, l.Close())
+	return addr
+}
+
+// The generators spread the items over two resources so that counting at
+// the sink covers more than the first one.
+
+func makeTraces(n int) ptrace.Traces {
+	td := ptrace.NewTraces()
+	a := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+	b := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		sp := s.AppendEmpty()
+		sp.SetName("span")
+		sp.SetTraceID([16]byte{1, byte(i >> 8), byte(i)})
+		sp.SetSpanID([8]byte{2, byte(i >> 8), byte(i)})
+	}
+	return td
+}
+
+func makeMetrics(n int) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	a := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	b := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	a.SetName("a")
+	b.SetName("b")
+	ga, gb := a.SetEmptyGauge().DataPoints(), b.SetEmptyGauge().DataPoints()
+	for i := range n {
+		g := ga
+		if i%2 == 1 {
+			g = gb
+		}
+		g.AppendEmpty().SetIntValue(int64(i))
+	}
+	return md
+}
+
+func makeLogs(n int) plog.Logs {
+	ld := plog.NewLogs()
+	a := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	b := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	for i := range n {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		l.AppendEmpty().Body().SetStr("log")
+	}
+	return ld
+}
+
+func makeProfiles(n int) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	a := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
+	b := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		s.AppendEmpty()
+	}
+	return pd
+}

@@ -1,0 +1,336 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+// Package inprocess runs a whole collector in the test process: otelcol's
+// own Collector with the real otlpreceiver, the throttle extension on both of
+// its protocols and the throttle processor in a pipeline, exactly as a
+// distribution wires them, but without ocb, so it is fast and runs with -race.
+package inprocess
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/exporter/debugexporter"
+	"go.opentelemetry.io/collector/exporter/nopexporter"
+	"go.opentelemetry.io/collector/otelcol"
+	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/service/telemetry"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	throttleprocessor "github.com/otelthrottle/throttle"
+	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/testbed/test/internal/e2e"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const memLimit = 100 << 20 // the fake source's memory limit: 100 MiB
+
+// fakeSource is the resource source of the extension under test: no CPU
+// used, a 100 MiB memory limit and a working set the test sets.
+type fakeSource struct {
+	workingSet atomic.Uint64
+}
+
+func (*fakeSource) CPUTime() (time.Duration, error) { return 0, nil }
+func (s *fakeSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
+func (*fakeSource) Limits() (cgroup.Limits, error) {
+	return cgroup.Limits{MemLimit: memLimit, CPUSetCores: 1}, nil
+}
+func (*fakeSource) Describe() string       { return "fake (test)" }
+func (s *fakeSource) setMem(share float64) { s.workingSet.Store(uint64(share * memLimit)) }
+
+// yamlProvider serves one rendered config under the "test:" scheme.
+type yamlProvider struct{ yaml []byte }
+
+func (p *yamlProvider) Retrieve(context.Context, string, confmap.WatcherFunc) (*confmap.Retrieved, error) {
+	return confmap.NewRetrievedFromYAML(p.yaml)
+}
+func (*yamlProvider) Scheme() string                 { return "test" }
+func (*yamlProvider) Shutdown(context.Context) error { return nil }
+
+// newTelemetryFactory is the collector's own telemetry for the test: logs to
+// an observer, metrics to a manual reader the test collects from. (The
+// distribution's otelconftelemetry with its Prometheus endpoint is covered by
+// the distribution smoke test; it would pull otelconf's resource detectors
+// into this module's dependencies.)
+func newTelemetryFactory(logs zapcore.Core, reader sdkmetric.Reader) telemetry.Factory {
+	type cfg struct{}
+	return telemetry.NewFactory(
+		func() component.Config { return &cfg{} },
+		telemetry.WithCreateLogger(func(context.Context, telemetry.LoggerSettings, component.Config) (*zap.Logger, component.ShutdownFunc, error) {
+			return zap.New(logs), nil, nil
+		}),
+		telemetry.WithCreateMeterProvider(func(context.Context, telemetry.MeterSettings, component.Config) (telemetry.MeterProvider, error) {
+			return sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), nil
+		}),
+	)
+}
+
+func factories(src *fakeSource, tel telemetry.Factory) func() (otelcol.Factories, error) {
+	return func() (otelcol.Factories, error) {
+		var f otelcol.Factories
+		var err error
+		if f.Extensions, err = otelcol.MakeFactoryMap(throttleextension.NewFactory(throttleextension.WithResourceSource(src))); err != nil {
+			return f, err
+		}
+		if f.Receivers, err = otelcol.MakeFactoryMap(otlpreceiver.NewFactory()); err != nil {
+			return f, err
+		}
+		if f.Processors, err = otelcol.MakeFactoryMap(throttleprocessor.NewFactory()); err != nil {
+			return f, err
+		}
+		if f.Exporters, err = otelcol.MakeFactoryMap(debugexporter.NewFactory(), nopexporter.NewFactory()); err != nil {
+			return f, err
+		}
+		f.Telemetry = tel
+		return f, nil
+	}
+}
+
+// TestCollectorInProcess: admitted in Normal over OTLP/HTTP and gRPC, through
+// the pipeline to the exporter; rejected at the receivers' entrance in Open
+// (429 + Retry-After, RESOURCE_EXHAUSTED + RetryInfo); admitted again after
+// recovery; every decision counted on the collector's metrics endpoint; a
+// clean shutdown with no goroutine left.
+func TestCollectorInProcess(t *testing.T) {
+	src := &fakeSource{}
+	src.setMem(0.10)
+	ports := e2e.FreePorts(t)
+	provider := &yamlProvider{yaml: e2e.Render(t, filepath.Join("testdata", "config.yaml.tmpl"), ports)}
+
+	logs, observed := observer.New(zapcore.InfoLevel)
+	reader := sdkmetric.NewManualReader()
+	col, err := otelcol.NewCollector(otelcol.CollectorSettings{
+		BuildInfo:               component.BuildInfo{Command: "otelcol-throttle-test", Version: "test"},
+		Factories:               factories(src, newTelemetryFactory(logs, reader)),
+		DisableGracefulShutdown: true, // no signal handlers in a test process
+		ConfigProviderSettings: otelcol.ConfigProviderSettings{
+			ResolverSettings: confmap.ResolverSettings{
+				URIs: []string{"test:config"},
+				ProviderFactories: []confmap.ProviderFactory{
+					confmap.NewProviderFactory(func(confmap.ProviderSettings) confmap.Provider { return provider }),
+				},
+			},
+		},
+	})
+	require.NoError(t, err)
+
+	// Run returns when the collector stops: after Shutdown, or at once when
+	// it fails to start.
+	runErr := make(chan error, 1)
+	go func() { runErr <- col.Run(context.Background()) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		col.Shutdown()
+		select {
+		case err := <-runErr:
+			// Not require: the idle connections below are closed either way.
+			if err != nil {
+				t.Errorf("collector Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("collector did not stop within 30s of Shutdown")
+		}
+		http.DefaultClient.CloseIdleConnections()
+	}
+	defer stop()
+	defer func() {
+		if t.Failed() {
+			for _, e := range observed.All() {
+				t.Logf("%s %s %v", e.Level, e.Message, e.ContextMap())
+			}
+		}
+	}()
+
+	// Wait until Running, or fail at once if Run gave up.
+	startDeadline := time.After(30 * time.Second)
+	for col.GetState() != otelcol.StateRunning {
+		select {
+		case <-startDeadline:
+			require.FailNow(t, "collector not Running after 30s", "state %v", col.GetState())
+		case err := <-runErr:
+			stopped = true
+			require.FailNow(t, "collector failed to start", "%v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports.HTTPPort)
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports.GRPCPort)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, err := e2e.DialGRPC(grpcAddr)
+	require.NoError(t, err)
+	defer client.Close()
+
+	// Normal: both protocols admit, and the spans reach the debug exporter
+	// through the throttle processor.
+	code, body, err := e2e.PostTraces(ctx, httpAddr, e2e.Traces(3))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, "POST /v1/traces in Normal: %s", body)
+	_, err = client.ExportTraces(ctx, e2e.Traces(5))
+	require.NoError(t, err, "gRPC traces in Normal")
+	_, err = client.ExportLogs(ctx, e2e.Logs(2))
+	require.NoError(t, err, "gRPC logs in Normal")
+	require.Eventually(t, func() bool { return exportedSpans(observed) == 8 }, 10*time.Second, 10*time.Millisecond,
+		"want 8 spans through the debug exporter, got %d", exportedSpans(observed))
+
+	// Open: memory over the hard line (0.92); one sample is enough
+	// (breach_n 1). Requests are refused at the entrance.
+	src.setMem(0.97)
+	require.Eventually(t, func() bool {
+		code, _, err := e2e.PostTraces(ctx, httpAddr, e2e.Traces(1))
+		return err == nil && code == http.StatusTooManyRequests
+	}, 10*time.Second, 20*time.Millisecond, "HTTP never answered 429 with memory at 97%")
+	// Requests sent before the sample that moved the state were admitted;
+	// from here on nothing may reach the exporter.
+	spansInOpen := exportedSpans(observed)
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+httpAddr+"/v1/traces", http.NoBody)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "2", resp.Header.Get("Retry-After"), "retry_after is fixed at 2s in the config")
+
+	_, err = client.ExportTraces(ctx, e2e.Traces(1))
+	require.Error(t, err, "gRPC must be refused in Open")
+	st := status.Convert(err)
+	assert.Equal(t, codes.ResourceExhausted, st.Code(), "gRPC status: %v", st)
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			retry = ri
+		}
+	}
+	if assert.NotNil(t, retry, "RESOURCE_EXHAUSTED without RetryInfo: OTLP exporters would not retry") {
+		assert.Equal(t, 2*time.Second, retry.GetRetryDelay().AsDuration())
+	}
+	assert.Equal(t, spansInOpen, exportedSpans(observed), "nothing refused may reach the exporter")
+
+	// Recovery: below exit (0.78), recovery_ramp 0s.
+	src.setMem(0.10)
+	require.Eventually(t, func() bool {
+		code, _, err := e2e.PostTraces(ctx, httpAddr, e2e.Traces(1))
+		return err == nil && code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "HTTP never admitted again after memory fell to 10%")
+	_, err = client.ExportTraces(ctx, e2e.Traces(1))
+	require.NoError(t, err, "gRPC after recovery")
+
+	// Every decision counted in the extension's and the processor's metrics.
+	var samples []e2e.Sample
+	assert.Eventually(t, func() bool {
+		samples = collect(t, reader)
+		return metricAtLeast(samples, "otelcol_throttle_requests", map[string]string{"protocol": "http", "decision": "allowed"}, 2) &&
+			metricAtLeast(samples, "otelcol_throttle_requests", map[string]string{"protocol": "grpc", "decision": "allowed"}, 3) &&
+			metricAtLeast(samples, "otelcol_throttle_requests", map[string]string{"protocol": "http", "decision": "denied", "reason": "open"}, 2) &&
+			metricAtLeast(samples, "otelcol_throttle_requests", map[string]string{"protocol": "grpc", "decision": "denied", "reason": "open"}, 1) &&
+			metricAtLeast(samples, "otelcol_processor_throttle_items", map[string]string{"signal": "traces", "outcome": "passed"}, 8) &&
+			metricAtLeast(samples, "otelcol_throttle_state", map[string]string{"signal": "traces"}, 0)
+	}, 10*time.Second, 50*time.Millisecond, "throttle metrics:\n%s%s",
+		e2e.Describe(samples, "otelcol_throttle_"), e2e.Describe(samples, "otelcol_processor_throttle_"))
+
+	client.Close()
+	stop()
+	assert.Equal(t, otelcol.StateClosed, col.GetState())
+}
+
+// exportedSpans adds up the "spans" field of the debug exporter's log lines.
+func exportedSpans(observed *observer.ObservedLogs) int {
+	n := 0
+	for _, e := range observed.FilterMessage("Traces").All() {
+		if v, ok := e.ContextMap()["spans"]; ok {
+			switch x := v.(type) {
+			case int64:
+				n += int(x)
+			case int:
+				n += x
+			default:
+				if i, err := strconv.Atoi(fmt.Sprint(x)); err == nil {
+					n += i
+				}
+			}
+		}
+	}
+	return n
+}
+
+func metricAtLeast(samples []e2e.Sample, name string, labels map[string]string, least float64) bool {
+	v, ok := e2e.Sum(samples, name, labels)
+	return ok && v >= least
+}
+
+// collect reads the collector's metrics from the manual reader as samples
+// (sums and gauges; histograms as their count).
+func collect(t *testing.T, reader *sdkmetric.ManualReader) []e2e.Sample {
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Logf("collect: %v", err)
+		return nil
+	}
+	var out []e2e.Sample
+	add := func(name string, attrs attribute.Set, v float64) {
+		labels := map[string]string{}
+		for _, kv := range attrs.ToSlice() {
+			labels[string(kv.Key)] = kv.Value.String()
+		}
+		out = append(out, e2e.Sample{Name: name, Labels: labels, Value: v})
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					add(m.Name, dp.Attributes, float64(dp.Value))
+				}
+			case metricdata.Sum[float64]:
+				for _, dp := range d.DataPoints {
+					add(m.Name, dp.Attributes, dp.Value)
+				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					add(m.Name, dp.Attributes, float64(dp.Value))
+				}
+			case metricdata.Gauge[float64]:
+				for _, dp := range d.DataPoints {
+					add(m.Name, dp.Attributes, dp.Value)
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					add(m.Name, dp.Attributes, float64(dp.Count))
+				}
+			}
+		}
+	}
+	return out
+}
