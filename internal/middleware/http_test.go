@@ -654,3 +654,43 @@ func TestHTTPRealServerBudget(t *testing.T) {
 	assert.Zero(t, f.budget.Reserved())
 	assert.LessOrEqual(t, f.highWater.Load(), int64(32<<10))
 }
+
+// TestHTTPBudgetWaitsForBytes: with the queue on, a request that finds the
+// budget full is held, its body unread, until bytes are released (within
+// the budget's wait), instead of being refused; past the wait it is
+// refused as before.
+func TestHTTPBudgetWaitsForBytes(t *testing.T) {
+	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 5 * time.Second})
+	dec := &fakeDecider{}
+	f := newHTTPFixture(t, budget, 1000, nil, func(c *Config) {
+		c.Decider = dec
+		c.Queue = NewQueue(dec, 5*time.Second, 8, 0)
+	})
+	require.True(t, budget.Reserve(1000))
+
+	done := make(chan int, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("hello")))
+		done <- rec.Code
+	}()
+	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, f.next.calls.Load(), "held, not handled")
+	budget.Release(1000)
+	assert.Equal(t, http.StatusOK, <-done)
+	assert.EqualValues(t, 1, f.next.calls.Load())
+	assert.Zero(t, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, f.mw.queue.Held())
+	require.Eventually(t, func() bool { return budget.Reserved() == 0 }, 10*time.Second, time.Millisecond)
+
+	// The wait ends without bytes: refused (429), nothing held.
+	short := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 100 * time.Millisecond})
+	g := newHTTPFixture(t, short, 1000, nil, func(c *Config) { c.Queue = NewQueue(dec, 5*time.Second, 8, 0) })
+	require.True(t, short.Reserve(1000))
+	rec := httptest.NewRecorder()
+	g.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("hello")))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.EqualValues(t, 1, g.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, g.next.calls.Load())
+	assert.Zero(t, g.mw.queue.Held())
+}
