@@ -98,10 +98,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.next.ServeHTTP(w, r)
 			return
 		}
-		if !m.awaitBudget(r, initial, p, t) {
-			m.reject(w, r, sig, decision.DenyBudget)
-			return
-		}
+		m.reject(w, r, sig, decision.DenyBudget)
+		return
 	}
 	m.rec.Record(ProtocolHTTP, sig, decision.Admit)
 	body := m.newBody(w, r, sig, p, initial, t)
@@ -114,22 +112,6 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	*r2 = *r
 	r2.Body = body
 	h.next.ServeHTTP(w, r2)
-}
-
-// awaitBudget holds a request that found the budget full, its body unread,
-// in one of the queue's places, for at most the budget's wait (oldest
-// first, as bodies wait), and reports whether it got its initial bytes.
-// Why: a refusal idles an OTLP exporter for its back-off, and a client
-// that re-sends at once answers it with a new request that costs as much
-// to refuse; a held request costs its goroutine and connection, not its
-// body. Off (refuse at once) without a queue or without a wait.
-func (m *HTTP) awaitBudget(r *http.Request, n int64, p peer, t time.Duration) bool {
-	if m.budget.wait <= 0 || !m.queue.takeSlot() {
-		return false
-	}
-	defer m.queue.freeSlot()
-	ok, _ := m.budget.waitGrow(r.Context(), &waiter{age: t}, n, 0, p, m.budget.wait)
-	return ok
 }
 
 // initialSize is what a body reserves when it is admitted: what bodies of
