@@ -18,6 +18,8 @@ import (
 
 	"github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/testseam"
 )
 
 // fakeSource is the resource source of a real throttle extension in tests:
@@ -33,7 +35,7 @@ const (
 	fakeShedding   = 880 // 0.88: between mem enter (0.85) and hard
 )
 
-var _ throttleextension.ResourceSource = (*fakeSource)(nil)
+var _ sampler.Source = (*fakeSource)(nil)
 
 func (*fakeSource) CPUTime() (time.Duration, error) { return 0, nil }
 func (s *fakeSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
@@ -65,7 +67,7 @@ func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
 	src := &fakeSource{}
 	src.workingSet.Store(fakeCalm)
 
-	f := throttleextension.NewFactory(throttleextension.WithResourceSource(src))
+	f := testseam.ExtensionFactory(src)
 	cfg := f.CreateDefaultConfig()
 	conf := map[string]any{
 		"sample_interval": "10ms",

@@ -62,28 +62,18 @@ type Throttle interface {
 	ObserveOnly() bool
 }
 
-// ResourceSource is where the sampler reads CPU and memory usage: the cgroup
-// reader or the process fallback in production. Tests inject their own with
-// WithResourceSource to drive the water level.
-type ResourceSource = sampler.Source
+// resourceSource is where the sampler reads CPU and memory usage: the cgroup
+// reader or the process fallback in production. Tests inject their own
+// (factoryOptions.source, or testseam from outside the package).
+type resourceSource = sampler.Source
 
-// Option customises the factory.
-type Option func(*factoryOptions)
-
+// factoryOptions are the factory's test seams.
 type factoryOptions struct {
-	source ResourceSource
+	source resourceSource
 	// memoryLimit stands in for the runtime's soft memory limit (tests
 	// only); nil: debug.SetMemoryLimit, and only with the default source.
 	memoryLimit func(int64) int64
 	// limitsEvery is how often limits are re-read (tests only); 0: the
 	// sampler's default.
 	limitsEvery time.Duration
-}
-
-// WithResourceSource makes every extension created by the factory read its
-// resources from src instead of the cgroup or process counters. It is the
-// seam tests use to drive the throttle's state through the real sampler and
-// state machines.
-func WithResourceSource(src ResourceSource) Option {
-	return func(o *factoryOptions) { o.source = src }
 }

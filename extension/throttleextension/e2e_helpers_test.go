@@ -79,7 +79,7 @@ const e2eWait = 30 * time.Second
 // and a working set the test sets against a fixed limit.
 type e2eSource struct{ workingSet atomic.Uint64 }
 
-var _ ResourceSource = (*e2eSource)(nil)
+var _ resourceSource = (*e2eSource)(nil)
 
 func (*e2eSource) CPUTime() (time.Duration, error) { return 0, nil }
 func (s *e2eSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
@@ -185,7 +185,7 @@ func startE2EThrottle(tb testing.TB, opts e2eOptions) *e2eEnv {
 	tb.Cleanup(func() { require.NoError(tb, env.tel.Shutdown(ctx)) })
 
 	// The extension, created by the public factory with the test seam.
-	f := NewFactory(WithResourceSource(env.src))
+	f := newFactory(factoryOptions{source: env.src})
 	set := metadatatest.NewSettings(env.tel)
 	if opts.nopTelemetry {
 		set.TelemetrySettings = componenttest.NewNopTelemetrySettings()

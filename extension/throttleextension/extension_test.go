@@ -30,7 +30,7 @@ import (
 // testMemLimit is the memory limit the fake source reports.
 const testMemLimit = 100 << 20
 
-// fakeSource is a ResourceSource whose memory working set the test sets.
+// fakeSource is a resourceSource whose memory working set the test sets.
 // CPU time is constant, so the CPU level is 0 once valid and only memory
 // drives the state; memory has breach_n 1, so one tick makes a change.
 type fakeSource struct {
@@ -87,18 +87,18 @@ func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 
 // newTestExtension creates (but does not start) an extension through the
 // factory, with src injected when not nil. Shutdown runs at cleanup.
-func newTestExtension(tb testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
-	var opts []Option
+func newTestExtension(tb testing.TB, src resourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+	var fo factoryOptions
 	if src != nil {
-		opts = append(opts, WithResourceSource(src))
+		fo.source = src
 	}
-	ext, err := NewFactory(opts...).Create(context.Background(), set, cfg)
+	ext, err := newFactory(fo).Create(context.Background(), set, cfg)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, ext.Shutdown(context.Background())) })
 	return ext.(*throttleExtension)
 }
 
-func startTestExtension(tb testing.TB, src ResourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+func startTestExtension(tb testing.TB, src resourceSource, cfg *Config, set extension.Settings) *throttleExtension {
 	e := newTestExtension(tb, src, cfg, set)
 	require.NoError(tb, e.Start(context.Background(), componenttest.NewNopHost()))
 	return e

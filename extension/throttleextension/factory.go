@@ -10,15 +10,14 @@ import (
 	"go.opentelemetry.io/collector/extension"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
+	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/testseam"
 )
 
 // NewFactory returns the factory of the throttle extension (type "throttle").
-// Options are for tests and embedders; a distribution calls it without any.
-func NewFactory(opts ...Option) extension.Factory {
-	var fo factoryOptions
-	for _, o := range opts {
-		o(&fo)
-	}
+func NewFactory() extension.Factory { return newFactory(factoryOptions{}) }
+
+func newFactory(fo factoryOptions) extension.Factory {
 	return extension.NewFactory(
 		metadata.Type,
 		createDefaultConfig,
@@ -27,4 +26,10 @@ func NewFactory(opts ...Option) extension.Factory {
 		},
 		metadata.ExtensionStability,
 	)
+}
+
+func init() {
+	testseam.RegisterExtensionFactory(func(src sampler.Source) extension.Factory {
+		return newFactory(factoryOptions{source: src})
+	})
 }

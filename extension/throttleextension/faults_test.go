@@ -115,7 +115,7 @@ func samplerWarns(logs *observer.ObservedLogs) map[string]int {
 	return out
 }
 
-func faultExtension(t *testing.T, src ResourceSource) (*throttleExtension, *componenttest.Telemetry, *observer.ObservedLogs) {
+func faultExtension(t *testing.T, src resourceSource) (*throttleExtension, *componenttest.Telemetry, *observer.ObservedLogs) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
 	set := metadatatest.NewSettings(tel)

@@ -77,10 +77,7 @@ func startResizable(t *testing.T, src *resizableSource, ml *fakeMemoryLimit, mut
 	core, logs := observer.New(zap.InfoLevel)
 	set := nopSettings()
 	set.Logger = zap.New(core)
-	f := NewFactory(WithResourceSource(src), func(o *factoryOptions) {
-		o.memoryLimit = ml.set
-		o.limitsEvery = 20 * time.Millisecond
-	})
+	f := newFactory(factoryOptions{source: src, memoryLimit: ml.set, limitsEvery: 20 * time.Millisecond})
 	ext, err := f.Create(context.Background(), set, testConfig(t, mutate...))
 	require.NoError(t, err)
 	e := ext.(*throttleExtension)

@@ -390,7 +390,7 @@ func TestTwoThrottleExtensions(t *testing.T) {
 	for _, in := range insts {
 		set := metadatatest.NewSettings(tel)
 		set.ID = in.id
-		ext, err := NewFactory(WithResourceSource(in.src)).Create(ctx, set, in.cfg)
+		ext, err := newFactory(factoryOptions{source: in.src}).Create(ctx, set, in.cfg)
 		require.NoError(t, err)
 		in.e = ext.(*throttleExtension)
 	}

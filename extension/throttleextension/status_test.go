@@ -94,7 +94,7 @@ func startStatusExtension(t *testing.T, host component.Host, extra map[string]an
 	t.Helper()
 	src := &statusTestSource{}
 	src.workingSet.Store(statusTestCalm)
-	f := NewFactory(WithResourceSource(src))
+	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	conf := map[string]any{
 		"sample_interval": "10ms",
@@ -271,7 +271,7 @@ func TestStatusPageEndpointInUse(t *testing.T) {
 	defer busy.Close()
 
 	src := &statusTestSource{}
-	f := NewFactory(WithResourceSource(src))
+	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	require.NoError(t, confmap.NewFromStringMap(map[string]any{
 		"status": map[string]any{"endpoint": busy.Addr().String()},
@@ -327,7 +327,7 @@ func TestReportStatusOpenAtStart(t *testing.T) {
 	host := newStatusHost()
 	src := &statusTestSource{}
 	src.workingSet.Store(statusTestOver)
-	f := NewFactory(WithResourceSource(src))
+	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	require.NoError(t, confmap.NewFromStringMap(map[string]any{
 		"report_status": true, "sample_interval": "10ms", "stale_after_intervals": 0,

@@ -35,6 +35,8 @@ import (
 
 	"github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/testseam"
 )
 
 // TestMain checks, as the components' own tests do, that no goroutine
@@ -48,7 +50,7 @@ type fakeSource struct {
 	workingSet atomic.Uint64
 }
 
-var _ throttleextension.ResourceSource = (*fakeSource)(nil)
+var _ sampler.Source = (*fakeSource)(nil)
 
 func (*fakeSource) CPUTime() (time.Duration, error)  { return 0, nil }
 func (s *fakeSource) WorkingSet() (uint64, error)    { return s.workingSet.Load(), nil }
@@ -67,7 +69,7 @@ func (s *fakeSource) setLevel(level float64) {
 func startThrottle(tb testing.TB, src *fakeSource, conf map[string]any, tel *componenttest.Telemetry) (component.Component, throttleextension.Throttle) {
 	tb.Helper()
 	ctx := context.Background()
-	f := throttleextension.NewFactory(throttleextension.WithResourceSource(src))
+	f := testseam.ExtensionFactory(src)
 	cfg := f.CreateDefaultConfig()
 	require.NoError(tb, confmap.NewFromStringMap(conf).Unmarshal(cfg))
 	require.NoError(tb, confmap.Validate(cfg))

@@ -38,8 +38,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	throttleprocessor "github.com/otelthrottle/throttle"
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	// The extension registers its factory with testseam.
+	_ "github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/testseam"
 	"github.com/otelthrottle/throttle/testbed/test/internal/e2e"
 )
 
@@ -94,7 +96,7 @@ func factories(src *fakeSource, tel telemetry.Factory) func() (otelcol.Factories
 	return func() (otelcol.Factories, error) {
 		var f otelcol.Factories
 		var err error
-		if f.Extensions, err = otelcol.MakeFactoryMap(throttleextension.NewFactory(throttleextension.WithResourceSource(src))); err != nil {
+		if f.Extensions, err = otelcol.MakeFactoryMap(testseam.ExtensionFactory(src)); err != nil {
 			return f, err
 		}
 		if f.Receivers, err = otelcol.MakeFactoryMap(otlpreceiver.NewFactory()); err != nil {
