@@ -344,15 +344,20 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 }
 
 // waitDrained waits until every agent has settled everything it accepted
-// (sent, or failed for good), every agent queue is empty and the sink has
-// not moved for settle; it gives up after drainMax. It returns the drain
-// time, or a negative duration when the fleet did not drain.
+// (sent, or failed for good) and every agent queue is empty, both for
+// settle, and the sink has not moved for settle; it gives up after
+// drainMax. It returns the drain time, or a negative duration when the
+// fleet did not drain. The agents must have been empty for settle too: the
+// last batch an agent hands over is still in the gateway's batch processor
+// and exporter when the agents empty, and the sink, idle while that agent
+// was in its back-off, would otherwise look settled already.
 func (f *fleet) waitDrained(ctx context.Context, from time.Time) time.Duration {
 	deadline := time.NewTimer(f.o.drainMax)
 	defer deadline.Stop()
 	tick := time.NewTicker(f.o.interval)
 	defer tick.Stop()
 	lastSink, lastMove := -1.0, time.Now()
+	var emptySince time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -369,7 +374,14 @@ func (f *fleet) waitDrained(ctx context.Context, from time.Time) time.Duration {
 			lastSink, lastMove = p.sinkSpans, time.Now()
 		}
 		settled := p.agSent+p.agSendFailed+p.agEnqueueFailed >= p.agAccepted
-		if settled && p.agQueue == 0 && p.agentsFresh == len(f.agents) && time.Since(lastMove) >= f.o.settle {
+		if !settled || p.agQueue != 0 || p.agentsFresh != len(f.agents) {
+			emptySince = time.Time{}
+			continue
+		}
+		if emptySince.IsZero() {
+			emptySince = time.Now()
+		}
+		if time.Since(emptySince) >= f.o.settle && time.Since(lastMove) >= f.o.settle {
 			return lastMove.Sub(from)
 		}
 	}
