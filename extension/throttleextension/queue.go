@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-// QueueConfig is the queue section: HTTP requests the throttle would
-// refuse are held, unread, and decided again until they are admitted or
-// have waited MaxWait (middleware.Queue says why). gRPC requests the state
-// refuses are not held: that decision runs on the connection's reader
-// goroutine. A gRPC request that finds the admission budget full takes one
-// of the MaxHeld places instead and waits for its bytes on its own
-// goroutine, up to admission.wait_timeout, its message unread.
+// QueueConfig is the queue section: requests the throttle would refuse are
+// held, unread, and decided again until they are admitted or have waited
+// MaxWait (middleware.Queue says why). A gRPC request waits on its own
+// goroutine once its handler starts, its message unread: a shed one for a
+// decision that admits it, one that finds the admission budget full for
+// its bytes (up to admission.wait_timeout); in Open a gRPC request is
+// refused at once (a waiting stream buffers its message in the heap).
 type QueueConfig struct {
 	// MaxWait is the longest a request is held before it is refused; 0
 	// turns the queue off (refuse at once). Keep it well under the

@@ -59,21 +59,30 @@ func (g *GRPC) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// unaryGate refuses an RPC whose wait for the budget ended without the
-// bytes but whose message had already arrived: its handler must not run.
+// unaryGate refuses an RPC whose wait (see await) ended in a refusal but
+// whose message had already arrived: its handler must not run.
 func (g *GRPC) unaryGate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if r, ok := ctx.Value(reservationKey{}).(*reservation); ok && r.refused.Load() {
-		return nil, g.rejections.get(decision.DenyBudget, g.retry.Draw(decision.DenyBudget))
+	if err := g.gate(ctx); err != nil {
+		return nil, err
 	}
 	return handler(ctx, req)
 }
 
 // streamGate is unaryGate for streaming RPCs.
 func (g *GRPC) streamGate(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if r, ok := ss.Context().Value(reservationKey{}).(*reservation); ok && r.refused.Load() {
-		return g.rejections.get(decision.DenyBudget, g.retry.Draw(decision.DenyBudget))
+	if err := g.gate(ss.Context()); err != nil {
+		return err
 	}
 	return handler(srv, ss)
+}
+
+func (g *GRPC) gate(ctx context.Context) error {
+	if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
+		if v := decision.Verdict(r.refused.Load()); !v.Admitted() {
+			return g.rejections.get(v, g.retry.Draw(v))
+		}
+	}
+	return nil
 }
 
 // reservationKey carries a *reservation from the tap to the stats handler:
@@ -98,8 +107,13 @@ type reservation struct {
 	cancel context.CancelFunc
 	idle   *time.Timer
 	msg    atomic.Bool
-	// refused is set when the wait for the budget ended without the bytes.
-	refused atomic.Bool
+	// refused is the decision.Verdict a wait ended with, when it ended in a
+	// refusal; Admit (0) otherwise.
+	refused atomic.Uint32
+	// held is the verdict the tap refused a stream with that waits for a
+	// later decision instead (see await); Admit otherwise. Set by the tap,
+	// read-only afterwards.
+	held decision.Verdict
 
 	// age is when the tap admitted the stream: waits are served oldest
 	// first.
@@ -110,7 +124,7 @@ type reservation struct {
 	done bool
 	// want is what a stream admitted without its bytes (the budget was
 	// full) waits for when its handler starts; 0 otherwise. slot is the
-	// queue place it holds meanwhile.
+	// queue place a waiting stream holds.
 	want int64
 	slot *Queue
 }
@@ -162,23 +176,28 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	if !ok {
 		return ctx, nil
 	}
+	p, _ := ctx.Value(peerKey{}).(peer)
+	var r *reservation
 	if v := g.dec.Decide(sig); !v.Admitted() {
 		if g.observe {
 			g.rec.Record(ProtocolGRPC, sig, v)
 			return ctx, nil
 		}
-		return ctx, g.reject(sig, v)
-	}
-	// An exempt signal bypasses the budget: only the memory backstop
-	// (Decide) refuses it.
-	if g.budget == nil || g.dec.Exempt(sig) {
+		// A shed stream waits for a later decision when its handler
+		// starts (see await), as a held HTTP request does, rather than
+		// being refused here: a refused exporter backs off for seconds
+		// whatever RetryInfo says. Not in Open: a waiting stream buffers
+		// up to its flow-control window of message in the heap.
+		if v != decision.DenyShed || !g.queue.takeSlot() {
+			return ctx, g.reject(sig, v)
+		}
+		r = &reservation{b: g.budget, held: v, slot: g.queue, sig: sig, peer: p, age: now(), cancel: func() {}}
+	} else if g.budget == nil || g.dec.Exempt(sig) {
+		// An exempt signal bypasses the budget: only the memory backstop
+		// (Decide) refuses it.
 		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 		return ctx, nil
-	}
-	p, _ := ctx.Value(peerKey{}).(peer)
-	n := g.sizeEstimate(sig, p)
-	var r *reservation
-	if g.budget.admit(n, p) {
+	} else if n := g.sizeEstimate(sig, p); g.budget.admit(n, p) {
 		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 		r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: now(), cancel: func() {}}
 	} else {
@@ -187,18 +206,18 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 			return ctx, nil
 		}
 		// The stream waits for its bytes when its handler starts (see
-		// awaitBudget), on its own goroutine and before its message is
-		// read, rather than being refused here: a refused exporter backs
-		// off for seconds, and the collector idles once bytes are free.
+		// await), for the same reason.
 		if g.budget.wait <= 0 || !g.queue.takeSlot() {
 			return ctx, g.reject(sig, decision.DenyBudget)
 		}
 		r = &reservation{b: g.budget, want: n, slot: g.queue, sig: sig, peer: p, age: now(), cancel: func() {}}
 	}
-	if g.idle > 0 || r.want > 0 {
+	waits := r.slot != nil
+	if g.idle > 0 || waits {
 		ctx, r.cancel = context.WithCancel(ctx)
 	}
-	if g.idle > 0 {
+	// A waiting stream starts its idle timer once its wait is over.
+	if g.idle > 0 && !waits {
 		r.idle = time.AfterFunc(g.idle, r.expire)
 	}
 	// Safety net: grpc-go sends *stats.End only for RPCs that reach a
@@ -213,37 +232,61 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	return context.WithValue(ctx, reservationKey{}, r), nil
 }
 
-// awaitBudget runs when the handler of a stream admitted without its bytes
+// await runs when the handler of a stream that the tap let in to wait
 // starts (*stats.Begin, on the stream's goroutine: the connection's other
-// streams go on). It waits, at most the budget's wait and oldest first as a
-// body does, for the bytes; meanwhile the message stays unread beyond the
-// stream's flow-control window. Without them the stream is cancelled
-// before its message is read, which the exporters retry (CANCELLED); if
-// the message had already arrived, the gate refuses it before the handler
-// runs (RESOURCE_EXHAUSTED with RetryInfo, as at the tap).
-func (g *GRPC) awaitBudget(ctx context.Context, r *reservation) {
+// streams go on), its message unread beyond the stream's flow-control
+// window. A shed stream waits in the queue for a decision that admits it,
+// as a held HTTP request does, then for its bytes; a stream admitted
+// without its bytes (the budget was full) waits for them, at most the
+// budget's wait and oldest first as a body does. Refused, the stream is
+// cancelled before its message is read, which the exporters retry
+// (CANCELLED); if the message had already arrived, the gate refuses it
+// before the handler runs (RESOURCE_EXHAUSTED with RetryInfo, as at the
+// tap).
+func (g *GRPC) await(ctx context.Context, r *reservation) {
+	v := decision.Admit
 	r.mu.Lock()
 	want := r.want
 	r.mu.Unlock()
-	ok, _ := g.budget.waitGrow(ctx, &waiter{age: r.age}, want, 0, r.peer, g.budget.wait)
+	if r.held != decision.Admit {
+		v = g.queue.hold(ctx, r.sig, r.held)
+		if v.Admitted() && g.budget != nil && !g.dec.Exempt(r.sig) {
+			if n := g.sizeEstimate(r.sig, r.peer); g.budget.admit(n, r.peer) {
+				r.mu.Lock()
+				r.n = n
+				r.mu.Unlock()
+			} else {
+				want = n
+			}
+		}
+	}
+	ok := true
+	if want > 0 {
+		ok, _ = g.budget.waitGrow(ctx, &waiter{age: r.age}, want, 0, r.peer, g.budget.wait)
+		if !ok {
+			v = decision.DenyBudget
+		}
+	}
 	r.mu.Lock()
 	r.want = 0
 	r.freeSlotLocked()
-	late := ok && r.done
-	if ok && !late {
+	late := want > 0 && ok && r.done
+	if want > 0 && ok && !late {
 		r.n = want
 	}
 	r.mu.Unlock()
 	if late {
 		g.budget.release(want, r.peer)
 	}
-	if ok {
-		g.rec.Record(ProtocolGRPC, r.sig, decision.Admit)
+	g.rec.Record(ProtocolGRPC, r.sig, v)
+	if !v.Admitted() {
+		r.refused.Store(uint32(v))
+		r.cancel()
 		return
 	}
-	g.rec.Record(ProtocolGRPC, r.sig, decision.DenyBudget)
-	r.refused.Store(true)
-	r.cancel()
+	if g.idle > 0 {
+		r.idle = time.AfterFunc(g.idle, r.expire)
+	}
 }
 
 func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
@@ -306,8 +349,8 @@ func (h grpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
 			// If stop reports false the net has fired (the stream was
 			// cancelled before the handler started) and has released.
-			if r.stop() && r.want > 0 {
-				h.g.awaitBudget(ctx, r)
+			if r.stop() && r.slot != nil {
+				h.g.await(ctx, r)
 			}
 		}
 	case *stats.InPayload:

@@ -618,3 +618,111 @@ func sendOn(ctx context.Context, cc *grpc.ClientConn, b []byte) error {
 	}
 	return cs.RecvMsg(new(emptypb.Empty))
 }
+
+// TestGRPCShedWaitsForDecision: with the queue on, a shed RPC is not
+// refused at the tap: it waits, its handler not started, and runs once a
+// later decision admits it, so the exporter never sees a refusal (and
+// never backs off).
+func TestGRPCShedWaitsForDecision(t *testing.T) {
+	budget := NewBudget(1 << 20)
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	dec.set(decision.Traces, decision.DenyShed)
+
+	errc := make(chan error, 1)
+	go func() { errc <- f.export(context.Background()) }()
+	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, f.traces.calls.Load(), "a held RPC's handler must not run")
+	assert.Zero(t, f.payloads.in.Load(), "a held RPC's message is not read")
+	assert.Zero(t, budget.Reserved(), "a held RPC holds no budget")
+
+	dec.set(decision.Traces, decision.Admit)
+	require.NoError(t, <-errc)
+	assert.EqualValues(t, 1, f.traces.calls.Load())
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.mw.queue.Held())
+	assert.EqualValues(t, 1000, f.highWater.Load(), "admitted, it reserves as at the tap")
+	f.requireReleased(t)
+}
+
+// TestGRPCShedWaitEnds: a shed RPC that no decision admits within the
+// queue's max_wait is refused before its handler runs, counted once as
+// shed, and holds nothing afterwards.
+func TestGRPCShedWaitEnds(t *testing.T) {
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, NewBudget(1<<20), 1000, func(c *Config) {
+		c.Decider = dec
+		c.Queue = NewQueue(dec, 200*time.Millisecond, 8, 0)
+	})
+	dec.set(decision.Traces, decision.DenyShed)
+	err := f.export(context.Background())
+	// CANCELLED when the message was still unread, else the refusal the
+	// tap answers; the OTLP exporters retry both.
+	if code := status.Code(err); code != codes.Canceled {
+		requireRetryable(t, err, "shed", grpcRetryHigh)
+	}
+	assert.Zero(t, f.traces.calls.Load())
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
+	assert.EqualValues(t, 1, f.rec.total())
+	assert.Zero(t, f.mw.queue.Held())
+	f.requireReleased(t)
+}
+
+// TestGRPCOpenNotHeld: in Open a gRPC RPC is refused at the tap even with
+// the queue on (a held stream buffers its message in the heap), and so is
+// a shed one when every place of the queue is taken.
+func TestGRPCOpenNotHeld(t *testing.T) {
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, NewBudget(1<<20), 1000, func(c *Config) {
+		c.Decider = dec
+		c.Queue = NewQueue(dec, time.Minute, 1, 0)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dec.set(decision.Traces, decision.DenyOpen)
+	requireRetryable(t, f.export(ctx), "open", grpcRetryHigh)
+
+	dec.set(decision.Logs, decision.DenyShed)
+	held := make(chan error, 1)
+	go func() { held <- f.pushAll(ctx, 1, 10) }()
+	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	dec.set(decision.Traces, decision.DenyShed)
+	requireRetryable(t, f.export(ctx), "shed", grpcRetryHigh)
+	assert.Zero(t, f.traces.calls.Load())
+
+	dec.set(decision.Logs, decision.Admit)
+	require.NoError(t, <-held)
+	assert.EqualValues(t, 1, f.push.messages.Load())
+}
+
+// TestGRPCShedThenBudget: a held RPC admitted by a later decision while the
+// budget is full waits for its bytes too, and runs once they are free.
+func TestGRPCShedThenBudget(t *testing.T) {
+	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 5 * time.Second})
+	dec := &fakeDecider{}
+	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	idle, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+
+	dec.set(decision.Traces, decision.DenyShed)
+	errc := make(chan error, 1)
+	go func() { errc <- f.export(context.Background()) }()
+	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	dec.set(decision.Traces, decision.Admit)
+	// Admitted by the decision, it now waits for the budget, still held.
+	require.Never(t, func() bool { return f.traces.calls.Load() > 0 }, 300*time.Millisecond, 10*time.Millisecond)
+	assert.EqualValues(t, 1, f.mw.queue.Held())
+
+	cancel()
+	_ = idle.RecvMsg(new(emptypb.Empty))
+	require.NoError(t, <-errc)
+	assert.EqualValues(t, 1, f.traces.calls.Load())
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, f.mw.queue.Held())
+	f.requireReleased(t)
+}

@@ -15,9 +15,10 @@ import (
 // DefaultQueueTick is how often held requests are decided again.
 const DefaultQueueTick = 100 * time.Millisecond
 
-// Queue holds HTTP requests the throttle would refuse, before their body is
-// read, and decides them again every tick, oldest first, until they are
-// admitted or have waited MaxWait; only then are they refused.
+// Queue holds requests the throttle would refuse, before their body is read
+// (HTTP requests, and shed gRPC streams before their message is read), and
+// decides them again every tick, oldest first, until they are admitted or
+// have waited MaxWait; only then are they refused.
 //
 // Why: the OTLP exporters that send to a collector (agents, SDKs) work
 // through a fixed number of concurrent requests (sending_queue
@@ -37,8 +38,8 @@ const DefaultQueueTick = 100 * time.Millisecond
 // controller, which integrates, settles on a higher drop probability for
 // it, and the memory lines still refuse everything in Open.
 //
-// One Queue is shared by every HTTP server of an extension. A nil *Queue
-// holds nothing.
+// One Queue is shared by every server of an extension. A nil *Queue holds
+// nothing.
 type Queue struct {
 	maxWait time.Duration
 	maxHeld int64
@@ -91,14 +92,15 @@ func (q *Queue) Held() int64 {
 // denial to answer with. A full queue, a closed one or a nil one answers v
 // at once.
 func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdict) decision.Verdict {
-	if q == nil || sig >= decision.NumSignals {
+	if q == nil || sig >= decision.NumSignals || !q.takeSlot() {
 		return v
 	}
-	if q.held.Add(1) > q.maxHeld {
-		q.held.Add(-1)
-		return v
-	}
-	defer q.held.Add(-1)
+	defer q.freeSlot()
+	return q.hold(ctx, sig, v)
+}
+
+// hold is Wait for a request that already holds a place (takeSlot).
+func (q *Queue) hold(ctx context.Context, sig decision.Signal, v decision.Verdict) decision.Verdict {
 	w := &heldRequest{admitted: make(chan struct{})}
 	q.mu.Lock()
 	if q.closed {
@@ -140,9 +142,9 @@ func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdic
 	return q.dec.Decide(sig)
 }
 
-// takeSlot takes one of the queue's MaxHeld places for a request that waits
-// elsewhere (a gRPC stream waiting for the budget, see GRPC), so that one
-// max_held bounds everything held and the held_requests gauge shows it.
+// takeSlot takes one of the queue's MaxHeld places: for a held request, and
+// for a gRPC stream from the tap to the end of its wait (see GRPC), so that
+// one max_held bounds everything held and the held_requests gauge shows it.
 // False when the queue is full, closed or nil.
 func (q *Queue) takeSlot() bool {
 	if q == nil {

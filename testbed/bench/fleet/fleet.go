@@ -252,6 +252,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// unlimitedMiB is the memory limit of a gateway whose memory must not
+// matter: the capacity measurement and the reference scenario.
+func unlimitedMiB(o options) uint64 { return max(o.memMiB, 1024) }
+
 // measureCapacity finds the rate the stock gateway delivers to the sink at
 // most: the agents and the gateway as in the scenarios, but a memory limit
 // generous enough that memory plays no part, and an open loop stepped up
@@ -264,7 +268,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, error) {
 	f, err := startFleet(ctx, o, fleetSpec{
 		name: "capacity", gateway: gatewayConfig{Kind: gwStock},
-		gwBin: o.stockBin, memMiB: max(o.memMiB, 1024),
+		gwBin: o.stockBin, memMiB: unlimitedMiB(o),
 	}, tw)
 	if err != nil {
 		return 0, err
@@ -304,6 +308,9 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 	spec := fleetSpec{
 		name: s.name, gateway: gatewayConfig{Kind: s.kind, ThrottleYAML: o.throttleYAML},
 		gwBin: o.binFor(s.kind), memMiB: o.memMiB,
+	}
+	if s.unlimited {
+		spec.memMiB = unlimitedMiB(o)
 	}
 	if s.gomemlimit {
 		spec.gwEnv = []string{"GOMEMLIMIT=" + strconv.FormatUint(uint64(float64(o.memMiB<<20)*o.gomemlimitPct/100), 10)}

@@ -35,8 +35,9 @@ type summary struct {
 	// (spans delivered twice after a timed-out acknowledgement).
 	GatewayLost, Duplicates int64
 	// BurstSinkRate is the sink's rate during the burst, spans/s, and its
-	// share of the capacity.
-	BurstSinkRate, BurstPctCapacity float64
+	// share of the capacity; BurstPctReference its share of the reference
+	// scenario's (0 without one in the run; see setReference).
+	BurstSinkRate, BurstPctCapacity, BurstPctReference float64
 	// DrainSeconds is the time from the end of the burst until the fleet
 	// had drained; negative when it did not within -drain-max.
 	DrainSeconds                  float64
@@ -148,7 +149,7 @@ func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd
 var summaryHeader = []string{
 	"scenario", "gateway", "gomemlimit", "protocol", "capacity_spans_s", "offered_spans_s", "burst_s",
 	"loadgen_accepted", "agent_accepted", "agent_sent", "agent_send_failed", "agent_enqueue_failed", "agent_queued_end",
-	"sink_spans", "delivered_pct", "gateway_lost", "duplicates", "burst_sink_spans_s", "burst_pct_capacity",
+	"sink_spans", "delivered_pct", "gateway_lost", "duplicates", "burst_sink_spans_s", "burst_pct_capacity", "burst_pct_reference",
 	"drain_s", "oom_kills", "restarts", "peak_ws_pct", "mean_cpu_pct", "cpu_s", "max_state", "open_s", "shedding_s",
 	"loadgen_skipped", "loadgen_failed", "loadavg_start", "loadavg_end",
 }
@@ -158,16 +159,34 @@ func (s *summary) row() []string {
 	return []string{
 		s.Scenario, s.Gateway, strconv.FormatBool(s.GOMEMLIMIT), s.Protocol, f64(s.Capacity, 0), f64(s.Offered, 0), f64(s.BurstSeconds, 0),
 		i(s.LoadgenAccepted), i(s.AgentAccepted), i(s.AgentSent), i(s.AgentSendFailed), i(s.AgentEnqueueFailed), i(s.AgentQueued),
-		i(s.SinkSpans), f64(s.DeliveredPct, 2), i(s.GatewayLost), i(s.Duplicates), f64(s.BurstSinkRate, 0), f64(s.BurstPctCapacity, 1),
+		i(s.SinkSpans), f64(s.DeliveredPct, 2), i(s.GatewayLost), i(s.Duplicates), f64(s.BurstSinkRate, 0), f64(s.BurstPctCapacity, 1), f64(s.BurstPctReference, 1),
 		f64(s.DrainSeconds, 1), strconv.FormatUint(s.OOMKills, 10), strconv.Itoa(s.Restarts), f64(s.PeakWSPct, 1), f64(s.MeanCPUPct, 1),
 		f64(s.CPUSeconds, 1), opt(s.MaxState, 0), f64(s.OpenSeconds, 1), f64(s.SheddingSeconds, 1),
 		i(s.LoadgenSkipped), i(s.LoadgenFailed), s.LoadAvgStart, s.LoadAvgEnd,
 	}
 }
 
+// setReference sets every summary's BurstPctReference from the reference
+// scenario's burst rate, if the run has one.
+func setReference(sums []*summary) {
+	ref := 0.0
+	for _, s := range sums {
+		if s.Scenario == referenceScenario.name {
+			ref = s.BurstSinkRate
+		}
+	}
+	for _, s := range sums {
+		s.BurstPctReference = 0
+		if ref > 0 {
+			s.BurstPctReference = 100 * s.BurstSinkRate / ref
+		}
+	}
+}
+
 // writeSummaries rewrites summary.csv and summary.md after every scenario,
 // so that an interrupted run keeps what it measured.
 func writeSummaries(dir string, sums []*summary) error {
+	setReference(sums)
 	f, err := os.Create(filepath.Join(dir, "summary.csv"))
 	if err != nil {
 		return err
@@ -194,8 +213,9 @@ func writeSummaries(dir string, sums []*summary) error {
 }
 
 func printSummaries(w io.Writer, sums []*summary) {
-	fmt.Fprintln(w, "| gateway | delivered (sink / accepted by agents) | acknowledged by the gateway, never delivered | agents: enqueue / send failures (spans) | burst: spans/s to the sink (% of capacity) | drained after | OOM kills | restarts | peak working set | CPU mean (burst) | time in Open / Shedding |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	setReference(sums)
+	fmt.Fprintln(w, "| gateway | delivered (sink / accepted by agents) | acknowledged by the gateway, never delivered | agents: enqueue / send failures (spans) | burst: spans/s to the sink (% of capacity) | burst: % of the reference | drained after | OOM kills | restarts | peak working set | CPU mean (burst) | time in Open / Shedding |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range sums {
 		open := "n/a"
 		if !math.IsNaN(s.MaxState) {
@@ -205,8 +225,12 @@ func printSummaries(w io.Writer, sums []*summary) {
 		if s.DrainSeconds >= 0 {
 			drain = fmt.Sprintf("%.0f s", s.DrainSeconds)
 		}
-		fmt.Fprintf(w, "| %s | %.1f%% (%d of %d) | %d | %d / %d | %.0f (%.0f%%) | %s | %d | %d | %.1f%% | %.0f%% | %s |\n",
+		ref := "n/a"
+		if s.BurstPctReference > 0 {
+			ref = fmt.Sprintf("%.0f%%", s.BurstPctReference)
+		}
+		fmt.Fprintf(w, "| %s | %.1f%% (%d of %d) | %d | %d / %d | %.0f (%.0f%%) | %s | %s | %d | %d | %.1f%% | %.0f%% | %s |\n",
 			s.Scenario, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.GatewayLost, s.AgentEnqueueFailed, s.AgentSendFailed,
-			s.BurstSinkRate, s.BurstPctCapacity, drain, s.OOMKills, s.Restarts, s.PeakWSPct, s.MeanCPUPct, open)
+			s.BurstSinkRate, s.BurstPctCapacity, ref, drain, s.OOMKills, s.Restarts, s.PeakWSPct, s.MeanCPUPct, open)
 	}
 }
