@@ -509,27 +509,38 @@ func withQueue(dec Decider) func(*Config) {
 	return func(c *Config) { c.Queue = NewQueue(dec, 5*time.Second, 8, 0) }
 }
 
+// fullBudgetFixture is a fixture with the queue on and a budget of 1000
+// bytes that waits up to wait, all of it held by an idle stream; release
+// ends that stream.
+func fullBudgetFixture(t *testing.T, wait time.Duration) (f *grpcFixture, release func()) {
+	t.Helper()
+	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: wait})
+	dec := &fakeDecider{}
+	f = newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	f.dec = dec
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	idle, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+	return f, func() {
+		cancel()
+		_ = idle.RecvMsg(new(emptypb.Empty))
+	}
+}
+
 // TestGRPCBudgetWaitsForBytes: with the queue on, an RPC that finds the
 // budget full is not refused at the tap: its handler waits for the bytes
 // and runs once they are released, and the exporter never sees a refusal.
 func TestGRPCBudgetWaitsForBytes(t *testing.T) {
-	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 5 * time.Second})
-	dec := &fakeDecider{}
-	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
-	f.dec = dec
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	idle, err := f.pushStream(ctx)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+	f, release := fullBudgetFixture(t, 5*time.Second)
 
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
 	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
 	assert.Zero(t, f.traces.calls.Load(), "the waiting RPC's handler must not run before it has its bytes")
 
-	cancel()
-	_ = idle.RecvMsg(new(emptypb.Empty))
+	release()
 	require.NoError(t, <-errc)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
 	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
@@ -542,18 +553,10 @@ func TestGRPCBudgetWaitsForBytes(t *testing.T) {
 // getting its bytes is refused before its handler runs, counted as a
 // budget refusal, and holds nothing afterwards.
 func TestGRPCBudgetWaitEnds(t *testing.T) {
-	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 200 * time.Millisecond})
-	dec := &fakeDecider{}
-	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	idle, err := f.pushStream(ctx)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
-
+	f, release := fullBudgetFixture(t, 200*time.Millisecond)
 	// CANCELLED when the message was still unread, else the refusal the
 	// tap answers; the OTLP exporters retry both.
-	err = f.export(context.Background())
+	err := f.export(context.Background())
 	if code := status.Code(err); code != codes.Canceled {
 		requireRetryable(t, err, "budget", grpcRetryLow)
 	}
@@ -561,10 +564,9 @@ func TestGRPCBudgetWaitEnds(t *testing.T) {
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
 	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
 	assert.Zero(t, f.mw.queue.Held())
-	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond, "only the idle stream's bytes")
+	require.Eventually(t, func() bool { return f.budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond, "only the idle stream's bytes")
 
-	cancel()
-	_ = idle.RecvMsg(new(emptypb.Empty))
+	release()
 	f.requireReleased(t)
 }
 
@@ -699,15 +701,8 @@ func TestGRPCOpenNotHeld(t *testing.T) {
 // TestGRPCShedThenBudget: a held RPC admitted by a later decision while the
 // budget is full waits for its bytes too, and runs once they are free.
 func TestGRPCShedThenBudget(t *testing.T) {
-	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: 5 * time.Second})
-	dec := &fakeDecider{}
-	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	idle, err := f.pushStream(ctx)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
-
+	f, release := fullBudgetFixture(t, 5*time.Second)
+	dec := f.dec
 	dec.set(decision.Traces, decision.DenyShed)
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
@@ -717,8 +712,7 @@ func TestGRPCShedThenBudget(t *testing.T) {
 	require.Never(t, func() bool { return f.traces.calls.Load() > 0 }, 300*time.Millisecond, 10*time.Millisecond)
 	assert.EqualValues(t, 1, f.mw.queue.Held())
 
-	cancel()
-	_ = idle.RecvMsg(new(emptypb.Empty))
+	release()
 	require.NoError(t, <-errc)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
 	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
