@@ -31,24 +31,19 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
-	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
-	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
-	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/e2edata"
 )
 
 // e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
@@ -275,33 +270,10 @@ func (env *e2eEnv) setLevel(tb testing.TB, level float64, want State) {
 }
 
 // requests is the throttle_requests counter for one protocol, signal and
-// decision ("allowed", or "denied" with a reason), ignoring any other
-// attribute; 0 before the first decision.
+// decision (see e2edata.Requests).
 func (env *e2eEnv) requests(tb testing.TB, protocol string, s Signal, decision, reason string) int64 {
 	tb.Helper()
-	m, err := env.tel.GetMetric("otelcol_throttle_requests")
-	if err != nil {
-		return 0
-	}
-	sum, ok := m.Data.(metricdata.Sum[int64])
-	require.Truef(tb, ok, "throttle_requests is a %T", m.Data)
-	var total int64
-	for _, dp := range sum.DataPoints {
-		if attrIs(dp.Attributes, "protocol", protocol) && attrIs(dp.Attributes, "signal", s.String()) &&
-			attrIs(dp.Attributes, "decision", decision) && attrIs(dp.Attributes, "reason", reason) {
-			total += dp.Value
-		}
-	}
-	return total
-}
-
-// attrIs: the attribute has value want, or is absent when want is "".
-func attrIs(set attribute.Set, key, want string) bool {
-	v, ok := set.Value(attribute.Key(key))
-	if want == "" {
-		return !ok
-	}
-	return ok && v.AsString() == want
+	return e2edata.Requests(tb, env.tel, protocol, s.String(), decision, reason)
 }
 
 // e2eSignal is one signal as the tests send it: its throttle signal, its
@@ -322,13 +294,13 @@ var e2eSignals = []e2eSignal{
 		sig:  SignalTraces,
 		path: "/v1/traces",
 		proto: func(n int) ([]byte, error) {
-			return ptraceotlp.NewExportRequestFromTraces(e2eTraces(n)).MarshalProto()
+			return ptraceotlp.NewExportRequestFromTraces(e2edata.Traces(n)).MarshalProto()
 		},
 		json: func(n int) ([]byte, error) {
-			return ptraceotlp.NewExportRequestFromTraces(e2eTraces(n)).MarshalJSON()
+			return ptraceotlp.NewExportRequestFromTraces(e2edata.Traces(n)).MarshalJSON()
 		},
 		grpcExport: func(ctx context.Context, cc *grpc.ClientConn, n int) error {
-			_, err := ptraceotlp.NewGRPCClient(cc).Export(ctx, ptraceotlp.NewExportRequestFromTraces(e2eTraces(n)))
+			_, err := ptraceotlp.NewGRPCClient(cc).Export(ctx, ptraceotlp.NewExportRequestFromTraces(e2edata.Traces(n)))
 			return err
 		},
 		received: func(env *e2eEnv) int { return env.traces.SpanCount() },
@@ -337,13 +309,13 @@ var e2eSignals = []e2eSignal{
 		sig:  SignalMetrics,
 		path: "/v1/metrics",
 		proto: func(n int) ([]byte, error) {
-			return pmetricotlp.NewExportRequestFromMetrics(e2eMetrics(n)).MarshalProto()
+			return pmetricotlp.NewExportRequestFromMetrics(e2edata.Metrics(n)).MarshalProto()
 		},
 		json: func(n int) ([]byte, error) {
-			return pmetricotlp.NewExportRequestFromMetrics(e2eMetrics(n)).MarshalJSON()
+			return pmetricotlp.NewExportRequestFromMetrics(e2edata.Metrics(n)).MarshalJSON()
 		},
 		grpcExport: func(ctx context.Context, cc *grpc.ClientConn, n int) error {
-			_, err := pmetricotlp.NewGRPCClient(cc).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(e2eMetrics(n)))
+			_, err := pmetricotlp.NewGRPCClient(cc).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(e2edata.Metrics(n)))
 			return err
 		},
 		received: func(env *e2eEnv) int { return env.metrics.DataPointCount() },
@@ -352,13 +324,13 @@ var e2eSignals = []e2eSignal{
 		sig:  SignalLogs,
 		path: "/v1/logs",
 		proto: func(n int) ([]byte, error) {
-			return plogotlp.NewExportRequestFromLogs(e2eLogs(n)).MarshalProto()
+			return plogotlp.NewExportRequestFromLogs(e2edata.Logs(n)).MarshalProto()
 		},
 		json: func(n int) ([]byte, error) {
-			return plogotlp.NewExportRequestFromLogs(e2eLogs(n)).MarshalJSON()
+			return plogotlp.NewExportRequestFromLogs(e2edata.Logs(n)).MarshalJSON()
 		},
 		grpcExport: func(ctx context.Context, cc *grpc.ClientConn, n int) error {
-			_, err := plogotlp.NewGRPCClient(cc).Export(ctx, plogotlp.NewExportRequestFromLogs(e2eLogs(n)))
+			_, err := plogotlp.NewGRPCClient(cc).Export(ctx, plogotlp.NewExportRequestFromLogs(e2edata.Logs(n)))
 			return err
 		},
 		received: func(env *e2eEnv) int { return env.logs.LogRecordCount() },
@@ -367,82 +339,17 @@ var e2eSignals = []e2eSignal{
 		sig:  SignalProfiles,
 		path: "/v1development/profiles",
 		proto: func(n int) ([]byte, error) {
-			return pprofileotlp.NewExportRequestFromProfiles(e2eProfiles(n)).MarshalProto()
+			return pprofileotlp.NewExportRequestFromProfiles(e2edata.Profiles(n)).MarshalProto()
 		},
 		json: func(n int) ([]byte, error) {
-			return pprofileotlp.NewExportRequestFromProfiles(e2eProfiles(n)).MarshalJSON()
+			return pprofileotlp.NewExportRequestFromProfiles(e2edata.Profiles(n)).MarshalJSON()
 		},
 		grpcExport: func(ctx context.Context, cc *grpc.ClientConn, n int) error {
-			_, err := pprofileotlp.NewGRPCClient(cc).Export(ctx, pprofileotlp.NewExportRequestFromProfiles(e2eProfiles(n)))
+			_, err := pprofileotlp.NewGRPCClient(cc).Export(ctx, pprofileotlp.NewExportRequestFromProfiles(e2edata.Profiles(n)))
 			return err
 		},
 		received: func(env *e2eEnv) int { return env.profiles.SampleCount() },
 	},
-}
-
-// The generators spread the items over two resources so that counting at
-// the sink covers more than the first one.
-
-func e2eTraces(n int) ptrace.Traces {
-	td := ptrace.NewTraces()
-	a := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
-	b := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
-	for i := range n {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
-		sp := s.AppendEmpty()
-		sp.SetName("span")
-		sp.SetTraceID([16]byte{1, byte(i >> 8), byte(i)})
-		sp.SetSpanID([8]byte{2, byte(i >> 8), byte(i)})
-	}
-	return td
-}
-
-func e2eMetrics(n int) pmetric.Metrics {
-	md := pmetric.NewMetrics()
-	a := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	b := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	a.SetName("a")
-	b.SetName("b")
-	ga, gb := a.SetEmptyGauge().DataPoints(), b.SetEmptyGauge().DataPoints()
-	for i := range n {
-		g := ga
-		if i%2 == 1 {
-			g = gb
-		}
-		g.AppendEmpty().SetIntValue(int64(i))
-	}
-	return md
-}
-
-func e2eLogs(n int) plog.Logs {
-	ld := plog.NewLogs()
-	a := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-	b := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-	for i := range n {
-		l := a
-		if i%2 == 1 {
-			l = b
-		}
-		l.AppendEmpty().Body().SetStr("log")
-	}
-	return ld
-}
-
-func e2eProfiles(n int) pprofile.Profiles {
-	pd := pprofile.NewProfiles()
-	a := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
-	b := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
-	for i := range n {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
-		s.AppendEmpty()
-	}
-	return pd
 }
 
 // e2eHTTPClient returns a client of its own whose idle connections are

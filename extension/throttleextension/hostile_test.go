@@ -56,6 +56,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/middleware"
 )
 
@@ -212,7 +213,7 @@ func hostileReserved(env *e2eEnv) int64 {
 		return -1
 	}
 	for _, dp := range g.DataPoints {
-		if attrIs(dp.Attributes, "budget", "reserved") {
+		if e2edata.AttrIs(dp.Attributes, "budget", "reserved") {
 			return dp.Value
 		}
 	}

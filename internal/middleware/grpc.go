@@ -78,8 +78,8 @@ func (g *GRPC) streamGate(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInf
 
 func (g *GRPC) gate(ctx context.Context) error {
 	if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
-		if v := decision.Verdict(r.refused.Load()); !v.Admitted() {
-			return g.rejections.get(v, g.retry.Draw(v))
+		if r.refused.Load() {
+			return g.rejections.get(r.refusedWith, g.retry.Draw(r.refusedWith))
 		}
 	}
 	return nil
@@ -107,9 +107,10 @@ type reservation struct {
 	cancel context.CancelFunc
 	idle   *time.Timer
 	msg    atomic.Bool
-	// refused is the decision.Verdict a wait ended with, when it ended in a
-	// refusal; Admit (0) otherwise.
-	refused atomic.Uint32
+	// refused is set when a wait ended in a refusal, refusedWith (written
+	// before it) the verdict it ended with.
+	refused     atomic.Bool
+	refusedWith decision.Verdict
 	// held is the verdict the tap refused a stream with that waits for a
 	// later decision instead (see await); Admit otherwise. Set by the tap,
 	// read-only afterwards.
@@ -280,7 +281,8 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 	}
 	g.rec.Record(ProtocolGRPC, r.sig, v)
 	if !v.Admitted() {
-		r.refused.Store(uint32(v))
+		r.refusedWith = v
+		r.refused.Store(true)
 		r.cancel()
 		return
 	}

@@ -24,8 +24,8 @@ func TestParseScenarios(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []scenario{referenceScenario, {name: "throttle+gomemlimit", kind: gwThrottle, gomemlimit: true}}, got)
 
-	_, err = parseScenarios("throttle,refrence")
-	require.ErrorContains(t, err, `unknown scenario "refrence"`)
+	_, err = parseScenarios("throttle,baseline")
+	require.ErrorContains(t, err, `unknown scenario "baseline"`)
 }
 
 func TestSummaryReference(t *testing.T) {

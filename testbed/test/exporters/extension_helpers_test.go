@@ -28,10 +28,9 @@ import (
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/e2edata"
 )
 
 // e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
@@ -160,33 +159,10 @@ func (env *e2eEnv) setLevel(tb testing.TB, level float64, want throttleextension
 }
 
 // requests is the throttle_requests counter for one protocol, signal and
-// decision ("allowed", or "denied" with a reason), ignoring any other
-// attribute; 0 before the first decision.
+// decision (see e2edata.Requests).
 func (env *e2eEnv) requests(tb testing.TB, protocol string, s throttleextension.Signal, decision, reason string) int64 {
 	tb.Helper()
-	m, err := env.tel.GetMetric("otelcol_throttle_requests")
-	if err != nil {
-		return 0
-	}
-	sum, ok := m.Data.(metricdata.Sum[int64])
-	require.Truef(tb, ok, "throttle_requests is a %T", m.Data)
-	var total int64
-	for _, dp := range sum.DataPoints {
-		if attrIs(dp.Attributes, "protocol", protocol) && attrIs(dp.Attributes, "signal", s.String()) &&
-			attrIs(dp.Attributes, "decision", decision) && attrIs(dp.Attributes, "reason", reason) {
-			total += dp.Value
-		}
-	}
-	return total
-}
-
-// attrIs: the attribute has value want, or is absent when want is "".
-func attrIs(set attribute.Set, key, want string) bool {
-	v, ok := set.Value(attribute.Key(key))
-	if want == "" {
-		return !ok
-	}
-	return ok && v.AsString() == want
+	return e2edata.Requests(tb, env.tel, protocol, s.String(), decision, reason)
 }
 
 // e2eSignal is one signal as the tests count it at env's sinks.
@@ -261,10 +237,10 @@ func (env *e2eEnv) startExporters(tb testing.TB, protocol string) *e2eExporters 
 	return &e2eExporters{
 		protocol: protocol,
 		send: map[throttleextension.Signal]func(context.Context, int) error{
-			throttleextension.SignalTraces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, makeTraces(n)) },
-			throttleextension.SignalMetrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, makeMetrics(n)) },
-			throttleextension.SignalLogs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, makeLogs(n)) },
-			throttleextension.SignalProfiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, makeProfiles(n)) },
+			throttleextension.SignalTraces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, e2edata.Traces(n)) },
+			throttleextension.SignalMetrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, e2edata.Metrics(n)) },
+			throttleextension.SignalLogs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, e2edata.Logs(n)) },
+			throttleextension.SignalProfiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, e2edata.Profiles(n)) },
 		},
 	}
 }

@@ -27,10 +27,6 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/extension/extensiontest"
-	"go.opentelemetry.io/collector/pdata/plog"
-	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.uber.org/goleak"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension"
@@ -124,69 +120,4 @@ func freeAddr(tb testing.TB) string {
 	addr := l.Addr().String()
 	require.NoError(tb, l.Close())
 	return addr
-}
-
-// The generators spread the items over two resources so that counting at
-// the sink covers more than the first one.
-
-func makeTraces(n int) ptrace.Traces {
-	td := ptrace.NewTraces()
-	a := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
-	b := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
-	for i := range n {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
-		sp := s.AppendEmpty()
-		sp.SetName("span")
-		sp.SetTraceID([16]byte{1, byte(i >> 8), byte(i)})
-		sp.SetSpanID([8]byte{2, byte(i >> 8), byte(i)})
-	}
-	return td
-}
-
-func makeMetrics(n int) pmetric.Metrics {
-	md := pmetric.NewMetrics()
-	a := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	b := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	a.SetName("a")
-	b.SetName("b")
-	ga, gb := a.SetEmptyGauge().DataPoints(), b.SetEmptyGauge().DataPoints()
-	for i := range n {
-		g := ga
-		if i%2 == 1 {
-			g = gb
-		}
-		g.AppendEmpty().SetIntValue(int64(i))
-	}
-	return md
-}
-
-func makeLogs(n int) plog.Logs {
-	ld := plog.NewLogs()
-	a := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-	b := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-	for i := range n {
-		l := a
-		if i%2 == 1 {
-			l = b
-		}
-		l.AppendEmpty().Body().SetStr("log")
-	}
-	return ld
-}
-
-func makeProfiles(n int) pprofile.Profiles {
-	pd := pprofile.NewProfiles()
-	a := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
-	b := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
-	for i := range n {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
-		s.AppendEmpty()
-	}
-	return pd
 }

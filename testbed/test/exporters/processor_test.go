@@ -40,6 +40,7 @@ import (
 
 	throttleprocessor "github.com/otelthrottle/throttle"
 	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
 )
 
@@ -160,7 +161,7 @@ func startExporter(t *testing.T, addr string) (exporter.Traces, *observer.Observ
 // request and returns the response with its body read.
 func postTraces(t *testing.T, addr string, n int) (*http.Response, []byte) {
 	t.Helper()
-	body, err := ptraceotlp.NewExportRequestFromTraces(makeTraces(n)).MarshalProto()
+	body, err := ptraceotlp.NewExportRequestFromTraces(e2edata.Traces(n)).MarshalProto()
 	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/traces", bytes.NewReader(body))
 	require.NoError(t, err)
@@ -184,7 +185,7 @@ func TestEndToEndRefuse(t *testing.T) {
 			exp, logs := startExporter(t, p.addr)
 
 			// Normal: straight through.
-			require.NoError(t, exp.ConsumeTraces(ctx, makeTraces(10)))
+			require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(10)))
 			require.Equal(t, 10, p.sink.SpanCount())
 
 			drv.overload(t)
@@ -215,7 +216,7 @@ func TestEndToEndRefuse(t *testing.T) {
 			batches := []int{5, 6, 7}
 			errs := make(chan error, len(batches))
 			for _, n := range batches {
-				go func() { errs <- exp.ConsumeTraces(ctx, makeTraces(n)) }()
+				go func() { errs <- exp.ConsumeTraces(ctx, e2edata.Traces(n)) }()
 			}
 			require.Eventually(t, func() bool {
 				return logs.FilterMessage(retryLogMessage).Len() >= len(batches)
@@ -264,13 +265,13 @@ func TestEndToEndDrop(t *testing.T) {
 			p := startE2EPipeline(t, drv.host(), throttleprocessor.OnRejectDrop)
 			exp, logs := startExporter(t, p.addr)
 
-			require.NoError(t, exp.ConsumeTraces(ctx, makeTraces(10)))
+			require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(10)))
 
 			drv.overload(t)
 			// Dropped batches are answered with success: no retry.
 			sentWhileOpen := 0
 			for _, n := range []int{3, 4, 5} {
-				require.NoError(t, exp.ConsumeTraces(ctx, makeTraces(n)))
+				require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(n)))
 				sentWhileOpen += n
 			}
 			resp, _ := postTraces(t, p.addr, 2)
@@ -279,7 +280,7 @@ func TestEndToEndDrop(t *testing.T) {
 			assert.Equal(t, 10, p.sink.SpanCount())
 
 			drv.calm(t)
-			require.NoError(t, exp.ConsumeTraces(ctx, makeTraces(6)))
+			require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(6)))
 			assert.Equal(t, 16, p.sink.SpanCount())
 			assert.Zero(t, logs.FilterMessage(retryLogMessage).Len())
 
