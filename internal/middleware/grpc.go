@@ -250,7 +250,9 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 	want := r.want
 	r.mu.Unlock()
 	if r.held != decision.Admit {
-		v = g.queue.hold(ctx, r.sig, r.held)
+		hctx, cancel := context.WithTimeout(ctx, g.waitLeft(ctx, r.age))
+		v = g.queue.hold(hctx, r.sig, r.held)
+		cancel()
 		if v.Admitted() && g.budget != nil && !g.dec.Exempt(r.sig) {
 			if n := g.sizeEstimate(r.sig, r.peer); g.budget.admit(n, r.peer) {
 				r.mu.Lock()
@@ -263,7 +265,7 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 	}
 	ok := true
 	if want > 0 {
-		ok, _ = g.budget.waitGrow(ctx, &waiter{age: r.age}, want, 0, r.peer, g.budget.wait)
+		ok, _ = g.budget.waitGrow(ctx, &waiter{age: r.age}, want, 0, r.peer, min(g.budget.wait, g.waitLeft(ctx, r.age)))
 		if !ok {
 			v = decision.DenyBudget
 		}
@@ -289,6 +291,21 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 	if g.idle > 0 {
 		r.idle = time.AfterFunc(g.idle, r.expire)
 	}
+}
+
+// waitLeft is how much longer a stream that arrived at arrival may wait:
+// the queue's max_wait in all, and never past half the time its client
+// gave it, so that a stream admitted late is still answered before its
+// client gives up and sends it again (a duplicate: the OTLP exporters'
+// timeout, 5 s, is the default max_wait). Its bytes it waits for at most
+// the budget's wait besides.
+func (g *GRPC) waitLeft(ctx context.Context, arrival time.Duration) time.Duration {
+	waited := now() - arrival
+	left := g.queue.maxWait - waited
+	if dl, ok := ctx.Deadline(); ok {
+		left = min(left, (time.Until(dl)+waited)/2-waited)
+	}
+	return left
 }
 
 func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {

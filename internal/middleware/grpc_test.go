@@ -509,14 +509,17 @@ func withQueue(dec Decider) func(*Config) {
 	return func(c *Config) { c.Queue = NewQueue(dec, 5*time.Second, 8, 0) }
 }
 
-// fullBudgetFixture is a fixture with the queue on and a budget of 1000
-// bytes that waits up to wait, all of it held by an idle stream; release
-// ends that stream.
+// fullBudgetFixture is a fixture with the queue on, holding for up to
+// wait, and a budget of 1000 bytes that waits up to wait too, all of it
+// held by an idle stream; release ends that stream.
 func fullBudgetFixture(t *testing.T, wait time.Duration) (f *grpcFixture, release func()) {
 	t.Helper()
 	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: wait})
 	dec := &fakeDecider{}
-	f = newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
+	f = newGRPCFixture(t, budget, 1000, func(c *Config) {
+		c.Decider = dec
+		c.Queue = NewQueue(dec, wait, 8, 0)
+	})
 	f.dec = dec
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -719,4 +722,28 @@ func TestGRPCShedThenBudget(t *testing.T) {
 	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
 	assert.Zero(t, f.mw.queue.Held())
 	f.requireReleased(t)
+}
+
+// TestGRPCWaitEndsBeforeDeadline: a waiting stream is refused once half of
+// the time its client gave it has passed, however long the queue's
+// max_wait, so that its client gets a refusal it retries rather than a
+// deadline it gives up on while the collector takes the data (a duplicate
+// once the client sends it again).
+func TestGRPCWaitEndsBeforeDeadline(t *testing.T) {
+	for _, shed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "shed", false: "budget"}[shed], func(t *testing.T) {
+			f, release := fullBudgetFixture(t, 30*time.Second)
+			defer release()
+			if shed {
+				f.dec.set(decision.Traces, decision.DenyShed)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			defer cancel()
+			err := f.export(ctx)
+			require.Error(t, err)
+			assert.NotEqual(t, codes.DeadlineExceeded, status.Code(err), "refused before the client's deadline: %v", err)
+			assert.Zero(t, f.traces.calls.Load())
+			assert.Zero(t, f.mw.queue.Held())
+		})
+	}
 }
