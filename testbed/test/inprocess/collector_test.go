@@ -250,17 +250,27 @@ func TestCollectorInProcess(t *testing.T) {
 	require.NoError(t, err, "gRPC after recovery")
 
 	// Every decision counted in the extension's and the processor's metrics.
-	var samples []e2e.Sample
-	assert.Eventually(t, func() bool {
-		samples = collect(t, reader)
-		return metricAtLeast(samples, "otelcol_throttle_requests", map[string]string{"protocol": "http", "decision": "allowed"}, 2) &&
-			metricAtLeast(samples, "otelcol_throttle_requests", map[string]string{"protocol": "grpc", "decision": "allowed"}, 3) &&
-			metricAtLeast(samples, "otelcol_throttle_requests", map[string]string{"protocol": "http", "decision": "denied", "reason": "open"}, 2) &&
-			metricAtLeast(samples, "otelcol_throttle_requests", map[string]string{"protocol": "grpc", "decision": "denied", "reason": "open"}, 1) &&
-			metricAtLeast(samples, "otelcol_processor_throttle_items", map[string]string{"signal": "traces", "outcome": "passed"}, 8) &&
-			metricAtLeast(samples, "otelcol_throttle_state", map[string]string{"signal": "traces"}, 0)
-	}, 10*time.Second, 50*time.Millisecond, "throttle metrics:\n%s%s",
-		e2e.Describe(samples, "otelcol_throttle_"), e2e.Describe(samples, "otelcol_processor_throttle_"))
+	wants := []struct {
+		name   string
+		labels map[string]string
+		least  float64
+	}{
+		{"otelcol_throttle_requests", map[string]string{"protocol": "http", "decision": "allowed"}, 2},
+		{"otelcol_throttle_requests", map[string]string{"protocol": "grpc", "decision": "allowed"}, 3},
+		{"otelcol_throttle_requests", map[string]string{"protocol": "http", "decision": "denied", "reason": "open"}, 2},
+		{"otelcol_throttle_requests", map[string]string{"protocol": "grpc", "decision": "denied", "reason": "open"}, 1},
+		{"otelcol_processor_throttle_items", map[string]string{"signal": "traces", "outcome": "passed"}, 8},
+		{"otelcol_throttle_state", map[string]string{"signal": "traces"}, 0},
+	}
+	// The description is made inside: a message argument would be made
+	// before the first collection, and show nothing.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		samples := collect(t, reader)
+		for _, w := range wants {
+			assert.Truef(c, metricAtLeast(samples, w.name, w.labels, w.least), "%s %v >= %v; throttle metrics:\n%s%s",
+				w.name, w.labels, w.least, e2e.Describe(samples, "otelcol_throttle_"), e2e.Describe(samples, "otelcol_processor_throttle_"))
+		}
+	}, 30*time.Second, 50*time.Millisecond)
 
 	client.Close()
 	stop()
