@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/metadata"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
 )
@@ -48,7 +49,7 @@ func (admitThrottle) RecordProcessorDecision(throttleextension.Signal, throttlee
 //
 //	go test -run='^$' -bench=Processor -benchmem .
 func BenchmarkProcessor(b *testing.B) {
-	td := makeTraces(100)
+	td := e2edata.Traces(100)
 	telemetries := []struct {
 		name string
 		set  func(b *testing.B) processor.Settings

@@ -13,15 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/pdata/plog"
-	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/xprocessor"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/e2edata"
 )
 
 // testHost is a component.Host holding the given extensions.
@@ -115,7 +112,7 @@ var signalHarnesses = []signalHarness{
 			sink := new(consumertest.TracesSink)
 			p, err := NewFactory().CreateTraces(context.Background(), set, cfg, sink)
 			require.NoError(t, err)
-			return p, func(ctx context.Context, n int) error { return p.ConsumeTraces(ctx, makeTraces(n)) }, sink.SpanCount
+			return p, func(ctx context.Context, n int) error { return p.ConsumeTraces(ctx, e2edata.Traces(n)) }, sink.SpanCount
 		},
 	},
 	{
@@ -124,7 +121,7 @@ var signalHarnesses = []signalHarness{
 			sink := new(consumertest.MetricsSink)
 			p, err := NewFactory().CreateMetrics(context.Background(), set, cfg, sink)
 			require.NoError(t, err)
-			return p, func(ctx context.Context, n int) error { return p.ConsumeMetrics(ctx, makeMetrics(n)) }, sink.DataPointCount
+			return p, func(ctx context.Context, n int) error { return p.ConsumeMetrics(ctx, e2edata.Metrics(n)) }, sink.DataPointCount
 		},
 	},
 	{
@@ -133,7 +130,7 @@ var signalHarnesses = []signalHarness{
 			sink := new(consumertest.LogsSink)
 			p, err := NewFactory().CreateLogs(context.Background(), set, cfg, sink)
 			require.NoError(t, err)
-			return p, func(ctx context.Context, n int) error { return p.ConsumeLogs(ctx, makeLogs(n)) }, sink.LogRecordCount
+			return p, func(ctx context.Context, n int) error { return p.ConsumeLogs(ctx, e2edata.Logs(n)) }, sink.LogRecordCount
 		},
 	},
 	{
@@ -149,70 +146,7 @@ var signalHarnesses = []signalHarness{
 				}
 				return total
 			}
-			return p, func(ctx context.Context, n int) error { return p.ConsumeProfiles(ctx, makeProfiles(n)) }, received
+			return p, func(ctx context.Context, n int) error { return p.ConsumeProfiles(ctx, e2edata.Profiles(n)) }, received
 		},
 	},
-}
-
-// The generators spread the items over two resources so that counting
-// covers more than the first one.
-
-func makeTraces(n int) ptrace.Traces {
-	td := ptrace.NewTraces()
-	a := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
-	b := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
-	for i := range n {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
-		s.AppendEmpty().SetName("span")
-	}
-	return td
-}
-
-func makeMetrics(n int) pmetric.Metrics {
-	md := pmetric.NewMetrics()
-	a := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	a.SetName("gauge")
-	b := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	b.SetName("sum")
-	ga := a.SetEmptyGauge().DataPoints()
-	sb := b.SetEmptySum().DataPoints()
-	for i := range n {
-		if i%2 == 0 {
-			ga.AppendEmpty().SetIntValue(int64(i))
-		} else {
-			sb.AppendEmpty().SetIntValue(int64(i))
-		}
-	}
-	return md
-}
-
-func makeLogs(n int) plog.Logs {
-	ld := plog.NewLogs()
-	a := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-	b := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-	for i := range n {
-		l := a
-		if i%2 == 1 {
-			l = b
-		}
-		l.AppendEmpty().Body().SetStr("log")
-	}
-	return ld
-}
-
-func makeProfiles(n int) pprofile.Profiles {
-	pd := pprofile.NewProfiles()
-	a := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
-	b := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples()
-	for i := range n {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
-		s.AppendEmpty()
-	}
-	return pd
 }
