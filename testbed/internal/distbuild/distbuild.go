@@ -13,11 +13,13 @@ package distbuild // import "github.com/otelthrottle/throttle/testbed/internal/d
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -142,12 +144,10 @@ func sourceHash(root string) (string, error) {
 		return "", err
 	}
 	slices.Sort(files[3:])
-	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
+	h, err := toolchainHash()
 	if err != nil {
-		return "", fmt.Errorf("go env GOVERSION: %w", err)
+		return "", err
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "ocb %s\ngo %s\n%s/%s\n", ocbVersion, bytes.TrimSpace(goVersion), runtime.GOOS, runtime.GOARCH)
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
@@ -173,16 +173,52 @@ func buildDistribution() (bin, log string, err error) {
 		return "", "", fmt.Errorf("hashing the sources: %w", err)
 	}
 	cache := cacheRoot()
-	final := filepath.Join(cache, hash, binaryName)
-	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() {
+	return ocbBuild{
+		final:    filepath.Join(cache, hash, binaryName),
+		binary:   binaryName,
+		manifest: "builder-config.yaml",
+		dir:      root,
+		render:   func(work string) ([]byte, error) { return rewriteManifest(root, work) },
+		done:     func() { pruneCache(cache, hash) },
+	}.run(cache)
+}
+
+// toolchainHash starts a hash of what a build depends on besides its
+// sources: the ocb and go versions and the target platform.
+func toolchainHash() (hash.Hash, error) {
+	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return nil, fmt.Errorf("go env GOVERSION: %w", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "ocb %s\ngo %s\n%s/%s\n", ocbVersion, bytes.TrimSpace(goVersion), runtime.GOOS, runtime.GOARCH)
+	return h, nil
+}
+
+// ocbBuild is one distribution built with ocb into the cache. Builds go to a
+// fresh folder and the binary is renamed into place, so concurrent test
+// runs never see half a binary.
+type ocbBuild struct {
+	// final is the cached binary's path; binary its name in ocb's output
+	// folder; manifest the manifest's file name; dir ocb's working
+	// directory ("" for the build folder).
+	final, binary, manifest, dir string
+	// render returns the manifest with its output folder set to work.
+	render func(work string) ([]byte, error)
+	// done, if set, runs once the binary is in place.
+	done func()
+}
+
+// run returns the cached binary, or builds it.
+func (b ocbBuild) run(cache string) (bin, log string, err error) {
+	if fi, err := os.Stat(b.final); err == nil && fi.Mode().IsRegular() {
 		now := time.Now()
-		_ = os.Chtimes(filepath.Dir(final), now, now) // most recently used, for pruning
-		return final, "", nil
+		_ = os.Chtimes(filepath.Dir(b.final), now, now) // most recently used, for pruning
+		return b.final, "", nil
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return "", "", err
 	}
-
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
 	var out bytes.Buffer
@@ -190,35 +226,36 @@ func buildDistribution() (bin, log string, err error) {
 	if err != nil {
 		return "", out.String(), fmt.Errorf("installing ocb %s: %w", ocbVersion, err)
 	}
-
 	work, err := os.MkdirTemp(cache, "build-")
 	if err != nil {
 		return "", "", err
 	}
 	defer os.RemoveAll(work)
-	manifest, err := rewriteManifest(root, work)
+	manifest, err := b.render(work)
 	if err != nil {
 		return "", "", err
 	}
-	manifestPath := filepath.Join(work, "builder-config.yaml")
+	manifestPath := filepath.Join(work, b.manifest)
 	if err := os.WriteFile(manifestPath, manifest, 0o600); err != nil {
 		return "", "", err
 	}
 	cmd := exec.CommandContext(ctx, ocb, "--config", manifestPath)
-	cmd.Dir = root
+	cmd.Dir = cmp.Or(b.dir, work)
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		return "", out.String(), fmt.Errorf("%s --config %s: %w", ocb, manifestPath, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(b.final), 0o755); err != nil {
 		return "", out.String(), err
 	}
-	if err := os.Rename(filepath.Join(work, binaryName), final); err != nil {
+	if err := os.Rename(filepath.Join(work, b.binary), b.final); err != nil {
 		return "", out.String(), err
 	}
-	pruneCache(cache, hash)
-	return final, out.String(), nil
+	if b.done != nil {
+		b.done()
+	}
+	return b.final, out.String(), nil
 }
 
 var (
@@ -376,53 +413,21 @@ func buildStock() (bin, log string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("go env GOVERSION: %w", err)
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "ocb %s\ngo %s\n%s/%s\n", ocbVersion, bytes.TrimSpace(goVersion), runtime.GOOS, runtime.GOARCH)
-	h.Write(manifest)
-	cache := cacheRoot()
-	final := filepath.Join(cache, "stock-"+hex.EncodeToString(h.Sum(nil))[:24], "otelcol-stock")
-	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() {
-		return final, "", nil
-	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", "", err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-	defer cancel()
-	var out bytes.Buffer
-	ocb, err := installOCB(ctx, cache, &out)
-	if err != nil {
-		return "", out.String(), fmt.Errorf("installing ocb %s: %w", ocbVersion, err)
-	}
-	work, err := os.MkdirTemp(cache, "build-")
-	if err != nil {
-		return "", "", err
-	}
-	defer os.RemoveAll(work)
 	if n := len(outputPathRE.FindAll(manifest, -1)); n != 1 {
 		return "", "", fmt.Errorf("%s: want one dist.output_path line, found %d", stockManifest, n)
 	}
-	manifest = outputPathRE.ReplaceAll(manifest, []byte("${1} "+quote(work)))
-	manifestPath := filepath.Join(work, "otelcol-stock.yaml")
-	if err := os.WriteFile(manifestPath, manifest, 0o600); err != nil {
+	h, err := toolchainHash()
+	if err != nil {
 		return "", "", err
 	}
-	cmd := exec.CommandContext(ctx, ocb, "--config", manifestPath)
-	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", out.String(), fmt.Errorf("%s --config %s: %w", ocb, manifestPath, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return "", out.String(), err
-	}
-	if err := os.Rename(filepath.Join(work, "otelcol-stock"), final); err != nil {
-		return "", out.String(), err
-	}
-	return final, out.String(), nil
+	h.Write(manifest)
+	cache := cacheRoot()
+	return ocbBuild{
+		final:    filepath.Join(cache, "stock-"+hex.EncodeToString(h.Sum(nil))[:24], "otelcol-stock"),
+		binary:   "otelcol-stock",
+		manifest: "otelcol-stock.yaml",
+		render: func(work string) ([]byte, error) {
+			return outputPathRE.ReplaceAll(manifest, []byte("${1} "+quote(work))), nil
+		},
+	}.run(cache)
 }
