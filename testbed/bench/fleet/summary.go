@@ -4,15 +4,13 @@
 package main
 
 import (
-	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
@@ -187,29 +185,11 @@ func setReference(sums []*summary) {
 // so that an interrupted run keeps what it measured.
 func writeSummaries(dir string, sums []*summary) error {
 	setReference(sums)
-	f, err := os.Create(filepath.Join(dir, "summary.csv"))
-	if err != nil {
-		return err
+	rows := make([][]string, len(sums))
+	for i, s := range sums {
+		rows[i] = s.row()
 	}
-	w := csv.NewWriter(f)
-	_ = w.Write(summaryHeader)
-	for _, s := range sums {
-		_ = w.Write(s.row())
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	md, err := os.Create(filepath.Join(dir, "summary.md"))
-	if err != nil {
-		return err
-	}
-	printSummaries(md, sums)
-	return md.Close()
+	return harness.WriteSummaries(dir, summaryHeader, rows, func(w io.Writer) { printSummaries(w, sums) })
 }
 
 func printSummaries(w io.Writer, sums []*summary) {

@@ -4,11 +4,8 @@
 package main
 
 import (
-	"encoding/csv"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -138,29 +135,11 @@ func (s *summary) row() []string {
 // writeSummaries rewrites summary.csv and summary.md after every scenario,
 // so that an interrupted run keeps what it measured.
 func writeSummaries(o options, sums []*summary) error {
-	f, err := os.Create(filepath.Join(o.out, "summary.csv"))
-	if err != nil {
-		return err
+	rows := make([][]string, len(sums))
+	for i, s := range sums {
+		rows[i] = s.row()
 	}
-	w := csv.NewWriter(f)
-	_ = w.Write(summaryHeader)
-	for _, s := range sums {
-		_ = w.Write(s.row())
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	md, err := os.Create(filepath.Join(o.out, "summary.md"))
-	if err != nil {
-		return err
-	}
-	printSummaries(md, sums)
-	return md.Close()
+	return harness.WriteSummaries(o.out, summaryHeader, rows, func(w io.Writer) { printSummaries(w, sums) })
 }
 
 func printSummaries(w io.Writer, sums []*summary) {

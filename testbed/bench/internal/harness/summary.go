@@ -1,0 +1,40 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package harness
+
+import (
+	"encoding/csv"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// WriteSummaries rewrites dir/summary.csv (header, then rows) and
+// dir/summary.md (what printMD writes). The harnesses call it after every
+// scenario, so that an interrupted run keeps what it measured.
+func WriteSummaries(dir string, header []string, rows [][]string, printMD func(io.Writer)) error {
+	f, err := os.Create(filepath.Join(dir, "summary.csv"))
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(header)
+	for _, r := range rows {
+		_ = w.Write(r)
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	md, err := os.Create(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		return err
+	}
+	printMD(md)
+	return md.Close()
+}
