@@ -458,3 +458,98 @@ func TestGRPCPeerShare(t *testing.T) {
 	cancel()
 	f.requireReleased(t)
 }
+
+// TestGRPCWaitKeepsPeerShare: a stream that waits for its bytes (the queue
+// on) is bound by its peer's share as one admitted at once is: with half
+// the budget free but its peer at its share, it is refused at the end of
+// its wait, and the peer never holds more than its share.
+func TestGRPCWaitKeepsPeerShare(t *testing.T) {
+	b := NewBudgetWith(BudgetConfig{Max: 4000, PeerShare: 0.5, Wait: 200 * time.Millisecond})
+	f := newGRPCFixture(t, b, 1000, func(c *Config) { c.Queue = NewQueue(c.Decider, admissionWait, 8, 0) })
+	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
+	defer cancel()
+	for range 2 {
+		_, err := f.pushStream(ctx)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return b.Reserved() == 2000 }, admissionWait, time.Millisecond)
+	err := f.export(ctx)
+	if status.Code(err) != codes.Canceled {
+		requireRetryable(t, err, "budget", grpcRetryLow)
+	}
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, f.traces.calls.Load())
+	assert.Less(t, f.highWater.Load(), int64(3000), "the waiting stream never got its 1000 bytes (only its message, once it had arrived, is counted)")
+	cancel()
+	f.requireReleased(t)
+}
+
+// TestHTTPBudgetNoWait: an HTTP request that finds the budget full is
+// refused at once, its body unread, even with the queue on (waiting cost
+// the worst-case client goodput and tail: design §12); and requests
+// waiting in line for the budget (gRPC streams) do not hold back one whose
+// bytes fit, since it cannot wait in that line.
+func TestHTTPBudgetNoWait(t *testing.T) {
+	const long = 10 * time.Second
+	b := NewBudgetWith(BudgetConfig{Max: 100, Wait: long})
+	f := newHTTPFixture(t, b, 0, nil, func(c *Config) { c.Queue = NewQueue(c.Decider, long, 8, testTick) })
+	serve := func(body io.Reader) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/v1/traces", body)
+		req.ContentLength = 40
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, req)
+		return rec
+	}
+
+	require.True(t, b.Reserve(70))
+	rec := serve(&failingBody{t: t})
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	assert.Zero(t, f.mw.queue.Held())
+
+	// A request waits in line for 50 of the 30 free; the HTTP request's 30
+	// fit.
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := make(chan bool, 1)
+	go func() { waited <- b.waitAdmit(ctx, 50, 0, long) }()
+	require.Eventually(t, func() bool { return b.entering.Load() == 1 }, long, time.Millisecond)
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, 30)))
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.EqualValues(t, 1, b.entering.Load())
+	cancel()
+	assert.False(t, <-waited)
+	b.Release(70)
+	assert.Zero(t, b.Reserved())
+}
+
+// TestGRPCFullQueueNoLockout: a peer whose streams wait for the budget and
+// fill the queue does not lock the others out: another peer's stream, with
+// no place in the queue to wait in, is admitted if its bytes fit in the
+// budget and its own share.
+func TestGRPCFullQueueNoLockout(t *testing.T) {
+	b := NewBudgetWith(BudgetConfig{Max: 4000, PeerShare: 0.5, Wait: admissionWait})
+	f := newGRPCFixture(t, b, 1000, func(c *Config) { c.Queue = NewQueue(c.Decider, admissionWait, 1, 0) })
+	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
+	defer cancel()
+	for range 2 {
+		_, err := f.pushStream(ctx)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return b.Reserved() == 2000 }, admissionWait, time.Millisecond)
+	// A third stream of the same peer waits, passed over, in the queue's
+	// only place.
+	go func() { _ = f.export(ctx) }()
+	require.Eventually(t, func() bool { return b.entering.Load() == 1 }, admissionWait, time.Millisecond)
+	require.EqualValues(t, 1, f.mw.queue.Held())
+
+	local := "127.0.0.2"
+	for i := 3; b.peerOfRemote(local+":1") == b.peerOfRemote("127.0.0.1:1"); i++ {
+		local = fmt.Sprintf("127.0.0.%d", i) // another slot, whatever the seed
+	}
+	require.NoError(t, f.pushAllOn(ctx, grpcConnFrom(t, f.addr, local), 1, 10), "another peer's stream is admitted")
+	assert.EqualValues(t, 1, b.entering.Load(), "the first peer's stream still waits")
+	cancel()
+	f.requireReleased(t)
+}

@@ -72,8 +72,13 @@ type Budget struct {
 	// so that a release takes the lock only when someone waits.
 	pending atomic.Int64
 	waiting atomic.Int32
-	mu      sync.Mutex // guards queue
+	mu      sync.Mutex // guards queue and entrants
 	queue   []*waiter  // oldest first
+	// entrants are requests waiting to be admitted (waitAdmit), oldest
+	// first; entering counts them, so that a release takes the lock only
+	// when someone waits.
+	entrants []*entrant
+	entering atomic.Int32
 
 	// peers holds the bytes reserved per peer slot; nil without a per-peer
 	// limit.
@@ -116,11 +121,7 @@ func (b *Budget) SetMax(maxBytes int64) {
 	}
 	b.peerMax.Store(peerMax)
 	b.max.Store(maxBytes)
-	if b.waiting.Load() > 0 {
-		b.mu.Lock()
-		b.wakeLocked()
-		b.mu.Unlock()
-	}
+	b.wakeAll()
 }
 
 // peer is a per-peer counter slot plus one; 0 is no peer (no per-peer
@@ -195,11 +196,20 @@ func (b *Budget) Release(n int64) { b.release(n, 0) }
 
 // admit reserves n bytes for a new request of peer p if they fit in p's
 // share and in what is left of the budget once the waiting bodies have what
-// they need. Lock-free; n <= 0 always fits.
+// they need, and no request waits to be admitted (waitAdmit: a new request
+// does not pass those in line). Lock-free; n <= 0 always fits.
 func (b *Budget) admit(n int64, p peer) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
+	if b.entering.Load() > 0 {
+		return false
+	}
+	return b.admitNow(n, p)
+}
+
+// admitNow is admit regardless of the requests waiting to be admitted.
+func (b *Budget) admitNow(n int64, p peer) bool {
 	if p != 0 {
 		s := &b.peers[p-1]
 		for {
@@ -262,11 +272,19 @@ func (b *Budget) release(n int64, p peer) {
 	}
 	b.reserved.Add(-n)
 	b.peerAdd(p, -n)
-	if b.waiting.Load() > 0 {
-		b.mu.Lock()
-		b.wakeLocked()
-		b.mu.Unlock()
+	b.wakeAll()
+}
+
+// wakeAll wakes the growing bodies and hands the freed bytes to the
+// entrants, if any wait.
+func (b *Budget) wakeAll() {
+	if b.waiting.Load() == 0 && b.entering.Load() == 0 {
+		return
 	}
+	b.mu.Lock()
+	b.wakeLocked()
+	b.admitEntrantsLocked()
+	b.mu.Unlock()
 }
 
 // tryGrow adds up to need bytes to an admitted request's reservation,
@@ -331,6 +349,7 @@ func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, p pe
 		b.pending.Add(-need)
 		b.waiting.Add(-1)
 		b.wakeLocked()
+		b.admitEntrantsLocked() // what it needed is no longer kept free
 		b.mu.Unlock()
 	}()
 
@@ -384,6 +403,80 @@ func (b *Budget) wakeLocked() {
 		default:
 		}
 	}
+}
+
+// entrant is a request waiting to be admitted.
+type entrant struct {
+	n        int64
+	p        peer
+	admitted chan struct{} // closed when its bytes were reserved for it
+}
+
+// waitAdmit admits a request of n bytes from peer p as admit does, waiting
+// at most limit for the bytes when they do not fit. Released bytes are
+// handed to the waiting requests oldest first (no herd of woken waiters),
+// and new requests do not pass them; one whose peer is at its share is
+// passed over, so that a peer flooding the wait cannot hold the others
+// back. Bodies growing past their reservation (waitGrow) come first:
+// admissions leave what they need free.
+func (b *Budget) waitAdmit(ctx context.Context, n int64, p peer, limit time.Duration) bool {
+	if b.admit(n, p) {
+		return true
+	}
+	if limit <= 0 {
+		return false
+	}
+	e := &entrant{n: n, p: p, admitted: make(chan struct{})}
+	b.mu.Lock()
+	b.entrants = append(b.entrants, e)
+	b.entering.Add(1)
+	b.admitEntrantsLocked() // it may fit behind no one
+	b.mu.Unlock()
+
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-e.admitted:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.Index(b.entrants, e)
+	if i < 0 {
+		return true // admitted as its wait ended
+	}
+	b.entrants = slices.Delete(b.entrants, i, i+1)
+	b.entering.Add(-1)
+	b.admitEntrantsLocked() // those behind it may fit now
+	return false
+}
+
+// admitEntrantsLocked admits the waiting requests, oldest first, until one
+// does not fit in the budget; one whose peer is at its share is passed
+// over. One pass.
+func (b *Budget) admitEntrantsLocked() {
+	kept := b.entrants[:0]
+	short := false
+	for _, e := range b.entrants {
+		if !short && b.admitNow(e.n, e.p) {
+			b.entering.Add(-1)
+			close(e.admitted)
+			continue
+		}
+		// The budget, not its peer's share, is short for it: the younger
+		// ones wait behind it.
+		short = short || !b.peerFull(e.n, e.p)
+		kept = append(kept, e)
+	}
+	clear(b.entrants[len(kept):])
+	b.entrants = kept
+}
+
+// peerFull reports whether n more bytes exceed peer p's share.
+func (b *Budget) peerFull(n int64, p peer) bool {
+	return p != 0 && n > b.peerMax.Load()-b.peers[p-1].Load()
 }
 
 // Reserved returns the bytes currently reserved (the inflight_bytes gauge).

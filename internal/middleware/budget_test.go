@@ -4,7 +4,10 @@
 package middleware
 
 import (
+	"context"
+	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -95,4 +98,75 @@ func TestRetryDelay(t *testing.T) {
 	z := NewRetryDelay(-time.Second, 0, nil)
 	assert.Zero(t, z.Draw(decision.DenyOpen))
 	assert.Zero(t, z.Draw(decision.DenyBudget), "budget delay clamped down to max")
+}
+
+// TestBudgetWaitAdmit: a request that finds the budget full waits for the
+// bytes: released bytes go to the waiting requests oldest first, a new
+// request does not pass them, a waiting request whose peer is at its share
+// is passed over (a flooding peer cannot hold the others back), and when
+// the oldest gives up, those behind it that fit are admitted at once.
+func TestBudgetWaitAdmit(t *testing.T) {
+	const long = 10 * time.Second
+	b := NewBudgetWith(BudgetConfig{Max: 100, PeerShare: 0.5})
+	peerA := b.peerOfRemote("10.0.0.1:1")
+	peerB := peerPast(b, peerA)
+	peerC := peerPast(b, peerA, peerB)
+	results := make(chan string, 4)
+	// wait starts a waiting request and returns once it waits; cancel
+	// ends its wait.
+	wait := func(name string, n int64, p peer) (cancel func()) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		before := b.entering.Load()
+		go func() {
+			if b.waitAdmit(ctx, n, p, long) {
+				results <- name
+			} else {
+				results <- name + " refused"
+			}
+		}()
+		require.Eventually(t, func() bool { return b.entering.Load() == before+1 }, long, time.Millisecond)
+		return cancel
+	}
+
+	require.True(t, b.admit(50, peerA))
+	require.True(t, b.admit(50, peerC))
+	cancelA := wait("A", 10, peerA)
+	wait("B", 30, peerB)
+	b.release(50, peerC)
+	assert.Equal(t, "B", <-results, "A is at its share: B, younger, gets the bytes")
+	cancelA()
+	assert.Equal(t, "A refused", <-results)
+	assert.EqualValues(t, 80, b.Reserved())
+
+	// Oldest first, and no new request passes those waiting: 20 are free,
+	// but C, waiting for 30, is first in line.
+	cancelC := wait("C", 30, peerC)
+	wait("B2", 20, peerB)
+	assert.False(t, b.admit(10, peerB), "a new request does not pass those waiting")
+	assert.EqualValues(t, 80, b.Reserved())
+	// C gives up: B2, behind it, fits and is admitted at once.
+	cancelC()
+	assert.Equal(t, "C refused", <-results)
+	assert.Equal(t, "B2", <-results)
+	assert.EqualValues(t, 100, b.Reserved())
+	assert.Zero(t, b.entering.Load())
+	assert.Empty(t, b.entrants)
+
+	assert.False(t, b.waitAdmit(context.Background(), 10, peerC, 0), "no wait: refused at once")
+	b.release(50, peerA)
+	b.release(50, peerB)
+	assert.Zero(t, b.Reserved())
+	assert.True(t, b.admit(10, peerC), "nobody waits: admitted at once")
+}
+
+// peerPast returns the slot of an address that is none of avoid, whatever
+// the seed.
+func peerPast(b *Budget, avoid ...peer) peer {
+	for i := 3; ; i++ {
+		if p := b.peerOfRemote(fmt.Sprintf("10.1.%d.%d:1", i/250, i%250)); !slices.Contains(avoid, p) {
+			return p
+		}
+	}
 }

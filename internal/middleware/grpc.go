@@ -207,11 +207,18 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 			return ctx, nil
 		}
 		// The stream waits for its bytes when its handler starts (see
-		// await), for the same reason.
-		if g.budget.wait <= 0 || !g.queue.takeSlot() {
+		// await), for the same reason. One that cannot wait in line is
+		// not held back by it (a peer whose streams fill the queue must
+		// not lock the others out): admitted if it fits now.
+		switch {
+		case g.budget.wait > 0 && g.queue.takeSlot():
+			r = &reservation{b: g.budget, want: n, slot: g.queue, sig: sig, peer: p, age: now(), cancel: func() {}}
+		case g.budget.admitNow(n, p):
+			g.rec.Record(ProtocolGRPC, sig, decision.Admit)
+			r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: now(), cancel: func() {}}
+		default:
 			return ctx, g.reject(sig, decision.DenyBudget)
 		}
-		r = &reservation{b: g.budget, want: n, slot: g.queue, sig: sig, peer: p, age: now(), cancel: func() {}}
 	}
 	waits := r.slot != nil
 	if g.idle > 0 || waits {
@@ -265,7 +272,7 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 	}
 	ok := true
 	if want > 0 {
-		ok, _ = g.budget.waitGrow(ctx, &waiter{age: r.age}, want, 0, r.peer, min(g.budget.wait, g.waitLeft(ctx, r.age)))
+		ok = g.budget.waitAdmit(ctx, want, r.peer, min(g.budget.wait, g.waitLeft(ctx, r.age)))
 		if !ok {
 			v = decision.DenyBudget
 		}

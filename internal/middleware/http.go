@@ -92,7 +92,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := now()
 	p := m.budget.peerOfRemote(r.RemoteAddr)
 	initial := m.initialSize(sig, r.ContentLength, p, t)
-	if !m.budget.admit(initial, p) {
+	// An HTTP request does not wait for the budget (measured: design
+	// §12), so the requests waiting in line for it (gRPC) do not hold it
+	// back either.
+	if !m.budget.admitNow(initial, p) {
 		if m.observe {
 			m.rec.Record(ProtocolHTTP, sig, decision.DenyBudget)
 			h.next.ServeHTTP(w, r)
