@@ -44,6 +44,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,7 +86,8 @@ type options struct {
 	timeout      time.Duration
 	rateBelow    float64
 	report       string
-	throttleYAML string
+	// throttleConfigs replace -thresholds when set (-throttle-config).
+	throttleConfigs []throttleConfig
 	// pprof: enable the collector's pprof extension and record its
 	// goroutine count every harness.GoroutineEvery (timeline column goroutines).
 	pprof bool
@@ -121,15 +123,12 @@ func main() {
 	flag.Float64Var(&o.rateBelow, "rate-below", 0, "open loop requests/s of A and C instead of the closed loop at -c-below (below overload: about 70-80% of A's saturated ok req/s)")
 	flag.StringVar(&o.report, "report", "", "only (re)generate the report (report.md, report.html, timeline-*.png, chart.csv) of this results folder, and exit")
 	flag.BoolVar(&o.pprof, "pprof", false, "enable the collector's pprof extension on a free localhost port and record its goroutine count every 5 s (timeline column goroutines)")
-	throttleFile := flag.String("throttle-config", "", "YAML file with the throttle extension's settings (replaces -thresholds), for experiments")
+	throttleFiles := flag.String("throttle-config", "", "YAML files with the throttle extension's settings (replace -thresholds), comma-separated, for experiments: each throttle scenario then runs once with each, named after the file (D@3x+held)")
 	flag.Parse()
-	if *throttleFile != "" {
-		b, err := os.ReadFile(*throttleFile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "overload:", err)
-			os.Exit(2)
-		}
-		o.throttleYAML = string(b)
+	var err error
+	if o.throttleConfigs, err = readThrottleConfigs(*throttleFiles); err != nil {
+		fmt.Fprintln(os.Stderr, "overload: -throttle-config:", err)
+		os.Exit(2)
 	}
 	if o.report != "" {
 		files, err := report.Generate(o.report)
@@ -160,6 +159,33 @@ type scenario struct {
 	factor float64
 	// thresholds overrides -thresholds for this scenario ("" = none).
 	thresholds string
+	// throttleYAML replaces the thresholds (-throttle-config).
+	throttleYAML string
+}
+
+// throttleConfig is one -throttle-config file: the throttle extension's
+// settings, and the name its scenarios get (the file's, without .yaml).
+type throttleConfig struct {
+	name, yaml string
+}
+
+func readThrottleConfigs(files string) ([]throttleConfig, error) {
+	var out []throttleConfig
+	for _, f := range strings.Split(files, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		name := strings.TrimSuffix(filepath.Base(f), filepath.Ext(f))
+		if slices.ContainsFunc(out, func(c throttleConfig) bool { return c.name == name }) {
+			return nil, fmt.Errorf("two files named %q: their scenarios would share names", name)
+		}
+		out = append(out, throttleConfig{name: name, yaml: string(b)})
+	}
+	return out, nil
 }
 
 var allScenarios = map[string]scenario{
@@ -270,9 +296,10 @@ func run(o options) error {
 	return nil
 }
 
-// expandScenarios turns -scenarios, -factors and -thresholds into the list
-// to run: each overloaded scenario once per factor (named like D@3x), and
-// each throttle scenario once per thresholds value (D@3x+benchmark).
+// expandScenarios turns -scenarios, -factors, -thresholds and
+// -throttle-config into the list to run: each overloaded scenario once per
+// factor (named like D@3x), and each throttle scenario once per thresholds
+// value (D@3x+benchmark) or, instead, per -throttle-config file (D@3x+held).
 func expandScenarios(o options) ([]scenario, error) {
 	var factors []float64
 	for _, f := range strings.Split(o.factors, ",") {
@@ -303,6 +330,17 @@ func expandScenarios(o options) ([]scenario, error) {
 			}
 		}
 		for _, v := range variants {
+			if v.throttle && len(o.throttleConfigs) > 0 {
+				for _, c := range o.throttleConfigs {
+					w := v
+					w.throttleYAML = c.yaml
+					if len(o.throttleConfigs) > 1 {
+						w.name += "+" + c.name
+					}
+					out = append(out, w)
+				}
+				continue
+			}
 			if !v.throttle || len(thresholds) < 2 {
 				out = append(out, v)
 				continue
@@ -400,7 +438,7 @@ func startEnv(ctx context.Context, o options, s scenario, tw *csv.Writer) (*env,
 	if s.thresholds != "" {
 		e.ports.Thresholds = s.thresholds
 	}
-	e.ports.ThrottleYAML = o.throttleYAML
+	e.ports.ThrottleYAML = s.throttleYAML
 	if o.pprof {
 		if e.ports.PprofPort, err = harness.FreePort(); err != nil {
 			return nil, cleanup, err

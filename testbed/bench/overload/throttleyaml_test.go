@@ -4,6 +4,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,4 +29,38 @@ func TestRenderConfigThrottleYAML(t *testing.T) {
 	assert.Equal(t, false, conf.Get("extensions::throttle::rules::metrics::enabled"))
 	assert.False(t, conf.IsSet("extensions::throttle::thresholds::mem"), "the benchmark thresholds are replaced")
 	assert.Equal(t, []any{map[string]any{"id": "throttle"}}, conf.Get("receivers::otlp::protocols::http::middlewares"))
+}
+
+// TestExpandThrottleConfigs: with several -throttle-config files, each
+// throttle scenario runs once per file, named after it, so that candidate
+// settings are compared within one run; with one file the names stay.
+func TestExpandThrottleConfigs(t *testing.T) {
+	dir := t.TempDir()
+	held, wait := filepath.Join(dir, "held.yaml"), filepath.Join(dir, "wait.yaml")
+	require.NoError(t, os.WriteFile(held, []byte("queue: { max_held: 1024 }\n"), 0o600))
+	require.NoError(t, os.WriteFile(wait, []byte("admission: { wait_timeout: 0s }\n"), 0o600))
+	f := func(files string, wantNames, wantYAML []string) {
+		t.Helper()
+		cfgs, err := readThrottleConfigs(files)
+		require.NoError(t, err)
+		got, err := expandScenarios(options{scenarios: "A,D", factors: "3,4", thresholds: "default", throttleConfigs: cfgs})
+		require.NoError(t, err)
+		var names, yamls []string
+		for _, s := range got {
+			names, yamls = append(names, s.name), append(yamls, s.throttleYAML)
+		}
+		assert.Equal(t, wantNames, names)
+		assert.Equal(t, wantYAML, yamls)
+	}
+	h, w := "queue: { max_held: 1024 }\n", "admission: { wait_timeout: 0s }\n"
+	f(held+","+wait, []string{"A", "D@3x+held", "D@3x+wait", "D@4x+held", "D@4x+wait"}, []string{"", h, w, h, w})
+	f(held, []string{"A", "D@3x", "D@4x"}, []string{"", h, h})
+	f("", []string{"A", "D@3x", "D@4x"}, []string{"", "", ""})
+
+	_, err := readThrottleConfigs(filepath.Join(dir, "missing.yaml"))
+	require.Error(t, err)
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "b"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "b", "held.yaml"), []byte("{}\n"), 0o600))
+	_, err = readThrottleConfigs(held + "," + filepath.Join(dir, "b", "held.yaml"))
+	assert.ErrorContains(t, err, `two files named "held"`)
 }
