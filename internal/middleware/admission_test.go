@@ -432,29 +432,48 @@ func grpcConnFrom(t *testing.T, addr, local string) *grpc.ClientConn {
 	return cc
 }
 
-// TestGRPCPeerShare: the streams of one connection's peer are admitted up
-// to its share of the budget, before any authentication could run; a
-// client from another address is admitted meanwhile.
-func TestGRPCPeerShare(t *testing.T) {
-	b := NewBudgetWith(BudgetConfig{Max: 4000, PeerShare: 0.5, Wait: DefaultBudgetWait})
-	f := newGRPCFixture(t, b, 1000)
-	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
-	defer cancel()
+// peerAtShare returns a gRPC fixture whose budget (4000 bytes, a peer
+// share of 0.5, the given wait) is held to this client's share by two idle
+// streams of ctx; with maxHeld > 0 it has a queue of that many places.
+func peerAtShare(ctx context.Context, t *testing.T, wait time.Duration, maxHeld int) (*grpcFixture, *Budget) {
+	t.Helper()
+	b := NewBudgetWith(BudgetConfig{Max: 4000, PeerShare: 0.5, Wait: wait})
+	f := newGRPCFixture(t, b, 1000, func(c *Config) {
+		if maxHeld > 0 {
+			c.Queue = NewQueue(c.Decider, admissionWait, maxHeld, 0)
+		}
+	})
 	for range 2 {
 		_, err := f.pushStream(ctx)
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return b.Reserved() == 2000 }, admissionWait, time.Millisecond)
+	return f, b
+}
+
+// otherLocal returns a loopback address whose peer slot is not this
+// client's (127.0.0.1), whatever the seed.
+func otherLocal(b *Budget) string {
+	local := "127.0.0.2"
+	for i := 3; b.peerOfRemote(local+":1") == b.peerOfRemote("127.0.0.1:1"); i++ {
+		local = fmt.Sprintf("127.0.0.%d", i)
+	}
+	return local
+}
+
+// TestGRPCPeerShare: the streams of one connection's peer are admitted up
+// to its share of the budget, before any authentication could run; a
+// client from another address is admitted meanwhile.
+func TestGRPCPeerShare(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
+	defer cancel()
+	f, b := peerAtShare(ctx, t, DefaultBudgetWait, 0)
 	cs, err := f.pushStream(ctx)
 	require.NoError(t, err)
 	requireRetryable(t, cs.RecvMsg(new(emptypb.Empty)), "budget", grpcRetryLow)
 	assert.EqualValues(t, 2000, b.Reserved(), "refused although half the budget is free")
 
-	local := "127.0.0.2"
-	for i := 3; b.peerOfRemote(local+":1") == b.peerOfRemote("127.0.0.1:1"); i++ {
-		local = fmt.Sprintf("127.0.0.%d", i) // another slot, whatever the seed
-	}
-	require.NoError(t, f.pushAllOn(ctx, grpcConnFrom(t, f.addr, local), 1, 10))
+	require.NoError(t, f.pushAllOn(ctx, grpcConnFrom(t, f.addr, otherLocal(b)), 1, 10))
 	cancel()
 	f.requireReleased(t)
 }
@@ -464,15 +483,9 @@ func TestGRPCPeerShare(t *testing.T) {
 // the budget free but its peer at its share, it is refused at the end of
 // its wait, and the peer never holds more than its share.
 func TestGRPCWaitKeepsPeerShare(t *testing.T) {
-	b := NewBudgetWith(BudgetConfig{Max: 4000, PeerShare: 0.5, Wait: 200 * time.Millisecond})
-	f := newGRPCFixture(t, b, 1000, func(c *Config) { c.Queue = NewQueue(c.Decider, admissionWait, 8, 0) })
 	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
 	defer cancel()
-	for range 2 {
-		_, err := f.pushStream(ctx)
-		require.NoError(t, err)
-	}
-	require.Eventually(t, func() bool { return b.Reserved() == 2000 }, admissionWait, time.Millisecond)
+	f, _ := peerAtShare(ctx, t, 200*time.Millisecond, 8)
 	err := f.export(ctx)
 	if status.Code(err) != codes.Canceled {
 		requireRetryable(t, err, "budget", grpcRetryLow)
@@ -529,26 +542,16 @@ func TestHTTPBudgetNoWait(t *testing.T) {
 // no place in the queue to wait in, is admitted if its bytes fit in the
 // budget and its own share.
 func TestGRPCFullQueueNoLockout(t *testing.T) {
-	b := NewBudgetWith(BudgetConfig{Max: 4000, PeerShare: 0.5, Wait: admissionWait})
-	f := newGRPCFixture(t, b, 1000, func(c *Config) { c.Queue = NewQueue(c.Decider, admissionWait, 1, 0) })
 	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
 	defer cancel()
-	for range 2 {
-		_, err := f.pushStream(ctx)
-		require.NoError(t, err)
-	}
-	require.Eventually(t, func() bool { return b.Reserved() == 2000 }, admissionWait, time.Millisecond)
+	f, b := peerAtShare(ctx, t, admissionWait, 1)
 	// A third stream of the same peer waits, passed over, in the queue's
 	// only place.
 	go func() { _ = f.export(ctx) }()
 	require.Eventually(t, func() bool { return b.entering.Load() == 1 }, admissionWait, time.Millisecond)
 	require.EqualValues(t, 1, f.mw.queue.Held())
 
-	local := "127.0.0.2"
-	for i := 3; b.peerOfRemote(local+":1") == b.peerOfRemote("127.0.0.1:1"); i++ {
-		local = fmt.Sprintf("127.0.0.%d", i) // another slot, whatever the seed
-	}
-	require.NoError(t, f.pushAllOn(ctx, grpcConnFrom(t, f.addr, local), 1, 10), "another peer's stream is admitted")
+	require.NoError(t, f.pushAllOn(ctx, grpcConnFrom(t, f.addr, otherLocal(b)), 1, 10), "another peer's stream is admitted")
 	assert.EqualValues(t, 1, b.entering.Load(), "the first peer's stream still waits")
 	cancel()
 	f.requireReleased(t)
