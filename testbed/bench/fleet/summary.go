@@ -42,6 +42,10 @@ type summary struct {
 	OOMKills                      uint64
 	Restarts                      int
 	PeakWSPct, MeanCPUPct         float64
+	// MeanHostCPUPct is how busy the whole machine was during the burst
+	// (all cores; -1 unknown): near 100, the agents and the generator
+	// starved the gateway of messages, whatever its quota.
+	MeanHostCPUPct float64
 	CPUSeconds                    float64
 	MaxState                      float64
 	OpenSeconds, SheddingSeconds  float64
@@ -99,8 +103,8 @@ func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd
 	// The burst: the load phase after the warmup, up to burstEnd.
 	burstStart := burstEnd.Add(-o.burst)
 	startSink, endSink := math.NaN(), math.NaN()
-	var cpuSum float64
-	var n int
+	var cpuSum, hostSum float64
+	var n, nHost int
 	sum.MaxState = math.NaN()
 	for i, p := range pts {
 		at := f.rec.start.Add(p.t)
@@ -130,10 +134,18 @@ func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd
 				cpuSum += p.cpuPct
 				n++
 			}
+			if p.hostPct >= 0 {
+				hostSum += p.hostPct
+				nHost++
+			}
 		}
 	}
 	if n > 0 {
 		sum.MeanCPUPct = cpuSum / float64(n)
+	}
+	sum.MeanHostCPUPct = -1
+	if nHost > 0 {
+		sum.MeanHostCPUPct = hostSum / float64(nHost)
 	}
 	if !math.IsNaN(startSink) && !math.IsNaN(endSink) && o.burst > 0 {
 		sum.BurstSinkRate = (endSink - startSink) / o.burst.Seconds()
@@ -148,7 +160,7 @@ var summaryHeader = []string{
 	"scenario", "gateway", "gomemlimit", "protocol", "capacity_spans_s", "offered_spans_s", "burst_s",
 	"loadgen_accepted", "agent_accepted", "agent_sent", "agent_send_failed", "agent_enqueue_failed", "agent_queued_end",
 	"sink_spans", "delivered_pct", "gateway_lost", "duplicates", "burst_sink_spans_s", "burst_pct_capacity", "burst_pct_reference",
-	"drain_s", "oom_kills", "restarts", "peak_ws_pct", "mean_cpu_pct", "cpu_s", "max_state", "open_s", "shedding_s",
+	"drain_s", "oom_kills", "restarts", "peak_ws_pct", "mean_cpu_pct", "mean_host_cpu_pct", "cpu_s", "max_state", "open_s", "shedding_s",
 	"loadgen_skipped", "loadgen_failed", "loadavg_start", "loadavg_end",
 }
 
@@ -159,7 +171,7 @@ func (s *summary) row() []string {
 		i(s.LoadgenAccepted), i(s.AgentAccepted), i(s.AgentSent), i(s.AgentSendFailed), i(s.AgentEnqueueFailed), i(s.AgentQueued),
 		i(s.SinkSpans), f64(s.DeliveredPct, 2), i(s.GatewayLost), i(s.Duplicates), f64(s.BurstSinkRate, 0), f64(s.BurstPctCapacity, 1), f64(s.BurstPctReference, 1),
 		f64(s.DrainSeconds, 1), strconv.FormatUint(s.OOMKills, 10), strconv.Itoa(s.Restarts), f64(s.PeakWSPct, 1), f64(s.MeanCPUPct, 1),
-		f64(s.CPUSeconds, 1), opt(s.MaxState, 0), f64(s.OpenSeconds, 1), f64(s.SheddingSeconds, 1),
+		f64(s.MeanHostCPUPct, 1), f64(s.CPUSeconds, 1), opt(s.MaxState, 0), f64(s.OpenSeconds, 1), f64(s.SheddingSeconds, 1),
 		i(s.LoadgenSkipped), i(s.LoadgenFailed), s.LoadAvgStart, s.LoadAvgEnd,
 	}
 }
@@ -194,8 +206,8 @@ func writeSummaries(dir string, sums []*summary) error {
 
 func printSummaries(w io.Writer, sums []*summary) {
 	setReference(sums)
-	fmt.Fprintln(w, "| gateway | delivered (sink / accepted by agents) | acknowledged by the gateway, never delivered | agents: enqueue / send failures (spans) | burst: spans/s to the sink (% of capacity) | burst: % of the reference | drained after | OOM kills | restarts | peak working set | CPU mean (burst) | time in Open / Shedding |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| gateway | delivered (sink / accepted by agents) | acknowledged by the gateway, never delivered | agents: enqueue / send failures (spans) | burst: spans/s to the sink (% of capacity) | burst: % of the reference | drained after | OOM kills | restarts | peak working set | CPU mean (burst) | machine's CPU busy (burst) | time in Open / Shedding |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range sums {
 		open := "n/a"
 		if !math.IsNaN(s.MaxState) {
@@ -209,8 +221,12 @@ func printSummaries(w io.Writer, sums []*summary) {
 		if s.BurstPctReference > 0 {
 			ref = fmt.Sprintf("%.0f%%", s.BurstPctReference)
 		}
-		fmt.Fprintf(w, "| %s | %.1f%% (%d of %d) | %d | %d / %d | %.0f (%.0f%%) | %s | %s | %d | %d | %.1f%% | %.0f%% | %s |\n",
+		host := "n/a"
+		if s.MeanHostCPUPct >= 0 {
+			host = fmt.Sprintf("%.0f%%", s.MeanHostCPUPct)
+		}
+		fmt.Fprintf(w, "| %s | %.1f%% (%d of %d) | %d | %d / %d | %.0f (%.0f%%) | %s | %s | %d | %d | %.1f%% | %.0f%% | %s | %s |\n",
 			s.Scenario, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.GatewayLost, s.AgentEnqueueFailed, s.AgentSendFailed,
-			s.BurstSinkRate, s.BurstPctCapacity, ref, drain, s.OOMKills, s.Restarts, s.PeakWSPct, s.MeanCPUPct, open)
+			s.BurstSinkRate, s.BurstPctCapacity, ref, drain, s.OOMKills, s.Restarts, s.PeakWSPct, s.MeanCPUPct, host, open)
 	}
 }

@@ -33,6 +33,7 @@ var timelineHeader = []string{
 	"ag_fresh", "ag_accepted_spans", "ag_refused_spans", "ag_sent_spans", "ag_send_failed_spans", "ag_enqueue_failed_spans", "ag_queue_size",
 	"sink_accepted_spans",
 	"lg_sent", "lg_ok", "lg_failed", "lg_skipped", "lg_accepted_items",
+	"host_cpu_pct",
 }
 
 // point is what the summary and the drain need of one row.
@@ -44,6 +45,7 @@ type point struct {
 	cg                                                         harness.CgStats
 	cgOK                                                       bool
 	wsPct, cpuPct                                              float64 // cpuPct < 0: unknown
+	hostPct                                                    float64 // the machine's, all cores; < 0: unknown
 	state                                                      float64 // NaN: unknown or no throttle
 	agentsFresh                                                int
 	agAccepted, agSent, agSendFailed, agEnqueueFailed, agQueue float64
@@ -145,9 +147,10 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 	defer t.Stop()
 	var prevCPU time.Duration
 	var prevAt time.Time
+	var prevHost harness.HostCPU
 	for {
 		now := time.Now()
-		r.sample(now, &prevCPU, &prevAt)
+		r.sample(now, &prevCPU, &prevAt, &prevHost)
 		select {
 		case <-ctx.Done():
 			return
@@ -181,8 +184,16 @@ func get(samples []harness.Sample, name string, want map[string]string) float64 
 	return v
 }
 
-func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Time) {
-	p := point{t: now.Sub(r.start), cpuPct: -1, state: math.NaN()}
+func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Time, prevHost *harness.HostCPU) {
+	p := point{t: now.Sub(r.start), cpuPct: -1, hostPct: -1, state: math.NaN()}
+	// The machine's CPU: the agents, the sink and the generator share its
+	// cores with the gateway, and a burst can take all of them.
+	if h, err := harness.ReadHostCPU("/proc/stat"); err == nil {
+		if prevHost.Total > 0 {
+			p.hostPct = h.BusyPct(*prevHost)
+		}
+		*prevHost = h
+	}
 	r.mu.Lock()
 	p.phase = r.phase
 	runners := r.runners
@@ -284,6 +295,11 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 	row = append(row, f64(p.sinkSpans, 0), strconv.FormatInt(lg.Sent, 10), strconv.FormatInt(lg.OK, 10),
 		strconv.FormatInt(lg.Rejected+lg.Unavailable+lg.Other+lg.Errors, 10), strconv.FormatInt(lg.Skipped, 10),
 		strconv.FormatInt(lg.AcceptedItems, 10))
+	if p.hostPct >= 0 {
+		row = append(row, f64(p.hostPct, 1))
+	} else {
+		row = append(row, "")
+	}
 
 	r.mu.Lock()
 	r.points = append(r.points, p)

@@ -28,6 +28,9 @@ type FleetSeries struct {
 	WSPct, CPUPct, MemPct, State []float64
 	// Spans per second: accepted by the agents, by the gateway, by the sink.
 	AgentIn, GatewayIn, SinkIn []float64
+	// HostPct is how busy the whole machine was, % of all its cores (NaN
+	// in runs from before it was recorded).
+	HostPct []float64
 	// Queues in requests: the agents' summed, the gateway's exporter's.
 	AgentQueue, GatewayQueue []float64
 	// Cumulative spans the agents dropped: queue full, given up sending.
@@ -69,6 +72,7 @@ func loadFleetSeries(tl *Table) []*FleetSeries {
 			s.Phase = append(s.Phase, r["phase"])
 		}
 		s.WSPct, s.CPUPct, s.MemPct, s.State = col("gw_ws_pct", 1), col("gw_cpu_pct", 1), col("gw_wl_mem", 100), col("gw_state_traces", 1)
+		s.HostPct = col("host_cpu_pct", 1)
 		s.AgentIn = rate(s.T, col("ag_accepted_spans", 1))
 		s.GatewayIn = rate(s.T, col("gw_accepted_spans", 1))
 		s.SinkIn = rate(s.T, col("sink_accepted_spans", 1))
@@ -159,6 +163,9 @@ func fleetPanels(s *FleetSeries) []*panel {
 	yTop := math.Max(130, math.Min(maxOf(s.CPUPct, s.WSPct)*1.05, 200))
 	addLine(res, "CPU (250 ms)", s.T, s.CPUPct, lineOpt{color: cLight, width: vg.Points(0.8), clip: yTop})
 	addLine(res, "working set", s.T, s.WSPct, lineOpt{color: cBlue, width: vg.Points(2)})
+	if maxOf(s.HostPct) > 0 { // recorded in this run
+		addLine(res, "machine's CPU (all cores)", s.T, s.HostPct, lineOpt{color: cBrown, width: vg.Points(1)})
+	}
 	if throttled {
 		addLine(res, "throttle's memory level", s.T, s.MemPct, lineOpt{color: cPurple, width: vg.Points(1.2)})
 		hline(res, fmt.Sprintf("mem enter %.0f / hard %.0f", s.MemEnter, s.MemHard), s.MemEnter, x1, cPurple, dash)

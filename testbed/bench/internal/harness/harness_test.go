@@ -75,3 +75,24 @@ func TestResolve(t *testing.T) {
 	assert.Equal(t, filepath.Join(root, "sys/fs/cgroup/user.slice/s.scope"), cpu)
 	assert.Equal(t, cpu, mem)
 }
+
+func TestParseHostCPU(t *testing.T) {
+	f := func(line string, want HostCPU, wantErr bool) {
+		t.Helper()
+		got, err := parseHostCPU(line)
+		if wantErr {
+			assert.Error(t, err, line)
+			return
+		}
+		require.NoError(t, err, line)
+		assert.Equal(t, want, got, line)
+	}
+	f("cpu  100 5 50 800 20 3 2 10 7 0", HostCPU{Busy: 170, Total: 990}, false) // guest (7) is in user already
+	f("cpu 1 2 3 4", HostCPU{}, true)                                          // too few fields
+	f("cpu0 1 2 3 4 5 6 7 8", HostCPU{}, true)                                 // a core's line, not the machine's
+	f("cpu 1 2 x 4 5", HostCPU{}, true)
+	f("cpu 10 0 10 70 10", HostCPU{Busy: 20, Total: 100}, false) // old kernels: no irq, softirq, steal
+
+	assert.InDelta(t, 50, HostCPU{Busy: 70, Total: 200}.BusyPct(HostCPU{Busy: 20, Total: 100}), 1e-9)
+	assert.EqualValues(t, -1, HostCPU{Busy: 20, Total: 100}.BusyPct(HostCPU{Busy: 20, Total: 100}), "no time passed")
+}

@@ -75,3 +75,48 @@ func ProcCounts(pid int) (threads, fds float64) {
 	}
 	return threads, fds
 }
+
+// HostCPU is the machine's CPU time from /proc/stat, in clock ticks over
+// all its cores: what every process on it used (Busy) and in all (Total).
+type HostCPU struct{ Busy, Total uint64 }
+
+// ReadHostCPU reads the machine's CPU time from procStat (/proc/stat).
+func ReadHostCPU(procStat string) (HostCPU, error) {
+	b, err := os.ReadFile(procStat)
+	if err != nil {
+		return HostCPU{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return parseHostCPU(line)
+}
+
+// parseHostCPU parses the "cpu" line of /proc/stat: user nice system idle
+// iowait irq softirq steal (guest time is already in user); idle and
+// iowait are not busy.
+func parseHostCPU(line string) (HostCPU, error) {
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return HostCPU{}, fmt.Errorf("not the cpu line of /proc/stat: %q", line)
+	}
+	var c HostCPU
+	for i, s := range f[1:min(len(f), 9)] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return HostCPU{}, fmt.Errorf("/proc/stat cpu field %d: %w", i+1, err)
+		}
+		c.Total += v
+		if i != 3 && i != 4 { // idle, iowait
+			c.Busy += v
+		}
+	}
+	return c, nil
+}
+
+// BusyPct is how busy the machine was between prev and c, in % of all its
+// cores; -1 when no time passed.
+func (c HostCPU) BusyPct(prev HostCPU) float64 {
+	if c.Total <= prev.Total || c.Busy < prev.Busy {
+		return -1
+	}
+	return 100 * float64(c.Busy-prev.Busy) / float64(c.Total-prev.Total)
+}
