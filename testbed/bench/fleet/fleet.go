@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -158,6 +160,11 @@ func startFleet(ctx context.Context, o options, spec fleetSpec, tw *csv.Writer) 
 	}
 	for i := range o.agents {
 		ac := agentConfig{HTTPPort: ports[7+2*i], MetricsPort: ports[8+2*i], Exporter: exporter, Endpoint: endpoint}
+		if o.distinctAddrs {
+			if ac.Endpoint, err = f.relayFor(i, endpoint); err != nil {
+				return nil, err
+			}
+		}
 		if b, err = render(agentTmpl, ac); err != nil {
 			return nil, err
 		}
@@ -175,6 +182,24 @@ func startFleet(ctx context.Context, o options, spec fleetSpec, tw *csv.Writer) 
 	go func() { defer close(done); f.rec.run(rctx, o.interval) }()
 	f.cleanups = append(f.cleanups, func() { stopRec(); <-done })
 	return f, nil
+}
+
+// relayFor starts the relay of agent i (source 127.0.0.11 for the first)
+// to the gateway's endpoint and returns the endpoint the agent sends to.
+func (f *fleet) relayFor(i int, endpoint string) (string, error) {
+	scheme, hostPort, ok := strings.Cut(endpoint, "://")
+	if !ok {
+		scheme, hostPort = "", endpoint
+	}
+	r, err := startRelay(netip.AddrFrom4([4]byte{127, 0, 0, byte(11 + i)}), hostPort)
+	if err != nil {
+		return "", fmt.Errorf("agent%d's relay: %w", i+1, err)
+	}
+	f.cleanups = append(f.cleanups, r.Close)
+	if scheme == "" {
+		return r.Addr(), nil
+	}
+	return scheme + "://" + r.Addr(), nil
 }
 
 func envNote(env []string) string {

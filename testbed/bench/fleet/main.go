@@ -19,7 +19,9 @@
 // fifth of the capacity; the burst, an open loop at -factor times the
 // capacity for -burst; then the drain, until every agent has sent or
 // given up on everything it accepted, every queue is empty and the sink
-// has not moved for -settle (at most -drain-max).
+// has not moved for -settle (at most -drain-max). The timeline also
+// records how busy the whole machine was: the agents, the sink and the
+// generator share its cores with the gateway.
 //
 // Scenarios (-scenarios): reference (the stock gateway with 1 GiB; see
 // referenceScenario), stock (no protection), memory_limiter (the
@@ -27,6 +29,11 @@
 // from v0.149.0), throttle (the shipped defaults); each also with the suffix
 // +gomemlimit, which sets GOMEMLIMIT to -gomemlimit-pct of the memory limit
 // as the Helm chart does.
+//
+// The agents all reach the gateway from 127.0.0.1, one peer to it, as
+// clients behind one sidecar, proxy or NAT do; with -distinct-addresses
+// each agent goes through a relay from its own loopback address, one peer
+// per agent, as agents on distinct nodes.
 //
 // Every 250 ms it records the gateway's cgroup (working set, CPU, OOM
 // kills), whether it is alive (a dead gateway is restarted after
@@ -44,6 +51,7 @@
 //	make fleet                                   # everything, over HTTP
 //	make fleet FLEET_FLAGS='-protocol grpc'      # agents exporting over gRPC
 //	bin/fleet -scenarios throttle -capacity 30000
+//	bin/fleet -scenarios throttle -capacity 30000 -distinct-addresses
 //	bin/fleet -report bench/results/<run>
 package main
 
@@ -71,6 +79,7 @@ type options struct {
 	scenarios                       string
 	protocol                        string
 	agents                          int
+	distinctAddrs                   bool
 	cpus                            float64
 	memMiB                          uint64
 	capacity                        float64
@@ -113,6 +122,7 @@ func main() {
 	flag.StringVar(&o.scenarios, "scenarios", o.scenarios, "comma-separated scenarios: stock, memory_limiter, mlext, throttle, each optionally with +gomemlimit, and reference (stock with 1 GiB, the capacity measurement's memory); all = every one of them")
 	flag.StringVar(&o.protocol, "protocol", o.protocol, "the agents' exporter: http (otlp_http) or grpc (otlp_grpc)")
 	flag.IntVar(&o.agents, "agents", o.agents, "number of agents")
+	flag.BoolVar(&o.distinctAddrs, "distinct-addresses", false, "each agent reaches the gateway from its own loopback address (127.0.0.11, .12, ...) through a relay, one peer per agent as on distinct nodes; default: all from 127.0.0.1, one peer, as behind one sidecar or proxy")
 	flag.Float64Var(&o.cpus, "cpus", o.cpus, "CPU quota of the gateway's cgroup, cores")
 	flag.Uint64Var(&o.memMiB, "mem-mib", o.memMiB, "memory limit of the gateway's cgroup, MiB")
 	flag.Float64Var(&o.capacity, "capacity", 0, "the gateway's capacity in spans/s (0: measure it first)")
@@ -238,6 +248,9 @@ func run(o options) error {
 	}
 	if o.agents < 1 {
 		return errors.New("-agents must be >= 1")
+	}
+	if o.distinctAddrs && o.agents > 200 {
+		return errors.New("-distinct-addresses gives each agent an address from 127.0.0.11: at most 200 agents")
 	}
 	scens, err := parseScenarios(o.scenarios)
 	if err != nil {

@@ -38,14 +38,14 @@ type summary struct {
 	BurstSinkRate, BurstPctCapacity, BurstPctReference float64
 	// DrainSeconds is the time from the end of the burst until the fleet
 	// had drained; negative when it did not within -drain-max.
-	DrainSeconds                  float64
-	OOMKills                      uint64
-	Restarts                      int
-	PeakWSPct, MeanCPUPct         float64
+	DrainSeconds          float64
+	OOMKills              uint64
+	Restarts              int
+	PeakWSPct, MeanCPUPct float64
 	// MeanHostCPUPct is how busy the whole machine was during the burst
 	// (all cores; -1 unknown): near 100, the agents and the generator
 	// starved the gateway of messages, whatever its quota.
-	MeanHostCPUPct float64
+	MeanHostCPUPct                float64
 	CPUSeconds                    float64
 	MaxState                      float64
 	OpenSeconds, SheddingSeconds  float64
