@@ -88,8 +88,8 @@ func TestParseHostCPU(t *testing.T) {
 		assert.Equal(t, want, got, line)
 	}
 	f("cpu  100 5 50 800 20 3 2 10 7 0", HostCPU{Busy: 170, Total: 990}, false) // guest (7) is in user already
-	f("cpu 1 2 3 4", HostCPU{}, true)                                          // too few fields
-	f("cpu0 1 2 3 4 5 6 7 8", HostCPU{}, true)                                 // a core's line, not the machine's
+	f("cpu 1 2 3 4", HostCPU{}, true)                                           // too few fields
+	f("cpu0 1 2 3 4 5 6 7 8", HostCPU{}, true)                                  // a core's line, not the machine's
 	f("cpu 1 2 x 4 5", HostCPU{}, true)
 	f("cpu 10 0 10 70 10", HostCPU{Busy: 20, Total: 100}, false) // old kernels: no irq, softirq, steal
 
