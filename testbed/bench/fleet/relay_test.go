@@ -58,8 +58,8 @@ func TestRelay(t *testing.T) {
 	r.Close()
 	require.NoError(t, idle.SetReadDeadline(time.Now().Add(time.Minute)))
 	_, err = idle.Read(make([]byte, 1))
-	assert.Error(t, err, "closed by the relay")
+	require.Error(t, err, "closed by the relay")
 
 	_, err = startRelay(netip.MustParseAddr("10.0.0.1"), target.Addr().String())
-	assert.Error(t, err, "a source outside loopback")
+	require.Error(t, err, "a source outside loopback")
 }
