@@ -191,10 +191,11 @@ func (f *fleet) relayFor(i int, endpoint string) (string, error) {
 	if !ok {
 		scheme, hostPort = "", endpoint
 	}
-	if i < 0 || i > 200 { // run checks -agents; the address must stay in 127.0.0.11-211
-		return "", fmt.Errorf("agent%d: no loopback address for it", i+1)
+	src, err := netip.ParseAddr(fmt.Sprintf("127.0.0.%d", 11+i)) // run bounds -agents
+	if err != nil {
+		return "", fmt.Errorf("agent%d's relay: %w", i+1, err)
 	}
-	r, err := startRelay(netip.AddrFrom4([4]byte{127, 0, 0, byte(11 + i)}), hostPort)
+	r, err := startRelay(src, hostPort)
 	if err != nil {
 		return "", fmt.Errorf("agent%d's relay: %w", i+1, err)
 	}
