@@ -285,15 +285,42 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // matter: the capacity measurement and the reference scenario.
 func unlimitedMiB(o options) uint64 { return max(o.memMiB, 1024) }
 
+// capacitySearch decides when the capacity measurement has seen the
+// gateway's plateau: a step counts as spent when the sink fell behind the
+// offered rate and did not raise the best rate by capacityGain; two spent
+// steps in a row end the search. A step that falls behind but still raises
+// the best does not count: one noisy step would otherwise end the search
+// below the plateau.
+type capacitySearch struct {
+	best  float64
+	spent int
+}
+
+// capacityGain is the gain over the best rate that keeps the search going.
+const capacityGain = 1.05
+
+// step records the rate the sink received at an offered rate and reports
+// whether the search is over.
+func (c *capacitySearch) step(offered, got float64) (done bool) {
+	raised := got > c.best*capacityGain
+	c.best = max(c.best, got)
+	if got < 0.85*offered && !raised {
+		c.spent++
+	} else {
+		c.spent = 0
+	}
+	return c.spent >= 2
+}
+
 // measureCapacity finds the rate the stock gateway delivers to the sink at
 // most: the agents and the gateway as in the scenarios, but a memory limit
 // generous enough that memory plays no part, and an open loop stepped up
 // from -capacity-start by -capacity-growth each -capacity-step, until the
-// sink has fallen behind the offered rate in two steps in a row. The
-// capacity is the best rate the sink received over the second half of a
-// step: a synchronous measurement (each request waiting for the sink)
-// under-reads it, since batching and the exporter's queue let the gateway
-// overlap receiving and exporting.
+// delivered rate stops growing (capacitySearch). The capacity is the best
+// rate the sink received over the second half of a step: a synchronous
+// measurement (each request waiting for the sink) under-reads it, since
+// batching and the exporter's queue let the gateway overlap receiving and
+// exporting.
 func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, error) {
 	f, err := startFleet(ctx, o, fleetSpec{
 		name: "capacity", gateway: gatewayConfig{Kind: gwStock},
@@ -305,9 +332,9 @@ func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, e
 	defer f.stop()
 	fmt.Printf("\ncapacity of the gateway (%.2g CPU, stock, memory not limiting; %d agents over %s, %d-span requests):\n", o.cpus, o.agents, o.protocol, o.spans)
 	fmt.Printf("| offered spans/s | delivered spans/s (second half of the step) |\n|---|---|\n")
-	best, behind := 0.0, 0
+	var search capacitySearch
 	rate := o.capStart
-	for step := 0; step < o.capMaxSteps && behind < 2; step++ {
+	for step := 0; step < o.capMaxSteps; step++ {
 		f.rec.setPhase(fmt.Sprintf("capacity %.0f", rate))
 		start := time.Now()
 		if _, err := f.load(ctx, []loadgen.Phase{{
@@ -318,18 +345,15 @@ func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, e
 		}
 		got := f.rec.sinkRate(start.Add(o.capStep/2), start.Add(o.capStep))
 		fmt.Printf("| %.0f | %.0f |\n", rate, got)
-		best = max(best, got)
-		if got < 0.85*rate {
-			behind++
-		} else {
-			behind = 0
+		if search.step(rate, got) {
+			break
 		}
 		rate *= o.capGrowth
 	}
-	if best <= 0 {
+	if search.best <= 0 {
 		return 0, fmt.Errorf("nothing delivered (see %s)", o.out)
 	}
-	return best, nil
+	return search.best, nil
 }
 
 // runScenario runs one scenario: warmup, burst, drain.
