@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
+	"github.com/otelthrottle/throttle/testbed/bench/report"
 	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
@@ -330,8 +332,11 @@ func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, e
 		return 0, err
 	}
 	defer f.stop()
-	fmt.Printf("\ncapacity of the gateway (%.2g CPU, stock, memory not limiting; %d agents over %s, %d-span requests):\n", o.cpus, o.agents, o.protocol, o.spans)
-	fmt.Printf("| offered spans/s | delivered spans/s (second half of the step) |\n|---|---|\n")
+	// The steps go to stdout and to capacity.md, which the report includes.
+	var steps bytes.Buffer
+	out := io.MultiWriter(os.Stdout, &steps)
+	fmt.Fprintf(out, "\nCapacity of the gateway (%.2g CPU, stock, memory not limiting; %d agents over %s, %d-span requests):\n\n", o.cpus, o.agents, o.protocol, o.spans)
+	fmt.Fprintf(out, "| offered spans/s | delivered spans/s (second half of the step) |\n|---|---|\n")
 	var search capacitySearch
 	rate := o.capStart
 	for step := 0; step < o.capMaxSteps; step++ {
@@ -344,11 +349,15 @@ func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, e
 			return 0, err
 		}
 		got := f.rec.sinkRate(start.Add(o.capStep/2), start.Add(o.capStep))
-		fmt.Printf("| %.0f | %.0f |\n", rate, got)
+		fmt.Fprintf(out, "| %.0f | %.0f |\n", rate, got)
 		if search.step(rate, got) {
 			break
 		}
 		rate *= o.capGrowth
+	}
+	fmt.Fprintf(&steps, "\nCapacity: %.0f spans/s.\n", search.best)
+	if err := os.WriteFile(filepath.Join(o.out, report.FleetCapacityFile), steps.Bytes(), 0o644); err != nil {
+		return 0, err
 	}
 	if search.best <= 0 {
 		return 0, fmt.Errorf("nothing delivered (see %s)", o.out)

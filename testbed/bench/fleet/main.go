@@ -13,8 +13,8 @@
 //
 // First it measures the gateway's capacity in the same run: the stock
 // gateway, with memory enough not to matter, fed through the agents at a
-// rate stepped up until the sink falls behind; the capacity is the best
-// rate the sink received (see measureCapacity). Then,
+// rate stepped up until the rate the sink receives stops growing; the
+// capacity is the best rate the sink received (see measureCapacity). Then,
 // per scenario, a fresh sink, gateway and agents; a short warmup at a
 // fifth of the capacity; the burst, an open loop at -factor times the
 // capacity for -burst; then the drain, until every agent has sent or

@@ -102,6 +102,10 @@ type FleetFiles struct {
 	PNG      []string
 }
 
+// FleetCapacityFile is the fleet run's capacity measurement, step by step
+// (markdown), which the report includes.
+const FleetCapacityFile = "capacity.md"
+
 // GenerateFleet reads dir/summary.csv and dir/timeline.csv of a bench/fleet
 // run and writes report.md and timeline-<scenario>.png into dir.
 func GenerateFleet(dir string) (FleetFiles, error) {
@@ -136,8 +140,12 @@ func GenerateFleet(dir string) (FleetFiles, error) {
 	}
 	machine, _ := os.ReadFile(filepath.Join(dir, "machine.txt"))
 	summaryMD, _ := os.ReadFile(filepath.Join(dir, "summary.md"))
+	capacityMD, _ := os.ReadFile(filepath.Join(dir, FleetCapacityFile)) // absent when -capacity was given
 	var md bytes.Buffer
-	fmt.Fprintf(&md, "# Fleet benchmark\n\n```\n%s```\n\n%s\n", machine, summaryMD)
+	fmt.Fprintf(&md, "# Fleet benchmark\n\n```\n%s```\n\n%s\n%s", machine, summaryMD, capacityMD)
+	if len(capacityMD) > 0 {
+		md.WriteString("\n")
+	}
 	for _, p := range files.PNG {
 		fmt.Fprintf(&md, "![%s](%s)\n\n", strings.TrimSuffix(filepath.Base(p), ".png"), filepath.Base(p))
 	}

@@ -155,3 +155,27 @@ func TestRateGapOnReset(t *testing.T) {
 	assert.Equal(t, 16.0, q[5])
 	assert.Equal(t, 16.0, q[6])
 }
+
+// TestFleetReportCapacity: the fleet report shows the capacity measurement's
+// steps when the run measured it, and nothing in their place when the
+// capacity was given (-capacity).
+func TestFleetReportCapacity(t *testing.T) {
+	for _, measured := range []bool{true, false} {
+		dir := t.TempDir()
+		put := func(name, content string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+		}
+		put("summary.csv", "scenario,capacity_spans_s,burst_s\n")
+		put("timeline.csv", "scenario,t_s\n")
+		put("summary.md", "| gateway | delivered |\n|---|---|\n| throttle | 100% |\n")
+		if measured {
+			put(FleetCapacityFile, "| offered spans/s | delivered spans/s |\n|---|---|\n| 4000 | 4000 |\n\nCapacity: 4000 spans/s.\n")
+		}
+		files, err := GenerateFleet(dir)
+		require.NoError(t, err)
+		md, err := os.ReadFile(files.Markdown)
+		require.NoError(t, err)
+		assert.Contains(t, string(md), "| throttle | 100% |")
+		assert.Equal(t, measured, strings.Contains(string(md), "Capacity: 4000 spans/s."), string(md))
+	}
+}
