@@ -289,7 +289,8 @@ func unlimitedMiB(o options) uint64 { return max(o.memMiB, 1024) }
 
 // capacitySearch decides when the capacity measurement has seen the
 // gateway's plateau: a step counts as spent when the sink fell behind the
-// offered rate and did not raise the best rate by capacityGain; two spent
+// offered rate (received less than capacityBehind of it) and did not raise
+// the best rate by capacityGain; two spent
 // steps in a row end the search. A step that falls behind but still raises
 // the best does not count: one noisy step would otherwise end the search
 // below the plateau.
@@ -298,15 +299,20 @@ type capacitySearch struct {
 	spent int
 }
 
-// capacityGain is the gain over the best rate that keeps the search going.
-const capacityGain = 1.05
+const (
+	// capacityBehind is the share of the offered rate below which the sink
+	// has fallen behind it.
+	capacityBehind = 0.85
+	// capacityGain is the gain over the best rate that keeps the search going.
+	capacityGain = 1.05
+)
 
 // step records the rate the sink received at an offered rate and reports
 // whether the search is over.
 func (c *capacitySearch) step(offered, got float64) (done bool) {
 	raised := got > c.best*capacityGain
 	c.best = max(c.best, got)
-	if got < 0.85*offered && !raised {
+	if got < capacityBehind*offered && !raised {
 		c.spent++
 	} else {
 		c.spent = 0
