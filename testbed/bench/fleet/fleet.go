@@ -290,10 +290,9 @@ func unlimitedMiB(o options) uint64 { return max(o.memMiB, 1024) }
 // capacitySearch decides when the capacity measurement has seen the
 // gateway's plateau: a step counts as spent when the sink fell behind the
 // offered rate (received less than capacityBehind of it) and did not raise
-// the best rate by capacityGain; two spent
-// steps in a row end the search. A step that falls behind but still raises
-// the best does not count: one noisy step would otherwise end the search
-// below the plateau.
+// the best rate by capacityGain; two spent steps in a row end the search. A
+// step that falls behind but still raises the best does not count: one
+// noisy step would otherwise end the search below the plateau.
 type capacitySearch struct {
 	best  float64
 	spent int
