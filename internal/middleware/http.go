@@ -159,10 +159,15 @@ func (m *HTTP) newBody(w http.ResponseWriter, r *http.Request, sig decision.Sign
 
 func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signal, v decision.Verdict) {
 	m.rec.Record(ProtocolHTTP, sig, v)
+	read := false
 	if v != decision.DenyOpen {
-		m.pacer.Hold(r) // nil-safe; see Pacer for why and for what is held
+		read = m.pacer.Hold(r) // nil-safe; see Pacer for why and for what is held
 	}
-	writeHTTPRejection(w, r, m.bodies, v, m.retry.Draw(v))
+	closeConn := !read && closesConnection(r, v)
+	writeHTTPRejection(w, r, m.bodies, v, m.retry.Draw(v), closeConn)
+	if closeConn {
+		closeUnread(w)
+	}
 }
 
 // budgetBody charges the budget for a body as it is read. The body starts

@@ -332,6 +332,118 @@ func TestHTTPRejectionServerBytes(t *testing.T) {
 	}
 }
 
+// rejectionServer serves f over loopback and counts the bytes the server
+// reads from its connections.
+func rejectionServer(t *testing.T, f *httpFixture) (*httptest.Server, *countingListener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cl := &countingListener{Listener: ln}
+	srv := httptest.NewUnstartedServer(f.h)
+	srv.Listener = cl
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, cl
+}
+
+// TestHTTPRejectionClosesUnreadBody: a rejected HTTP/1.1 request whose body
+// is larger than drainMax but smaller than what net/http would read and
+// discard on its own (256 KiB) is answered 429 and its connection closed,
+// the body unread: the client gets its answer, the server reads the headers
+// and at most a few buffers.
+func TestHTTPRejectionClosesUnreadBody(t *testing.T) {
+	for _, v := range []decision.Verdict{decision.DenyShed, decision.DenyOpen} {
+		t.Run(v.Reason(), func(t *testing.T) {
+			f := newHTTPFixture(t, nil, 0, nil)
+			f.dec.set(decision.Traces, v)
+			srv, cl := rejectionServer(t, f)
+
+			const bodySize = 200 << 10
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			require.NoError(t, err)
+			defer conn.Close()
+			head := fmt.Sprintf("POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: %d\r\n\r\n", bodySize)
+			writeDone := make(chan struct{})
+			go func() {
+				defer close(writeDone)
+				_, _ = conn.Write(append([]byte(head), make([]byte, bodySize)...))
+			}()
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+			assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+			assert.True(t, resp.Close, "the answer announces the close")
+			// The server ends the connection: nothing more to read.
+			_, err = br.ReadByte()
+			assert.Error(t, err)
+			<-writeDone
+
+			assert.Zero(t, f.next.calls.Load())
+			read := cl.read.Load()
+			t.Logf("server read %d bytes of a %d byte request", read, len(head)+bodySize)
+			assert.Less(t, read, int64(drainMax), "the body was read")
+		})
+	}
+}
+
+// TestHTTPRejectionSmallBodyKeepsConnection: a rejected request with a body
+// of at most drainMax keeps its connection, and the client's next request
+// on it is served.
+func TestHTTPRejectionSmallBodyKeepsConnection(t *testing.T) {
+	f := newHTTPFixture(t, nil, 0, nil)
+	f.dec.set(decision.Traces, decision.DenyShed)
+	srv, _ := rejectionServer(t, f)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	send := func() *http.Response {
+		t.Helper()
+		body := make([]byte, drainMax)
+		_, err := fmt.Fprintf(conn, "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := send()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.False(t, resp.Close)
+	f.dec.set(decision.Traces, decision.Admit)
+	resp = send()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.EqualValues(t, drainMax, f.next.read.Load())
+}
+
+// TestHTTPRejectionGoClientGetsAnswer: Go's HTTP client, as in the OTLP HTTP
+// exporter, sending bodies the rejection does not read gets every 429 with
+// its Retry-After, not a connection error, and opens a new connection for
+// its next request.
+func TestHTTPRejectionGoClientGetsAnswer(t *testing.T) {
+	f := newHTTPFixture(t, nil, 0, nil)
+	f.dec.set(decision.Traces, decision.DenyShed)
+	srv, cl := rejectionServer(t, f)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	const n, bodySize = 50, 200 << 10
+	body := make([]byte, bodySize)
+	for i := range n {
+		resp, err := client.Post(srv.URL+"/v1/traces", "application/x-protobuf", bytes.NewReader(body))
+		require.NoError(t, err, "request %d", i)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "request %d", i)
+		require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	}
+	assert.Less(t, cl.read.Load(), int64(n*drainMax), "the bodies were read")
+}
+
 // TestHTTPExpectContinueBodyNeverSent: a client that waits for 100-continue
 // never has to send its body, which the test proves with a body that fails
 // the test when read.

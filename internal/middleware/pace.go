@@ -29,13 +29,12 @@ const paceBufSize = 16 << 10
 // Pacer holds shed and budget rejections of HTTP requests for a delay before
 // they are answered, a bounded number at a time.
 //
-// Why: an early 429 is cheap but not free. The body still has to be read to
-// keep the connection, and the request pays for its headers, its handler
-// chain and its garbage, so a client that ignores Retry-After and sends the
-// next request as soon as it has an answer turns fast rejections into a
-// load of their own (docs/results.md has the measurements). Held for a
-// second, the same client has a request slot tied up instead, and sends
-// less. A client that honours Retry-After only waits a little longer. This
+// Why: an early 429 is cheap but not free. The request pays for its
+// connection, its headers, its handler chain and its garbage, so a client
+// that ignores Retry-After and sends the next request as soon as it has an
+// answer turns fast rejections into a load of their own (docs/results.md
+// has the measurements). Held for a second, the same client has a request
+// slot tied up instead, and sends less. A client that honours Retry-After only waits a little longer. This
 // is nginx limit_req's "delay, then reject", applied to the rejections only.
 //
 // A held request costs its goroutine and connection, not its body: the body
@@ -81,25 +80,26 @@ func (p *Pacer) Held() int64 {
 }
 
 // Hold reads and discards r's body, then waits for the delay or until the
-// request's context ends, whichever comes first. It returns at once, without
-// reading anything, when p is nil, when MaxHeld requests are already held,
-// when the body is not a known length of at most MaxPacedBody bytes (a
-// compressed body is of unknown length by then), or when the client waits
-// for "100 Continue".
-func (p *Pacer) Hold(r *http.Request) {
+// request's context ends, whichever comes first, and reports whether it read
+// the body (the connection can then be kept). It returns false at once,
+// without reading anything, when p is nil, when MaxHeld requests are
+// already held, when the body is not a known length of at most MaxPacedBody
+// bytes (a compressed body is of unknown length by then), or when the client
+// waits for "100 Continue".
+func (p *Pacer) Hold(r *http.Request) bool {
 	if p == nil || r.Body == nil || r.Body == http.NoBody || r.ContentLength < 0 || r.ContentLength > MaxPacedBody {
-		return
+		return false
 	}
 	// A client waiting for "100 Continue" has not sent its body and costs
 	// little to refuse; reading would ask for the body, and holding
 	// without reading does not work either: Go's and curl's clients send
 	// the body anyway after waiting a second.
 	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
-		return
+		return false
 	}
 	if p.held.Add(1) > p.maxHeld {
 		p.held.Add(-1)
-		return
+		return false
 	}
 	defer p.held.Add(-1)
 
@@ -109,7 +109,7 @@ func (p *Pacer) Hold(r *http.Request) {
 	_, err := io.CopyBuffer(discardWriter{}, io.LimitReader(r.Body, r.ContentLength+1), *buf)
 	p.bufs.Put(buf)
 	if err != nil {
-		return // the connection is broken: answer (or fail) at once
+		return false // the connection is broken: answer (or fail) at once
 	}
 
 	t := time.NewTimer(p.delay)
@@ -118,6 +118,7 @@ func (p *Pacer) Hold(r *http.Request) {
 	case <-r.Context().Done():
 		t.Stop()
 	}
+	return true
 }
 
 // discardWriter is io.Discard without ReaderFrom, so that io.CopyBuffer

@@ -71,12 +71,42 @@ func isProtobuf(contentType string) bool {
 	return err == nil && mt == pbContentType
 }
 
+// drainMax is the most unread body a rejected HTTP/1.x request may have for
+// its connection to be kept: net/http reads and discards what a handler left
+// unread (up to 256 KiB) so that the client can send its next request on
+// the connection. Reading costs the collector about as much CPU per byte as
+// receiving an admitted body, and a client that re-sends as soon as it is
+// refused turns those reads into a load of their own (docs/design.md §7);
+// a new connection costs less than reading more than this.
+const drainMax = 64 << 10
+
+// closeLinger is how long a connection closed after a rejection keeps its
+// socket after the answer and a FIN have gone out, so that the client reads
+// the 429 before the close resets the connection (the unread body makes
+// the kernel answer the close with a reset, which can overtake the client's
+// read of the answer while it is still sending the body). It is short: the
+// socket keeps what arrives of the body in kernel memory until it closes.
+const closeLinger = 100 * time.Millisecond
+
+// closesConnection reports whether the rejection of r closes its connection
+// instead of keeping it: an HTTP/1.x request in Open (a flood should not
+// keep idle sockets and their buffers alive), or one whose body may have
+// more than drainMax left unread (a length above it, or unknown: chunked,
+// or compressed, whose length confighttp drops). Never on HTTP/2: a
+// connection there carries other streams.
+func closesConnection(r *http.Request, v decision.Verdict) bool {
+	if r.ProtoMajor != 1 {
+		return false
+	}
+	if v == decision.DenyOpen {
+		return true
+	}
+	return r.Body != nil && r.Body != http.NoBody && (r.ContentLength < 0 || r.ContentLength > drainMax)
+}
+
 // writeHTTPRejection answers 429 with Retry-After and the Status body in the
-// request's encoding, without touching the request body. In Open an
-// HTTP/1.x answer also asks for the connection to be closed, so a flood
-// does not keep idle sockets and their buffers alive. Never on HTTP/2: Go's
-// server turns "Connection: close" into a GOAWAY for the whole connection,
-// which would end every other stream a client multiplexes on it.
+// request's encoding, without touching the request body, and with
+// "Connection: close" when the connection is to be closed (closeConn).
 //
 // The answer is flushed (with an explicit Content-Length, so that flushing
 // does not switch it to chunked encoding) before returning: a handler
@@ -86,7 +116,7 @@ func isProtobuf(contentType string) bool {
 // 256 KiB; a client waiting for "100 Continue" before sending its body would
 // otherwise never see the 429, and a slow one would see it only once its
 // body had been read.
-func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodies, v decision.Verdict, delay time.Duration) {
+func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodies, v decision.Verdict, delay time.Duration, closeConn bool) {
 	if v >= decision.NumVerdicts || v == decision.Admit {
 		v = decision.DenyOpen
 	}
@@ -98,7 +128,7 @@ func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodi
 	}
 	h.Set("Content-Type", ct)
 	h.Set("Retry-After", strconv.FormatInt(int64(delay/time.Second), 10))
-	if v == decision.DenyOpen && r.ProtoMajor == 1 {
+	if closeConn {
 		h.Set("Connection", "close")
 	}
 	body := bodies[v][enc]
@@ -108,6 +138,23 @@ func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodi
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// closeUnread closes the connection of an answered rejection without
+// reading the request body: net/http would otherwise read up to 256 KiB of
+// it after the handler returns, even with "Connection: close". The answer
+// is out; the write side is shut at once and the socket closed after
+// closeLinger, on a timer rather than a goroutine. A writer that cannot be
+// taken over (a wrapper without Unwrap) keeps net/http's behaviour.
+func closeUnread(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	time.AfterFunc(closeLinger, func() { _ = conn.Close() })
 }
 
 // maxPrecomputedDelays bounds the table of gRPC rejections per verdict: it
