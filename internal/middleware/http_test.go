@@ -378,7 +378,7 @@ func TestHTTPRejectionClosesUnreadBody(t *testing.T) {
 			assert.True(t, resp.Close, "the answer announces the close")
 			// The server ends the connection: nothing more to read.
 			_, err = br.ReadByte()
-			assert.Error(t, err)
+			require.Error(t, err)
 			<-writeDone
 
 			assert.Zero(t, f.next.calls.Load())

@@ -74,10 +74,9 @@ func isProtobuf(contentType string) bool {
 // drainMax is the most unread body a rejected HTTP/1.x request may have for
 // its connection to be kept: net/http reads and discards what a handler left
 // unread (up to 256 KiB) so that the client can send its next request on
-// the connection. Reading costs the collector about as much CPU per byte as
-// receiving an admitted body, and a client that re-sends as soon as it is
-// refused turns those reads into a load of their own (docs/design.md §7);
-// a new connection costs less than reading more than this.
+// the connection. A client that re-sends as soon as it is refused turns
+// those reads into a load of their own; in an overloaded collector a new
+// connection measured cheaper than reading a large body (docs/design.md §7).
 const drainMax = 64 << 10
 
 // closeLinger is how long a connection closed after a rejection keeps its
