@@ -471,6 +471,44 @@ func TestE2ERejectedBodyServerBytes(t *testing.T) {
 	assert.Zero(t, env.traces.SpanCount())
 }
 
+// TestE2ERejectedBodyUnder256KiBNotRead: net/http itself reads and discards
+// up to 256 KiB of a body a handler left unread, even after an answer with
+// "Connection: close". Through the real receiver (confighttp's handler
+// chain, otelhttp's response writer) a rejection of a body just under that
+// closes the connection without reading it: what reaches the server's
+// socket stays below the body, where a read would take all of it.
+func TestE2ERejectedBodyUnder256KiBNotRead(t *testing.T) {
+	env := startE2E(t, e2eOptions{})
+	env.setLevel(t, e2eOpen, StateOpen)
+	p := startE2ECountingProxy(t, env.httpAddr)
+
+	const bodySize = 250 << 10
+	conn, err := net.Dial("tcp", p.ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	head := fmt.Sprintf("POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", pbType, bodySize)
+	writeDone := make(chan struct{})
+	go func() {
+		defer close(writeDone)
+		_, _ = conn.Write(append([]byte(head), make([]byte, bodySize)...))
+	}()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(e2eWait)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	requireHTTPRejection(t, e2eResponse{Response: resp, body: b}, pbType, true)
+	require.NoError(t, conn.Close())
+	<-writeDone
+	require.NoError(t, p.ln.Close())
+	<-p.done
+
+	fwd := p.forwarded.Load()
+	t.Logf("handed %d bytes of a %d byte request to the server's socket", fwd, len(head)+bodySize)
+	assert.Less(t, fwd, int64(bodySize))
+}
+
 // TestE2EPacedShedding: with pacing on, a shed request through the real
 // otlpreceiver (confighttp's handler chain around the middleware) is
 // answered 429 only after the pacing delay and keeps its connection (its
