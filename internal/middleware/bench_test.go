@@ -275,3 +275,43 @@ func TestHTTPAdmitNoAllocs(t *testing.T) {
 		t.Fatalf("admit path allocates %v times per request", allocs)
 	}
 }
+
+// BenchmarkHTTPRejectTLS is why a shed rejection over TLS keeps its
+// connection: a 200 KiB request refused on a kept connection (net/http
+// reads the body) against the same request on a new connection each time
+// (a handshake, the body unread). Client and server share the process, so
+// compare the two ratios, not the absolute figures.
+func BenchmarkHTTPRejectTLS(b *testing.B) {
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.DenyShed)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(mw.Wrap(bareHandler()))
+	defer srv.Close()
+	body := make([]byte, 200<<10)
+	for _, tc := range []struct {
+		name      string
+		keepAlive bool
+	}{{"kept_connection", true}, {"new_connection", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			tr := srv.Client().Transport.(*http.Transport).Clone()
+			tr.DisableKeepAlives = !tc.keepAlive
+			defer tr.CloseIdleConnections()
+			for b.Loop() {
+				req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/traces", bytes.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusTooManyRequests {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+		})
+	}
+}

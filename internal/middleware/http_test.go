@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"runtime"
 	"strconv"
 	"strings"
@@ -418,6 +419,41 @@ func TestHTTPRejectionSmallBodyKeepsConnection(t *testing.T) {
 	resp = send()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.EqualValues(t, drainMax, f.next.read.Load())
+}
+
+// TestHTTPRejectionTLSKeepsConnection: over TLS a rejected request with a
+// large body keeps its connection in Shedding (a new one would cost a
+// handshake) and closes it in Open.
+func TestHTTPRejectionTLSKeepsConnection(t *testing.T) {
+	for _, tc := range []struct {
+		v     decision.Verdict
+		reuse bool
+	}{{decision.DenyShed, true}, {decision.DenyOpen, false}} {
+		t.Run(tc.v.Reason(), func(t *testing.T) {
+			f := newHTTPFixture(t, nil, 0, nil)
+			f.dec.set(decision.Traces, tc.v)
+			srv := httptest.NewTLSServer(f.h)
+			defer srv.Close()
+			client := srv.Client()
+			body := make([]byte, 200<<10)
+			var reused []bool
+			for range 2 {
+				req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/traces", bytes.NewReader(body))
+				require.NoError(t, err)
+				req.Header.Set("Content-Type", "application/x-protobuf")
+				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+					GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) },
+				}))
+				resp, err := client.Do(req)
+				require.NoError(t, err)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+				assert.Equal(t, !tc.reuse, resp.Close)
+			}
+			assert.Equal(t, []bool{false, tc.reuse}, reused)
+		})
+	}
 }
 
 // TestHTTPRejectionGoClientGetsAnswer: Go's HTTP client, as in the OTLP HTTP

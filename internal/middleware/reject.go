@@ -89,10 +89,11 @@ const closeLinger = 100 * time.Millisecond
 
 // closesConnection reports whether the rejection of r closes its connection
 // instead of keeping it: an HTTP/1.x request in Open (a flood should not
-// keep idle sockets and their buffers alive), or one whose body may have
-// more than drainMax left unread (a length above it, or unknown: chunked,
-// or compressed, whose length confighttp drops). Never on HTTP/2: a
-// connection there carries other streams.
+// keep idle sockets and their buffers alive), or a plaintext one whose body
+// may have more than drainMax left unread (a length above it, or unknown:
+// chunked, or compressed, whose length confighttp drops). Over TLS the
+// client's next connection costs the collector a handshake, more than the
+// read. Never on HTTP/2: a connection there carries other streams.
 func closesConnection(r *http.Request, v decision.Verdict) bool {
 	if r.ProtoMajor != 1 {
 		return false
@@ -100,7 +101,7 @@ func closesConnection(r *http.Request, v decision.Verdict) bool {
 	if v == decision.DenyOpen {
 		return true
 	}
-	return r.Body != nil && r.Body != http.NoBody && (r.ContentLength < 0 || r.ContentLength > drainMax)
+	return r.TLS == nil && r.Body != nil && r.Body != http.NoBody && (r.ContentLength < 0 || r.ContentLength > drainMax)
 }
 
 // writeHTTPRejection answers 429 with Retry-After and the Status body in the
