@@ -34,8 +34,9 @@ const paceBufSize = 16 << 10
 // that ignores Retry-After and sends the next request as soon as it has an
 // answer turns fast rejections into a load of their own (docs/results.md
 // has the measurements). Held for a second, the same client has a request
-// slot tied up instead, and sends less. A client that honours Retry-After only waits a little longer. This
-// is nginx limit_req's "delay, then reject", applied to the rejections only.
+// slot tied up instead, and sends less. A client that honours Retry-After
+// only waits a little longer. This is nginx limit_req's "delay, then
+// reject", applied to the rejections only.
 //
 // A held request costs its goroutine and connection, not its body: the body
 // is read and discarded first, so neither the heap nor the kernel's socket

@@ -56,7 +56,7 @@ func TestNewPacerOff(t *testing.T) {
 	assert.Nil(t, NewPacer(time.Second, 0), "no room")
 	var p *Pacer
 	r, body := pacedRequest(context.Background(), 100)
-	p.Hold(r) // nil-safe, reads nothing
+	assert.False(t, p.Hold(r)) // nil-safe, reads nothing
 	assert.Zero(t, body.read.Load())
 	assert.Zero(t, p.Held())
 }
@@ -90,7 +90,7 @@ func TestPacerDelayEnds(t *testing.T) {
 	p := NewPacer(20*time.Millisecond, 1)
 	r, body := pacedRequest(context.Background(), 1000)
 	start := time.Now()
-	p.Hold(r)
+	assert.True(t, p.Hold(r), "the body was read")
 	assert.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
 	assert.EqualValues(t, 1000, body.read.Load())
 	assert.Zero(t, p.Held())
@@ -108,23 +108,23 @@ func TestPacerAnswersAtOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return p.Held() == 1 }, 10*time.Second, time.Millisecond)
 
 	full, fullBody := pacedRequest(context.Background(), 10)
-	p.Hold(full) // max_held reached: returns at once (the test would hang otherwise)
+	assert.False(t, p.Hold(full)) // max_held reached: returns at once (the test would hang otherwise)
 	assert.Zero(t, fullBody.read.Load(), "beyond max_held")
 	cancel()
 	<-firstDone
 
 	p = NewPacer(time.Hour, 10)
 	big, bigBody := pacedRequest(context.Background(), MaxPacedBody+1)
-	p.Hold(big)
+	assert.False(t, p.Hold(big))
 	assert.Zero(t, bigBody.read.Load(), "over MaxPacedBody: net/http closes rather than drains it")
 
 	unknown, unknownBody := pacedRequest(context.Background(), 10)
 	unknown.ContentLength = -1
-	p.Hold(unknown)
+	assert.False(t, p.Hold(unknown))
 	assert.Zero(t, unknownBody.read.Load(), "unknown length: may be a decompressing reader")
 
 	none := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
-	p.Hold(none)
+	assert.False(t, p.Hold(none))
 	assert.Zero(t, p.Held())
 }
 
