@@ -91,6 +91,9 @@ type options struct {
 	// pprof: enable the collector's pprof extension and record its
 	// goroutine count every harness.GoroutineEvery (timeline column goroutines).
 	pprof bool
+	// repeat: rounds of the whole scenario list (-repeat); with more than
+	// one, every name gets its round (D@3x-r2) and summary.md the medians.
+	repeat int
 }
 
 func main() {
@@ -122,6 +125,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout of the generator")
 	flag.Float64Var(&o.rateBelow, "rate-below", 0, "open loop requests/s of A and C instead of the closed loop at -c-below (below overload: about 70-80% of A's saturated ok req/s)")
 	flag.StringVar(&o.report, "report", "", "only (re)generate the report (report.md, report.html, timeline-*.png, chart.csv) of this results folder, and exit")
+	flag.IntVar(&o.repeat, "repeat", 1, "rounds of the whole scenario list, one after another (names get -r1, -r2, ...); summary.md then ends with each scenario's median over the rounds, its goodput as a share of the same round's A: this machine's runs move by 10-20 % from one minute to the next")
 	flag.BoolVar(&o.pprof, "pprof", false, "enable the collector's pprof extension on a free localhost port and record its goroutine count every 5 s (timeline column goroutines)")
 	throttleFiles := flag.String("throttle-config", "", "YAML files with the throttle extension's settings (replace -thresholds), comma-separated, for experiments: each throttle scenario then runs once with each, named after the file (D@3x+held)")
 	flag.Parse()
@@ -288,6 +292,9 @@ func run(o options) error {
 		}
 	}
 	printSummaries(os.Stdout, sums)
+	if o.repeat > 1 {
+		printMedians(os.Stdout, sums)
+	}
 	files, err := report.Generate(o.out)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
@@ -358,7 +365,22 @@ func expandScenarios(o options) ([]scenario, error) {
 			}
 		}
 	}
-	return out, nil
+	if o.repeat < 0 {
+		return nil, fmt.Errorf("-repeat: %d, want 1 or more", o.repeat)
+	}
+	if o.repeat <= 1 {
+		return out, nil
+	}
+	// Rounds of the whole list rather than each scenario N times in a row,
+	// so that every round has its own A taken minutes from the others.
+	rounds := make([]scenario, 0, o.repeat*len(out))
+	for r := 1; r <= o.repeat; r++ {
+		for _, s := range out {
+			s.name += roundSep + strconv.Itoa(r)
+			rounds = append(rounds, s)
+		}
+	}
+	return rounds, nil
 }
 
 func parseInts(s string) ([]int, error) {

@@ -237,17 +237,6 @@ func floorOf(v []float64) float64 {
 	return s[len(s)/10]
 }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := slices.Sorted(slices.Values(v))
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[len(s)/2]
-}
-
 func minOf(v []float64) float64 {
 	if len(v) == 0 {
 		return math.NaN()

@@ -6,7 +6,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
@@ -139,7 +142,111 @@ func writeSummaries(o options, sums []*summary) error {
 	for i, s := range sums {
 		rows[i] = s.row()
 	}
-	return harness.WriteSummaries(o.out, summaryHeader, rows, func(w io.Writer) { printSummaries(w, sums) })
+	return harness.WriteSummaries(o.out, summaryHeader, rows, func(w io.Writer) {
+		printSummaries(w, sums)
+		if o.repeat > 1 {
+			printMedians(w, sums)
+		}
+	})
+}
+
+// roundSep separates a scenario's name from its round (-repeat): D@3x-r2.
+const roundSep = "-r"
+
+// splitRound returns name without its round, and the round (0: none).
+func splitRound(name string) (string, int) {
+	i := strings.LastIndex(name, roundSep)
+	if i < 0 {
+		return name, 0
+	}
+	r, err := strconv.Atoi(name[i+len(roundSep):])
+	if err != nil || r < 1 {
+		return name, 0
+	}
+	return name[:i], r
+}
+
+// roundMedian is one scenario's line of the medians table: over its rounds,
+// the goodput, its share of the same round's A, and the p99 of accepted
+// requests.
+type roundMedian struct {
+	Scenario            string
+	Rounds              int
+	Goodput             float64
+	OfA, OfAMin, OfAMax float64 // NaN without an A in the rounds
+	P99, P99Min, P99Max time.Duration
+	OOMKills            uint64
+}
+
+// medians groups the rounds of each scenario, in the order of their first
+// round. A scenario's share of A is taken round by round, against the A
+// measured minutes before it, before the median: the machine's speed
+// moves between rounds as much as the differences measured.
+func medians(sums []*summary) []roundMedian {
+	aOf := map[int]float64{}
+	var order []string
+	byName := map[string][]*summary{}
+	for _, s := range sums {
+		name, r := splitRound(s.Scenario)
+		if name == "A" && s.Goodput > 0 {
+			aOf[r] = s.Goodput
+		}
+		if _, ok := byName[name]; !ok {
+			order = append(order, name)
+		}
+		byName[name] = append(byName[name], s)
+	}
+	out := make([]roundMedian, 0, len(order))
+	for _, name := range order {
+		runs := byName[name]
+		m := roundMedian{Scenario: name, Rounds: len(runs), OfA: math.NaN(), OfAMin: math.NaN(), OfAMax: math.NaN()}
+		var goodput, ofA, p99 []float64
+		for _, s := range runs {
+			goodput = append(goodput, s.Goodput)
+			p99 = append(p99, float64(s.P99))
+			if _, r := splitRound(s.Scenario); aOf[r] > 0 {
+				ofA = append(ofA, s.Goodput/aOf[r])
+			}
+			m.OOMKills += s.OOMKills
+		}
+		m.Goodput = median(goodput)
+		if len(ofA) > 0 {
+			m.OfA, m.OfAMin, m.OfAMax = median(ofA), slices.Min(ofA), slices.Max(ofA)
+		}
+		m.P99, m.P99Min, m.P99Max = time.Duration(median(p99)), time.Duration(slices.Min(p99)), time.Duration(slices.Max(p99))
+		out = append(out, m)
+	}
+	return out
+}
+
+// median returns the median of v; NaN when v is empty.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Sorted(slices.Values(v))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// printMedians writes the medians table (-repeat).
+func printMedians(w io.Writer, sums []*summary) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Medians over the rounds; % of A is taken against the same round's A, then the median (min–max):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scenario | rounds | goodput items/s | % of A | p99 ok ms | OOM kills |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	for _, m := range medians(sums) {
+		ofA := "n/a"
+		if !math.IsNaN(m.OfA) {
+			ofA = fmt.Sprintf("%.0f (%.0f–%.0f)", 100*m.OfA, 100*m.OfAMin, 100*m.OfAMax)
+		}
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %.0f (%.0f–%.0f) | %d |\n",
+			m.Scenario, m.Rounds, m.Goodput, ofA, ms(m.P99), ms(m.P99Min), ms(m.P99Max), m.OOMKills)
+	}
 }
 
 func printSummaries(w io.Writer, sums []*summary) {
