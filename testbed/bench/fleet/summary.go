@@ -36,6 +36,12 @@ type summary struct {
 	// share of the capacity; BurstPctReference its share of the reference
 	// scenario's (0 without one in the run; see setReference).
 	BurstSinkRate, BurstPctCapacity, BurstPctReference float64
+	// BacklogSinkRate is the sink's rate after the burst while the agents
+	// still hold a backlog (see backlogRate), spans/s, its share of the
+	// capacity, and how long that lasted (0: no such stretch). The gateway
+	// is as saturated as in the burst, but the generator and the agents'
+	// intake no longer share the machine with it.
+	BacklogSinkRate, BacklogPctCapacity, BacklogSeconds float64
 	// DrainSeconds is the time from the end of the burst until the fleet
 	// had drained; negative when it did not within -drain-max.
 	DrainSeconds          float64
@@ -153,7 +159,48 @@ func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd
 			sum.BurstPctCapacity = 100 * sum.BurstSinkRate / o.capacity
 		}
 	}
+	sum.BacklogSinkRate, sum.BacklogSeconds = backlogRate(pts, burstEnd.Sub(f.rec.start))
+	if o.capacity > 0 {
+		sum.BacklogPctCapacity = 100 * sum.BacklogSinkRate / o.capacity
+	}
 	return sum
+}
+
+// minBacklog is the agents' queue (requests, all agents) at the end of the
+// burst below which backlogRate measures nothing: fewer than the agents'
+// senders (4 × 10), the gateway is no longer kept saturated.
+const minBacklog = 40
+
+// minBacklogTime is the shortest stretch backlogRate measures over.
+const minBacklogTime = 10 * time.Second
+
+// backlogRate returns the sink's rate from burstEnd (time since the
+// recording started) until the agents' queue falls below a quarter of what
+// it was then, and that stretch's length; 0, 0 when the queue was under
+// minBacklog or the stretch is shorter than minBacklogTime. Why: the burst's
+// rate is measured while the generator and the agents take in twice the
+// capacity on the same machine; this one, with the gateway as saturated, is
+// not, and tells what the saturated gateway delivers.
+func backlogRate(pts []point, burstEnd time.Duration) (rate float64, secs float64) {
+	first := -1
+	for i, p := range pts {
+		if p.t >= burstEnd {
+			first = i
+			break
+		}
+	}
+	if first < 0 || pts[first].agQueue < minBacklog {
+		return 0, 0
+	}
+	last := first
+	for i := first + 1; i < len(pts) && pts[i].agQueue >= pts[first].agQueue/4; i++ {
+		last = i
+	}
+	d := pts[last].t - pts[first].t
+	if d < minBacklogTime {
+		return 0, 0
+	}
+	return (pts[last].sinkSpans - pts[first].sinkSpans) / d.Seconds(), d.Seconds()
 }
 
 var summaryHeader = []string{
@@ -162,6 +209,7 @@ var summaryHeader = []string{
 	"sink_spans", "delivered_pct", "gateway_lost", "duplicates", "burst_sink_spans_s", "burst_pct_capacity", "burst_pct_reference",
 	"drain_s", "oom_kills", "restarts", "peak_ws_pct", "mean_cpu_pct", "mean_host_cpu_pct", "cpu_s", "max_state", "open_s", "shedding_s",
 	"loadgen_skipped", "loadgen_failed", "loadavg_start", "loadavg_end",
+	"backlog_sink_spans_s", "backlog_pct_capacity", "backlog_s",
 }
 
 func (s *summary) row() []string {
@@ -173,6 +221,7 @@ func (s *summary) row() []string {
 		f64(s.DrainSeconds, 1), strconv.FormatUint(s.OOMKills, 10), strconv.Itoa(s.Restarts), f64(s.PeakWSPct, 1), f64(s.MeanCPUPct, 1),
 		f64(s.MeanHostCPUPct, 1), f64(s.CPUSeconds, 1), opt(s.MaxState, 0), f64(s.OpenSeconds, 1), f64(s.SheddingSeconds, 1),
 		i(s.LoadgenSkipped), i(s.LoadgenFailed), s.LoadAvgStart, s.LoadAvgEnd,
+		f64(s.BacklogSinkRate, 0), f64(s.BacklogPctCapacity, 1), f64(s.BacklogSeconds, 0),
 	}
 }
 
@@ -206,8 +255,8 @@ func writeSummaries(dir string, sums []*summary) error {
 
 func printSummaries(w io.Writer, sums []*summary) {
 	setReference(sums)
-	fmt.Fprintln(w, "| gateway | delivered (sink / accepted by agents) | acknowledged by the gateway, never delivered | agents: enqueue / send failures (spans) | burst: spans/s to the sink (% of capacity) | burst: % of the reference | drained after | OOM kills | restarts | peak working set | CPU mean (burst) | machine's CPU busy (burst) | time in Open / Shedding |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| gateway | delivered (sink / accepted by agents) | acknowledged by the gateway, never delivered | agents: enqueue / send failures (spans) | burst: spans/s to the sink (% of capacity) | burst: % of the reference | after the burst, agents backlogged: spans/s to the sink (% of capacity) | drained after | OOM kills | restarts | peak working set | CPU mean (burst) | machine's CPU busy (burst) | time in Open / Shedding |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range sums {
 		open := "n/a"
 		if !math.IsNaN(s.MaxState) {
@@ -225,8 +274,12 @@ func printSummaries(w io.Writer, sums []*summary) {
 		if s.MeanHostCPUPct >= 0 {
 			host = fmt.Sprintf("%.0f%%", s.MeanHostCPUPct)
 		}
-		fmt.Fprintf(w, "| %s | %.1f%% (%d of %d) | %d | %d / %d | %.0f (%.0f%%) | %s | %s | %d | %d | %.1f%% | %.0f%% | %s | %s |\n",
+		backlog := "n/a"
+		if s.BacklogSeconds > 0 {
+			backlog = fmt.Sprintf("%.0f (%.0f%%) over %.0f s", s.BacklogSinkRate, s.BacklogPctCapacity, s.BacklogSeconds)
+		}
+		fmt.Fprintf(w, "| %s | %.1f%% (%d of %d) | %d | %d / %d | %.0f (%.0f%%) | %s | %s | %s | %d | %d | %.1f%% | %.0f%% | %s | %s |\n",
 			s.Scenario, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.GatewayLost, s.AgentEnqueueFailed, s.AgentSendFailed,
-			s.BurstSinkRate, s.BurstPctCapacity, ref, drain, s.OOMKills, s.Restarts, s.PeakWSPct, s.MeanCPUPct, host, open)
+			s.BurstSinkRate, s.BurstPctCapacity, ref, backlog, drain, s.OOMKills, s.Restarts, s.PeakWSPct, s.MeanCPUPct, host, open)
 	}
 }
