@@ -181,7 +181,7 @@ const minBacklogTime = 10 * time.Second
 // rate is measured while the generator and the agents take in twice the
 // capacity on the same machine; this one, with the gateway as saturated, is
 // not, and tells what the saturated gateway delivers.
-func backlogRate(pts []point, burstEnd time.Duration) (rate float64, secs float64) {
+func backlogRate(pts []point, burstEnd time.Duration) (rate, secs float64) {
 	first := -1
 	for i, p := range pts {
 		if p.t >= burstEnd {
