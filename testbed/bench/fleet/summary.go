@@ -159,17 +159,18 @@ func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd
 			sum.BurstPctCapacity = 100 * sum.BurstSinkRate / o.capacity
 		}
 	}
-	sum.BacklogSinkRate, sum.BacklogSeconds = backlogRate(pts, burstEnd.Sub(f.rec.start))
+	sum.BacklogSinkRate, sum.BacklogSeconds = backlogRate(pts, burstEnd.Sub(f.rec.start), float64(o.agents*agentSenders))
 	if o.capacity > 0 {
 		sum.BacklogPctCapacity = 100 * sum.BacklogSinkRate / o.capacity
 	}
 	return sum
 }
 
-// minBacklog is the agents' queue (requests, all agents) at the end of the
-// burst below which backlogRate measures nothing: fewer than the agents'
-// senders (4 × 10), the gateway is no longer kept saturated.
-const minBacklog = 40
+// agentSenders is how many requests one agent's exporter sends at once
+// (sending_queue's num_consumers, 10 by default; the agents keep it). With
+// fewer queued than all agents' senders, the gateway is no longer kept
+// saturated.
+const agentSenders = 10
 
 // minBacklogTime is the shortest stretch backlogRate measures over.
 const minBacklogTime = 10 * time.Second
@@ -181,7 +182,7 @@ const minBacklogTime = 10 * time.Second
 // rate is measured while the generator and the agents take in twice the
 // capacity on the same machine; this one, with the gateway as saturated, is
 // not, and tells what the saturated gateway delivers.
-func backlogRate(pts []point, burstEnd time.Duration) (rate, secs float64) {
+func backlogRate(pts []point, burstEnd time.Duration, minBacklog float64) (rate, secs float64) {
 	first := -1
 	for i, p := range pts {
 		if p.t >= burstEnd {

@@ -67,7 +67,7 @@ func TestBacklogRate(t *testing.T) {
 	}
 	f := func(p []point, burstEnd time.Duration, wantRate, wantSecs float64) {
 		t.Helper()
-		rate, secs := backlogRate(p, burstEnd)
+		rate, secs := backlogRate(p, burstEnd, 4*agentSenders)
 		assert.InDelta(t, wantRate, rate, 1e-6)
 		assert.InDelta(t, wantSecs, secs, 1e-6)
 	}
@@ -77,7 +77,7 @@ func TestBacklogRate(t *testing.T) {
 	f(pts(200, draining), 60*time.Second, 15000, 60)
 	// The burst's end between two points: from the next one.
 	f(pts(200, draining), 59500*time.Millisecond, 15000, 60)
-	// Fewer queued than the agents' senders: not saturated.
+	// Fewer queued than the four agents' senders: not saturated.
 	f(pts(200, func(int) float64 { return 30 }), 60*time.Second, 0, 0)
 	// Drained within 10 s: too short to measure.
 	f(pts(200, func(s int) float64 { return max(0, 400-80*float64(s-60)) }), 60*time.Second, 0, 0)

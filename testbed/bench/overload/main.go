@@ -165,6 +165,10 @@ type scenario struct {
 	thresholds string
 	// throttleYAML replaces the thresholds (-throttle-config).
 	throttleYAML string
+	// round is the scenario's round with -repeat (its name then ends in
+	// -r<round>; base is the name without it); 0 without rounds.
+	round int
+	base  string
 }
 
 // throttleConfig is one -throttle-config file: the throttle extension's
@@ -291,10 +295,7 @@ func run(o options) error {
 			return fmt.Errorf("scenario %s: %w", s.name, err)
 		}
 	}
-	printSummaries(os.Stdout, sums)
-	if o.repeat > 1 {
-		printMedians(os.Stdout, sums)
-	}
+	printTables(os.Stdout, o, sums)
 	files, err := report.Generate(o.out)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
@@ -376,7 +377,8 @@ func expandScenarios(o options) ([]scenario, error) {
 	rounds := make([]scenario, 0, o.repeat*len(out))
 	for r := 1; r <= o.repeat; r++ {
 		for _, s := range out {
-			s.name += roundSep + strconv.Itoa(r)
+			s.base, s.round = s.name, r
+			s.name += "-r" + strconv.Itoa(r)
 			rounds = append(rounds, s)
 		}
 	}

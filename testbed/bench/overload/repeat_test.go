@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -30,35 +31,31 @@ func TestExpandRepeat(t *testing.T) {
 	f(0, []string{"A", "D@2x", "D@2x+benchmark"})
 	f(2, []string{"A-r1", "D@2x-r1", "D@2x+benchmark-r1", "A-r2", "D@2x-r2", "D@2x+benchmark-r2"})
 
-	_, err := expandScenarios(options{scenarios: "A", repeat: -1})
-	assert.ErrorContains(t, err, "-repeat")
-}
+	// The round is carried, not parsed back out of the name.
+	got, err := expandScenarios(options{scenarios: "D", factors: "2", thresholds: "default", repeat: 2})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, "D@2x", got[1].base)
+	assert.Equal(t, 2, got[1].round)
 
-func TestSplitRound(t *testing.T) {
-	f := func(in, wantName string, wantRound int) {
-		t.Helper()
-		name, r := splitRound(in)
-		assert.Equal(t, wantName, name)
-		assert.Equal(t, wantRound, r)
-	}
-	f("D@3x+held-r2", "D@3x+held", 2)
-	f("A-r10", "A", 10)
-	f("A", "A", 0)
-	f("D@3x+my-rules", "D@3x+my-rules", 0)
-	f("D-r0", "D-r0", 0)
+	_, err = expandScenarios(options{scenarios: "A", repeat: -1})
+	assert.ErrorContains(t, err, "-repeat")
 }
 
 // TestMedians: a scenario's share of A is taken in each round against that
 // round's A, then the median; not the ratio of the medians, which pairs
 // runs minutes apart on a machine whose speed moves between them.
 func TestMedians(t *testing.T) {
-	run := func(name string, goodput float64, p99ms int, oom uint64) *summary {
-		return &summary{Scenario: name, Goodput: goodput, P99: time.Duration(p99ms) * time.Millisecond, OOMKills: oom}
+	run := func(base string, round int, goodput float64, p99ms int, oom uint64) *summary {
+		return &summary{
+			Scenario: fmt.Sprintf("%s-r%d", base, round), base: base, round: round,
+			Goodput: goodput, P99: time.Duration(p99ms) * time.Millisecond, OOMKills: oom,
+		}
 	}
 	got := medians([]*summary{
-		run("A-r1", 100, 10, 0), run("D@2x-r1", 90, 300, 0),
-		run("A-r2", 200, 12, 0), run("D@2x-r2", 150, 500, 1),
-		run("A-r3", 150, 11, 0), run("D@2x-r3", 150, 400, 0),
+		run("A", 1, 100, 10, 0), run("D@2x", 1, 90, 300, 0),
+		run("A", 2, 200, 12, 0), run("D@2x", 2, 150, 500, 1),
+		run("A", 3, 150, 11, 0), run("D@2x", 3, 150, 400, 0),
 	})
 	require.Len(t, got, 2)
 	a, d := got[0], got[1]
@@ -77,14 +74,14 @@ func TestMedians(t *testing.T) {
 
 	// An even number of rounds takes the mean of the middle two; without
 	// an A there is no share.
-	got = medians([]*summary{run("D@2x-r1", 100, 100, 0), run("D@2x-r2", 200, 300, 0)})
+	got = medians([]*summary{run("D@2x", 1, 100, 100, 0), run("D@2x", 2, 200, 300, 0)})
 	require.Len(t, got, 1)
 	assert.InDelta(t, 150, got[0].Goodput, 1e-9)
 	assert.Equal(t, 200*time.Millisecond, got[0].P99)
 	assert.True(t, math.IsNaN(got[0].OfA))
 
 	var b bytes.Buffer
-	printMedians(&b, []*summary{run("A-r1", 100, 10, 0), run("D@2x-r1", 90, 300, 0), run("D@2x+benchmark-r1", 95, 250, 0)})
+	printMedians(&b, []*summary{run("A", 1, 100, 10, 0), run("D@2x", 1, 90, 300, 0), run("D@2x+benchmark", 1, 95, 250, 0)})
 	assert.Contains(t, b.String(), "| D@2x | 1 | 90 | 90 (90–90) | 300 (300–300) | 0 |")
 	assert.Contains(t, b.String(), "| D@2x+benchmark | 1 | 95 | 95 (95–95) | 250 (250–250) | 0 |")
 }

@@ -4,12 +4,12 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
@@ -35,6 +35,11 @@ type summary struct {
 	// the generator started and when the scenario ended.
 	LoadAvgStart, LoadAvgEnd string
 
+	// base and round: the scenario's name without its round, and the
+	// round (-repeat; 0 without rounds).
+	base  string
+	round int
+
 	// For tests of the harness as a library (not in the CSV): the
 	// generator's report, every sample, and the collector's metrics as
 	// last scraped (after the cooldown).
@@ -53,7 +58,7 @@ var summaryHeader = []string{
 }
 
 func summarize(s scenario, e *env, rep *loadgen.Report, st0, stEnd harness.CgStats) *summary {
-	sum := &summary{Scenario: s.name, Throttle: s.throttle, MemoryLimiter: s.memoryLimiter}
+	sum := &summary{Scenario: s.name, Throttle: s.throttle, MemoryLimiter: s.memoryLimiter, base: s.base, round: s.round}
 	if rep != nil {
 		for _, p := range rep.Phases {
 			if p.Phase.Name != "load" {
@@ -142,28 +147,16 @@ func writeSummaries(o options, sums []*summary) error {
 	for i, s := range sums {
 		rows[i] = s.row()
 	}
-	return harness.WriteSummaries(o.out, summaryHeader, rows, func(w io.Writer) {
-		printSummaries(w, sums)
-		if o.repeat > 1 {
-			printMedians(w, sums)
-		}
-	})
+	return harness.WriteSummaries(o.out, summaryHeader, rows, func(w io.Writer) { printTables(w, o, sums) })
 }
 
-// roundSep separates a scenario's name from its round (-repeat): D@3x-r2.
-const roundSep = "-r"
-
-// splitRound returns name without its round, and the round (0: none).
-func splitRound(name string) (string, int) {
-	i := strings.LastIndex(name, roundSep)
-	if i < 0 {
-		return name, 0
+// printTables writes the summary table and, with rounds (-repeat), the
+// medians.
+func printTables(w io.Writer, o options, sums []*summary) {
+	printSummaries(w, sums)
+	if o.repeat > 1 {
+		printMedians(w, sums)
 	}
-	r, err := strconv.Atoi(name[i+len(roundSep):])
-	if err != nil || r < 1 {
-		return name, 0
-	}
-	return name[:i], r
 }
 
 // roundMedian is one scenario's line of the medians table: over its rounds,
@@ -187,7 +180,7 @@ func medians(sums []*summary) []roundMedian {
 	var order []string
 	byName := map[string][]*summary{}
 	for _, s := range sums {
-		name, r := splitRound(s.Scenario)
+		name, r := cmp.Or(s.base, s.Scenario), s.round
 		if name == "A" && s.Goodput > 0 {
 			aOf[r] = s.Goodput
 		}
@@ -204,8 +197,8 @@ func medians(sums []*summary) []roundMedian {
 		for _, s := range runs {
 			goodput = append(goodput, s.Goodput)
 			p99 = append(p99, float64(s.P99))
-			if _, r := splitRound(s.Scenario); aOf[r] > 0 {
-				ofA = append(ofA, s.Goodput/aOf[r])
+			if a := aOf[s.round]; a > 0 {
+				ofA = append(ofA, s.Goodput/a)
 			}
 			m.OOMKills += s.OOMKills
 		}
