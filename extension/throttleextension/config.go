@@ -426,7 +426,7 @@ func createDefaultConfig() component.Config {
 			WaitTimeout:      middleware.DefaultBudgetWait,
 		},
 		Pacing:     PacingConfig{MaxHeld: defaultPacingMaxHeld},
-		GoMemLimit: GoMemLimitConfig{Enabled: true, Share: gomemlimit.DefaultShare},
+		GoMemLimit: GoMemLimitConfig{Enabled: true, Share: gomemlimit.DefaultShare, HeapTarget: gomemlimit.DefaultHeapTarget},
 		Queue:      QueueConfig{MaxWait: defaultQueueMaxWait, MaxHeld: defaultQueueMaxHeld},
 		Status:     configoptional.Default(defaultStatusServerConfig()),
 		// ReportStatus false: see the field.

@@ -93,7 +93,7 @@ func TestLoadConfig(t *testing.T) {
 				},
 				Pacing:     PacingConfig{Delay: 250 * time.Millisecond, MaxHeld: 64},
 				Queue:      QueueConfig{MaxWait: 2 * time.Second, MaxHeld: 32},
-				GoMemLimit: GoMemLimitConfig{Enabled: false, Share: 0.7},
+				GoMemLimit: GoMemLimitConfig{Enabled: false, Share: 0.7, HeapTarget: 0.4},
 				Routes: RoutesConfig{
 					HTTP: map[string]string{
 						"/prometheus/write": "metrics",
@@ -356,7 +356,7 @@ func TestCreateDefaultConfig(t *testing.T) {
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
 	assert.Equal(t, PacingConfig{MaxHeld: 512}, cfg.Pacing)
 	assert.Equal(t, QueueConfig{MaxWait: 5 * time.Second, MaxHeld: 256}, cfg.Queue)
-	assert.Equal(t, GoMemLimitConfig{Enabled: true, Share: 0.80}, cfg.GoMemLimit)
+	assert.Equal(t, GoMemLimitConfig{Enabled: true, Share: 0.80, HeapTarget: 0.50}, cfg.GoMemLimit)
 	assert.Equal(t, 20, cfg.StaleAfterIntervals)
 	assert.True(t, cfg.Admission.MaxInflightBytes.Auto())
 	assert.Equal(t, MiB, cfg.Admission.UnknownSize)
@@ -453,8 +453,15 @@ func TestConfigValidateSections(t *testing.T) {
 			},
 		},
 		"gomemlimit": {
-			func(c *Config) { c.GoMemLimit.Share = 1.5 },
-			[]fieldError{{errGoMemLimitShare, "gomemlimit: share must be in (0, 1], got 1.5"}},
+			func(c *Config) { c.GoMemLimit.Share, c.GoMemLimit.HeapTarget = 1.5, 1 },
+			[]fieldError{
+				{errGoMemLimitShare, "gomemlimit: share must be in (0, 1], got 1.5"},
+				{errHeapTarget, "\nheap_target must be in [0, 1), got 1"},
+			},
+		},
+		"gomemlimit heap_target": {
+			func(c *Config) { c.GoMemLimit.HeapTarget = -0.1 },
+			[]fieldError{{errHeapTarget, "gomemlimit: heap_target must be in [0, 1), got -0.1"}},
 		},
 		"stale_after_intervals overflow": {
 			func(c *Config) { c.SampleInterval, c.StaleAfterIntervals = 100*time.Millisecond, math.MaxInt64/1000 },

@@ -23,22 +23,37 @@ type GoMemLimitConfig struct {
 	// Share of the memory limit the soft limit is set to, in (0, 1].
 	// Default 0.80.
 	Share float64 `mapstructure:"share"`
+	// HeapTarget is the share of the memory limit the heap may reach
+	// between two collections while what is live is small: the throttle
+	// raises the GC's pace (GOGC) to let it, never below GOGC's default,
+	// only while a soft memory limit is in force and GOGC is not set, and
+	// gives the default back at shutdown. In [0, 1); keep it under share.
+	// Default 0.50; 0 leaves GOGC alone.
+	HeapTarget float64 `mapstructure:"heap_target"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
 
-// errGoMemLimitShare is the error of a gomemlimit.share out of (0, 1].
-var errGoMemLimitShare = errors.New("share must be in (0, 1]")
+var (
+	// errGoMemLimitShare is the error of a gomemlimit.share out of (0, 1].
+	errGoMemLimitShare = errors.New("share must be in (0, 1]")
+	// errHeapTarget is the error of a gomemlimit.heap_target out of [0, 1).
+	errHeapTarget = errors.New("heap_target must be in [0, 1)")
+)
 
 // Validate checks the section; the collector prefixes the field path.
 func (c GoMemLimitConfig) Validate() error {
+	var errs []error
 	if !(c.Share > 0 && c.Share <= 1) || math.IsNaN(c.Share) {
-		return fmt.Errorf("%w, got %s", errGoMemLimitShare, formatConfigFloat(c.Share))
+		errs = append(errs, fmt.Errorf("%w, got %s", errGoMemLimitShare, formatConfigFloat(c.Share)))
 	}
-	return nil
+	if !(c.HeapTarget >= 0 && c.HeapTarget < 1) { // also rejects NaN
+		errs = append(errs, fmt.Errorf("%w, got %s", errHeapTarget, formatConfigFloat(c.HeapTarget)))
+	}
+	return errors.Join(errs...)
 }
 
 func (c GoMemLimitConfig) ownerConfig() gomemlimit.Config {
-	return gomemlimit.Config{Enabled: c.Enabled, Share: c.Share}
+	return gomemlimit.Config{Enabled: c.Enabled, Share: c.Share, HeapTarget: c.HeapTarget}
 }

@@ -3,6 +3,8 @@ package throttleextension
 import (
 	"context"
 	"math"
+	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -144,4 +146,67 @@ func TestAutoBudgetFollowsTheContainer(t *testing.T) {
 	src.limit.Store(120 << 20)
 	require.Eventually(t, func() bool { return e.runner.Budget().Max() == 10<<20 }, 10*time.Second, time.Millisecond,
 		"a smaller limit: 120 MiB / 12")
+}
+
+// gcPercent reads the process's GOGC (debug.SetGCPercent cannot read it
+// without changing it).
+func gcPercent() uint64 {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// TestGCPaceWithTheDefaultSource starts the extension on this process's own
+// cgroup: it owns GOGC unless GOGC is set or heap_target is 0, raises it
+// only under a soft memory limit, and gives GOGC's default back at
+// shutdown. Not parallel: GOGC is the process's.
+func TestGCPaceWithTheDefaultSource(t *testing.T) {
+	if g := gcPercent(); g != 100 {
+		t.Skipf("the test process runs at GOGC=%d", g)
+	}
+	start := func(t *testing.T, mutate ...func(*Config)) (*throttleExtension, string) {
+		t.Helper()
+		core, logs := observer.New(zap.InfoLevel)
+		set := nopSettings()
+		set.Logger = zap.New(core)
+		e := newTestExtension(t, nil, testConfig(t, mutate...), set)
+		require.NoError(t, e.Start(context.Background(), nil))
+		started := logs.FilterMessage("throttle started").All()
+		require.Len(t, started, 1)
+		return e, started[0].ContextMap()["gc_pace"].(string)
+	}
+	t.Run("owned, given back", func(t *testing.T) {
+		if v := debug.SetMemoryLimit(-1); v != math.MaxInt64 {
+			t.Skipf("the test process already has a soft memory limit (%d)", v)
+		}
+		// A memory limit of 1 GiB: the throttle sets a soft limit of
+		// 800 MiB, and the pace rises while almost nothing is live.
+		e, pace := start(t, func(c *Config) { c.Signal.MemoryLimitMiB = 1024 })
+		assert.Equal(t, "owned by throttle", pace)
+		assert.Eventually(t, func() bool { return gcPercent() > 1000 }, 5*time.Second, 10*time.Millisecond,
+			"GOGC stayed at %d", gcPercent())
+		require.NoError(t, e.Shutdown(context.Background()))
+		assert.Equal(t, uint64(100), gcPercent(), "given back at shutdown")
+		assert.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "the soft limit too")
+	})
+	t.Run("no soft limit: the default pace", func(t *testing.T) {
+		e, pace := start(t, func(c *Config) { c.Signal.MemoryLimitMiB = 1024; c.GoMemLimit.Enabled = false })
+		assert.Equal(t, "owned by throttle", pace)
+		time.Sleep(50 * time.Millisecond) // a few samples
+		assert.Equal(t, uint64(100), gcPercent())
+		require.NoError(t, e.Shutdown(context.Background()))
+	})
+	t.Run("GOGC set", func(t *testing.T) {
+		t.Setenv("GOGC", "100")
+		e, pace := start(t)
+		assert.Equal(t, "set by the GOGC environment variable", pace)
+		require.NoError(t, e.Shutdown(context.Background()))
+	})
+	t.Run("heap_target 0", func(t *testing.T) {
+		e, pace := start(t, func(c *Config) { c.GoMemLimit.HeapTarget = 0 })
+		assert.Equal(t, "not set by throttle (gomemlimit.heap_target: 0)", pace)
+		time.Sleep(50 * time.Millisecond) // a few samples
+		assert.Equal(t, uint64(100), gcPercent())
+		require.NoError(t, e.Shutdown(context.Background()))
+	})
 }

@@ -167,6 +167,11 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	metadatatest.AssertEqualThrottleHeldRequests(t, tt, []metricdata.DataPoint[int64]{
 		{Attributes: attribute.NewSet(idAttr), Value: 0},
 	}, metricdatatest.IgnoreTimestamp())
+	// An injected source leaves the process's pace alone: the gauge shows
+	// the runtime's.
+	metadatatest.AssertEqualThrottleGcPercent(t, tt, []metricdata.DataPoint[int64]{
+		{Attributes: attribute.NewSet(idAttr), Value: int64(gcPercent())},
+	}, metricdatatest.IgnoreTimestamp())
 	for _, s := range allSignals {
 		seenReserved = -1
 		require.Equal(t, http.StatusOK, post(paths[s], 1000), s.String())

@@ -2,8 +2,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package gomemlimit owns the Go runtime's soft memory limit
-// (runtime/debug.SetMemoryLimit) for a collector in a container, and reads
-// how hard that limit is squeezing the heap.
+// (runtime/debug.SetMemoryLimit) and the GC's pace (GOGC, see Pace) for a
+// collector in a container, and reads how hard that limit is squeezing the
+// heap.
 //
 // Why: without a soft limit the garbage collector lets the heap grow to
 // twice what is live (GOGC=100) before it collects. A collector holding
@@ -41,6 +42,9 @@ type Config struct {
 	Enabled bool
 	// Share of the container's memory limit, in (0, 1].
 	Share float64
+	// HeapTarget is the Pace's target share of the container's memory
+	// limit; 0: the throttle leaves GOGC alone.
+	HeapTarget float64
 }
 
 // Status says who sets the soft limit.
@@ -259,15 +263,32 @@ var heapMetrics = []string{
 // the sampler's goroutine owns one.
 type HeapView struct {
 	samples []metrics.Sample
+	// pace, when it owns GOGC, makes the held-back heap count against
+	// GOGC's default rather than the raised pace.
+	pace *Pace
+	last HeapFigures
 }
 
-// NewHeapView returns a HeapView.
-func NewHeapView() *HeapView {
-	v := &HeapView{samples: make([]metrics.Sample, len(heapMetrics))}
+// HeapFigures are the figures of the last collection the GC paces by.
+type HeapFigures struct {
+	Live, Stacks, Globals uint64
+}
+
+// NewHeapView returns a HeapView; pace may be nil.
+func NewHeapView(pace *Pace) *HeapView {
+	v := &HeapView{samples: make([]metrics.Sample, len(heapMetrics)), pace: pace}
 	for i, n := range heapMetrics {
 		v.samples[i].Name = n
 	}
 	return v
+}
+
+// Last returns the figures of the last Read; none on nil.
+func (v *HeapView) Last() HeapFigures {
+	if v == nil {
+		return HeapFigures{}
+	}
+	return v.last
 }
 
 // Read returns two corrections of the working set, in bytes.
@@ -280,8 +301,9 @@ func NewHeapView() *HeapView {
 // heldBack is how far the heap goal is below the one the GC would set at
 // its configured pace (GOGC) for what is live: 0 while no soft memory limit
 // binds, and growing as the limit squeezes the heap, that is as the GC has
-// to run more often to keep under it. GOGC=off counts as 100, the pace the
-// memory lines are drawn for.
+// to run more often to keep under it. GOGC=off, and a pace the throttle
+// raised (Pace), count as GOGC's default, the pace the memory lines are
+// drawn for.
 func (v *HeapView) Read() (free, heldBack uint64) {
 	metrics.Read(v.samples)
 	var u [6]uint64
@@ -291,14 +313,19 @@ func (v *HeapView) Read() (free, heldBack uint64) {
 		}
 		u[i] = s.Value.Uint64()
 	}
-	return u[5], heldBackBytes(u[0], u[1], u[2], u[3], u[4])
+	v.last = HeapFigures{Live: u[0], Stacks: u[3], Globals: u[4]}
+	gogc := u[2]
+	if v.pace.Owned() {
+		gogc = basePace
+	}
+	return u[5], heldBackBytes(u[0], u[1], gogc, u[3], u[4])
 }
 
 // heldBackBytes is Read's arithmetic: the GC's pacing goal for live bytes
 // is live + (live + stacks + globals) × GOGC/100.
 func heldBackBytes(live, goal, gogc, stacks, globals uint64) uint64 {
 	if gogc > math.MaxInt32 { // GOGC=off reads as a huge percentage
-		gogc = 100
+		gogc = basePace
 	}
 	natural := float64(live) + float64(live+stacks+globals)*float64(gogc)/100
 	if natural <= float64(goal) {

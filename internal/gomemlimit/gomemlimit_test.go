@@ -171,7 +171,7 @@ func TestHeapViewSeesALimitSqueezing(t *testing.T) {
 	if v := debug.SetMemoryLimit(-1); v != math.MaxInt64 {
 		t.Skipf("the test process already has a soft memory limit (%d)", v)
 	}
-	v := NewHeapView()
+	v := NewHeapView(nil)
 	runtime.GC()
 	_, held := v.Read()
 	assert.Zero(t, held, "no soft limit: nothing held back")
@@ -193,7 +193,7 @@ func TestHeapViewSeesALimitSqueezing(t *testing.T) {
 // TestHeapViewFree frees a large live set: the heap keeps the memory for
 // reuse, and Read reports it as free rather than leaving it in the level.
 func TestHeapViewFree(t *testing.T) {
-	v := NewHeapView()
+	v := NewHeapView(nil)
 	debug.FreeOSMemory() // start with nothing kept from earlier tests
 	for range 64 {
 		sink = append(sink, make([]byte, mib))

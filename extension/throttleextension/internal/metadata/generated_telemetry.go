@@ -28,6 +28,7 @@ type TelemetryBuilder struct {
 	meter                   metric.Meter
 	mu                      sync.Mutex
 	registrations           []metric.Registration
+	ThrottleGcPercent       metric.Int64ObservableGauge
 	ThrottleGoMemoryLimit   metric.Int64ObservableGauge
 	ThrottleHeldRequests    metric.Int64ObservableGauge
 	ThrottleInflightBytes   metric.Int64ObservableGauge
@@ -50,6 +51,21 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterThrottleGcPercentCallback sets callback for observable ThrottleGcPercent metric.
+func (builder *TelemetryBuilder) RegisterThrottleGcPercentCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ThrottleGcPercent, obs: o})
+		return nil
+	}, builder.ThrottleGcPercent)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
 }
 
 // RegisterThrottleGoMemoryLimitCallback sets callback for observable ThrottleGoMemoryLimit metric.
@@ -210,6 +226,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.ThrottleGcPercent, err = builder.meter.Int64ObservableGauge(
+		"otelcol_throttle_gc_percent",
+		metric.WithDescription("The Go garbage collector's pace in force (GOGC, raised by the throttle while little is live, or set by the environment); 0 when the collector is off (GOGC=off). [Alpha]"),
+		metric.WithUnit("%"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ThrottleGoMemoryLimit, err = builder.meter.Int64ObservableGauge(
 		"otelcol_throttle_go_memory_limit",
 		metric.WithDescription("The Go runtime's soft memory limit in force (GOMEMLIMIT, set by the throttle or by the environment); 0 when there is none. [Alpha]"),

@@ -21,6 +21,20 @@ func NewSettings(tt *componenttest.Telemetry) extension.Settings {
 	return set
 }
 
+func AssertEqualThrottleGcPercent(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_throttle_gc_percent",
+		Description: "The Go garbage collector's pace in force (GOGC, raised by the throttle while little is live, or set by the environment); 0 when the collector is off (GOGC=off). [Alpha]",
+		Unit:        "%",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_throttle_gc_percent")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualThrottleGoMemoryLimit(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_go_memory_limit",

@@ -83,6 +83,10 @@ type Runner struct {
 	// memLimit sets the Go soft memory limit when the throttle owns it;
 	// nil before Start.
 	memLimit *gomemlimit.Owner
+	// pace raises the GC's pace while little is live (gomemlimit.Pace),
+	// from the figures heapView read; both nil with an injected source.
+	pace     *gomemlimit.Pace
+	heapView *gomemlimit.HeapView
 	// open times the state machine's Open episodes (stall.go).
 	open openWatch
 
@@ -154,13 +158,13 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		return nil
 	}
 	src := r.source
-	// The heap view corrects the working set of this process: only with
-	// the source that reads this process's own cgroup or counters.
-	var heap sampler.HeapView
-	if src == nil {
+	// The heap view corrects the working set of this process, and the GC's
+	// pace is this process's: only with the source that reads this
+	// process's own cgroup or counters.
+	ownProcess := src == nil
+	if ownProcess {
 		src = defaultSource(r.logger)
 		r.ownedSource = src
-		heap = gomemlimit.NewHeapView()
 	}
 	if err := r.status.start(ctx, host, src); err != nil {
 		return err
@@ -173,6 +177,12 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		glCfg.Enabled = false
 	}
 	r.memLimit = gomemlimit.Acquire(glCfg, gomemlimit.Options{SetMemoryLimit: r.memoryLimitSetter})
+	var heap sampler.HeapView
+	if ownProcess {
+		r.pace = gomemlimit.AcquirePace(glCfg.HeapTarget, gomemlimit.PaceOptions{})
+		r.heapView = gomemlimit.NewHeapView(r.pace)
+		heap = r.heapView
+	}
 	scfg := r.cfg.Sampler
 	scfg.LimitsEvery = r.limitsEvery
 	r.sampler = sampler.New(src, scfg, sampler.Options{
@@ -201,6 +211,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		zap.Uint64("memory_limit_bytes", wl.MemLimit),
 		zap.String("go_memory_limit", r.memLimit.Status().String()),
 		zap.Int64("go_memory_limit_bytes", goMemLimitBytes(goLimit)),
+		zap.String("gc_pace", r.pace.String()),
 		zap.Int64("admission_budget_bytes", r.budget.Load().Max()),
 		zap.Duration("sample_interval", r.cfg.Sampler.Interval),
 	)
@@ -253,6 +264,7 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 		_ = c.Close()
 	}
 	r.memLimit.Release()
+	r.pace.Release()
 	r.tel.shutdown()
 	return err
 }
@@ -292,6 +304,7 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 		r.logger.Info("throttle: the Go soft memory limit follows the memory limit",
 			zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Int64("go_memory_limit_bytes", goMemLimitBytes(limit)))
 	}
+	r.pace.Update(wl.MemLimit, r.memLimit.Limit(), r.heapView.Last())
 	r.resizeBudget(wl)
 	r.engine.Observe(wl)
 	if started, ended := r.open.observe(r.engine.State(decision.Traces) == decision.Open); started {
@@ -448,6 +461,7 @@ func (r *Runner) telemetrySources() telemetrySources {
 		stale:      r.engine.Stale,
 		held:       func() int64 { return r.pacer.Held() + r.queue.Held() },
 		goMemLimit: func() int64 { return goMemLimitBytes(gomemlimit.Current()) },
+		gcPercent:  gomemlimit.CurrentPace,
 		openFor:    r.open.openFor,
 		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
 		cpuEnabled: c.CPU.Enabled,

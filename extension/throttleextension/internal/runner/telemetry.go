@@ -33,6 +33,8 @@ type telemetrySources struct {
 	held   func() int64
 	// goMemLimit is the runtime's soft memory limit in bytes, 0 for none.
 	goMemLimit func() int64
+	// gcPercent is the GC's pace in force, 0 for GOGC=off.
+	gcPercent func() int64
 	// openFor is how long the state machine has been Open, 0 when not.
 	openFor func() time.Duration
 	// lines are cpu enter/exit/hard, mem enter/exit/hard (0 for a disabled slot).
@@ -173,6 +175,15 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 	err = tb.RegisterThrottleGoMemoryLimitCallback(func(_ context.Context, o metric.Int64Observer) error {
 		if src.goMemLimit != nil {
 			o.Observe(src.goMemLimit(), plainObserve)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = tb.RegisterThrottleGcPercentCallback(func(_ context.Context, o metric.Int64Observer) error {
+		if src.gcPercent != nil {
+			o.Observe(src.gcPercent(), plainObserve)
 		}
 		return nil
 	})
