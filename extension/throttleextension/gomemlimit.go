@@ -23,12 +23,12 @@ type GoMemLimitConfig struct {
 	// Share of the memory limit the soft limit is set to, in (0, 1].
 	// Default 0.80.
 	Share float64 `mapstructure:"share"`
-	// HeapTarget is the share of the memory limit the heap may reach
-	// between two collections while what is live is small: the throttle
-	// raises the GC's pace (GOGC) to let it, never below GOGC's default,
-	// only while a soft memory limit is in force and GOGC is not set, and
-	// gives the default back at shutdown. In [0, 1); keep it under share.
-	// Default 0.50; 0 leaves GOGC alone.
+	// HeapTarget is the share of the memory limit the working set may
+	// reach between two collections while what is live is small: the
+	// throttle raises the GC's pace (GOGC) to let the heap grow into it,
+	// never below GOGC's default, only while a soft memory limit is in
+	// force and GOGC is not set, and gives the default back at shutdown.
+	// In [0, 1); keep it under share. Default 0.50; 0 leaves GOGC alone.
 	HeapTarget float64 `mapstructure:"heap_target"`
 
 	// prevent unkeyed literal initialization

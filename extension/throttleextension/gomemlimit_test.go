@@ -179,9 +179,14 @@ func TestGCPaceWithTheDefaultSource(t *testing.T) {
 		if v := debug.SetMemoryLimit(-1); v != math.MaxInt64 {
 			t.Skipf("the test process already has a soft memory limit (%d)", v)
 		}
-		// A memory limit of 1 GiB: the throttle sets a soft limit of
-		// 800 MiB, and the pace rises while almost nothing is live.
-		e, pace := start(t, func(c *Config) { c.Signal.MemoryLimitMiB = 1024 })
+		// The working set this machine reports for the process (its whole
+		// cgroup's) comes off the heap's target: a limit of twice it and
+		// 2 GiB more leaves the heap 1 GiB, and the pace rises while almost
+		// nothing is live.
+		probe, _ := start(t, func(c *Config) { c.GoMemLimit.Enabled, c.GoMemLimit.HeapTarget = false, 0 })
+		ws := probe.runner.Level().WorkingSet
+		require.NoError(t, probe.Shutdown(context.Background()))
+		e, pace := start(t, func(c *Config) { c.Signal.MemoryLimitMiB = 2*(ws>>20) + 2048 })
 		assert.Equal(t, "owned by throttle", pace)
 		assert.Eventually(t, func() bool { return gcPercent() > 1000 }, 5*time.Second, 10*time.Millisecond,
 			"GOGC stayed at %d", gcPercent())

@@ -257,6 +257,7 @@ var heapMetrics = []string{
 	"/gc/scan/stack:bytes",
 	"/gc/scan/globals:bytes",
 	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/objects:bytes",
 }
 
 // HeapView reads the runtime's heap figures. Not safe for concurrent use:
@@ -269,9 +270,13 @@ type HeapView struct {
 	last HeapFigures
 }
 
-// HeapFigures are the figures of the last collection the GC paces by.
+// HeapFigures are the figures of the last collection the GC paces by
+// (Live, Stacks, Globals), and the heap's memory now: Objects, what its
+// objects occupy, live or not yet collected, and Free, what it has freed and
+// not returned.
 type HeapFigures struct {
 	Live, Stacks, Globals uint64
+	Objects, Free         uint64
 }
 
 // NewHeapView returns a HeapView; pace may be nil.
@@ -306,14 +311,14 @@ func (v *HeapView) Last() HeapFigures {
 // drawn for.
 func (v *HeapView) Read() (free, heldBack uint64) {
 	metrics.Read(v.samples)
-	var u [6]uint64
+	var u [7]uint64
 	for i, s := range v.samples {
 		if s.Value.Kind() != metrics.KindUint64 {
 			return 0, 0
 		}
 		u[i] = s.Value.Uint64()
 	}
-	v.last = HeapFigures{Live: u[0], Stacks: u[3], Globals: u[4]}
+	v.last = HeapFigures{Live: u[0], Stacks: u[3], Globals: u[4], Free: u[5], Objects: u[6]}
 	gogc := u[2]
 	if v.pace.Owned() {
 		gogc = basePace

@@ -13,9 +13,9 @@ import (
 )
 
 // DefaultHeapTarget is the default share of the container's memory limit
-// the heap may reach between two collections while what is live is small:
-// well under the soft limit (DefaultShare) and the memory lines, so that
-// the heap's growth between two samples stays inside the soft limit.
+// the working set may reach between two collections while what is live is
+// small: well under the soft limit (DefaultShare) and the memory lines, so
+// that the heap's growth between two samples stays inside the soft limit.
 const DefaultHeapTarget = 0.50
 
 // basePace is the GC pace the throttle starts from and gives back, and the
@@ -47,9 +47,12 @@ type PaceOptions struct {
 }
 
 // Pace owns the garbage collector's pace (GOGC) while a soft memory limit
-// is in force: it lets the heap grow to a target share of the container's
-// memory limit between two collections while what is live is small, and
-// falls back to GOGC's default as what is live grows.
+// is in force: it lets the heap grow between two collections until the
+// working set reaches a target share of the container's memory limit,
+// while what is live is small, and falls back to GOGC's default as what is
+// live grows. What is resident besides the heap (the binary, stacks, the
+// runtime's own) comes off the target, so a small container gets a small
+// raise or none.
 //
 // Why: at GOGC=100 a collector that holds little collects every time its
 // heap doubles, which for a receiver decoding requests of a few hundred KiB
@@ -125,12 +128,14 @@ func (p *Pace) String() string {
 func (p *Pace) Owned() bool { return p != nil && p.status == Owned }
 
 // Update sets the pace for the figures of the last collection (see
-// PaceFor), when this Pace owns it. softLimit is the soft memory limit in
-// force (math.MaxInt64: none): without one the pace goes back to GOGC's
-// default, since nothing would then bound the heap but the pace. It
-// reports the pace in force and whether this call changed it. Cheap when
-// nothing changed: the sampler calls it with every sample.
-func (p *Pace) Update(memLimit uint64, softLimit int64, h HeapFigures) (pace int, changed bool) {
+// PaceFor), when this Pace owns it: the heap's target is the target share
+// of memLimit less what the working set holds besides the heap's objects
+// and its free memory. softLimit is the soft memory limit in force
+// (math.MaxInt64: none): without one the pace goes back to GOGC's default,
+// since nothing would then bound the heap but the pace. It reports the pace
+// in force and whether this call changed it. Cheap when nothing changed:
+// the sampler calls it with every sample.
+func (p *Pace) Update(memLimit uint64, softLimit int64, workingSet uint64, h HeapFigures) (pace int, changed bool) {
 	if !p.Owned() {
 		return 0, false
 	}
@@ -141,7 +146,8 @@ func (p *Pace) Update(memLimit uint64, softLimit int64, h HeapFigures) (pace int
 	}
 	want := basePace
 	if memLimit > 0 && softLimit != noLimit {
-		want = PaceFor(p.target*float64(memLimit), h)
+		besides := float64(workingSet) - float64(h.Objects) - float64(h.Free)
+		want = PaceFor(p.target*float64(memLimit)-max(besides, 0), h)
 	}
 	if p.current != 0 && want != basePace && math.Abs(float64(want-p.current)) < paceStep*float64(p.current) {
 		return p.current, false

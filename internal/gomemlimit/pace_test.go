@@ -57,39 +57,50 @@ func TestPaceOwnership(t *testing.T) {
 		defer p.Release()
 		require.Equal(t, Owned, p.Status())
 
-		pace, changed := p.Update(300*mib, 240*mib, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib})
+		pace, changed := p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib})
 		assert.True(t, changed)
 		assert.Equal(t, 520, pace)
 		assert.Equal(t, 520, rt.pace)
 
 		// Small moves of what is live leave the pace alone.
-		_, changed = p.Update(300*mib, 240*mib, HeapFigures{Live: 21 * mib, Stacks: 4 * mib, Globals: mib})
+		_, changed = p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 21 * mib, Stacks: 4 * mib, Globals: mib})
 		assert.False(t, changed)
 		assert.Equal(t, []int{520}, rt.calls)
 
+		// What the working set holds besides the heap comes off the target:
+		// 40 MiB of it leaves 110 MiB, (110 - 20) / 25 = 360 %.
+		pace, changed = p.Update(300*mib, 240*mib, 100*mib, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib, Objects: 50 * mib, Free: 10 * mib})
+		assert.True(t, changed)
+		assert.Equal(t, 360, pace)
+		// A small container: 100 MiB, 30 MiB besides the heap leave 20 MiB
+		// for a heap with 10 MiB live, less than GOGC's default wants.
+		pace, _ = p.Update(100*mib, 80*mib, 45*mib, HeapFigures{Live: 10 * mib, Stacks: 2 * mib, Objects: 12 * mib, Free: 3 * mib})
+		assert.Equal(t, 100, pace)
+		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib})
+
 		// What is live grows: the pace falls to the default, which is set
 		// even though it is a small step.
-		pace, changed = p.Update(300*mib, 240*mib, HeapFigures{Live: 80 * mib, Stacks: 4 * mib, Globals: mib})
+		pace, changed = p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 80 * mib, Stacks: 4 * mib, Globals: mib})
 		assert.True(t, changed)
 		assert.Equal(t, 100, pace)
 
 		// No soft memory limit in force: only the pace would bound the heap.
-		p.Update(300*mib, 240*mib, HeapFigures{Live: 20 * mib})
+		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib})
 		require.NotEqual(t, 100, rt.pace)
-		pace, _ = p.Update(300*mib, math.MaxInt64, HeapFigures{Live: 20 * mib})
+		pace, _ = p.Update(300*mib, math.MaxInt64, 0, HeapFigures{Live: 20 * mib})
 		assert.Equal(t, 100, pace)
 		assert.Equal(t, 100, rt.pace)
 		// No container limit either.
-		p.Update(300*mib, 240*mib, HeapFigures{Live: 20 * mib})
-		pace, _ = p.Update(0, 240*mib, HeapFigures{Live: 20 * mib})
+		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib})
+		pace, _ = p.Update(0, 240*mib, 0, HeapFigures{Live: 20 * mib})
 		assert.Equal(t, 100, pace)
 
-		p.Update(300*mib, 240*mib, HeapFigures{Live: 20 * mib})
+		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib})
 		require.NotEqual(t, 100, rt.pace)
 		p.Release()
 		assert.Equal(t, 100, rt.pace, "given back")
 		n := len(rt.calls)
-		_, changed = p.Update(300*mib, 240*mib, HeapFigures{Live: mib})
+		_, changed = p.Update(300*mib, 240*mib, 0, HeapFigures{Live: mib})
 		assert.False(t, changed)
 		assert.Len(t, rt.calls, n, "no change after Release")
 		p.Release()
@@ -99,7 +110,7 @@ func TestPaceOwnership(t *testing.T) {
 	t.Run("nothing to give back when never raised", func(t *testing.T) {
 		rt := &fakePace{pace: 100}
 		p := AcquirePace(0.5, rt.options(nil))
-		p.Update(300*mib, 240*mib, HeapFigures{Live: 200 * mib})
+		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 200 * mib})
 		p.Release()
 		assert.Empty(t, rt.calls)
 	})
@@ -109,7 +120,7 @@ func TestPaceOwnership(t *testing.T) {
 		defer p.Release()
 		assert.Equal(t, want, p.Status())
 		assert.False(t, p.Owned())
-		_, changed := p.Update(300*mib, 240*mib, HeapFigures{Live: mib})
+		_, changed := p.Update(300*mib, 240*mib, 0, HeapFigures{Live: mib})
 		assert.False(t, changed)
 		p.Release()
 		assert.Empty(t, rt.calls, "never touched")
@@ -160,7 +171,7 @@ func TestHeapViewCountsTheDefaultPace(t *testing.T) {
 	p := AcquirePace(0.5, PaceOptions{Getenv: env(nil)})
 	require.Equal(t, Owned, p.Status())
 	defer p.Release()
-	pace, changed := p.Update(1024*mib, 96*mib, HeapFigures{Live: 32 * mib})
+	pace, changed := p.Update(1024*mib, 96*mib, 0, HeapFigures{Live: 32 * mib})
 	require.True(t, changed)
 	require.Greater(t, pace, 1000)
 	require.Equal(t, pace, runtimeGCPercent())

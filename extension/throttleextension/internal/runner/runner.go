@@ -304,7 +304,7 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 		r.logger.Info("throttle: the Go soft memory limit follows the memory limit",
 			zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Int64("go_memory_limit_bytes", goMemLimitBytes(limit)))
 	}
-	r.pace.Update(wl.MemLimit, r.memLimit.Limit(), r.heapView.Last())
+	r.pace.Update(wl.MemLimit, r.memLimit.Limit(), wl.WorkingSet, r.heapView.Last())
 	r.resizeBudget(wl)
 	r.engine.Observe(wl)
 	if started, ended := r.open.observe(r.engine.State(decision.Traces) == decision.Open); started {
