@@ -56,9 +56,9 @@ type PaceOptions struct {
 //
 // Why: at GOGC=100 a collector that holds little collects every time its
 // heap doubles, which for a receiver decoding requests of a few hundred KiB
-// is many times a second; the collections took a sixth of the CPU of a
-// saturated collector, and it was the throttle's own budget, which holds
-// what is in flight small, that kept the heap small. The memory the
+// is many times a second, and the throttle's own budget, which holds what
+// is in flight small, keeps the heap small (docs/design.md §11 has the
+// measurements). The memory the
 // container has is there to be used: a higher pace trades it for CPU, and
 // the soft memory limit, which binds whatever the pace, keeps the heap
 // under it if what is live grows faster than the pace follows.
