@@ -120,24 +120,33 @@ func Acquire(cfg Config, opts Options) *Owner {
 	if o.set == nil {
 		o.set = setMemoryLimit
 	}
-	getenv := opts.Getenv
+	o.status = decideOwner(cfg.Enabled, opts.Getenv, "GOMEMLIMIT", o.set(-1) == noLimit, &processOwner)
+	if o.status == Owned {
+		o.prev = noLimit
+	}
+	return o
+}
+
+// decideOwner is the ownership rule of a runtime setting (the soft limit,
+// the pace): not when turned off, not when its environment variable is
+// set, not when it is no longer the runtime's default (someone in the
+// process set it), not when another owner in the process holds it (owner,
+// taken on success). getenv is os.Getenv when nil.
+func decideOwner(enabled bool, getenv func(string) string, envVar string, untouched bool, owner *atomic.Bool) Status {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
 	switch {
-	case !cfg.Enabled:
-		o.status = Disabled
-	case getenv("GOMEMLIMIT") != "":
-		o.status = Environment
-	case o.set(-1) != noLimit:
-		o.status = AlreadySet
-	case !processOwner.CompareAndSwap(false, true):
-		o.status = OtherOwner
-	default:
-		o.status = Owned
-		o.prev = noLimit
+	case !enabled:
+		return Disabled
+	case getenv(envVar) != "":
+		return Environment
+	case !untouched:
+		return AlreadySet
+	case !owner.CompareAndSwap(false, true):
+		return OtherOwner
 	}
-	return o
+	return Owned
 }
 
 // Status says who sets the limit.

@@ -5,7 +5,6 @@ package gomemlimit // import "github.com/otelthrottle/throttle/internal/gomemlim
 
 import (
 	"math"
-	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -74,34 +73,19 @@ type Pace struct {
 	released bool
 }
 
-// AcquirePace decides whether the throttle owns the pace: not when target
-// is 0, not when GOGC is set in the environment, not when the pace is no
-// longer GOGC's default (someone in the process set it), not when another
-// Pace in this process has it. A Pace that does not own never changes it.
+// AcquirePace decides whether the throttle owns the pace (decideOwner: a
+// target of 0 turns it off; GOGC is the variable). A Pace that does not own
+// never changes it.
 func AcquirePace(target float64, opts PaceOptions) *Pace {
 	p := &Pace{target: target, set: opts.SetGCPercent}
 	if p.set == nil {
 		p.set = setGCPercent
 	}
-	getenv, gcPercent := opts.Getenv, opts.GCPercent
-	if getenv == nil {
-		getenv = os.Getenv
-	}
+	gcPercent := opts.GCPercent
 	if gcPercent == nil {
 		gcPercent = runtimeGCPercent
 	}
-	switch {
-	case target <= 0:
-		p.status = Disabled
-	case getenv("GOGC") != "":
-		p.status = Environment
-	case gcPercent() != basePace:
-		p.status = AlreadySet
-	case !processPace.CompareAndSwap(false, true):
-		p.status = OtherOwner
-	default:
-		p.status = Owned
-	}
+	p.status = decideOwner(target > 0, opts.Getenv, "GOGC", gcPercent() == basePace, &processPace)
 	return p
 }
 
