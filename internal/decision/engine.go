@@ -13,11 +13,6 @@ import (
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
-// memoryReliefEvery is the fixed cadence of the memory relief while memory
-// is at or over its hard line. A fixed cadence, not a back-off: backing off when
-// "the GC did not help" leaves dead zones in which Open holds for ever.
-const memoryReliefEvery = time.Second
-
 // Slot is the configuration of one resource's thresholds (thresholds.cpu,
 // thresholds.mem).
 type Slot struct {
@@ -127,11 +122,12 @@ type Transition struct {
 
 // Options are the engine's collaborators. Every field is optional.
 type Options struct {
-	// Now is the clock of the recovery ramp and memory relief; time.Now when nil.
+	// Now is the clock of the recovery ramp; time.Now when nil.
 	Now func() time.Time
-	// RelieveMemory is called at most once every memoryReliefEvery while
-	// memory is at or over its hard line, to make the level fall once
-	// memory has been freed (gomemlimit.Relief); nothing when nil.
+	// RelieveMemory is called after every frame in which memory is at or
+	// over its hard line, to make the level fall once memory has been freed;
+	// it decides itself whether and how often to collect
+	// (gomemlimit.Relief). Nothing when nil.
 	RelieveMemory func()
 	// OnTransition is called from Observe for every state change of every signal.
 	OnTransition func(Transition)
@@ -187,9 +183,7 @@ type Engine struct {
 	rampActive bool
 	// openByMem: in the current Open episode the memory slot reached its
 	// hard line, so leaving it starts the recovery ramp.
-	openByMem  bool
-	lastRelief time.Time
-	reliefEver bool
+	openByMem bool
 	// cpuShare is the CPU part of the shedding severity, an integral
 	// controller: in Shedding each new CPU frame adds
 	// cpuStep*(cpu_fast - enter), so it rises while CPU is above the enter
@@ -446,10 +440,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	if e.mem.safe(mem) || mem.fast < e.mem.Hard {
 		return
 	}
-	if !e.reliefEver || now.Sub(e.lastRelief) >= memoryReliefEvery {
-		e.reliefEver, e.lastRelief = true, now
-		e.relieveMemory()
-	}
+	e.relieveMemory()
 }
 
 // next is the transition table of design §4. Worsening is OR over the

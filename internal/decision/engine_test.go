@@ -793,17 +793,21 @@ func TestMemoryRelief(t *testing.T) {
 		e.Observe(f.level())
 		clock.Advance(250 * time.Millisecond)
 	}
-	for range 13 { // 0s .. 3s at the hard line
+	ms := func(n ...int) (d []time.Duration) {
+		for _, v := range n {
+			d = append(d, time.Duration(v)*time.Millisecond)
+		}
+		return d
+	}
+	for range 4 { // 0s .. 0.75s at the hard line: every frame, the relief decides
 		tick(memOnly(0.92))
 	}
-	assert.Equal(t, []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}, freedAt)
+	assert.Equal(t, ms(0, 250, 500, 750), freedAt)
 
 	freedAt = nil
-	tick(memOnly(0.91)) // 3.25s: under hard, no call
-	tick(memOnly(0.99)) // 3.5s: over again, but 0.5s after the last call
-	tick(memOnly(0.99)) // 3.75s
-	tick(memOnly(0.99)) // 4s: due
-	assert.Equal(t, []time.Duration{4 * time.Second}, freedAt)
+	tick(memOnly(0.91)) // 1s: under hard, no call
+	tick(memOnly(0.99)) // 1.25s: over again
+	assert.Equal(t, ms(1250), freedAt)
 
 	freedAt = nil
 	for range 8 {

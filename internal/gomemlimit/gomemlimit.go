@@ -25,6 +25,7 @@ import (
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultShare is the soft limit's default share of the container's memory
@@ -206,19 +207,29 @@ func (o *Owner) Release() {
 // (math.MaxInt64: none), whoever set it.
 func Current() int64 { return setMemoryLimit(-1) }
 
-// Relief is the throttle's memory relief at its memory hard line, which
-// the engine calls at most once a second while memory is at or over it.
-// Not safe for concurrent use: the sampler's goroutine calls it.
+// reliefEvery is the least time between two of the relief's own
+// collections: a fixed cadence, not a back-off (backing off when "the GC did
+// not help" leaves dead zones in which Open holds for ever), and a bound on
+// what collecting a heap full of live data costs a collector that is stuck
+// at its hard line.
+const reliefEvery = time.Second
+
+// Relief is the throttle's memory relief at its memory hard line: the
+// engine calls it after every frame at or over the line. Not safe for
+// concurrent use: the sampler's goroutine calls it.
 type Relief struct {
 	cycles   []metrics.Sample
 	lastSeen uint64
-	// gc is runtime.GC, a variable for tests.
-	gc func()
+	// lastForced is when the relief last collected.
+	lastForced time.Time
+	// gc is runtime.GC and now time.Now, variables for tests.
+	gc  func()
+	now func() time.Time
 }
 
 // NewRelief returns a Relief.
 func NewRelief() *Relief {
-	r := &Relief{cycles: []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}, gc: runtime.GC}
+	r := &Relief{cycles: []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}, gc: runtime.GC, now: time.Now}
 	r.lastSeen = r.gcCycles()
 	return r
 }
@@ -228,10 +239,16 @@ func NewRelief() *Relief {
 // are measured by a collection, and a collector that the throttle has
 // cut off allocates too little to start one: its level would stay at the
 // hard line, and the throttle Open, with nothing left in it. So it runs a
-// collection, only when none has run since the last call (a busy collector
-// collects by itself; the relief's own collection counts as none, since
-// what is live keeps changing while the collector drains), and then
-// cheaply: the collector is idle. It reports whether it collected.
+// collection when none has run since its previous call, one frame earlier
+// while memory stays at the line (a busy collector collects by itself; the
+// relief's own collection counts as none, since what is live keeps
+// changing while the collector drains), at most once every reliefEvery,
+// and then cheaply: the collector is idle. Checking every frame rather
+// than once a second ends an Open whose clients have all been refused
+// within a frame or two of the collector going quiet: the OTLP exporters
+// wait seconds after a refusal, and an Open held on stale figures left the
+// collector idle while their queues were full. It reports whether it
+// collected.
 //
 // It never returns memory to the kernel (debug.FreeOSMemory, which the
 // throttle used to call here): memory the runtime has freed is not counted
@@ -240,11 +257,13 @@ func NewRelief() *Relief {
 // collector needed to drain what it held.
 func (r *Relief) Relieve() bool {
 	n := r.gcCycles()
-	if n != r.lastSeen {
-		r.lastSeen = n
+	quiet := n == r.lastSeen
+	r.lastSeen = n
+	if !quiet || (!r.lastForced.IsZero() && r.now().Sub(r.lastForced) < reliefEvery) {
 		return false
 	}
 	r.gc()
+	r.lastForced = r.now()
 	r.lastSeen = r.gcCycles()
 	return true
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -209,14 +210,28 @@ func TestHeapViewFree(t *testing.T) {
 
 func TestRelief(t *testing.T) {
 	var gcs int
+	now := time.Unix(1000, 0)
 	r := NewRelief()
 	r.gc = func() { gcs++; runtime.GC() }
+	r.now = func() time.Time { return now }
+	frame := func() bool {
+		now = now.Add(250 * time.Millisecond)
+		return r.Relieve()
+	}
 
 	runtime.GC() // the collector collects by itself
-	assert.False(t, r.Relieve(), "a collection ran since the last call: nothing to do")
-	assert.True(t, r.Relieve(), "none since: collect, so that the heap figures are renewed")
-	assert.True(t, r.Relieve(), "only the relief's own since: collect again")
+	assert.False(t, frame(), "a collection ran since the last call: nothing to do")
+	assert.True(t, frame(), "none for a frame: collect, so that the heap figures are renewed")
+	for range 3 {
+		assert.False(t, frame(), "only the relief's own since, but within a second of it")
+	}
+	assert.True(t, frame(), "a second after its own: collect again")
 	runtime.GC()
-	assert.False(t, r.Relieve())
-	assert.Equal(t, 2, gcs)
+	assert.False(t, frame())
+	for range 4 {
+		runtime.GC() // a busy collector, a second after the relief's last collection
+		assert.False(t, frame(), "it collects by itself")
+	}
+	assert.True(t, frame(), "quiet for a frame, and the relief's last collection is over a second old")
+	assert.Equal(t, 3, gcs)
 }
