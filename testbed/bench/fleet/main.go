@@ -14,7 +14,8 @@
 // First it measures the gateway's capacity in the same run: the stock
 // gateway, with memory enough not to matter, fed through the agents at a
 // rate stepped up until the rate the sink receives stops growing; the
-// capacity is the best rate the sink received (see measureCapacity). Then,
+// capacity is the rate of the best step measured again on a fresh fleet
+// (see measureCapacity). Then,
 // per scenario, a fresh sink, gateway and agents; a short warmup at a
 // fifth of the capacity; the burst, an open loop at -factor times the
 // capacity for -burst; then the drain, until every agent has sent or
@@ -279,7 +280,7 @@ func run(o options) error {
 	}
 	budget := time.Minute
 	if o.capacity <= 0 {
-		budget += time.Duration(o.capMaxSteps)*(o.capStep+5*time.Second) + time.Minute
+		budget += time.Duration(o.capMaxSteps)*(o.capStep+5*time.Second) + remeasureLength(o) + 2*time.Minute
 	}
 	budget += time.Duration(len(scens)) * (o.warmup + o.burst + o.drainMax + 2*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
