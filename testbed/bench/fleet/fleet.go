@@ -337,15 +337,24 @@ func (c *capacitySearch) step(offered, got float64) (done bool) {
 // again (remeasureCapacity), which is a reading of the same rate with no
 // selection in it. capacity.md keeps both.
 func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, error) {
-	// The steps go to stdout and to capacity.md, which the report includes.
+	// The steps go to stdout and to capacity.md, which the report includes,
+	// written whatever happened: a failed measurement is read there.
 	var steps bytes.Buffer
-	out := io.MultiWriter(os.Stdout, &steps)
+	capacity, err := findCapacity(ctx, o, tw, io.MultiWriter(os.Stdout, &steps))
+	if werr := os.WriteFile(filepath.Join(o.out, report.FleetCapacityFile), steps.Bytes(), 0o644); err == nil {
+		err = werr
+	}
+	return capacity, err
+}
+
+// findCapacity searches the best step, measures it again and writes both
+// to out.
+func findCapacity(ctx context.Context, o options, tw *csv.Writer, out io.Writer) (float64, error) {
 	search, err := searchCapacity(ctx, o, tw, out)
 	if err != nil {
 		return 0, err
 	}
 	if search.best <= 0 {
-		_ = os.WriteFile(filepath.Join(o.out, report.FleetCapacityFile), steps.Bytes(), 0o644)
 		return 0, fmt.Errorf("nothing delivered (see %s)", o.out)
 	}
 	again, err := remeasureCapacity(ctx, o, tw, search.bestOffered)
@@ -354,23 +363,17 @@ func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, e
 	}
 	fmt.Fprintf(out, "\nBest step: %.0f spans/s, at %.0f offered. The same rate offered again to a fresh fleet for %s delivered %.0f spans/s over its second half.\n",
 		search.best, search.bestOffered, remeasureLength(o), again)
-	fmt.Fprintf(&steps, "\nCapacity: %.0f spans/s.\n", again)
-	if err := os.WriteFile(filepath.Join(o.out, report.FleetCapacityFile), steps.Bytes(), 0o644); err != nil {
-		return 0, err
-	}
 	if again <= 0 {
 		return 0, fmt.Errorf("nothing delivered when the capacity was measured again (see %s)", o.out)
 	}
+	fmt.Fprintf(out, "\nCapacity: %.0f spans/s.\n", again)
 	return again, nil
 }
 
 // searchCapacity steps the offered rate up until capacitySearch is done,
 // writing each step to out.
 func searchCapacity(ctx context.Context, o options, tw *csv.Writer, out io.Writer) (*capacitySearch, error) {
-	f, err := startFleet(ctx, o, fleetSpec{
-		name: "capacity", gateway: gatewayConfig{Kind: gwStock},
-		gwBin: o.stockBin, memMiB: unlimitedMiB(o),
-	}, tw)
+	f, err := startCapacityFleet(ctx, o, tw, "capacity")
 	if err != nil {
 		return nil, err
 	}
@@ -393,6 +396,15 @@ func searchCapacity(ctx context.Context, o options, tw *csv.Writer, out io.Write
 	return search, nil
 }
 
+// startCapacityFleet starts the fleet the capacity is measured on: the
+// stock gateway with memory enough not to matter.
+func startCapacityFleet(ctx context.Context, o options, tw *csv.Writer, name string) (*fleet, error) {
+	return startFleet(ctx, o, fleetSpec{
+		name: name, gateway: gatewayConfig{Kind: gwStock},
+		gwBin: o.stockBin, memMiB: unlimitedMiB(o),
+	}, tw)
+}
+
 // remeasureLength is how long the capacity is measured again: twice a
 // step, for a steadier reading.
 func remeasureLength(o options) time.Duration { return 2 * o.capStep }
@@ -401,10 +413,7 @@ func remeasureLength(o options) time.Duration { return 2 * o.capStep }
 // from the steps over the plateau, a gateway that has not been through
 // them) and returns what the sink received over the second half.
 func remeasureCapacity(ctx context.Context, o options, tw *csv.Writer, rate float64) (float64, error) {
-	f, err := startFleet(ctx, o, fleetSpec{
-		name: "capacity-again", gateway: gatewayConfig{Kind: gwStock},
-		gwBin: o.stockBin, memMiB: unlimitedMiB(o),
-	}, tw)
+	f, err := startCapacityFleet(ctx, o, tw, "capacity-again")
 	if err != nil {
 		return 0, err
 	}
