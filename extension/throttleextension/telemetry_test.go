@@ -7,6 +7,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,8 @@ func wantLevels(mem float64) []metricdata.DataPoint[float64] {
 		{"cpu_fast", 0},
 		{"mem", mem},
 		{"mem_working_set", mem},
+		{"mem_heap_free", 0},
+		{"mem_heap_held_back", 0},
 		{"cpu_enter", 0.90},
 		{"cpu_exit", 0.80},
 		{"cpu_hard", 1.10},
@@ -296,7 +299,7 @@ func TestTelemetryDisabledSlot(t *testing.T) {
 	}), metadatatest.NewSettings(tt))
 	var lines []metricdata.DataPoint[float64]
 	for _, dp := range wantLevels(0) {
-		if k, _ := dp.Attributes.Value("kind"); strings.HasPrefix(k.AsString(), "mem_") && k.AsString() != "mem_working_set" {
+		if k, _ := dp.Attributes.Value("kind"); slices.Contains([]string{"mem_enter", "mem_exit", "mem_hard"}, k.AsString()) {
 			lines = append(lines, dp)
 		}
 	}
@@ -304,7 +307,7 @@ func TestTelemetryDisabledSlot(t *testing.T) {
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, lines, metricdatatest.IgnoreTimestamp())
 	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
 	waitValid(t, e, 0.5)
-	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines[:len(lines):len(lines)], wantLevels(0.5)[:5]...), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines[:len(lines):len(lines)], wantLevels(0.5)[:7]...), metricdatatest.IgnoreTimestamp())
 }
 
 // TestSamplerErrors makes the memory read fail three times: each failure

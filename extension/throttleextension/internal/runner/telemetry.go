@@ -18,10 +18,10 @@ import (
 )
 
 // The water_level kinds, in the order observed.
-var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "mem", "mem_working_set", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
+var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "mem", "mem_working_set", "mem_heap_free", "mem_heap_held_back", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
 
 // firstLineKind is the index in levelKinds of the first threshold line.
-const firstLineKind = 5
+const firstLineKind = 7
 
 // telemetrySources is what the observable gauges read when the meter
 // collects. Each is cheap and safe to call from any goroutine.
@@ -124,7 +124,10 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 			}
 			if wl.MemValid {
 				o.Observe(wl.Mem, kindOpts[3])
-				o.Observe(float64(wl.WorkingSet)/float64(wl.MemLimit), kindOpts[4])
+				limit := float64(wl.MemLimit)
+				o.Observe(float64(wl.WorkingSet)/limit, kindOpts[4])
+				o.Observe(float64(min(wl.HeapFree, wl.WorkingSet))/limit, kindOpts[5])
+				o.Observe(float64(wl.HeapHeldBack)/limit, kindOpts[6])
 			}
 		}
 		for i, line := range src.lines {

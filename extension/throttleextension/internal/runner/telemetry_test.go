@@ -93,3 +93,43 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// TestWaterLevelHeapCorrections checks that the two corrections of the
+// memory level are reported beside it, as shares of the limit, so that an
+// operator can tell why the level the lines apply to is not the working set.
+func TestWaterLevelHeapCorrections(t *testing.T) {
+	const limit = 1000
+	f := func(ws, free, heldBack uint64, wantFree, wantHeldBack float64) {
+		t.Helper()
+		tt := newTestTelemetry(t)
+		wl := &sampler.WaterLevel{
+			MemValid: true, WorkingSet: ws, MemLimit: limit, HeapFree: free, HeapHeldBack: heldBack,
+			Mem: float64(ws-min(free, ws)+heldBack) / limit,
+		}
+		tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
+			level:  func() *sampler.WaterLevel { return wl },
+			state:  func(decision.Signal) decision.State { return decision.Normal },
+			budget: func() (int64, int64) { return 0, 0 },
+			stale:  func() bool { return false },
+			held:   func() int64 { return 0 },
+		})
+		require.NoError(t, err)
+		defer tel.shutdown()
+		m, err := tt.GetMetric("otelcol_throttle_water_level")
+		require.NoError(t, err)
+		got := map[string]float64{}
+		for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
+			k, _ := dp.Attributes.Value("kind")
+			got[k.AsString()] = dp.Value
+		}
+		assert.InDelta(t, wantFree, got["mem_heap_free"], 1e-9)
+		assert.InDelta(t, wantHeldBack, got["mem_heap_held_back"], 1e-9)
+		assert.InDelta(t, got["mem"], got["mem_working_set"]-got["mem_heap_free"]+got["mem_heap_held_back"], 1e-9)
+	}
+	f(800, 0, 0, 0, 0)
+	f(800, 300, 0, 0.3, 0)
+	f(800, 100, 50, 0.1, 0.05)
+	// More free than the working set (the working set is the cgroup's, read
+	// at another instant): the level counts at most all of it.
+	f(200, 300, 0, 0.2, 0)
+}
