@@ -15,12 +15,14 @@ package throttleextension
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"maps"
 	"math"
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -199,10 +201,24 @@ func startE2EThrottle(tb testing.TB, opts e2eOptions) *e2eEnv {
 // as the middleware of both its servers.
 func startE2E(tb testing.TB, opts e2eOptions) *e2eEnv {
 	tb.Helper()
-	ctx := context.Background()
 	env := startE2EThrottle(tb, opts)
-	ext := env.ext
+	// A free port can be taken by another test between e2eFreeAddr and the
+	// receiver's listen: start again on new ones.
+	var err error
+	for range 5 {
+		if err = env.startReceiver(tb, opts); !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	require.NoError(tb, err)
+	return env
+}
 
+// startReceiver starts the otlpreceiver with the throttle as the middleware
+// of both its servers, on two new free addresses.
+func (env *e2eEnv) startReceiver(tb testing.TB, opts e2eOptions) error {
+	tb.Helper()
+	ctx := context.Background()
 	// The receiver, configured as a user would in YAML.
 	env.httpAddr, env.grpcAddr = e2eFreeAddr(tb), e2eFreeAddr(tb)
 	middlewares := []any{map[string]any{"id": "throttle"}}
@@ -242,16 +258,20 @@ func startE2E(tb testing.TB, opts e2eOptions) *e2eEnv {
 	pr, err := rf.(xreceiver.Factory).CreateProfiles(ctx, rset, rcfg, pc)
 	require.NoError(tb, err)
 	rcvs = append(rcvs, tr, mr, lr, pr)
-	host := e2eHost{exts: map[component.ID]component.Component{component.MustNewID("throttle"): ext}}
-	for _, r := range rcvs {
-		require.NoError(tb, r.Start(ctx, host))
-	}
+	host := e2eHost{exts: map[component.ID]component.Component{component.MustNewID("throttle"): env.ext}}
+	var started []component.Component
 	tb.Cleanup(func() {
-		for _, r := range rcvs {
+		for _, r := range started {
 			require.NoError(tb, r.Shutdown(ctx))
 		}
 	})
-	return env
+	for _, r := range rcvs {
+		if err := r.Start(ctx, host); err != nil {
+			return err
+		}
+		started = append(started, r)
+	}
+	return nil
 }
 
 // setLevel sets the memory level and waits until the state machines (every
