@@ -47,7 +47,7 @@ func wantLevels(mem float64) []metricdata.DataPoint[float64] {
 		{"cpu_fast", 0},
 		{"mem", mem},
 		{"mem_working_set", mem},
-		{"mem_heap_free", 0},
+		{"mem_heap_spare", 0},
 		{"mem_heap_held_back", 0},
 		{"cpu_enter", 0.90},
 		{"cpu_exit", 0.80},

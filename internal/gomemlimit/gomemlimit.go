@@ -326,10 +326,15 @@ func (v *HeapView) Last() HeapFigures {
 
 // Read returns two corrections of the working set, in bytes.
 //
-// free is heap memory the runtime has freed and not yet returned to the
-// kernel: it is resident, so the working set counts it, but the heap reuses
-// it before it asks the kernel for more, so it is no step towards the OOM
-// killer.
+// spare is heap memory the runtime has freed and not yet returned to the
+// kernel, less what the heap fills before its next collection (its goal
+// less what its objects occupy): it is resident, so the working set counts
+// it, but the heap reuses it before it asks the kernel for more, so it is no
+// step towards the OOM killer. What the heap grows into before the GC runs is
+// no spare room, whether it is resident already or not: counting it as spare
+// made the level follow the phase of the GC's cycle (low just after a
+// collection, while the working set stood at the soft limit) instead of
+// what the heap is about to hold.
 //
 // heldBack is how far the heap goal is below the one the GC would set at
 // its configured pace (GOGC) for what is live: 0 while no soft memory limit
@@ -337,7 +342,7 @@ func (v *HeapView) Last() HeapFigures {
 // to run more often to keep under it. GOGC=off, and a pace the throttle
 // raised (Pace), count as GOGC's default, the pace the memory lines are
 // drawn for.
-func (v *HeapView) Read() (free, heldBack uint64) {
+func (v *HeapView) Read() (spare, heldBack uint64) {
 	metrics.Read(v.samples)
 	var u [7]uint64
 	for i, s := range v.samples {
@@ -351,7 +356,14 @@ func (v *HeapView) Read() (free, heldBack uint64) {
 	if v.pace.Owned() {
 		gogc = basePace
 	}
-	return u[5], heldBackBytes(u[0], u[1], gogc, u[3], u[4])
+	return spareBytes(u[5], u[1], u[6]), heldBackBytes(u[0], u[1], gogc, u[3], u[4])
+}
+
+// spareBytes is the free heap memory beyond what the heap's objects grow
+// into before the GC's next collection, at its goal.
+func spareBytes(free, goal, objects uint64) uint64 {
+	fill := goal - min(goal, objects)
+	return free - min(free, fill)
 }
 
 // heldBackBytes is Read's arithmetic: the GC's pacing goal for live bytes

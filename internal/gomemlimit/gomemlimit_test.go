@@ -163,6 +163,23 @@ func TestHeldBackArithmetic(t *testing.T) {
 	f(0, 4<<20, 100, 0, 0, 0)
 }
 
+func TestSpareArithmetic(t *testing.T) {
+	f := func(free, goal, objects, want uint64) {
+		t.Helper()
+		assert.Equal(t, want, spareBytes(free, goal, objects), "free %d goal %d objects %d", free, goal, objects)
+	}
+	// Just after a collection: the heap grows back to its goal first.
+	f(300, 700, 400, 0)
+	f(300, 700, 500, 100)
+	// A heap that shrank (a drained pipeline): most of what it freed is spare.
+	f(600, 200, 100, 500)
+	// At or past the goal (the GC is marking): all of it is spare.
+	f(50, 700, 700, 50)
+	f(50, 700, 800, 50)
+	// Nothing free.
+	f(0, 700, 100, 0)
+}
+
 var sink [][]byte
 
 // TestHeapViewSeesALimitSqueezing holds live data close to a soft limit:
@@ -192,7 +209,8 @@ func TestHeapViewSeesALimitSqueezing(t *testing.T) {
 }
 
 // TestHeapViewFree frees a large live set: the heap keeps the memory for
-// reuse, and Read reports it as free rather than leaving it in the level.
+// reuse, far more than it grows back into before its next collection, and
+// Read reports it as spare rather than leaving it in the level.
 func TestHeapViewFree(t *testing.T) {
 	v := NewHeapView(nil)
 	debug.FreeOSMemory() // start with nothing kept from earlier tests

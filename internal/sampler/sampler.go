@@ -101,10 +101,11 @@ type Options struct {
 }
 
 // HeapView is the Go runtime's view of its heap: memory freed and not yet
-// returned to the kernel, and how far a soft memory limit holds the heap
+// returned to the kernel beyond what the heap grows into before its next
+// collection, and how far a soft memory limit holds the heap
 // below the GC's normal pace (see gomemlimit.HeapView.Read).
 type HeapView interface {
-	Read() (free, heldBack uint64)
+	Read() (spare, heldBack uint64)
 }
 
 // Sampler turns a Source's counters into WaterLevels at a fixed interval.
@@ -312,17 +313,18 @@ func (s *Sampler) Tick() {
 		s.onError(&ReadError{Resource: "mem", Err: fmt.Errorf("reading memory working set: %w", err)})
 	} else {
 		wl.WorkingSet = ws
-		// Memory the heap has freed is reused before the kernel is asked
-		// for more, so it is no step towards the OOM killer; what a soft
+		// Memory the heap has freed beyond what it grows into before its
+		// next collection is reused before the kernel is asked for more,
+		// so it is no step towards the OOM killer; what a soft
 		// memory limit holds back is memory the collector would use at its
 		// normal GC pace, so counting it keeps the memory lines meaning the
 		// same with and without a soft limit, and makes the throttle shed
 		// while the extra collections are still cheap.
 		if s.heap != nil {
-			wl.HeapFree, wl.HeapHeldBack = s.heap.Read()
+			wl.HeapSpare, wl.HeapHeldBack = s.heap.Read()
 		}
 		if wl.MemLimit > 0 {
-			wl.Mem = float64(ws-min(wl.HeapFree, ws)+wl.HeapHeldBack) / float64(wl.MemLimit)
+			wl.Mem = float64(ws-min(wl.HeapSpare, ws)+wl.HeapHeldBack) / float64(wl.MemLimit)
 			wl.MemValid = true
 		}
 	}

@@ -27,7 +27,8 @@ type WaterLevel struct {
 	// repeat the last valid one.
 	CPUCarried bool
 	// Mem is the memory level: the working set, less the heap memory the Go
-	// runtime has freed and keeps for reuse (HeapFree), plus the heap a soft
+	// runtime has freed and keeps for reuse beyond what the heap grows into
+	// before its next collection (HeapSpare), plus the heap a soft
 	// memory limit holds back (HeapHeldBack), over the memory limit.
 	Mem float64
 	// MemValid is false when there is no memory limit or memory could not be
@@ -36,10 +37,11 @@ type WaterLevel struct {
 	// WorkingSet and MemLimit are the bytes behind Mem (MemLimit 0 = none).
 	WorkingSet uint64
 	MemLimit   uint64
-	// HeapFree is heap memory the Go runtime has freed and not returned to
-	// the kernel; HeapHeldBack how many bytes a soft memory limit holds the
+	// HeapSpare is heap memory the Go runtime has freed and not returned to
+	// the kernel, less what the heap grows into before its next collection;
+	// HeapHeldBack how many bytes a soft memory limit holds the
 	// heap below its normal GC pace (0 without one).
-	HeapFree, HeapHeldBack uint64
+	HeapSpare, HeapHeldBack uint64
 	// Cores is the effective number of cores CPU is normalised by.
 	Cores float64
 	// At is when the sample was taken (monotonic clock reading).

@@ -23,13 +23,13 @@ import (
 // the load generators' summed (cumulative over the scenario's phases).
 // gw_wl_* are the throttle's levels: the memory level the lines apply to,
 // the working set it starts from and its two heap corrections (mem = mem_ws
-// - heap_free + heap_held_back, shares of the limit). An
+// - heap_spare + heap_held_back, shares of the limit). An
 // empty cell is a missing value: plot it as a gap, never as 0.
 var timelineHeader = []string{
 	"scenario", "t_s", "unix_ms", "phase",
 	"gw_alive", "gw_restarts", "gw_oom_kills", "gw_ws_bytes", "gw_limit_bytes", "gw_ws_pct", "gw_cpu_s", "gw_cpu_pct",
 	"gw_scrape_age_ms", "gw_state_traces", "gw_wl_cpu_slow", "gw_wl_cpu_fast", "gw_wl_mem",
-	"gw_wl_mem_ws", "gw_wl_heap_free", "gw_wl_heap_held_back", "gw_gc_percent", "gw_go_memory_limit_bytes",
+	"gw_wl_mem_ws", "gw_wl_heap_spare", "gw_wl_heap_held_back", "gw_gc_percent", "gw_go_memory_limit_bytes",
 	"gw_cpu_enter", "gw_mem_enter", "gw_mem_hard", "gw_inflight_reserved", "gw_inflight_limit",
 	"gw_thr_allowed", "gw_thr_denied_shed", "gw_thr_denied_open", "gw_thr_denied_budget",
 	"gw_accepted_spans", "gw_refused_spans", "gw_sent_spans", "gw_send_failed_spans", "gw_enqueue_failed_spans",
@@ -254,7 +254,7 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 	p.state = g("otelcol_throttle_state", map[string]string{"signal": "traces"})
 	lvl := func(kind string) float64 { return g("otelcol_throttle_water_level", map[string]string{"kind": kind}) }
 	row = append(row, opt(p.state, 0), opt(lvl("cpu_slow"), 4), opt(lvl("cpu_fast"), 4), opt(lvl("mem"), 4),
-		opt(lvl("mem_working_set"), 4), opt(lvl("mem_heap_free"), 4), opt(lvl("mem_heap_held_back"), 4),
+		opt(lvl("mem_working_set"), 4), opt(lvl("mem_heap_spare"), 4), opt(lvl("mem_heap_held_back"), 4),
 		opt(g("otelcol_throttle_gc_percent", nil), 0), opt(g("otelcol_throttle_go_memory_limit", nil), 0),
 		opt(lvl("cpu_enter"), 2), opt(lvl("mem_enter"), 2), opt(lvl("mem_hard"), 2),
 		opt(g("otelcol_throttle_inflight_bytes", map[string]string{"budget": "reserved"}), 0),

@@ -311,7 +311,7 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 		r.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until memory falls",
 			zap.Float64("mem", wl.Mem),
 			zap.Uint64("working_set_bytes", wl.WorkingSet),
-			zap.Uint64("heap_free_bytes", wl.HeapFree),
+			zap.Uint64("heap_spare_bytes", wl.HeapSpare),
 			zap.Uint64("heap_held_back_bytes", wl.HeapHeldBack),
 			zap.Uint64("memory_limit_bytes", wl.MemLimit),
 			zap.Float64("cpu", wl.CPU),

@@ -18,7 +18,7 @@ import (
 )
 
 // The water_level kinds, in the order observed.
-var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "mem", "mem_working_set", "mem_heap_free", "mem_heap_held_back", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
+var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "mem", "mem_working_set", "mem_heap_spare", "mem_heap_held_back", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
 
 // firstLineKind is the index in levelKinds of the first threshold line.
 const firstLineKind = 7
@@ -126,7 +126,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 				o.Observe(wl.Mem, kindOpts[3])
 				limit := float64(wl.MemLimit)
 				o.Observe(float64(wl.WorkingSet)/limit, kindOpts[4])
-				o.Observe(float64(min(wl.HeapFree, wl.WorkingSet))/limit, kindOpts[5])
+				o.Observe(float64(min(wl.HeapSpare, wl.WorkingSet))/limit, kindOpts[5])
 				o.Observe(float64(wl.HeapHeldBack)/limit, kindOpts[6])
 			}
 		}
