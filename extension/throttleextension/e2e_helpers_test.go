@@ -267,7 +267,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, opts e2eOptions) error {
 	})
 	for _, r := range rcvs {
 		if err := r.Start(ctx, host); err != nil {
-			return err
+			return errors.Join(err, r.Shutdown(ctx))
 		}
 		started = append(started, r)
 	}

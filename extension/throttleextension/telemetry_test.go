@@ -297,17 +297,21 @@ func TestTelemetryDisabledSlot(t *testing.T) {
 	e := newTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
 		c.Thresholds.CPU.Enabled = false
 	}), metadatatest.NewSettings(tt))
-	var lines []metricdata.DataPoint[float64]
-	for _, dp := range wantLevels(0) {
-		if k, _ := dp.Attributes.Value("kind"); slices.Contains([]string{"mem_enter", "mem_exit", "mem_hard"}, k.AsString()) {
+	var lines, levels []metricdata.DataPoint[float64]
+	for _, dp := range wantLevels(0.5) {
+		k, _ := dp.Attributes.Value("kind")
+		switch {
+		case slices.Contains([]string{"mem_enter", "mem_exit", "mem_hard"}, k.AsString()):
 			lines = append(lines, dp)
+		case !strings.HasSuffix(k.AsString(), "_enter") && !strings.HasSuffix(k.AsString(), "_exit") && !strings.HasSuffix(k.AsString(), "_hard"):
+			levels = append(levels, dp)
 		}
 	}
 	// Not started: only the lines.
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, lines, metricdatatest.IgnoreTimestamp())
 	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
 	waitValid(t, e, 0.5)
-	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines[:len(lines):len(lines)], wantLevels(0.5)[:7]...), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines, levels...), metricdatatest.IgnoreTimestamp())
 }
 
 // TestSamplerErrors makes the memory read fail three times: each failure

@@ -251,8 +251,9 @@ func NewRelief() *Relief {
 // collected.
 //
 // It never returns memory to the kernel (debug.FreeOSMemory, which the
-// throttle used to call here): memory the runtime has freed is not counted
-// in the level, since the heap reuses it before it asks for more, and a
+// throttle used to call here): memory the runtime has freed beyond what the
+// heap grows back into is not counted in the level, since the heap reuses it
+// before it asks for more, and a
 // forced full scavenge every second at the memory edge took the CPU the
 // collector needed to drain what it held.
 func (r *Relief) Relieve() bool {
@@ -331,10 +332,8 @@ func (v *HeapView) Last() HeapFigures {
 // less what its objects occupy): it is resident, so the working set counts
 // it, but the heap reuses it before it asks the kernel for more, so it is no
 // step towards the OOM killer. What the heap grows into before the GC runs is
-// no spare room, whether it is resident already or not: counting it as spare
-// made the level follow the phase of the GC's cycle (low just after a
-// collection, while the working set stood at the soft limit) instead of
-// what the heap is about to hold.
+// no spare room, or the level would follow the phase of the GC's cycle
+// rather than what the heap is about to hold.
 //
 // heldBack is how far the heap goal is below the one the GC would set at
 // its configured pace (GOGC) for what is live: 0 while no soft memory limit

@@ -208,10 +208,10 @@ func TestHeapViewSeesALimitSqueezing(t *testing.T) {
 	assert.Less(t, held, uint64(80*mib))
 }
 
-// TestHeapViewFree frees a large live set: the heap keeps the memory for
+// TestHeapViewSpare frees a large live set: the heap keeps the memory for
 // reuse, far more than it grows back into before its next collection, and
 // Read reports it as spare rather than leaving it in the level.
-func TestHeapViewFree(t *testing.T) {
+func TestHeapViewSpare(t *testing.T) {
 	v := NewHeapView(nil)
 	debug.FreeOSMemory() // start with nothing kept from earlier tests
 	for range 64 {
@@ -223,7 +223,7 @@ func TestHeapViewFree(t *testing.T) {
 	runtime.GC()
 	after, _ := v.Read()
 	// The background scavenger may have returned some of it already.
-	assert.Greater(t, after, before+16*mib, "64 MiB freed: free before %d, after %d", before, after)
+	assert.Greater(t, after, before+16*mib, "64 MiB freed: spare before %d, after %d", before, after)
 }
 
 func TestRelief(t *testing.T) {

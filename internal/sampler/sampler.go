@@ -321,10 +321,12 @@ func (s *Sampler) Tick() {
 		// same with and without a soft limit, and makes the throttle shed
 		// while the extra collections are still cheap.
 		if s.heap != nil {
-			wl.HeapSpare, wl.HeapHeldBack = s.heap.Read()
+			spare, heldBack := s.heap.Read()
+			// The working set is the cgroup's, read at another instant.
+			wl.HeapSpare, wl.HeapHeldBack = min(spare, ws), heldBack
 		}
 		if wl.MemLimit > 0 {
-			wl.Mem = float64(ws-min(wl.HeapSpare, ws)+wl.HeapHeldBack) / float64(wl.MemLimit)
+			wl.Mem = float64(ws-wl.HeapSpare+wl.HeapHeldBack) / float64(wl.MemLimit)
 			wl.MemValid = true
 		}
 	}

@@ -244,6 +244,36 @@ func TestMemory(t *testing.T) {
 	}
 }
 
+// fakeHeap is a HeapView with fixed figures.
+type fakeHeap struct{ spare, heldBack uint64 }
+
+func (h fakeHeap) Read() (spare, heldBack uint64) { return h.spare, h.heldBack }
+
+// TestMemoryHeapCorrections checks the level the lines apply to: the working
+// set less the spare heap (never below nothing) plus the held-back heap.
+func TestMemoryHeapCorrections(t *testing.T) {
+	f := func(ws uint64, heap fakeHeap, wantMem float64, wantSpare uint64) {
+		t.Helper()
+		src := &fakeSource{ws: ws, limits: cgroup.Limits{MemLimit: 1000}}
+		s := New(src, Config{Interval: interval}, Options{Heap: heap})
+		s.Tick()
+		wl := s.Load()
+		require.True(t, wl.MemValid)
+		assert.InDelta(t, wantMem, wl.Mem, 1e-12)
+		assert.Equal(t, ws, wl.WorkingSet)
+		assert.Equal(t, wantSpare, wl.HeapSpare)
+		assert.Equal(t, heap.heldBack, wl.HeapHeldBack)
+	}
+	f(800, fakeHeap{}, 0.8, 0)
+	f(800, fakeHeap{spare: 300}, 0.5, 300)
+	f(800, fakeHeap{spare: 100, heldBack: 50}, 0.75, 100)
+	f(800, fakeHeap{heldBack: 400}, 1.2, 0)
+	// More spare than the working set (read at another instant): the level
+	// takes off at most all of it.
+	f(200, fakeHeap{spare: 300}, 0, 200)
+	f(200, fakeHeap{spare: 300, heldBack: 100}, 0.1, 200)
+}
+
 func TestMemoryIsNotSmoothed(t *testing.T) {
 	src := &fakeSource{ws: 900, limits: cgroup.Limits{MemLimit: 1000}}
 	h := newHarness(Config{}, src)

@@ -38,7 +38,8 @@ type WaterLevel struct {
 	WorkingSet uint64
 	MemLimit   uint64
 	// HeapSpare is heap memory the Go runtime has freed and not returned to
-	// the kernel, less what the heap grows into before its next collection;
+	// the kernel, less what the heap grows into before its next collection,
+	// at most the working set;
 	// HeapHeldBack how many bytes a soft memory limit holds the
 	// heap below its normal GC pace (0 without one).
 	HeapSpare, HeapHeldBack uint64

@@ -11,7 +11,9 @@ package exporters
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,6 +115,23 @@ func startE2E(tb testing.TB, conf map[string]any) *e2eEnv {
 	ext, th := startThrottle(tb, env.src, e2eThrottleConfig(conf), env.tel)
 	env.th = th
 
+	// A free port can be taken by another test between freeAddr and the
+	// receiver's listen: start again on new ones.
+	var err error
+	for range 5 {
+		if err = env.startReceiver(tb, ext); !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	require.NoError(tb, err)
+	return env
+}
+
+// startReceiver starts the otlpreceiver with the throttle extension ext as
+// the middleware of both its servers, on two new free addresses.
+func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
+	tb.Helper()
+	ctx := context.Background()
 	// The receiver, configured as a user would in YAML.
 	env.httpAddr, env.grpcAddr = freeAddr(tb), freeAddr(tb)
 	middlewares := []any{map[string]any{"id": "throttle"}}
@@ -139,15 +158,19 @@ func startE2E(tb testing.TB, conf map[string]any) *e2eEnv {
 	require.NoError(tb, err)
 	rcvs := []component.Component{tr, mr, lr, pr}
 	host := hostWith(component.MustNewID("throttle"), ext)
-	for _, r := range rcvs {
-		require.NoError(tb, r.Start(ctx, host))
-	}
+	var started []component.Component
 	tb.Cleanup(func() {
-		for _, r := range rcvs {
+		for _, r := range started {
 			require.NoError(tb, r.Shutdown(ctx))
 		}
 	})
-	return env
+	for _, r := range rcvs {
+		if err := r.Start(ctx, host); err != nil {
+			return errors.Join(err, r.Shutdown(ctx))
+		}
+		started = append(started, r)
+	}
+	return nil
 }
 
 // setLevel sets the memory level and waits until the state machines (every

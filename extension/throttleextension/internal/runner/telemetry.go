@@ -126,7 +126,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 				o.Observe(wl.Mem, kindOpts[3])
 				limit := float64(wl.MemLimit)
 				o.Observe(float64(wl.WorkingSet)/limit, kindOpts[4])
-				o.Observe(float64(min(wl.HeapSpare, wl.WorkingSet))/limit, kindOpts[5])
+				o.Observe(float64(wl.HeapSpare)/limit, kindOpts[5])
 				o.Observe(float64(wl.HeapHeldBack)/limit, kindOpts[6])
 			}
 		}

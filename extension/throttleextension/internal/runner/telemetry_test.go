@@ -99,12 +99,11 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 // operator can tell why the level the lines apply to is not the working set.
 func TestWaterLevelHeapCorrections(t *testing.T) {
 	const limit = 1000
-	f := func(ws, spare, heldBack uint64, wantSpare, wantHeldBack float64) {
+	f := func(ws, spare, heldBack uint64, mem float64) {
 		t.Helper()
 		tt := newTestTelemetry(t)
 		wl := &sampler.WaterLevel{
-			MemValid: true, WorkingSet: ws, MemLimit: limit, HeapSpare: spare, HeapHeldBack: heldBack,
-			Mem: float64(ws-min(spare, ws)+heldBack) / limit,
+			MemValid: true, Mem: mem, WorkingSet: ws, MemLimit: limit, HeapSpare: spare, HeapHeldBack: heldBack,
 		}
 		tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
 			level:  func() *sampler.WaterLevel { return wl },
@@ -122,14 +121,12 @@ func TestWaterLevelHeapCorrections(t *testing.T) {
 			k, _ := dp.Attributes.Value("kind")
 			got[k.AsString()] = dp.Value
 		}
-		assert.InDelta(t, wantSpare, got["mem_heap_spare"], 1e-9)
-		assert.InDelta(t, wantHeldBack, got["mem_heap_held_back"], 1e-9)
-		assert.InDelta(t, got["mem"], got["mem_working_set"]-got["mem_heap_spare"]+got["mem_heap_held_back"], 1e-9)
+		assert.InDelta(t, mem, got["mem"], 1e-9)
+		assert.InDelta(t, float64(ws)/limit, got["mem_working_set"], 1e-9)
+		assert.InDelta(t, float64(spare)/limit, got["mem_heap_spare"], 1e-9)
+		assert.InDelta(t, float64(heldBack)/limit, got["mem_heap_held_back"], 1e-9)
 	}
-	f(800, 0, 0, 0, 0)
-	f(800, 300, 0, 0.3, 0)
-	f(800, 100, 50, 0.1, 0.05)
-	// More spare than the working set (the working set is the cgroup's, read
-	// at another instant): the level counts at most all of it.
-	f(200, 300, 0, 0.2, 0)
+	f(800, 0, 0, 0.8)
+	f(800, 300, 0, 0.5)
+	f(800, 100, 50, 0.75)
 }
