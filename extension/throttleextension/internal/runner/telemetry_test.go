@@ -24,6 +24,18 @@ import (
 // idAttr is the component ID attribute of the telemetry built below.
 var idAttr = attribute.String("extension", "throttle")
 
+// quietSources are telemetry sources of a throttle in Normal with nothing
+// in flight, whose sampler publishes wl (nil: nothing yet).
+func quietSources(wl *sampler.WaterLevel) telemetrySources {
+	return telemetrySources{
+		level:  func() *sampler.WaterLevel { return wl },
+		state:  func(decision.Signal) decision.State { return decision.Normal },
+		budget: func() (int64, int64) { return 0, 0 },
+		stale:  func() bool { return false },
+		held:   func() int64 { return 0 },
+	}
+}
+
 func newTestTelemetry(t *testing.T) *componenttest.Telemetry {
 	tt := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
@@ -34,13 +46,7 @@ func newTestTelemetry(t *testing.T) *componenttest.Telemetry {
 // limits (the metric's enum has no other value) rather than dropped.
 func TestRecordResourceFallback(t *testing.T) {
 	tt := newTestTelemetry(t)
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
-		level:  func() *sampler.WaterLevel { return nil },
-		state:  func(decision.Signal) decision.State { return decision.Normal },
-		budget: func() (int64, int64) { return 0, 0 },
-		stale:  func() bool { return false },
-		held:   func() int64 { return 0 },
-	})
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(nil))
 	require.NoError(t, err)
 	defer tel.shutdown()
 	tel.samplerError("limits")
@@ -60,13 +66,7 @@ func TestRecordResourceFallback(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	tt := componenttest.NewTelemetry()
 	defer func() { _ = tt.Shutdown(context.Background()) }()
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
-		level:  func() *sampler.WaterLevel { return nil },
-		state:  func(decision.Signal) decision.State { return decision.Normal },
-		budget: func() (int64, int64) { return 0, 0 },
-		stale:  func() bool { return false },
-		held:   func() int64 { return 0 },
-	})
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(nil))
 	require.NoError(b, err)
 	defer tel.shutdown()
 	b.ReportAllocs()
@@ -77,13 +77,7 @@ func BenchmarkRecord(b *testing.B) {
 
 func TestRecordDoesNotAllocate(t *testing.T) {
 	tt := newTestTelemetry(t)
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
-		level:  func() *sampler.WaterLevel { return nil },
-		state:  func(decision.Signal) decision.State { return decision.Normal },
-		budget: func() (int64, int64) { return 0, 0 },
-		stale:  func() bool { return false },
-		held:   func() int64 { return 0 },
-	})
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(nil))
 	require.NoError(t, err)
 	defer tel.shutdown()
 	tel.record(middleware.ProtocolHTTP, decision.Traces, decision.Admit) // first use creates the series
@@ -105,13 +99,7 @@ func TestWaterLevelHeapCorrections(t *testing.T) {
 		wl := &sampler.WaterLevel{
 			MemValid: true, Mem: mem, WorkingSet: ws, MemLimit: limit, HeapSpare: spare, HeapHeldBack: heldBack,
 		}
-		tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), telemetrySources{
-			level:  func() *sampler.WaterLevel { return wl },
-			state:  func(decision.Signal) decision.State { return decision.Normal },
-			budget: func() (int64, int64) { return 0, 0 },
-			stale:  func() bool { return false },
-			held:   func() int64 { return 0 },
-		})
+		tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(wl))
 		require.NoError(t, err)
 		defer tel.shutdown()
 		m, err := tt.GetMetric("otelcol_throttle_water_level")
