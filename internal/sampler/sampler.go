@@ -102,8 +102,8 @@ type Options struct {
 
 // HeapView is the Go runtime's view of its heap: memory freed and not yet
 // returned to the kernel beyond what the heap grows into before its next
-// collection, and how far a soft memory limit holds the heap
-// below the GC's normal pace (see gomemlimit.HeapView.Read).
+// collection, and how far a soft memory limit holds the heap below the GC's
+// normal pace (see gomemlimit.HeapView.Read).
 type HeapView interface {
 	Read() (spare, heldBack uint64)
 }
