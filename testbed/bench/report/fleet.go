@@ -6,7 +6,6 @@ package report
 import (
 	"bytes"
 	"fmt"
-	"image/color"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // FleetSeries is one scenario of a bench/fleet run's timeline.csv.
@@ -222,16 +220,9 @@ func fleetPanels(s *FleetSeries) []*panel {
 }
 
 func writeFleetPNG(s *FleetSeries, path string) error {
-	img := vgimg.NewWith(vgimg.UseWH(chartW, chartH), vgimg.UseDPI(dpi))
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Path())
-	stack(fleetPanels(s), []float64{0.26, 0.12, 0.24, 0.19, 0.19}, dc)
-	var b bytes.Buffer
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&b); err != nil {
-		return err
-	}
-	return os.WriteFile(path, b.Bytes(), 0o644)
+	return writeChart(path, func(c draw.Canvas) {
+		stack(fleetPanels(s), []float64{0.26, 0.12, 0.24, 0.19, 0.19}, c)
+	})
 }
 
 // stack lays panels out one above the other on c, each taking its fraction
