@@ -111,7 +111,9 @@ smoke:
 
 # The benchmark drivers are built from the testbed module into ./bin and run
 # from the repository root, where their default paths (_build/...,
-# bench/results/...) and the paths of the README's commands are.
+# bench/runs/...) and the paths of the README's commands are. A run goes to
+# bench/runs/<date>-<name> (git-ignored); make promote makes one the
+# baseline in bench/results.
 .PHONY: bench-bin
 ## bench-bin: build bin/overload, bin/fleet and bin/loadgen from the testbed module.
 bench-bin:
@@ -119,7 +121,7 @@ bench-bin:
 
 ## overload: the overload benchmark (Linux, root): builds the distribution, then
 ## runs it in a 1 CPU / 300 MiB cgroup under scenarios A B C D M (testbed/bench/overload).
-## Without -rate-over it first finds A's saturation point. Results in bench/results/.
+## Without -rate-over it first finds A's saturation point. Results in bench/runs/.
 ## e.g. make overload OVERLOAD_FLAGS='-d 90s -rate-over 1800 -c-below 8'
 OVERLOAD_FLAGS ?=
 .PHONY: overload
@@ -129,7 +131,7 @@ overload: $(OTELCOL) bench-bin
 ## soak: the soak of issue 8 (Linux, root; not part of `make test`): the
 ## distribution with throttle in a 1 CPU / 300 MiB cgroup at twice its
 ## saturating load for 10 minutes (testbed/bench/overload/soak_test.go, build
-## tag soak). Shorter: make soak SOAK_FLAGS='-soak.duration=2m'; results in bench/results/.
+## tag soak). Shorter: make soak SOAK_FLAGS='-soak.duration=2m'; results in bench/runs/.
 SOAK_FLAGS ?=
 SOAK_TIMEOUT ?= 40m
 .PHONY: soak
@@ -169,8 +171,21 @@ otelcol-mlext: $(OTELCOL_MLEXT)
 ## fleet: the fleet benchmark (Linux, root; about 40 minutes): capacity of a
 ## 0.3 CPU / 150 MiB gateway, then a 60 s burst at twice that through four
 ## stock agents and the drain, for every gateway scenario. Results in
-## bench/results/. e.g. make fleet FLEET_FLAGS='-protocol grpc'
+## bench/runs/. e.g. make fleet FLEET_FLAGS='-protocol grpc'
 FLEET_FLAGS ?=
 .PHONY: fleet
 fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
+
+## promote: make one run the baseline of its benchmark: RUN=bench/runs/<dir>
+## BENCH=<overload-sweep|fleet-http|fleet-grpc|soak|clients|tier>, and
+## CHARTS=a.png,b.png when the run has more than three charts. Replaces
+## bench/results/$(BENCH)/ with the run's report, summary and charts and
+## updates its row of bench/results/README.md (testbed/bench/promote).
+RUN ?=
+BENCH ?=
+CHARTS ?=
+.PHONY: promote
+promote:
+	@test -n "$(RUN)" -a -n "$(BENCH)" || { echo "usage: make promote RUN=bench/runs/<dir> BENCH=<baseline> [CHARTS=a.png,b.png]"; exit 2; }
+	$(GO) run -C $(TESTBED) ./bench/promote -run $(abspath $(RUN)) -bench $(BENCH) -results $(CURDIR)/bench/results -charts '$(CHARTS)'

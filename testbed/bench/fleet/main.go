@@ -53,10 +53,15 @@
 //	make fleet FLEET_FLAGS='-protocol grpc'      # agents exporting over gRPC
 //	bin/fleet -scenarios throttle -capacity 30000
 //	bin/fleet -scenarios throttle -capacity 30000 -distinct-addresses
-//	bin/fleet -report bench/results/<run>
+//	bin/fleet -report bench/runs/<run>
+//
+// A run goes to bench/runs/<UTC date>-<name> (git-ignored; the name
+// defaults to fleet-http or fleet-grpc) unless -out says otherwise; make
+// promote copies one into its baseline in bench/results.
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -77,6 +82,7 @@ import (
 type options struct {
 	stockBin, throttleBin, mlextBin string
 	out                             string
+	name                            string
 	scenarios                       string
 	protocol                        string
 	agents                          int
@@ -119,7 +125,8 @@ func main() {
 	flag.StringVar(&o.stockBin, "stock", o.stockBin, "otelcol-stock binary: agents, sink, stock gateways (make otelcol-stock)")
 	flag.StringVar(&o.throttleBin, "throttle", o.throttleBin, "otelcol-throttle binary (make otelcol)")
 	flag.StringVar(&o.mlextBin, "mlext", o.mlextBin, "otelcol-mlext binary: the memory_limiter extension gateway (make otelcol-mlext)")
-	flag.StringVar(&o.out, "out", "", "results folder (default bench/results/fleet-<UTC date-time>)")
+	flag.StringVar(&o.out, "out", "", "results folder (default "+harness.RunsDir+"/<UTC date>-<name>, git-ignored; make promote makes a run the baseline)")
+	flag.StringVar(&o.name, "name", "", "name of the run's folder under "+harness.RunsDir+" (without -out; default fleet-<protocol>)")
 	flag.StringVar(&o.scenarios, "scenarios", o.scenarios, "comma-separated scenarios: stock, memory_limiter, mlext, throttle, each optionally with +gomemlimit, and reference (stock with 1 GiB, the capacity measurement's memory); all = every one of them")
 	flag.StringVar(&o.protocol, "protocol", o.protocol, "the agents' exporter: http (otlp_http) or grpc (otlp_grpc)")
 	flag.IntVar(&o.agents, "agents", o.agents, "number of agents")
@@ -273,9 +280,10 @@ func run(o options) error {
 		*p, _ = filepath.Abs(*p)
 	}
 	if o.out == "" {
-		o.out = filepath.Join("bench", "results", "fleet-"+time.Now().UTC().Format("2006-01-02T150405Z"))
-	}
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		if o.out, err = harness.CreateRunDir(harness.RunsDir, cmp.Or(o.name, "fleet-"+o.protocol), time.Now()); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
 	budget := time.Minute

@@ -26,7 +26,11 @@
 //	bin/overload -mode saturate            # find A's saturation point
 //	bin/overload -rate-over 300 -c-below 8  # the scenarios
 //	bin/overload -scenarios A,C -rate-below 700  # C against A in open loop below overload
-//	bin/overload -report bench/results/<run>     # regenerate a run's report
+//	bin/overload -report bench/runs/<run>        # regenerate a run's report
+//
+// A run goes to bench/runs/<UTC date>-<name> (git-ignored) unless -out
+// says otherwise; make promote copies one into its baseline in
+// bench/results.
 //
 // It stops by itself (every phase is bounded, the whole run has a deadline)
 // and removes its cgroups and stops the processes it started, by PID, also
@@ -86,6 +90,8 @@ type options struct {
 	timeout      time.Duration
 	rateBelow    float64
 	report       string
+	// name names the run's folder under bench/runs (without -out).
+	name string
 	// throttleConfigs replace -thresholds when set (-throttle-config).
 	throttleConfigs []throttleConfig
 	// pprof: enable the collector's pprof extension and record its
@@ -100,7 +106,8 @@ func main() {
 	var o options
 	flag.StringVar(&o.mode, "mode", "scenarios", "scenarios, or saturate (closed loop steps of concurrency on scenario A)")
 	flag.StringVar(&o.bin, "collector", "_build/otelcol-throttle", "collector binary (make otelcol)")
-	flag.StringVar(&o.out, "out", "", "results folder (default bench/results/<UTC date-time>)")
+	flag.StringVar(&o.out, "out", "", "results folder (default "+harness.RunsDir+"/<UTC date>-<name>, git-ignored; make promote makes a run the baseline)")
+	flag.StringVar(&o.name, "name", "overload", "name of the run's folder under "+harness.RunsDir+" (without -out)")
 	flag.StringVar(&o.scenarios, "scenarios", "A,B,C,D,M", "scenarios to run, in order")
 	flag.Float64Var(&o.cpus, "cpus", 1, "CPU quota of the cgroup, in cores")
 	flag.Uint64Var(&o.memMiB, "mem-mib", 300, "memory limit of the cgroup, MiB")
@@ -233,9 +240,10 @@ func run(o options) error {
 		budget += time.Duration(len(scens)) * (o.warmup + o.duration + o.cooldown + 2*o.timeout + 30*time.Second)
 	}
 	if o.out == "" {
-		o.out = filepath.Join("bench", "results", time.Now().UTC().Format("2006-01-02T150405Z"))
-	}
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		if o.out, err = harness.CreateRunDir(harness.RunsDir, o.name, time.Now()); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
 	// Bounded whatever happens, and Ctrl-C / SIGTERM clean up.

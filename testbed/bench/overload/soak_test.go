@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ import (
 var (
 	soakDuration = flag.Duration("soak.duration", 10*time.Minute, "load phase of the soak")
 	soakRate     = flag.Float64("soak.rate", 2400, "open loop requests/s (about twice the saturating rate of the 1 CPU collector; 2x 1204 on the reference machine)")
-	soakOut      = flag.String("soak.out", "", "results folder (default bench/results/<UTC date-time>-soak)")
+	soakOut      = flag.String("soak.out", "", "results folder (default bench/runs/<UTC date>-soak, git-ignored; make promote makes a run the baseline)")
 	soakHeapTol  = flag.Float64("soak.heap-tolerance", 0.25, "allowed growth of the heap floor (and of threads, fds) from the middle to the last third")
 	soakGorTol   = flag.Float64("soak.goroutine-tolerance", 0.10, "allowed growth of the goroutine floor (10th percentile of the readings) from the middle to the last third, at least 20 goroutines")
 )
@@ -59,9 +60,13 @@ func TestSoak(t *testing.T) {
 	harness.RequireCgroups(t)
 	out := *soakOut
 	if out == "" {
-		out = filepath.Join("..", "..", "..", "bench", "results", time.Now().UTC().Format("2006-01-02T150405Z")+"-soak")
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
+		// The test runs in its package's folder; the runs folder is the
+		// repository root's.
+		var err error
+		if out, err = harness.CreateRunDir(filepath.Join("..", "..", "..", harness.RunsDir), "soak", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644); err != nil {
@@ -71,12 +76,23 @@ func TestSoak(t *testing.T) {
 		out: out, cpus: 1, memMiB: 300, warmup: 10 * time.Second, warmupRate: 200,
 		duration: *soakDuration, cooldown: 5 * time.Second, rateOver: *soakRate, maxInflight: 512, pprof: true,
 	}
+	// trends: the figures of the growth checks, which the report shows
+	// below its table (report.ExtraFile); the report is written whatever
+	// failed.
+	var trends []string
+	defer func() {
+		if len(trends) > 0 {
+			if err := writeTrends(filepath.Join(out, report.ExtraFile), trends); err != nil {
+				t.Errorf("%s: %v", report.ExtraFile, err)
+			}
+		}
+		if files, err := report.Generate(out); err != nil {
+			t.Errorf("report: %v", err)
+		} else {
+			t.Logf("report: %s, %s, %v", files.Markdown, files.HTML, files.PNG)
+		}
+	}()
 	sum := harnessRun(t, o, allScenarios["D"])
-	if files, err := report.Generate(out); err != nil {
-		t.Errorf("report: %v", err)
-	} else {
-		t.Logf("report: %s, %s, %v", files.Markdown, files.HTML, files.PNG)
-	}
 	lp := loadPhase(sum.report)
 	if lp == nil {
 		t.Fatal("no load phase in the generator's report")
@@ -136,8 +152,6 @@ func TestSoak(t *testing.T) {
 		return s / float64(k)
 	}
 	tol := *soakHeapTol
-	// trends: the figures, also written into the results' summary.md.
-	var trends []string
 	check := func(name string, a, b, slack float64) {
 		t.Logf("%s: middle third %.1f, last third %.1f (%+.1f%%)", name, a, b, 100*(b-a)/a)
 		verdict := "ok"
@@ -175,11 +189,6 @@ func TestSoak(t *testing.T) {
 	gm, ge := median(gMid), median(gEnd)
 	t.Logf("goroutines (median, reported, not asserted): middle third %.1f, last third %.1f (%+.1f%%)", gm, ge, 100*(ge-gm)/gm)
 	trends = append(trends, fmt.Sprintf("| goroutines (median) | %.1f | %.1f | %+.1f%% | not asserted | - |", gm, ge, 100*(ge-gm)/gm))
-	defer func() {
-		if err := appendTrends(filepath.Join(out, "summary.md"), trends); err != nil {
-			t.Logf("summary.md: %v", err)
-		}
-	}()
 
 	// 3. Throttle counters against the generator, per signal, over HTTP:
 	// every request the generator got an answer to was decided once.
@@ -251,19 +260,16 @@ func maxOf(v []float64) float64 {
 	return slices.Max(v)
 }
 
-// appendTrends appends the soak's trend figures to the run's summary.md.
-func appendTrends(path string, rows []string) error {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(f, "\nSoak trends, load phase, middle third -> last third:\n\n")
-	fmt.Fprintln(f, "| figure | middle third | last third | change | allowed up to | verdict |")
-	fmt.Fprintln(f, "|---|---|---|---|---|---|")
+// writeTrends writes the soak's trend figures for the run's report.
+func writeTrends(path string, rows []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Soak trends, load phase, middle third -> last third:\n\n")
+	fmt.Fprintln(&b, "| figure | middle third | last third | change | allowed up to | verdict |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Fprintln(f, r)
+		fmt.Fprintln(&b, r)
 	}
-	return f.Close()
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 func sumSamples(s []harness.Sample, name string, want map[string]string) (float64, bool) {

@@ -4,15 +4,19 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
+	"github.com/otelthrottle/throttle/testbed/bench/report"
 	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
@@ -147,7 +151,16 @@ func writeSummaries(o options, sums []*summary) error {
 	for i, s := range sums {
 		rows[i] = s.row()
 	}
-	return harness.WriteSummaries(o.out, summaryHeader, rows, func(w io.Writer) { printTables(w, o, sums) })
+	if err := harness.WriteSummaries(o.out, summaryHeader, rows, func(w io.Writer) { printTables(w, o, sums) }); err != nil {
+		return err
+	}
+	if o.repeat <= 1 {
+		return nil
+	}
+	// The medians go into the report too (report.ExtraFile).
+	var b bytes.Buffer
+	printMedians(&b, sums)
+	return os.WriteFile(filepath.Join(o.out, report.ExtraFile), b.Bytes(), 0o644)
 }
 
 // printTables writes the summary table and, with rounds (-repeat), the

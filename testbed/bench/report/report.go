@@ -10,7 +10,7 @@
 // It reads only the CSVs, so a report can be regenerated from a results
 // folder at any time:
 //
-//	bin/overload -report bench/results/<run>   # from the repository root
+//	bin/overload -report bench/runs/<run>   # from the repository root
 package report
 
 import (
@@ -270,8 +270,9 @@ func Generate(dir string) (Files, error) {
 	if err := writeChartCSV(series, files.CSV); err != nil {
 		return files, err
 	}
+	extra, _ := os.ReadFile(filepath.Join(dir, ExtraFile)) // absent in most runs
 	var md bytes.Buffer
-	writeMarkdown(&md, sum, files, string(machine))
+	writeMarkdown(&md, sum, files, string(machine), string(extra))
 	files.Markdown = filepath.Join(dir, "report.md")
 	if err := os.WriteFile(files.Markdown, md.Bytes(), 0o644); err != nil {
 		return files, err
@@ -358,7 +359,11 @@ func MarkdownTable(w io.Writer, t *Table) {
 	}
 }
 
-func writeMarkdown(w io.Writer, t *Table, files Files, machine string) {
+// ExtraFile is Markdown a harness adds to its run's report below the table:
+// the medians of -repeat rounds, the soak's trends.
+const ExtraFile = "extra.md"
+
+func writeMarkdown(w io.Writer, t *Table, files Files, machine, extra string) {
 	fmt.Fprintf(w, "# Overload run\n\n")
 	if machine != "" {
 		fmt.Fprintf(w, "```\n%s```\n\n", machine)
@@ -367,11 +372,14 @@ func writeMarkdown(w io.Writer, t *Table, files Files, machine string) {
 	fmt.Fprintf(w, "\nGoodput is accepted items per second over the load phase; p99 is of successful requests; "+
 		"CPU s / M accepted items is the cgroup's CPU time over the load phase divided by the items accepted in it. "+
 		"Load average is the machine's (the generator and anything else running share its cores).\n\n")
+	if extra != "" {
+		fmt.Fprintf(w, "%s\n\n", strings.TrimSpace(extra))
+	}
 	for _, p := range files.PNG {
 		fmt.Fprintf(w, "![%s](%s)\n\n", filepath.Base(p), filepath.Base(p))
 	}
-	fmt.Fprintf(w, "Charts also in `report.html` (SVG); plotted series in `chart.csv`; raw samples in `timeline.csv` "+
-		"(next to this file; git-ignored with the other raw files: only summaries and charts are committed).\n")
+	fmt.Fprintf(w, "The run's folder also holds `report.html` (the charts in SVG), `chart.csv` (the plotted series) and "+
+		"`timeline.csv` (every sample); a baseline in bench/results keeps this report, `summary.csv` and at most three charts.\n")
 }
 
 type svgChart struct {

@@ -88,11 +88,14 @@ func writeRun(t *testing.T, dir string) {
 func TestGenerate(t *testing.T) {
 	dir := t.TempDir()
 	writeRun(t, dir)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ExtraFile), []byte("\nMedians over the rounds:\n\n| scenario | rounds |\n|---|---|\n| D | 2 |\n"), 0o644))
 	files, err := Generate(dir)
 	require.NoError(t, err)
 
 	md, err := os.ReadFile(files.Markdown)
 	require.NoError(t, err)
+	assert.Contains(t, string(md), "in it. Load average is the machine's (the generator and anything else running share its cores).\n\n"+
+		"Medians over the rounds:\n\n| scenario | rounds |\n|---|---|\n| D | 2 |\n\n![timeline-A.png]", "the harness's extra figures below the table")
 	assert.Contains(t, string(md), "| A (off) | closed c=8 | 750 | 1.5 | 0 | 10 | 1 | 1 | 100.0 | 99 | 117 | 44 | 1.649 | 1 of 10 | 1.10 / 2.30 |")
 	assert.Contains(t, string(md), "| D (throttle) | open 2400 req/s, max 512 in flight | 666 |")
 	assert.Contains(t, string(md), "![timeline-D.png](timeline-D.png)")

@@ -25,12 +25,15 @@ func LoadAvg() string {
 	return ""
 }
 
-// MachineInfo describes the machine and the command of a run, for the
-// report (machine.txt).
+// MachineInfo describes the machine, the commit and the command of a run,
+// for the report (machine.txt, whose lines ParseRunInfo reads back).
 func MachineInfo(args []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "date (UTC)  %s\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "cpus        %d online (nproc)\n", runtime.NumCPU())
+	line := func(label, format string, a ...any) {
+		fmt.Fprintf(&b, "%-12s%s\n", label, fmt.Sprintf(format, a...))
+	}
+	line(labelDate, "%s", time.Now().UTC().Format(time.RFC3339))
+	line("cpus", "%d online (nproc)", runtime.NumCPU())
 	model := "unknown"
 	if ci, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(ci), "\n") {
@@ -40,21 +43,52 @@ func MachineInfo(args []string) string {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "cpu model   %s\n", model)
+	line("cpu model", "%s", model)
 	if k, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		fmt.Fprintf(&b, "kernel      Linux %s\n", strings.TrimSpace(string(k)))
+		line("kernel", "Linux %s", strings.TrimSpace(string(k)))
 	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
-		fmt.Fprintf(&b, "load avg    %s (at the start of the run)\n", strings.TrimSpace(string(la)))
+		line("load avg", "%s (at the start of the run)", strings.TrimSpace(string(la)))
 	}
-	fmt.Fprintf(&b, "go          %s\n", runtime.Version())
-	if len(args) > 0 {
-		// go run and go test build into a temporary folder: the name is
-		// what matters.
-		args = append([]string{filepath.Base(args[0])}, args[1:]...)
-	}
-	fmt.Fprintf(&b, "command     %s\n", strings.Join(args, " "))
+	line("go", "%s", runtime.Version())
+	line(labelCommit, "%s", Commit())
+	line(labelCommand, "%s", commandLine(args))
 	return b.String()
+}
+
+// commandLine is args as a shell would take them back: the program as it
+// was named from the working folder (the base name when go run or go test
+// built it elsewhere), every argument quoted when it needs to be.
+func commandLine(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	prog := filepath.Base(args[0])
+	if filepath.IsAbs(args[0]) {
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, args[0]); err == nil && !strings.HasPrefix(rel, "..") {
+				prog = rel
+			}
+		}
+	} else if !strings.HasPrefix(args[0], "..") {
+		prog = args[0]
+	}
+	out := []string{prog}
+	for _, a := range args[1:] {
+		out = append(out, shellQuote(a))
+	}
+	return strings.Join(out, " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but plain
+// characters.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=,:@+%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // ProcCounts returns the OS threads and open file descriptors of pid (-1

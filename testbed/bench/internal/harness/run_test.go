@@ -1,0 +1,57 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCreateRunDir: a run gets <date>-<name> under the runs folder, and a
+// second run of the day a folder of its own rather than the first one's.
+func TestCreateRunDir(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "bench", "runs")
+	now := time.Date(2026, 12, 3, 23, 59, 0, 0, time.FixedZone("east", 3600))
+	first, err := CreateRunDir(root, "fleet-http", now)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(root, "2026-12-03-fleet-http"), first, "the UTC date")
+	second, err := CreateRunDir(root, "fleet-http", now)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(root, "2026-12-03-fleet-http-2"), second)
+	for _, d := range []string{first, second} {
+		st, err := os.Stat(d)
+		require.NoError(t, err)
+		assert.True(t, st.IsDir())
+	}
+	_, err = CreateRunDir(root, "../elsewhere", now)
+	assert.Error(t, err)
+}
+
+// TestRunInfoRoundTrip: what machine.txt records about the run (date,
+// commit, command) is what promotion reads back from a report quoting it.
+func TestRunInfoRoundTrip(t *testing.T) {
+	args := []string{"/tmp/go-build123/b001/overload.test", "-soak.rate=1500", "-throttle-config", "a b.yaml", "-x", "it's"}
+	info := MachineInfo(args)
+	report := "# Overload run\n\n```\n" + info + "```\n\n| scenario |\n|---|\n"
+	ri := ParseRunInfo(report)
+	assert.Equal(t, `overload.test -soak.rate=1500 -throttle-config 'a b.yaml' -x 'it'\''s'`, ri.Command)
+	_, err := time.Parse(time.RFC3339, ri.Date)
+	require.NoError(t, err, ri.Date)
+	// The test runs inside the repository's checkout.
+	assert.Regexp(t, `^[0-9a-f]{7,}( with uncommitted changes)?$`, ri.Commit)
+	assert.Equal(t, RunInfo{}, ParseRunInfo("# a report from before runs recorded anything\n"))
+}
+
+func TestCommandLine(t *testing.T) {
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	assert.Equal(t, "bin/overload -d 40s", commandLine([]string{filepath.Join(wd, "bin", "overload"), "-d", "40s"}), "the program as named from the working folder")
+	assert.Equal(t, "bin/fleet -protocol grpc", commandLine([]string{"bin/fleet", "-protocol", "grpc"}))
+	assert.Equal(t, "fleet -scenarios throttle,reference -factor 1.5 ''", commandLine([]string{"/elsewhere/fleet", "-scenarios", "throttle,reference", "-factor", "1.5", ""}))
+}
