@@ -51,6 +51,13 @@ lint:
 	$(GOLANGCI_LINT) run ./...
 	cd $(TESTBED) && $(GO) vet ./...
 	cd $(TESTBED) && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
+	$(MAKE) --no-print-directory links
+
+## links: fail on a dead relative link in the repository's tracked Markdown
+## (a file not tracked, an anchor no heading has; testbed/internal/mdlinks).
+.PHONY: links
+links:
+	cd $(TESTBED) && $(GO) test -count=1 -run '^TestRepositoryLinks$$' ./internal/mdlinks/
 
 ## generate: regenerate mdatagen output for the processor (root) and the extension.
 # mdatagen names the package of its generated tests after the folder holding
