@@ -54,10 +54,10 @@ lint:
 	$(MAKE) --no-print-directory links
 
 ## links: fail on a dead relative link in the repository's tracked Markdown
-## (a file not tracked, an anchor no heading has; testbed/internal/mdlinks).
+## (a file not tracked, an anchor no heading has; testbed/test/mdlinks).
 .PHONY: links
 links:
-	cd $(TESTBED) && $(GO) test -count=1 -run '^TestRepositoryLinks$$' ./internal/mdlinks/
+	cd $(TESTBED) && $(GO) test -count=1 -run '^TestRepositoryLinks$$' ./test/mdlinks/
 
 ## generate: regenerate mdatagen output for the processor (root) and the extension.
 # mdatagen names the package of its generated tests after the folder holding

@@ -87,7 +87,7 @@ func encodeChart(img image.Image) ([]byte, error) {
 	}
 	index := make(map[color.RGBA]uint8, len(counts))
 	for c := range counts {
-		index[c] = uint8(pal.Index(c))
+		index[c] = uint8(pal.Index(c)) //nolint:gosec // G115: an index into chartColors (32) entries
 	}
 	out := image.NewPaletted(b, pal)
 	for y := b.Min.Y; y < b.Max.Y; y++ {
@@ -104,8 +104,7 @@ func encodeChart(img image.Image) ([]byte, error) {
 }
 
 func rgba(c color.Color) color.RGBA {
-	r, g, b, a := c.RGBA()
-	return color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), uint8(a >> 8)}
+	return color.RGBAModel.Convert(c).(color.RGBA)
 }
 
 func packRGBA(c color.RGBA) uint32 {

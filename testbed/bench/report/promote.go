@@ -161,15 +161,15 @@ func keepCharts(md string, charts []string) string {
 	var out []string
 	blank := 0
 	for _, l := range strings.Split(md, "\n") {
-		if m := imageLine.FindStringSubmatch(l); m != nil && !slices.Contains(charts, m[1]) {
+		if m := imageLine.FindStringSubmatch(l); len(m) == 2 && !slices.Contains(charts, m[1]) {
 			continue
 		}
-		if strings.TrimSpace(l) == "" {
-			if blank++; blank > 1 {
-				continue
-			}
-		} else {
+		blank++
+		if strings.TrimSpace(l) != "" {
 			blank = 0
+		}
+		if blank > 1 {
+			continue
 		}
 		out = append(out, l)
 	}
