@@ -20,7 +20,7 @@ import (
 // noisyTimeline writes timeline.csv into dir: one scenario of n samples
 // 250 ms apart, every column a random walk with sample-to-sample noise as
 // large as the runs' (the CPU over 250 ms swings by tens of points, the
-// counters' rates by half their value), from what cols returns per sample.
+// counters' rates by half their value), from what row returns per sample.
 func noisyTimeline(t *testing.T, dir string, header []string, n int, row func(i int, r *rand.Rand) map[string]float64) {
 	t.Helper()
 	f, err := os.Create(filepath.Join(dir, "timeline.csv"))
@@ -68,6 +68,9 @@ func (c *counter) add(r *rand.Rand, rate float64) float64 {
 // a fleet scenario through its whole drain) with noise in every series
 // come out under it, as paletted PNGs of the full size.
 func TestChartsFitABaseline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: draws two charts of thousands of noisy samples (seconds each, a minute under -race)")
+	}
 	t.Run("overload", func(t *testing.T) {
 		dir := t.TempDir()
 		header := []string{
@@ -94,11 +97,13 @@ func TestChartsFitABaseline(t *testing.T) {
 				"lg_ok":             ok.add(r, 700), "lg_rejected": rej.add(r, 800), "lg_unavailable": 0, "lg_other": 0, "lg_errors": float64(i / 100),
 			}
 		})
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "summary.csv"), []byte("scenario,throttle\nD,true\n"), 0o644))
-		files, err := Generate(dir)
+		tl, err := readCSV(filepath.Join(dir, "timeline.csv"))
 		require.NoError(t, err)
-		require.Len(t, files.PNG, 1)
-		assertChartFits(t, files.PNG[0])
+		series := loadSeries(tl)
+		require.Len(t, series, 1)
+		png := filepath.Join(dir, "timeline-D.png")
+		require.NoError(t, writePNG(series[0], png), "the chart Generate writes, without its SVG twin")
+		assertChartFits(t, png)
 	})
 	t.Run("fleet", func(t *testing.T) {
 		dir := t.TempDir()
@@ -116,11 +121,14 @@ func TestChartsFitABaseline(t *testing.T) {
 				"gw_mem_enter": 0.85, "gw_mem_hard": 0.92, "gw_oom_kills": float64(i / 200), "gw_restarts": float64(i / 200),
 			}
 		})
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "summary.csv"), []byte("scenario,capacity_spans_s,burst_s\nD,20000,60\n"), 0o644))
-		files, err := GenerateFleet(dir)
+		tl, err := readCSV(filepath.Join(dir, "timeline.csv"))
 		require.NoError(t, err)
-		require.Len(t, files.PNG, 1)
-		assertChartFits(t, files.PNG[0])
+		series := loadFleetSeries(tl)
+		require.Len(t, series, 1)
+		series[0].Capacity, series[0].BurstStart, series[0].BurstEnd = 20000, 10, 70
+		png := filepath.Join(dir, "timeline-D.png")
+		require.NoError(t, writeFleetPNG(series[0], png), "the chart GenerateFleet writes")
+		assertChartFits(t, png)
 	})
 }
 

@@ -59,11 +59,19 @@ func encodeChart(img image.Image) ([]byte, error) {
 			return color.RGBA{m.Pix[i], m.Pix[i+1], m.Pix[i+2], m.Pix[i+3]}
 		}
 	}
+	// A chart is long runs of one colour (the page, the grid): counted a
+	// run at a time.
 	counts := map[color.RGBA]int{}
 	for y := b.Min.Y; y < b.Max.Y; y++ {
+		run, prev := 0, at(b.Min.X, y)
 		for x := b.Min.X; x < b.Max.X; x++ {
-			counts[at(x, y)]++
+			if c := at(x, y); c != prev {
+				counts[prev] += run
+				run, prev = 0, c
+			}
+			run++
 		}
+		counts[prev] += run
 	}
 	type colorCount struct {
 		c color.RGBA
@@ -91,8 +99,13 @@ func encodeChart(img image.Image) ([]byte, error) {
 	}
 	out := image.NewPaletted(b, pal)
 	for y := b.Min.Y; y < b.Max.Y; y++ {
+		prev := at(b.Min.X, y)
+		i := index[prev]
 		for x := b.Min.X; x < b.Max.X; x++ {
-			out.SetColorIndex(x, y, index[at(x, y)])
+			if c := at(x, y); c != prev {
+				prev, i = c, index[c]
+			}
+			out.Pix[out.PixOffset(x, y)] = i
 		}
 	}
 	var buf bytes.Buffer

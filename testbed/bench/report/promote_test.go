@@ -69,11 +69,21 @@ func dirNames(t *testing.T, dir string) []string {
 	return names
 }
 
-// TestPromote: the baseline becomes the run's report, summary and the
-// charts named, the report links only to what the baseline holds, and the
-// index's row says where the run came from; the rest of the index stays.
+// TestPromote: promotion of one run (written once by the report generator)
+// into fresh results folders.
 func TestPromote(t *testing.T) {
-	results, run := promotionFixture(t, promotionRun(t))
+	template := promotionRun(t)
+	t.Run("replaces the baseline", func(t *testing.T) { testPromoteReplaces(t, template) })
+	t.Run("pending and new baselines", func(t *testing.T) { testPromotePending(t, template) })
+	t.Run("refuses", func(t *testing.T) { testPromoteRefuses(t, template) })
+}
+
+// testPromoteReplaces: the baseline becomes the run's report, summary and
+// the charts named, the report links only to what the baseline holds, and
+// the index's row says where the run came from; the rest of the index
+// stays.
+func testPromoteReplaces(t *testing.T, template string) {
+	results, run := promotionFixture(t, template)
 	info, err := Promote(Promotion{Run: run, Results: results, Baseline: "overload-sweep", Charts: []string{"timeline-D.png"}})
 	require.NoError(t, err)
 
@@ -104,10 +114,10 @@ func TestPromote(t *testing.T) {
 		"nothing else of the index changed")
 }
 
-// TestPromotePending: a pending baseline's row gets its link and figures;
+// testPromotePending: a pending baseline's row gets its link and figures;
 // a baseline the index does not list gets a row at the end of the table.
-func TestPromotePending(t *testing.T) {
-	results, run := promotionFixture(t, promotionRun(t))
+func testPromotePending(t *testing.T, template string) {
+	results, run := promotionFixture(t, template)
 	info, err := Promote(Promotion{Run: run, Results: results, Baseline: "clients"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"report.md", "summary.csv", "timeline-A.png", "timeline-D.png"}, dirNames(t, filepath.Join(results, "clients")),
@@ -121,10 +131,9 @@ func TestPromotePending(t *testing.T) {
 	assert.True(t, strings.HasSuffix(string(index), tail), string(index))
 }
 
-// TestPromoteRefuses: a run that cannot be a baseline changes nothing, and
+// testPromoteRefuses: a run that cannot be a baseline changes nothing, and
 // the error says why.
-func TestPromoteRefuses(t *testing.T) {
-	template := promotionRun(t)
+func testPromoteRefuses(t *testing.T, template string) {
 	for name, tc := range map[string]struct {
 		prepare func(t *testing.T, run string)
 		p       Promotion
