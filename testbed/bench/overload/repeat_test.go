@@ -6,12 +6,17 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/otelthrottle/throttle/testbed/bench/report"
 )
 
 // TestExpandRepeat: -repeat runs the whole list once per round, each round
@@ -84,4 +89,39 @@ func TestMedians(t *testing.T) {
 	printMedians(&b, []*summary{run("A", 1, 100, 10, 0), run("D@2x", 1, 90, 300, 0), run("D@2x+benchmark", 1, 95, 250, 0)})
 	assert.Contains(t, b.String(), "| D@2x | 1 | 90 | 90 (90–90) | 300 (300–300) | 0 |")
 	assert.Contains(t, b.String(), "| D@2x+benchmark | 1 | 95 | 95 (95–95) | 250 (250–250) | 0 |")
+}
+
+// TestMediansInTheReport: with rounds, the medians reach the run's report
+// (report.ExtraFile), which is what a baseline keeps; a run of one round
+// has none.
+func TestMediansInTheReport(t *testing.T) {
+	for _, repeat := range []int{1, 2} {
+		o := options{out: t.TempDir(), repeat: repeat}
+		var sums []*summary
+		for r := 1; r <= repeat; r++ {
+			for _, s := range []struct {
+				base    string
+				goodput float64
+			}{{"A", 100}, {"D@2x", 90}} {
+				sums = append(sums, &summary{
+					Scenario: fmt.Sprintf("%s-r%d", s.base, r), base: s.base, round: r, Throttle: s.base != "A",
+					Goodput: s.goodput, P99: 300 * time.Millisecond,
+				})
+			}
+		}
+		require.NoError(t, writeSummaries(o, sums))
+		extra, err := os.ReadFile(filepath.Join(o.out, report.ExtraFile))
+		if repeat == 1 {
+			require.ErrorIs(t, err, fs.ErrNotExist)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Contains(t, string(extra), "| D@2x | 2 | 90 | 90 (90–90) | 300 (300–300) | 0 |")
+		require.NoError(t, os.WriteFile(filepath.Join(o.out, "timeline.csv"), []byte("scenario,t_s,phase\n"), 0o644))
+		files, err := report.Generate(o.out)
+		require.NoError(t, err)
+		md, err := os.ReadFile(files.Markdown)
+		require.NoError(t, err)
+		assert.Contains(t, string(md), "| D@2x | 2 | 90 | 90 (90–90) | 300 (300–300) | 0 |")
+	}
 }
