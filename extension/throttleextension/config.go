@@ -19,9 +19,9 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/gomemlimit"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/softlimit"
 )
 
 // The defaults and bounds of the configuration (design §8) that no other
@@ -426,7 +426,7 @@ func createDefaultConfig() component.Config {
 			WaitTimeout:      middleware.DefaultBudgetWait,
 		},
 		Pacing:     PacingConfig{MaxHeld: defaultPacingMaxHeld},
-		GoMemLimit: GoMemLimitConfig{Enabled: true, Share: gomemlimit.DefaultShare, HeapTarget: gomemlimit.DefaultHeapTarget},
+		GoMemLimit: GoMemLimitConfig{Enabled: true, Share: softlimit.DefaultShare, HeapTarget: softlimit.DefaultHeapTarget},
 		Queue:      QueueConfig{MaxWait: defaultQueueMaxWait, MaxHeld: defaultQueueMaxHeld},
 		Status:     configoptional.Default(defaultStatusServerConfig()),
 		// ReportStatus false: see the field.

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/otelthrottle/throttle/internal/gomemlimit"
+	"github.com/otelthrottle/throttle/internal/softlimit"
 )
 
 // GoMemLimitConfig is the gomemlimit section: whether the throttle sets the
@@ -54,6 +54,6 @@ func (c GoMemLimitConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c GoMemLimitConfig) ownerConfig() gomemlimit.Config {
-	return gomemlimit.Config{Enabled: c.Enabled, Share: c.Share, HeapTarget: c.HeapTarget}
+func (c GoMemLimitConfig) ownerConfig() softlimit.Config {
+	return softlimit.Config{Enabled: c.Enabled, Share: c.Share, HeapTarget: c.HeapTarget}
 }

@@ -209,7 +209,7 @@ func TestGCPaceWithTheDefaultSource(t *testing.T) {
 	})
 	t.Run("heap_target 0", func(t *testing.T) {
 		e, pace := start(t, func(c *Config) { c.GoMemLimit.HeapTarget = 0 })
-		assert.Equal(t, "not set by throttle (gomemlimit.heap_target: 0)", pace)
+		assert.Equal(t, "not set by throttle (memory::soft_limit::heap_target: 0)", pace)
 		time.Sleep(50 * time.Millisecond) // a few samples
 		assert.Equal(t, uint64(100), gcPercent())
 		require.NoError(t, e.Shutdown(context.Background()))

@@ -96,14 +96,14 @@ type Options struct {
 	// called on every occurrence: the caller rate-limits its logs.
 	OnError func(err error)
 	// Heap corrects the working set with the Go runtime's view of its
-	// heap (gomemlimit.HeapView); nil: the working set as it is.
+	// heap (softlimit.HeapView); nil: the working set as it is.
 	Heap HeapView
 }
 
 // HeapView is the Go runtime's view of its heap: memory freed and not yet
 // returned to the kernel beyond what the heap grows into before its next
 // collection, and how far a soft memory limit holds the heap below the GC's
-// normal pace (see gomemlimit.HeapView.Read).
+// normal pace (see softlimit.HeapView.Read).
 type HeapView interface {
 	Read() (spare, heldBack uint64)
 }

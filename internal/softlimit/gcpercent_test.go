@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-package gomemlimit
+package softlimit
 
 import (
 	"math"
@@ -13,27 +13,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// fakePace stands in for debug.SetGCPercent.
-type fakePace struct {
-	pace  int
-	calls []int
+// fakeGCPercent stands in for debug.SetGCPercent.
+type fakeGCPercent struct {
+	percent int
+	calls   []int
 }
 
-func (f *fakePace) set(v int) int {
-	prev := f.pace
-	f.pace = v
+func (f *fakeGCPercent) set(v int) int {
+	prev := f.percent
+	f.percent = v
 	f.calls = append(f.calls, v)
 	return prev
 }
 
-func (f *fakePace) options(vars map[string]string) PaceOptions {
-	return PaceOptions{SetGCPercent: f.set, Getenv: env(vars), GCPercent: func() int { return f.pace }}
+func (f *fakeGCPercent) options(vars map[string]string) GCPercentOptions {
+	return GCPercentOptions{SetGCPercent: f.set, Getenv: env(vars), Current: func() int { return f.percent }}
 }
 
-func TestPaceFor(t *testing.T) {
+func TestGCPercentFor(t *testing.T) {
 	f := func(target float64, h HeapFigures, want int) {
 		t.Helper()
-		assert.Equal(t, want, PaceFor(target, h), "target %v, %+v", target, h)
+		assert.Equal(t, want, GCPercentFor(target, h), "target %v, %+v", target, h)
 	}
 	// 150 MiB target, 20 MiB live and 5 MiB of roots: 20 + 25 × 5.2 = 150.
 	f(150*mib, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: 1 * mib}, 520)
@@ -42,7 +42,7 @@ func TestPaceFor(t *testing.T) {
 	f(150*mib, HeapFigures{Live: 140 * mib}, 100)
 	f(150*mib, HeapFigures{Live: 200 * mib}, 100)
 	// Almost nothing live: the runtime's 4 MiB minimum heap, which scales
-	// with the pace, stays under the target.
+	// with GOGC, stays under the target.
 	f(150*mib, HeapFigures{Live: 1}, 3750)
 	// Nothing measured yet: the default.
 	f(150*mib, HeapFigures{}, 100)
@@ -50,55 +50,55 @@ func TestPaceFor(t *testing.T) {
 	f(0, HeapFigures{Live: mib}, 100)
 }
 
-func TestPaceOwnership(t *testing.T) {
+func TestGCPercentOwnership(t *testing.T) {
 	t.Run("owned: follows what is live, given back", func(t *testing.T) {
-		rt := &fakePace{pace: 100}
-		p := AcquirePace(0.5, rt.options(nil))
+		rt := &fakeGCPercent{percent: 100}
+		p := AcquireGCPercent(0.5, rt.options(nil))
 		defer p.Release()
 		require.Equal(t, Owned, p.Status())
 
-		pace, changed := p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib})
+		percent, changed := p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib})
 		assert.True(t, changed)
-		assert.Equal(t, 520, pace)
-		assert.Equal(t, 520, rt.pace)
+		assert.Equal(t, 520, percent)
+		assert.Equal(t, 520, rt.percent)
 
-		// Small moves of what is live leave the pace alone.
+		// Small moves of what is live leave the GC percent alone.
 		_, changed = p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 21 * mib, Stacks: 4 * mib, Globals: mib})
 		assert.False(t, changed)
 		assert.Equal(t, []int{520}, rt.calls)
 
 		// What the working set holds besides the heap comes off the target:
 		// 40 MiB of it leaves 110 MiB, (110 - 20) / 25 = 360 %.
-		pace, changed = p.Update(300*mib, 240*mib, 100*mib, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib, Objects: 50 * mib, Free: 10 * mib})
+		percent, changed = p.Update(300*mib, 240*mib, 100*mib, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib, Objects: 50 * mib, Free: 10 * mib})
 		assert.True(t, changed)
-		assert.Equal(t, 360, pace)
+		assert.Equal(t, 360, percent)
 		// A small container: 100 MiB, 30 MiB besides the heap leave 20 MiB
 		// for a heap with 10 MiB live, less than GOGC's default wants.
-		pace, _ = p.Update(100*mib, 80*mib, 45*mib, HeapFigures{Live: 10 * mib, Stacks: 2 * mib, Objects: 12 * mib, Free: 3 * mib})
-		assert.Equal(t, 100, pace)
+		percent, _ = p.Update(100*mib, 80*mib, 45*mib, HeapFigures{Live: 10 * mib, Stacks: 2 * mib, Objects: 12 * mib, Free: 3 * mib})
+		assert.Equal(t, 100, percent)
 		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib})
 
-		// What is live grows: the pace falls to the default, which is set
+		// What is live grows: the GC percent falls to the default, which is set
 		// even though it is a small step.
-		pace, changed = p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 80 * mib, Stacks: 4 * mib, Globals: mib})
+		percent, changed = p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 80 * mib, Stacks: 4 * mib, Globals: mib})
 		assert.True(t, changed)
-		assert.Equal(t, 100, pace)
+		assert.Equal(t, 100, percent)
 
-		// No soft memory limit in force: only the pace would bound the heap.
+		// No soft memory limit in force: only the GC percent would bound the heap.
 		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib})
-		require.NotEqual(t, 100, rt.pace)
-		pace, _ = p.Update(300*mib, math.MaxInt64, 0, HeapFigures{Live: 20 * mib})
-		assert.Equal(t, 100, pace)
-		assert.Equal(t, 100, rt.pace)
+		require.NotEqual(t, 100, rt.percent)
+		percent, _ = p.Update(300*mib, math.MaxInt64, 0, HeapFigures{Live: 20 * mib})
+		assert.Equal(t, 100, percent)
+		assert.Equal(t, 100, rt.percent)
 		// No container limit either.
 		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib})
-		pace, _ = p.Update(0, 240*mib, 0, HeapFigures{Live: 20 * mib})
-		assert.Equal(t, 100, pace)
+		percent, _ = p.Update(0, 240*mib, 0, HeapFigures{Live: 20 * mib})
+		assert.Equal(t, 100, percent)
 
 		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 20 * mib})
-		require.NotEqual(t, 100, rt.pace)
+		require.NotEqual(t, 100, rt.percent)
 		p.Release()
-		assert.Equal(t, 100, rt.pace, "given back")
+		assert.Equal(t, 100, rt.percent, "given back")
 		n := len(rt.calls)
 		_, changed = p.Update(300*mib, 240*mib, 0, HeapFigures{Live: mib})
 		assert.False(t, changed)
@@ -108,14 +108,14 @@ func TestPaceOwnership(t *testing.T) {
 	})
 
 	t.Run("nothing to give back when never raised", func(t *testing.T) {
-		rt := &fakePace{pace: 100}
-		p := AcquirePace(0.5, rt.options(nil))
+		rt := &fakeGCPercent{percent: 100}
+		p := AcquireGCPercent(0.5, rt.options(nil))
 		p.Update(300*mib, 240*mib, 0, HeapFigures{Live: 200 * mib})
 		p.Release()
 		assert.Empty(t, rt.calls)
 	})
 
-	notOwned := func(t *testing.T, p *Pace, rt *fakePace, want Status) {
+	notOwned := func(t *testing.T, p *GCPercent, rt *fakeGCPercent, want Status) {
 		t.Helper()
 		defer p.Release()
 		assert.Equal(t, want, p.Status())
@@ -126,35 +126,36 @@ func TestPaceOwnership(t *testing.T) {
 		assert.Empty(t, rt.calls, "never touched")
 	}
 	t.Run("turned off", func(t *testing.T) {
-		rt := &fakePace{pace: 100}
-		notOwned(t, AcquirePace(0, rt.options(nil)), rt, Disabled)
+		rt := &fakeGCPercent{percent: 100}
+		notOwned(t, AcquireGCPercent(0, rt.options(nil)), rt, Disabled)
 	})
 	t.Run("GOGC set by the user", func(t *testing.T) {
-		rt := &fakePace{pace: 100}
-		notOwned(t, AcquirePace(0.5, rt.options(map[string]string{"GOGC": "100"})), rt, Environment)
+		rt := &fakeGCPercent{percent: 100}
+		notOwned(t, AcquireGCPercent(0.5, rt.options(map[string]string{"GOGC": "100"})), rt, Environment)
 	})
-	t.Run("pace set in the process", func(t *testing.T) {
-		rt := &fakePace{pace: 50}
-		notOwned(t, AcquirePace(0.5, rt.options(nil)), rt, AlreadySet)
+	t.Run("GC percent set in the process", func(t *testing.T) {
+		rt := &fakeGCPercent{percent: 50}
+		notOwned(t, AcquireGCPercent(0.5, rt.options(nil)), rt, AlreadySet)
 	})
 	t.Run("one owner per process", func(t *testing.T) {
-		rt := &fakePace{pace: 100}
-		first := AcquirePace(0.5, rt.options(nil))
+		rt := &fakeGCPercent{percent: 100}
+		first := AcquireGCPercent(0.5, rt.options(nil))
 		require.Equal(t, Owned, first.Status())
-		other := &fakePace{pace: 100}
-		notOwned(t, AcquirePace(0.5, other.options(nil)), other, OtherOwner)
+		other := &fakeGCPercent{percent: 100}
+		notOwned(t, AcquireGCPercent(0.5, other.options(nil)), other, OtherOwner)
 		first.Release()
-		again := AcquirePace(0.5, rt.options(nil))
+		again := AcquireGCPercent(0.5, rt.options(nil))
 		assert.Equal(t, Owned, again.Status(), "free again once released")
 		again.Release()
 	})
 }
 
-// TestHeapViewCountsTheDefaultPace raises the real pace with a soft limit
-// binding: counted at the raised pace, the whole gap to its goal would read
-// as held back and push the memory level to the hard line; a pace the
-// throttle owns counts at GOGC's default, where nothing is held back.
-func TestHeapViewCountsTheDefaultPace(t *testing.T) {
+// TestHeapViewCountsTheDefaultGCPercent raises the real GC percent with a
+// soft limit binding: counted at the raised GC percent, the whole gap to its
+// goal would read as held back and push the memory level to the hard line;
+// a GC percent the throttle owns counts at GOGC's default, where nothing is
+// held back.
+func TestHeapViewCountsTheDefaultGCPercent(t *testing.T) {
 	if v := debug.SetMemoryLimit(-1); v != math.MaxInt64 {
 		t.Skipf("the test process already has a soft memory limit (%d)", v)
 	}
@@ -168,19 +169,19 @@ func TestHeapViewCountsTheDefaultPace(t *testing.T) {
 	prevLimit := debug.SetMemoryLimit(96 * mib)
 	defer debug.SetMemoryLimit(prevLimit)
 
-	p := AcquirePace(0.5, PaceOptions{Getenv: env(nil)})
+	p := AcquireGCPercent(0.5, GCPercentOptions{Getenv: env(nil)})
 	require.Equal(t, Owned, p.Status())
 	defer p.Release()
-	pace, changed := p.Update(1024*mib, 96*mib, 0, HeapFigures{Live: 32 * mib})
+	percent, changed := p.Update(1024*mib, 96*mib, 0, HeapFigures{Live: 32 * mib})
 	require.True(t, changed)
-	require.Greater(t, pace, 1000)
-	require.Equal(t, pace, runtimeGCPercent())
+	require.Greater(t, percent, 1000)
+	require.Equal(t, percent, runtimeGCPercent())
 
 	runtime.GC()
 	_, held := NewHeapView(p).Read()
 	assert.Less(t, held, uint64(8*mib), "32 MiB live wants 64 MiB at GOGC=100: under the limit")
 	_, heldRaised := NewHeapView(nil).Read()
-	assert.Greater(t, heldRaised, uint64(200*mib), "at the raised pace the goal would be far over the limit")
+	assert.Greater(t, heldRaised, uint64(200*mib), "at the raised GC percent the goal would be far over the limit")
 
 	p.Release()
 	assert.Equal(t, 100, runtimeGCPercent(), "given back")
