@@ -22,6 +22,13 @@ const DefaultHeapTarget = 0.50
 // while the GC percent is raised: GOGC's default.
 const defaultGCPercent = 100
 
+// maxGCPercent bounds the raise: the heap may grow to 101 times what the GC
+// scans before it collects. Beyond it a raise saves nothing measurable (it
+// only matters while almost nothing is live, when a collection is cheap),
+// and the runtime keeps GOGC in an int32, so a larger value would wrap
+// negative and turn the GC off.
+const maxGCPercent = 10_000
+
 // gcPercentStep is the least relative change of the GC percent worth a
 // call into the runtime: it follows what is live at every sample, and small
 // moves only churn the GC's pacer.
@@ -170,18 +177,18 @@ const heapMinimum = 4 << 20
 
 // GCPercentFor is the GOGC at which the GC's heap goal for the figures h,
 // live + (live + stacks + globals) × GOGC/100, and its minimum heap,
-// 4 MiB × GOGC/100, are at most target bytes; never below GOGC's default,
-// and the default while nothing has been measured.
+// 4 MiB × GOGC/100, are at most target bytes, within GOGC's default and
+// maxGCPercent; the default while nothing has been measured.
 func GCPercentFor(target float64, h HeapFigures) int {
 	scan := float64(h.Live + h.Stacks + h.Globals)
 	if scan <= 0 {
 		return defaultGCPercent
 	}
 	percent := min(100*(target-float64(h.Live))/scan, 100*target/heapMinimum)
-	if percent <= defaultGCPercent {
+	if !(percent > defaultGCPercent) { // also NaN
 		return defaultGCPercent
 	}
-	return int(percent)
+	return int(min(percent, maxGCPercent))
 }
 
 // CurrentGCPercent returns the GC percent in force (GOGC), whoever set it;

@@ -48,6 +48,34 @@ func TestGCPercentFor(t *testing.T) {
 	f(150*mib, HeapFigures{}, 100)
 	// No target: the default.
 	f(0, HeapFigures{Live: mib}, 100)
+	// A large container: bounded.
+	f(512*1024*mib, HeapFigures{Live: 20 * mib, Stacks: 4 * mib, Globals: mib}, maxGCPercent)
+}
+
+// TestGCPercentBounded: the largest memory limit the configuration accepts
+// (memory::limit_mib up to 2^44 - 1) must not wrap GOGC, which the runtime
+// keeps in an int32, negative (the GC off) or past any sane value.
+func TestGCPercentBounded(t *testing.T) {
+	const maxLimit = (1<<44 - 1) << 20
+	for _, h := range []HeapFigures{{Live: 1}, {Live: mib}, {Live: 20 * mib, Stacks: 4 * mib, Globals: mib}} {
+		for _, target := range []float64{0.5 * maxLimit, 0.99 * maxLimit, math.MaxFloat64, math.Inf(1)} {
+			got := GCPercentFor(target, h)
+			assert.GreaterOrEqual(t, got, defaultGCPercent, "target %g, %+v", target, h)
+			assert.LessOrEqual(t, got, maxGCPercent, "target %g, %+v", target, h)
+		}
+	}
+
+	rt := &fakeGCPercent{percent: 100}
+	p := AcquireGCPercent(0.99, rt.options(nil))
+	defer p.Release()
+	require.Equal(t, Owned, p.Status())
+	percent, changed := p.Update(maxLimit, maxLimit/2, 0, HeapFigures{Live: 1})
+	assert.True(t, changed)
+	assert.Equal(t, maxGCPercent, percent)
+	require.NotEmpty(t, rt.calls)
+	for _, v := range rt.calls {
+		assert.Positive(t, int32(v), "GOGC %d as the runtime keeps it", v) //nolint:gosec // G115: the wrap is what the test looks for
+	}
 }
 
 func TestGCPercentOwnership(t *testing.T) {
