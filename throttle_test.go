@@ -16,10 +16,11 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/extension/extensiontest"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/testseam"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // fakeSource is the resource source of a real throttle extension in tests:
@@ -52,7 +53,7 @@ const (
 // realThrottle is a started throttle extension built by the extension's own
 // factory, whose water level the test drives through its resource source.
 type realThrottle struct {
-	throttleextension.Throttle
+	throttleapi.Throttle
 	ext component.Component
 	src *fakeSource
 	tel *componenttest.Telemetry
@@ -88,15 +89,15 @@ func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
 	set.TelemetrySettings = tel.NewTelemetrySettings()
 	ext, err := f.Create(context.Background(), set, cfg)
 	require.NoError(tb, err)
-	th, ok := ext.(throttleextension.Throttle)
-	require.Truef(tb, ok, "the extension (%T) does not implement throttleextension.Throttle", ext)
+	th, ok := ext.(throttleapi.Throttle)
+	require.Truef(tb, ok, "the extension (%T) does not implement throttleapi.Throttle", ext)
 	require.NoError(tb, ext.Start(context.Background(), componenttest.NewNopHost()))
 	tb.Cleanup(func() {
 		require.NoError(tb, ext.Shutdown(context.Background()))
 		require.NoError(tb, tel.Shutdown(context.Background()))
 	})
 	rt := &realThrottle{Throttle: th, ext: ext, src: src, tel: tel}
-	rt.waitState(tb, throttleextension.StateNormal)
+	rt.waitState(tb, decision.Normal)
 	return rt
 }
 
@@ -111,20 +112,20 @@ func (rt *realThrottle) host() component.Host {
 func (rt *realThrottle) overload(tb testing.TB) {
 	tb.Helper()
 	rt.src.workingSet.Store(fakeOverloaded)
-	rt.waitState(tb, throttleextension.StateOpen)
+	rt.waitState(tb, decision.Open)
 }
 
 // calm brings the memory level under every line and waits for Normal.
 func (rt *realThrottle) calm(tb testing.TB) {
 	tb.Helper()
 	rt.src.workingSet.Store(fakeCalm)
-	rt.waitState(tb, throttleextension.StateNormal)
+	rt.waitState(tb, decision.Normal)
 }
 
-func (rt *realThrottle) waitState(tb testing.TB, want throttleextension.State) {
+func (rt *realThrottle) waitState(tb testing.TB, want decision.State) {
 	tb.Helper()
 	require.Eventually(tb, func() bool {
-		for s := range throttleextension.SignalProfiles + 1 {
+		for s := range decision.Profiles + 1 {
 			if rt.State(s) != want {
 				return false
 			}

@@ -297,9 +297,6 @@ type RuleConfig struct {
 // rule or a signal.
 type RulesConfig map[string]RuleConfig
 
-// Rule is a rule with every field resolved.
-type Rule = decision.Rule
-
 // RetryAfterConfig is the range of the delay asked of rejected clients.
 type RetryAfterConfig struct {
 	// Min is the shortest delay. Default 0s.
@@ -315,7 +312,7 @@ type RetryAfterConfig struct {
 type AdmissionConfig struct {
 	// MaxInflightBytes is the budget of bytes reserved by admitted,
 	// unfinished requests: "auto" (default; a share of the memory limit, see
-	// InflightBudget.ResolveBudget), 0 = off, or a size such as 24MiB.
+	// InflightBudget.resolve), 0 = off, or a size such as 24MiB.
 	MaxInflightBytes InflightBudget `mapstructure:"max_inflight_bytes"`
 	// UnknownSize is what a request reserves when it is admitted while no
 	// size has been learnt for its signal (HTTP without Content-Length, or
@@ -419,7 +416,7 @@ func createDefaultConfig() component.Config {
 		RetryAfter:   RetryAfterConfig{Min: 0, Max: middleware.DefaultRetryMax},
 		RecoveryRamp: engine.RecoveryRamp,
 		Admission: AdmissionConfig{
-			MaxInflightBytes: AutoInflightBudget(),
+			MaxInflightBytes: autoInflightBudget(),
 			UnknownSize:      middleware.DefaultUnknownSize,
 			IdleTimeout:      middleware.DefaultIdleTimeout,
 			PeerShare:        middleware.DefaultPeerShare,
@@ -440,18 +437,18 @@ func defaultStatusServerConfig() confighttp.ServerConfig {
 	return cfg
 }
 
-// RuleFor returns the effective rule of signal s: its entry in rules over
+// ruleFor returns the effective rule of signal s: its entry in rules over
 // the default rule, field by field.
-func (cfg *Config) RuleFor(s decision.Signal) Rule {
+func (cfg *Config) ruleFor(s decision.Signal) decision.Rule {
 	return cfg.Rules[s.String()].over(cfg.Rules.defaultRule())
 }
 
-func (rs RulesConfig) defaultRule() Rule {
+func (rs RulesConfig) defaultRule() decision.Rule {
 	return rs[ruleKeyDefault].over(builtinRule)
 }
 
 // over returns base with the fields r sets replaced.
-func (r RuleConfig) over(base Rule) Rule {
+func (r RuleConfig) over(base decision.Rule) decision.Rule {
 	if r.Enabled != nil {
 		base.Enabled = *r.Enabled
 	}
@@ -464,8 +461,8 @@ func (r RuleConfig) over(base Rule) Rule {
 	return base
 }
 
-// StaleAfter is the age after which a water level is stale, or 0 for never.
-func (cfg *Config) StaleAfter() time.Duration {
+// staleAfter is the age after which a water level is stale, or 0 for never.
+func (cfg *Config) staleAfter() time.Duration {
 	return time.Duration(cfg.StaleAfterIntervals) * cfg.SampleInterval
 }
 
@@ -642,11 +639,11 @@ func (c RetryAfterConfig) Validate() error {
 // every chunked request would be rejected.
 func (a AdmissionConfig) Validate() error {
 	var errs []error
-	if !a.MaxInflightBytes.Off() {
+	if !a.MaxInflightBytes.isOff() {
 		if a.UnknownSize == 0 {
 			errs = append(errs, errUnknownSizeZero)
-		} else if !a.MaxInflightBytes.Auto() && a.UnknownSize > a.MaxInflightBytes.Size() {
-			errs = append(errs, fmt.Errorf("%w, got %v and %v", errUnknownSizeOverBudget, a.UnknownSize, a.MaxInflightBytes.Size()))
+		} else if !a.MaxInflightBytes.isAuto() && a.UnknownSize > a.MaxInflightBytes.fixedSize() {
+			errs = append(errs, fmt.Errorf("%w, got %v and %v", errUnknownSizeOverBudget, a.UnknownSize, a.MaxInflightBytes.fixedSize()))
 		}
 	}
 	if a.IdleTimeout != 0 && a.IdleTimeout < minIdleTimeout {
@@ -658,8 +655,8 @@ func (a AdmissionConfig) Validate() error {
 	if a.WaitTimeout < 0 || a.WaitTimeout > maxWaitTimeout {
 		errs = append(errs, fmt.Errorf("%w, got %v", errWaitTimeout, a.WaitTimeout))
 	}
-	if a.MaxInflightBytes.Size() > maxByteSize {
-		errs = append(errs, fmt.Errorf("max_inflight_bytes %w, got %v", errSizeTooLarge, a.MaxInflightBytes.Size()))
+	if a.MaxInflightBytes.fixedSize() > maxByteSize {
+		errs = append(errs, fmt.Errorf("max_inflight_bytes %w, got %v", errSizeTooLarge, a.MaxInflightBytes.fixedSize()))
 	}
 	if a.UnknownSize > maxByteSize {
 		errs = append(errs, fmt.Errorf("unknown_size %w, got %v", errSizeTooLarge, a.UnknownSize))

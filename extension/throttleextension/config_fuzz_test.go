@@ -64,31 +64,31 @@ func FuzzConfigUnmarshal(f *testing.F) {
 			require.LessOrEqual(t, cfg.Thresholds.Mem.Hard, 1.0)
 		}
 		for s := range decision.NumSignals {
-			r := cfg.RuleFor(s)
+			r := cfg.ruleFor(s)
 			require.True(t, 0 <= r.DropMin && r.DropMin <= r.DropMax && r.DropMax <= 1, "%s: %+v", s, r)
 		}
 		require.GreaterOrEqual(t, cfg.SampleInterval, minSampleInterval)
 		require.Greater(t, cfg.Signal.CPUSlowBeta, 0.0)
 		require.Less(t, cfg.Signal.CPUSlowBeta, 1.0)
-		require.GreaterOrEqual(t, cfg.StaleAfter(), time.Duration(0))
+		require.GreaterOrEqual(t, cfg.staleAfter(), time.Duration(0))
 
 		b := cfg.Admission.MaxInflightBytes
 		for _, limit := range []uint64{0, 1, 300 << 20, math.MaxUint64} {
-			got := b.ResolveBudget(limit, 1)
+			got := b.resolve(limit, 1)
 			switch {
-			case b.Off():
+			case b.isOff():
 				require.Zero(t, got)
-			case b.Auto() && limit > 0:
+			case b.isAuto() && limit > 0:
 				require.True(t, got >= minAutoBudget && got <= maxAutoBudget, "%d", got)
 			}
 		}
-		if !b.Off() {
+		if !b.isOff() {
 			require.NotZero(t, cfg.Admission.UnknownSize)
 		}
 
 		// The mappings to the engine's configurations take anything valid.
 		dc := cfg.decisionConfig()
-		require.Equal(t, cfg.RuleFor(decision.Logs).DropMax, dc.Rules[decision.Logs].DropMax)
+		require.Equal(t, cfg.ruleFor(decision.Logs).DropMax, dc.Rules[decision.Logs].DropMax)
 		require.Equal(t, cfg.Signal.MemoryLimitMiB, cfg.samplerConfig().MemoryLimit>>20)
 
 		// The size text a budget prints reads back as the same budget.

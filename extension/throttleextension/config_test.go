@@ -85,8 +85,8 @@ func TestLoadConfig(t *testing.T) {
 				RetryAfter:   RetryAfterConfig{Min: time.Second, Max: 10 * time.Second},
 				RecoveryRamp: 2 * time.Second,
 				Admission: AdmissionConfig{
-					MaxInflightBytes: FixedInflightBudget(24 * MiB),
-					UnknownSize:      512 * KiB,
+					MaxInflightBytes: fixedInflightBudget(24 * mib),
+					UnknownSize:      512 * kib,
 					IdleTimeout:      5 * time.Second,
 					PeerShare:        0.25,
 					WaitTimeout:      2 * time.Second,
@@ -140,21 +140,21 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "sizes_int"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Admission.MaxInflightBytes = FixedInflightBudget(32 * MiB)
-				c.Admission.UnknownSize = 64 * KiB
+				c.Admission.MaxInflightBytes = fixedInflightBudget(32 * mib)
+				c.Admission.UnknownSize = 64 * kib
 			}),
 		},
 		{
 			id: component.NewIDWithName(metadata.Type, "sizes_units"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Admission.MaxInflightBytes = FixedInflightBudget(64_000_000)
+				c.Admission.MaxInflightBytes = fixedInflightBudget(64_000_000)
 				c.Admission.UnknownSize = 1536
 			}),
 		},
 		{
 			id: component.NewIDWithName(metadata.Type, "budget_off"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Admission.MaxInflightBytes = FixedInflightBudget(0)
+				c.Admission.MaxInflightBytes = fixedInflightBudget(0)
 				c.Admission.UnknownSize = 0
 			}),
 		},
@@ -358,37 +358,37 @@ func TestCreateDefaultConfig(t *testing.T) {
 	assert.Equal(t, QueueConfig{MaxWait: 5 * time.Second, MaxHeld: 256}, cfg.Queue)
 	assert.Equal(t, GoMemLimitConfig{Enabled: true, Share: 0.80, HeapTarget: 0.50}, cfg.GoMemLimit)
 	assert.Equal(t, 20, cfg.StaleAfterIntervals)
-	assert.True(t, cfg.Admission.MaxInflightBytes.Auto())
-	assert.Equal(t, MiB, cfg.Admission.UnknownSize)
+	assert.True(t, cfg.Admission.MaxInflightBytes.isAuto())
+	assert.Equal(t, mib, cfg.Admission.UnknownSize)
 	assert.Equal(t, 10*time.Second, cfg.Admission.IdleTimeout)
 	assert.Equal(t, 0.5, cfg.Admission.PeerShare)
 	assert.Equal(t, time.Second, cfg.Admission.WaitTimeout)
 	assert.False(t, cfg.Status.HasValue(), "the status page is off by default")
 	assert.False(t, cfg.ReportStatus)
-	assert.Equal(t, 5*time.Second, cfg.StaleAfter())
+	assert.Equal(t, 5*time.Second, cfg.staleAfter())
 	for s := range decision.NumSignals {
-		assert.Equal(t, Rule{Enabled: true, DropMin: 0, DropMax: 1}, cfg.RuleFor(s), s.String())
+		assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 1}, cfg.ruleFor(s), s.String())
 	}
 	// Two calls do not share state (maps, pointers).
 	other := createDefaultConfig().(*Config)
 	*other.Rules[ruleKeyDefault].DropMax = 0.5
-	assert.Equal(t, 1.0, cfg.RuleFor(decision.Traces).DropMax)
+	assert.Equal(t, 1.0, cfg.ruleFor(decision.Traces).DropMax)
 }
 
 func TestConfigRuleFor(t *testing.T) {
 	t.Parallel()
 	full, err := loadConfig(t, component.NewIDWithName(metadata.Type, "full"))
 	require.NoError(t, err)
-	assert.Equal(t, Rule{Enabled: true, DropMin: 0.1, DropMax: 0.5}, full.RuleFor(decision.Traces))
-	assert.Equal(t, Rule{Enabled: false, DropMin: 0.1, DropMax: 0.9}, full.RuleFor(decision.Metrics))
-	assert.Equal(t, Rule{Enabled: true, DropMin: 0.2, DropMax: 0.9}, full.RuleFor(decision.Logs))
-	assert.Equal(t, Rule{Enabled: true, DropMin: 0, DropMax: 0}, full.RuleFor(decision.Profiles))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.1, DropMax: 0.5}, full.ruleFor(decision.Traces))
+	assert.Equal(t, decision.Rule{Enabled: false, DropMin: 0.1, DropMax: 0.9}, full.ruleFor(decision.Metrics))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.2, DropMax: 0.9}, full.ruleFor(decision.Logs))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 0}, full.ruleFor(decision.Profiles))
 
 	bench, err := loadConfig(t, component.NewIDWithName(metadata.Type, "benchmark"))
 	require.NoError(t, err)
 	for s := range decision.NumSignals {
-		want := Rule{Enabled: s != decision.Metrics, DropMin: 0, DropMax: 0.2}
-		assert.Equal(t, want, bench.RuleFor(s), s.String())
+		want := decision.Rule{Enabled: s != decision.Metrics, DropMin: 0, DropMax: 0.2}
+		assert.Equal(t, want, bench.ruleFor(s), s.String())
 	}
 }
 
@@ -423,8 +423,8 @@ func TestConfigValidateMemoryLimitOverflow(t *testing.T) {
 func TestConfigValidateSizeBounds(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfigWith(func(c *Config) {
-		c.Admission.MaxInflightBytes = FixedInflightBudget(2 * TiB)
-		c.Admission.UnknownSize = 2 * TiB
+		c.Admission.MaxInflightBytes = fixedInflightBudget(2 * tib)
+		c.Admission.UnknownSize = 2 * tib
 	})
 	requireInvalid(t, []fieldError{
 		{errSizeTooLarge, "admission: max_inflight_bytes must be at most 1TiB, got 2TiB"},
@@ -518,11 +518,11 @@ func TestSizeFromScalarTypes(t *testing.T) {
 		want      ByteSize
 		wantError string
 	}{
-		{int(1048576), MiB, ""},
-		{int64(2048), 2 * KiB, ""},
-		{uint64(1 << 40), TiB, ""},
-		{float64(4096), 4 * KiB, ""}, // YAML 4096.0 or 4e3-style numbers
-		{"1MiB", MiB, ""},
+		{int(1048576), mib, ""},
+		{int64(2048), 2 * kib, ""},
+		{uint64(1 << 40), tib, ""},
+		{float64(4096), 4 * kib, ""}, // YAML 4096.0 or 4e3-style numbers
+		{"1MiB", mib, ""},
 		{"0", 0, ""},
 		{int(-1), 0, "invalid size -1: must be >= 0"},
 		{float64(-1), 0, "invalid size -1: want a whole number of bytes >= 0"},
@@ -541,7 +541,7 @@ func TestSizeFromScalarTypes(t *testing.T) {
 		}
 		require.NoError(t, err, "%#v", tc.in)
 		assert.Equal(t, tc.want, cfg.Admission.UnknownSize, "%#v", tc.in)
-		assert.Equal(t, FixedInflightBudget(tc.want), cfg.Admission.MaxInflightBytes, "%#v", tc.in)
+		assert.Equal(t, fixedInflightBudget(tc.want), cfg.Admission.MaxInflightBytes, "%#v", tc.in)
 	}
 }
 
@@ -553,19 +553,19 @@ func TestParseByteSize(t *testing.T) {
 		wantError string
 	}{
 		{"0", 0, ""},
-		{"1048576", MiB, ""},
+		{"1048576", mib, ""},
 		{"1B", 1, ""},
-		{"24MiB", 24 * MiB, ""},
-		{"24 MiB", 24 * MiB, ""},
-		{" 24mib ", 24 * MiB, ""},
-		{"256Mi", 256 * MiB, ""},
+		{"24MiB", 24 * mib, ""},
+		{"24 MiB", 24 * mib, ""},
+		{" 24mib ", 24 * mib, ""},
+		{"256Mi", 256 * mib, ""},
 		{"64MB", 64_000_000, ""},
 		{"64M", 64_000_000, ""},
 		{"1kB", 1000, ""},
-		{"1KiB", KiB, ""},
-		{"1GiB", GiB, ""},
-		{"1.5GiB", GiB + GiB/2, ""},
-		{"2TiB", 2 * TiB, ""},
+		{"1KiB", kib, ""},
+		{"1GiB", gib, ""},
+		{"1.5GiB", gib + gib/2, ""},
+		{"2TiB", 2 * tib, ""},
 		{"1TB", 1_000_000_000_000, ""},
 		{"18446744073709551615", math.MaxUint64, ""},
 		{"", 0, `invalid size "": want a number of bytes or a size like 24MiB, 64MB or 1GiB`},
@@ -578,7 +578,7 @@ func TestParseByteSize(t *testing.T) {
 		{"16777216TiB", 0, `invalid size "16777216TiB": too large`},
 		{"16777216.0TiB", 0, `invalid size "16777216.0TiB": too large`},
 	} {
-		got, err := ParseByteSize(tc.in)
+		got, err := parseByteSize(tc.in)
 		if tc.wantError != "" {
 			require.EqualError(t, err, tc.wantError, tc.in)
 			continue
@@ -590,18 +590,18 @@ func TestParseByteSize(t *testing.T) {
 
 func TestByteSizeRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, n := range []ByteSize{0, 1, 1000, 1023, KiB, 1536, MiB, 24 * MiB, 64_000_000, GiB, 3 * TiB, math.MaxUint64} {
+	for _, n := range []ByteSize{0, 1, 1000, 1023, kib, 1536, mib, 24 * mib, 64_000_000, gib, 3 * tib, math.MaxUint64} {
 		text, err := n.MarshalText()
 		require.NoError(t, err)
 		var back ByteSize
 		require.NoError(t, back.UnmarshalText(text), string(text))
 		assert.Equal(t, n, back, string(text))
 	}
-	assert.Equal(t, "24MiB", (24 * MiB).String())
+	assert.Equal(t, "24MiB", (24 * mib).String())
 	assert.Equal(t, "1536KiB", ByteSize(1536*1024).String())
 	assert.Equal(t, "1000B", ByteSize(1000).String())
 
-	for _, b := range []InflightBudget{AutoInflightBudget(), FixedInflightBudget(0), FixedInflightBudget(24 * MiB), FixedInflightBudget(12345)} {
+	for _, b := range []InflightBudget{autoInflightBudget(), fixedInflightBudget(0), fixedInflightBudget(24 * mib), fixedInflightBudget(12345)} {
 		text, err := b.MarshalText()
 		require.NoError(t, err)
 		var back InflightBudget
@@ -640,7 +640,7 @@ func TestConfigRoundTrip(t *testing.T) {
 
 func TestConfigResolveBudget(t *testing.T) {
 	t.Parallel()
-	auto := AutoInflightBudget()
+	auto := autoInflightBudget()
 	for _, tc := range []struct {
 		name     string
 		budget   InflightBudget
@@ -658,17 +658,17 @@ func TestConfigResolveBudget(t *testing.T) {
 		{"auto, cores unknown: by memory", auto, 300 << 20, 0, 25 << 20},
 		{"auto without a limit: 32MiB at most", auto, 0, 16, 32 << 20},
 		{"auto without a limit, 1 core", auto, 0, 1, 10 << 20},
-		{"off", FixedInflightBudget(0), 300 << 20, 1, 0},
-		{"off without a limit", FixedInflightBudget(0), 0, 1, 0},
-		{"fixed ignores the limit", FixedInflightBudget(24 * MiB), 1 << 30, 1, 24 << 20},
-		{"fixed without a limit", FixedInflightBudget(24 * MiB), 0, 0, 24 << 20},
+		{"off", fixedInflightBudget(0), 300 << 20, 1, 0},
+		{"off without a limit", fixedInflightBudget(0), 0, 1, 0},
+		{"fixed ignores the limit", fixedInflightBudget(24 * mib), 1 << 30, 1, 24 << 20},
+		{"fixed without a limit", fixedInflightBudget(24 * mib), 0, 0, 24 << 20},
 	} {
-		assert.Equal(t, tc.want, tc.budget.ResolveBudget(tc.memLimit, tc.cores), tc.name)
+		assert.Equal(t, tc.want, tc.budget.resolve(tc.memLimit, tc.cores), tc.name)
 	}
-	assert.True(t, FixedInflightBudget(0).Off())
-	assert.True(t, InflightBudget{}.Off(), "the zero value is off")
-	assert.False(t, auto.Off())
-	assert.Equal(t, ByteSize(0), auto.Size())
+	assert.True(t, fixedInflightBudget(0).isOff())
+	assert.True(t, InflightBudget{}.isOff(), "the zero value is off")
+	assert.False(t, auto.isOff())
+	assert.Equal(t, ByteSize(0), auto.fixedSize())
 }
 
 func TestConfigStaleAfter(t *testing.T) {
@@ -677,9 +677,9 @@ func TestConfigStaleAfter(t *testing.T) {
 		c.SampleInterval = 100 * time.Millisecond
 		c.StaleAfterIntervals = 8
 	})
-	assert.Equal(t, 800*time.Millisecond, cfg.StaleAfter())
+	assert.Equal(t, 800*time.Millisecond, cfg.staleAfter())
 	cfg.StaleAfterIntervals = 0
-	assert.Equal(t, time.Duration(0), cfg.StaleAfter(), "0 = never")
+	assert.Equal(t, time.Duration(0), cfg.staleAfter(), "0 = never")
 	cfg.StaleAfterIntervals = -3
 	requireInvalid(t, []fieldError{{errStaleAfterIntervals, "stale_after_intervals must be 0 (never) or >= 2, got -3"}}, confmap.Validate(cfg))
 	cfg.StaleAfterIntervals = math.MaxInt64 / 1000

@@ -27,18 +27,18 @@ func (cfg *Config) runnerConfig() runner.Config {
 		QueueMaxWait:  cfg.Queue.MaxWait,
 		QueueMaxHeld:  cfg.Queue.MaxHeld,
 		Admission: runner.Admission{
-			AutoBudget:  cfg.Admission.MaxInflightBytes.Auto(),
+			AutoBudget:  cfg.Admission.MaxInflightBytes.isAuto(),
 			PeerShare:   cfg.Admission.PeerShare,
 			WaitTimeout: cfg.Admission.WaitTimeout,
 			UnknownSize: int64(cfg.Admission.UnknownSize), //nolint:gosec // G115: at most 1 TiB (Validate)
 			IdleTimeout: cfg.Admission.IdleTimeout,
 		},
 		GoMemLimit:   cfg.GoMemLimit.ownerConfig(),
-		StaleAfter:   cfg.StaleAfter(),
+		StaleAfter:   cfg.staleAfter(),
 		ReportStatus: cfg.ReportStatus,
 	}
-	if !cfg.Admission.MaxInflightBytes.Off() {
-		rc.Admission.Budget = cfg.Admission.MaxInflightBytes.ResolveBudget
+	if !cfg.Admission.MaxInflightBytes.isOff() {
+		rc.Admission.Budget = cfg.Admission.MaxInflightBytes.resolve
 	}
 	if cfg.Status.HasValue() {
 		status := *cfg.Status.Get() // ToServer fills in defaults; keep the config as loaded
@@ -72,7 +72,7 @@ func (cfg *Config) decisionConfig() decision.Config {
 		Interval:     cfg.SampleInterval,
 	}
 	for s := range decision.NumSignals {
-		dc.Rules[s] = cfg.RuleFor(s)
+		dc.Rules[s] = cfg.ruleFor(s)
 	}
 	return dc
 }

@@ -50,7 +50,7 @@ func sampledLogger(opts ...zap.Option) (*zap.Logger, *observer.ObservedLogs, *at
 	return zap.New(sampled, opts...), logs, &dropped
 }
 
-func transitionMessage(s Signal, from, to State) string {
+func transitionMessage(s decision.Signal, from, to decision.State) string {
 	return "throttle " + s.String() + ": " + from.String() + " -> " + to.String()
 }
 
@@ -72,15 +72,15 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 
 	waitValid(t, e, 0.5)
 	src.setMem(95)
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 	src.setMem(50)
-	waitState(t, e, StateNormal)
+	waitState(t, e, decision.Normal)
 	// The engine publishes a state before it reports the change, so the
 	// line may still be being written: stop the sampler to have them all.
 	require.NoError(t, e.Shutdown(context.Background()))
 
 	for _, s := range allSignals {
-		open := logs.FilterMessage(transitionMessage(s, StateNormal, StateOpen)).All()
+		open := logs.FilterMessage(transitionMessage(s, decision.Normal, decision.Open)).All()
 		require.Len(t, open, 1, s.String())
 		f := open[0].ContextMap()
 		assert.Equal(t, zapcore.InfoLevel, open[0].Level)
@@ -92,7 +92,7 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 		assert.Equal(t, 0.0, f["cpu_fast"])
 		assert.Equal(t, 0.0, f["cpu_slow"])
 
-		back := logs.FilterMessage(transitionMessage(s, StateOpen, StateNormal)).All()
+		back := logs.FilterMessage(transitionMessage(s, decision.Open, decision.Normal)).All()
 		require.Len(t, back, 1, s.String())
 		assert.Equal(t, 0.5, back[0].ContextMap()["mem"])
 	}
@@ -134,7 +134,7 @@ func accountLogs(t *testing.T, entries []observer.LoggedEntry) logAccount {
 	return a
 }
 
-func parseState(t *testing.T, v any) State {
+func parseState(t *testing.T, v any) decision.State {
 	for st := decision.Normal; st <= decision.Open; st++ {
 		if st.String() == v {
 			return st
@@ -160,9 +160,9 @@ func TestTransitionsSurviveLogSampling(t *testing.T) {
 	start := time.Now()
 	for range cycles {
 		src.setMem(95)
-		waitState(t, e, StateOpen)
+		waitState(t, e, decision.Open)
 		src.setMem(50)
-		waitState(t, e, StateNormal)
+		waitState(t, e, decision.Normal)
 	}
 	// Shutdown writes the summary of the window still open.
 	require.NoError(t, e.Shutdown(context.Background()))

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/decision"
 )
 
 // blockingSource is a fakeSource whose CPUTime blocks while a gate is set,
@@ -114,19 +115,19 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	cfg := testConfig(t, func(c *Config) { c.StaleAfterIntervals = 20 })
 	// 200ms: short for the test, long enough that a sampler starved by a
 	// loaded -race run does not start a second episode after the release.
-	require.Equal(t, 200*time.Millisecond, cfg.StaleAfter())
+	require.Equal(t, 200*time.Millisecond, cfg.staleAfter())
 	e := startTestExtension(t, src, cfg, set)
-	waitState(t, e, StateOpen)
-	require.Equal(t, DenyOpen, e.Decide(SignalTraces))
+	waitState(t, e, decision.Open)
+	require.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
 	require.Equal(t, int64(0), staleGauge(t, tel))
 
 	release := src.block(t)
-	require.Eventually(t, func() bool { return e.Decide(SignalTraces) == Admit }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.Decide(decision.Traces) == decision.Admit }, 10*time.Second, time.Millisecond,
 		"a blocked sampler must not hold Open for ever")
 	assert.True(t, e.runner.Engine().Stale())
 	for _, s := range allSignals {
-		assert.Equal(t, Admit, e.Decide(s), s.String())
-		assert.Equal(t, StateNormal, e.State(s), s.String())
+		assert.Equal(t, decision.Admit, e.Decide(s), s.String())
+		assert.Equal(t, decision.Normal, e.State(s), s.String())
 	}
 	metadatatest.AssertEqualThrottleSamplerStale(t, tel, []metricdata.DataPoint[int64]{
 		{Attributes: attribute.NewSet(attribute.String("extension", "throttle")), Value: 1},
@@ -142,7 +143,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	assert.GreaterOrEqual(t, warns[0].ContextMap()["since_last_sample"], 200*time.Millisecond)
 
 	release()
-	require.Eventually(t, func() bool { return e.Decide(SignalTraces) == DenyOpen }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.Decide(decision.Traces) == decision.DenyOpen }, 10*time.Second, time.Millisecond,
 		"the first fresh sample restores the real decision")
 	require.Eventually(t, func() bool { return staleGauge(t, tel) == 0 }, 10*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool {
@@ -161,9 +162,9 @@ func TestStaleAfterZeroHolds(t *testing.T) {
 	src := newBlockingSource(95)
 	e := startTestExtension(t, src, testConfig(t), nopSettings()) // testConfig: 0
 	require.False(t, e.runner.Watchdog(), "no stale watchdog")
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 	release := src.block(t)
-	assert.Never(t, func() bool { return e.Decide(SignalTraces) != DenyOpen }, 200*time.Millisecond, 5*time.Millisecond)
+	assert.Never(t, func() bool { return e.Decide(decision.Traces) != decision.DenyOpen }, 200*time.Millisecond, 5*time.Millisecond)
 	assert.False(t, e.runner.Engine().Stale())
 	release()
 	require.NoError(t, e.Shutdown(context.Background()))

@@ -295,13 +295,13 @@ func TestReportStatusOpenAndRecovery(t *testing.T) {
 	ev := host.next(t)
 	require.Equal(t, componentstatus.StatusRecoverableError, ev.Status())
 	require.EqualError(t, ev.Err(), "throttle: traces, metrics, profiles open (collector overloaded); rejecting requests")
-	assert.Equal(t, StateOpen, e.State(SignalTraces))
+	assert.Equal(t, decision.Open, e.State(decision.Traces))
 
 	src.workingSet.Store(statusTestCalm)
 	ev = host.next(t)
 	require.Equal(t, componentstatus.StatusOK, ev.Status())
 	require.NoError(t, ev.Err())
-	assert.NotEqual(t, StateOpen, e.State(SignalTraces))
+	assert.NotEqual(t, decision.Open, e.State(decision.Traces))
 
 	// Twice more, to see that only transitions are reported.
 	src.workingSet.Store(statusTestOver)
@@ -345,9 +345,9 @@ func TestReportStatusOffByDefault(t *testing.T) {
 	host := newStatusHost()
 	e, src := startStatusExtension(t, host, nil)
 	src.workingSet.Store(statusTestOver)
-	require.Eventually(t, func() bool { return e.State(SignalTraces) == StateOpen }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return e.State(decision.Traces) == decision.Open }, 10*time.Second, 5*time.Millisecond)
 	src.workingSet.Store(statusTestCalm)
-	require.Eventually(t, func() bool { return e.State(SignalTraces) != StateOpen }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return e.State(decision.Traces) != decision.Open }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, e.Shutdown(context.Background()))
 	assert.Empty(t, host.recorded())
 }

@@ -31,8 +31,9 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
@@ -62,7 +63,7 @@ const e2eWait = 30 * time.Second
 // and HTTP, both with middlewares: [{id: throttle}]) feeding sinks.
 type e2eEnv struct {
 	src *fakeSource
-	th  throttleextension.Throttle
+	th  throttleapi.Throttle
 	tel *componenttest.Telemetry
 
 	httpAddr, grpcAddr string
@@ -175,7 +176,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
 
 // setLevel sets the memory level and waits until the state machines (every
 // signal shares them) are in want.
-func (env *e2eEnv) setLevel(tb testing.TB, level float64, want throttleextension.State) {
+func (env *e2eEnv) setLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
 	env.src.setLevel(level)
 	waitState(tb, env.th, want, e2eWait)
@@ -183,28 +184,28 @@ func (env *e2eEnv) setLevel(tb testing.TB, level float64, want throttleextension
 
 // requests is the throttle_requests counter for one protocol, signal and
 // decision (see e2edata.Requests).
-func (env *e2eEnv) requests(tb testing.TB, protocol string, s throttleextension.Signal, decision, reason string) int64 {
+func (env *e2eEnv) requests(tb testing.TB, protocol string, s decision.Signal, decision, reason string) int64 {
 	tb.Helper()
 	return e2edata.Requests(tb, env.tel, protocol, s.String(), decision, reason)
 }
 
 // e2eSignal is one signal as the tests count it at env's sinks.
 type e2eSignal struct {
-	sig      throttleextension.Signal
+	sig      decision.Signal
 	received func(env *e2eEnv) int
 }
 
 var e2eSignals = []e2eSignal{
-	{throttleextension.SignalTraces, func(env *e2eEnv) int { return env.traces.SpanCount() }},
-	{throttleextension.SignalMetrics, func(env *e2eEnv) int { return env.metrics.DataPointCount() }},
-	{throttleextension.SignalLogs, func(env *e2eEnv) int { return env.logs.LogRecordCount() }},
-	{throttleextension.SignalProfiles, func(env *e2eEnv) int { return env.profiles.SampleCount() }},
+	{decision.Traces, func(env *e2eEnv) int { return env.traces.SpanCount() }},
+	{decision.Metrics, func(env *e2eEnv) int { return env.metrics.DataPointCount() }},
+	{decision.Logs, func(env *e2eEnv) int { return env.logs.LogRecordCount() }},
+	{decision.Profiles, func(env *e2eEnv) int { return env.profiles.SampleCount() }},
 }
 
 // e2eExporters are real OTLP exporters of every signal for one protocol.
 type e2eExporters struct {
 	protocol string // "http" or "grpc", as in throttle_requests
-	send     map[throttleextension.Signal]func(ctx context.Context, n int) error
+	send     map[decision.Signal]func(ctx context.Context, n int) error
 }
 
 // startExporters starts otlphttpexporter (protocol "http") or otlpexporter
@@ -259,11 +260,11 @@ func (env *e2eEnv) startExporters(tb testing.TB, protocol string) *e2eExporters 
 	}
 	return &e2eExporters{
 		protocol: protocol,
-		send: map[throttleextension.Signal]func(context.Context, int) error{
-			throttleextension.SignalTraces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, e2edata.Traces(n)) },
-			throttleextension.SignalMetrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, e2edata.Metrics(n)) },
-			throttleextension.SignalLogs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, e2edata.Logs(n)) },
-			throttleextension.SignalProfiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, e2edata.Profiles(n)) },
+		send: map[decision.Signal]func(context.Context, int) error{
+			decision.Traces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, e2edata.Traces(n)) },
+			decision.Metrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, e2edata.Metrics(n)) },
+			decision.Logs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, e2edata.Logs(n)) },
+			decision.Profiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, e2edata.Profiles(n)) },
 		},
 	}
 }

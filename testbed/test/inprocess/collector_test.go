@@ -38,8 +38,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	throttleprocessor "github.com/otelthrottle/throttle"
-	// The extension registers its factory with testseam.
-	_ "github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/testseam"
 	"github.com/otelthrottle/throttle/testbed/test/internal/e2e"
