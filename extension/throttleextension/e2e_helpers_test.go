@@ -140,25 +140,23 @@ func e2eFreeAddr(tb testing.TB) string {
 }
 
 // e2eThrottleConfig is the throttle configuration of the tests: a 10ms
-// sample interval, no CPU slot (the fake source uses none), a memory slot
-// that reacts to one sample, no recovery ramp so that leaving Open is
+// check interval, no CPU slot (the fake source uses none), a memory slot
+// that reacts to one check, no recovery ramp so that leaving Open is
 // immediate, no stale fallback (a sampler starved under -race must not turn
-// Open into Normal), a short retry_after range and no pacing (the tests of
-// pacing turn it on).
+// Open into Normal), a short retry_after range and no tarpit (the tests of
+// the tarpit turn it on).
 func e2eThrottleConfig(tb testing.TB, extra map[string]any) *Config {
 	tb.Helper()
 	conf := map[string]any{
-		"sample_interval":       "10ms",
-		"recovery_ramp":         "0s",
-		"stale_after_intervals": 0,
-		"retry_after":           map[string]any{"min": e2eRetryLow.String(), "max": e2eRetryHigh.String()},
-		"pacing":                map[string]any{"delay": "0s"},
-		// Refusals are answered at once unless a test turns the queue on.
-		"queue": map[string]any{"max_wait": "0s"},
-		"thresholds": map[string]any{
-			"cpu": map[string]any{"enabled": false},
-			"mem": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_n": 1},
-		},
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
+		"stale_after":    "0s",
+		"retry_after":    map[string]any{"min": e2eRetryLow.String(), "max": e2eRetryHigh.String()},
+		"tarpit":         map[string]any{"delay": "0s"},
+		// Refusals are answered at once unless a test turns holding on.
+		"hold":   map[string]any{"max_wait": "0s"},
+		"cpu":    map[string]any{"enabled": false},
+		"memory": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_duration": "0s"},
 	}
 	maps.Copy(conf, extra)
 	cfg := createDefaultConfig().(*Config)

@@ -499,7 +499,7 @@ func TestE2ERejectedBodyUnder256KiBNotRead(t *testing.T) {
 func TestE2EPacedShedding(t *testing.T) {
 	start := func(t *testing.T, delay time.Duration) *e2eEnv {
 		env := startE2E(t, e2eOptions{conf: map[string]any{
-			"pacing": map[string]any{"delay": delay.String(), "max_held": 4},
+			"tarpit": map[string]any{"delay": delay.String(), "max_requests": 4},
 			"rules":  map[string]any{"default": map[string]any{"drop_min": 1.0, "drop_max": 1.0}},
 		}})
 		env.setLevel(t, e2eShedding, decision.Shedding)
@@ -551,7 +551,7 @@ func TestE2EPacedShedding(t *testing.T) {
 // (nothing reaches the pipeline), and delivered as soon as the state lets
 // it in; one held past max_wait gets its 429 then.
 func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
-	env := startE2E(t, e2eOptions{conf: map[string]any{"queue": map[string]any{"max_wait": "20s", "max_held": 8}}})
+	env := startE2E(t, e2eOptions{conf: map[string]any{"hold": map[string]any{"max_wait": "20s", "max_requests": 8}}})
 	e := env.ext.(*throttleExtension)
 	env.setLevel(t, e2eOpen, decision.Open)
 	c := e2eHTTPClient(t)
@@ -584,7 +584,7 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 
 func TestE2EQueueRefusesAfterMaxWait(t *testing.T) {
 	const maxWait = 300 * time.Millisecond
-	env := startE2E(t, e2eOptions{conf: map[string]any{"queue": map[string]any{"max_wait": maxWait.String(), "max_held": 8}}})
+	env := startE2E(t, e2eOptions{conf: map[string]any{"hold": map[string]any{"max_wait": maxWait.String(), "max_requests": 8}}})
 	env.setLevel(t, e2eOpen, decision.Open)
 	c := e2eHTTPClient(t)
 	pb, err := e2eSignals[0].proto(1)

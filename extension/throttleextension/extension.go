@@ -34,6 +34,9 @@ var (
 )
 
 func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*throttleExtension, error) {
+	for _, msg := range cfg.warnings() {
+		set.Logger.Warn(msg)
+	}
 	r, err := runner.New(cfg.runnerConfig(), set.TelemetrySettings, set.ID, runner.Options{
 		Source:         fo.source,
 		SetMemoryLimit: fo.memoryLimit,

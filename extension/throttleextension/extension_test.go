@@ -73,11 +73,11 @@ func (f *fakeSource) Describe() string { return "fake source (test)" }
 // fallback (so a slow machine cannot turn a state back to Normal).
 func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 	cfg := createDefaultConfig().(*Config)
-	cfg.SampleInterval = 10 * time.Millisecond
+	cfg.CheckInterval = 10 * time.Millisecond
 	cfg.RecoveryRamp = 0
-	cfg.StaleAfterIntervals = 0
+	cfg.StaleAfter = 0
 	cfg.Rules["metrics"] = RuleConfig{Enabled: ptrTo(false)}
-	cfg.Queue.MaxWait = 0 // refusals answered at once unless a test turns the queue on
+	cfg.Hold.MaxWait = 0 // refusals answered at once unless a test turns holding on
 	for _, m := range mutate {
 		m(cfg)
 	}

@@ -173,7 +173,7 @@ func TestLifecycleAnyOrder(t *testing.T) {
 	ctx := context.Background()
 	host := componenttest.NewNopHost()
 	withAll := func(c *Config) {
-		c.StaleAfterIntervals = 2
+		c.StaleAfter = time.Second
 		require.NoError(t, confmap.NewFromStringMap(map[string]any{
 			"status": map[string]any{"endpoint": "127.0.0.1:0"},
 		}).Unmarshal(c))
@@ -249,7 +249,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 	const n = 4
 	g := newGate(2 * n)
 	rcv := &traceReceiver{gate: g}
-	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfterIntervals = 2 }), nopSettings())
+	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfter = time.Second }), nopSettings())
 	url := serveHTTP(t, e, rcv)
 	gc := serveGRPC(t, e, rcv)
 	hc := newHTTPClient()
@@ -377,11 +377,11 @@ func TestTwoThrottleExtensions(t *testing.T) {
 	}
 	insts := []*inst{
 		{id: component.MustNewID("throttle"), src: newFakeSource(95), cfg: testConfig(t, func(c *Config) {
-			c.StaleAfterIntervals = 1000 // on, but out of reach of a starved -race run
+			c.StaleAfter = 10 * time.Second // on, but out of reach of a starved -race run
 		})},
 		{id: component.MustNewIDWithName("throttle", "2"), src: newFakeSource(95), cfg: testConfig(t, func(c *Config) {
-			c.SampleInterval = 15 * time.Millisecond
-			c.Thresholds.Mem.Enter, c.Thresholds.Mem.Exit, c.Thresholds.Mem.Hard = 0.97, 0.96, 0.99
+			c.CheckInterval = 15 * time.Millisecond
+			c.Memory.Enter, c.Memory.Exit, c.Memory.Hard = 0.97, 0.96, 0.99
 			// No budget: with "auto" (8 MiB of the 100 MiB limit) ten
 			// concurrent gRPC streams of unknown size (1 MiB each) would
 			// exhaust it.

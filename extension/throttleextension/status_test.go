@@ -97,11 +97,11 @@ func startStatusExtension(t *testing.T, host component.Host, extra map[string]an
 	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	conf := map[string]any{
-		"sample_interval": "10ms",
-		"recovery_ramp":   "0s",
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
 		// A sampler starved under -race must not turn Open into Normal.
-		"stale_after_intervals": 0,
-		"thresholds":            map[string]any{"cpu": map[string]any{"enabled": false}},
+		"stale_after": "0s",
+		"cpu":         map[string]any{"enabled": false},
 	}
 	maps.Copy(conf, extra)
 	require.NoError(t, confmap.NewFromStringMap(conf).Unmarshal(cfg))
@@ -330,7 +330,7 @@ func TestReportStatusOpenAtStart(t *testing.T) {
 	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	require.NoError(t, confmap.NewFromStringMap(map[string]any{
-		"report_status": true, "sample_interval": "10ms", "stale_after_intervals": 0,
+		"report_status": true, "check_interval": "10ms", "stale_after": "0s",
 	}).Unmarshal(cfg))
 	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
 	require.NoError(t, err)

@@ -298,7 +298,7 @@ func TestTelemetryBudgetSettings(t *testing.T) {
 func TestTelemetryDisabledSlot(t *testing.T) {
 	tt := newTestTelemetry(t)
 	e := newTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
-		c.Thresholds.CPU.Enabled = false
+		c.CPU.Enabled = false
 	}), metadatatest.NewSettings(tt))
 	var lines, levels []metricdata.DataPoint[float64]
 	for _, dp := range wantLevels(0.5) {

@@ -18,10 +18,15 @@ import (
 
 // Defaults applied by New to zero or out-of-range Config fields.
 const (
-	DefaultInterval    = 250 * time.Millisecond
-	DefaultCPUFastBeta = 0.7
-	DefaultCPUSlowBeta = 0.95
-	DefaultLimitsEvery = 10 * time.Second
+	DefaultInterval = 250 * time.Millisecond
+	// DefaultCPUSlowWindow is the time constant of the slow CPU average,
+	// the one the enter and exit lines read: long enough to ride out a
+	// burst of a second or two, short enough to follow a load that stays.
+	DefaultCPUSlowWindow = 5 * time.Second
+	// DefaultCPUFastWindow is the time constant of the fast CPU average,
+	// the one the hard line reads: a few checks.
+	DefaultCPUFastWindow = 700 * time.Millisecond
+	DefaultLimitsEvery   = 10 * time.Second
 )
 
 // Errors reported through Options.OnError for a CPU window that is skipped.
@@ -64,17 +69,17 @@ func (e *ReadError) Error() string { return e.Err.Error() }
 // Unwrap returns the underlying error.
 func (e *ReadError) Unwrap() error { return e.Err }
 
-// Config is the sampler's configuration (the extension's "signal" block and
-// sample_interval).
+// Config is the sampler's configuration (the extension's check_interval,
+// and how its cpu and memory sections measure).
 type Config struct {
 	// Interval is the time between two ticks; DefaultInterval when 0.
 	Interval time.Duration
-	// CPUFastBeta is the history weight of the fast CPU EWMA;
-	// DefaultCPUFastBeta when not in (0, 1).
-	CPUFastBeta float64
-	// CPUSlowBeta is the history weight of the slow CPU EWMA;
-	// DefaultCPUSlowBeta when not in (0, 1).
-	CPUSlowBeta float64
+	// CPUFastWindow is the time constant of the fast CPU EWMA;
+	// DefaultCPUFastWindow when not > 0.
+	CPUFastWindow time.Duration
+	// CPUSlowWindow is the time constant of the slow CPU EWMA;
+	// DefaultCPUSlowWindow when not > 0.
+	CPUSlowWindow time.Duration
 	// FallbackCores is the number of cores when there is no CPU quota;
 	// 0 means runtime.GOMAXPROCS(0).
 	FallbackCores float64
@@ -117,6 +122,10 @@ type Sampler struct {
 	onError  func(error)
 	heap     HeapView
 
+	// fastBeta and slowBeta are the EWMAs' weights of history, from their
+	// time constants at the interval.
+	fastBeta, slowBeta float64
+
 	level atomic.Pointer[WaterLevel]
 
 	// tickMu serialises ticks so that Tick may be called by tests while the
@@ -157,11 +166,11 @@ func New(src Source, cfg Config, opts Options) *Sampler {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
-	if !(cfg.CPUFastBeta > 0 && cfg.CPUFastBeta < 1) {
-		cfg.CPUFastBeta = DefaultCPUFastBeta
+	if cfg.CPUFastWindow <= 0 {
+		cfg.CPUFastWindow = DefaultCPUFastWindow
 	}
-	if !(cfg.CPUSlowBeta > 0 && cfg.CPUSlowBeta < 1) {
-		cfg.CPUSlowBeta = DefaultCPUSlowBeta
+	if cfg.CPUSlowWindow <= 0 {
+		cfg.CPUSlowWindow = DefaultCPUSlowWindow
 	}
 	if cfg.LimitsEvery <= 0 {
 		cfg.LimitsEvery = DefaultLimitsEvery
@@ -173,7 +182,10 @@ func New(src Source, cfg Config, opts Options) *Sampler {
 		onSample: opts.OnSample,
 		onError:  opts.OnError,
 		heap:     opts.Heap,
+		fastBeta: EWMABeta(cfg.Interval, cfg.CPUFastWindow),
+		slowBeta: EWMABeta(cfg.Interval, cfg.CPUSlowWindow),
 	}
+
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -399,8 +411,8 @@ func (s *Sampler) observeCPU(at time.Time, cpuTime time.Duration) bool {
 		t.seeded = true
 		t.cpuFast, t.cpuSlow = cpu, cpu
 	} else {
-		t.cpuFast = ewma(t.cpuFast, cpu, s.cfg.CPUFastBeta)
-		t.cpuSlow = ewma(t.cpuSlow, cpu, s.cfg.CPUSlowBeta)
+		t.cpuFast = ewma(t.cpuFast, cpu, s.fastBeta)
+		t.cpuSlow = ewma(t.cpuSlow, cpu, s.slowBeta)
 	}
 	return true
 }
@@ -408,6 +420,14 @@ func (s *Sampler) observeCPU(at time.Time, cpuTime time.Duration) bool {
 // ewma is one step of s_t = (1-β)·x_t + β·s_{t-1}; β is the weight of history.
 func ewma(prev, x, beta float64) float64 {
 	return (1-beta)*x + beta*prev
+}
+
+// EWMABeta is the weight of history of an EWMA updated every interval with
+// the time constant window: exp(-interval/window), so that the average
+// means the same time whatever the interval (at 250ms, 5s gives 0.951 and
+// 700ms 0.700).
+func EWMABeta(interval, window time.Duration) float64 {
+	return math.Exp(-float64(interval) / float64(window))
 }
 
 // EffectiveCores returns the number of cores CPU time is normalised by:

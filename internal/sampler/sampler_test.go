@@ -6,6 +6,7 @@ package sampler
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -124,7 +125,9 @@ func TestFirstValidWindowSeedsBothEWMAs(t *testing.T) {
 }
 
 func TestEWMAMath(t *testing.T) {
-	h := newHarness(Config{CPUFastBeta: 0.7, CPUSlowBeta: 0.95}, oneCore())
+	// Time constants of 1 and 4 intervals: β = e^-1 and e^-1/4.
+	h := newHarness(Config{CPUFastWindow: interval, CPUSlowWindow: 4 * interval}, oneCore())
+	bf, bs := math.Exp(-1), math.Exp(-0.25)
 	h.step(0, 0)
 	h.step(interval, interval/2) // seeds at 0.5
 
@@ -132,19 +135,34 @@ func TestEWMAMath(t *testing.T) {
 	fast, slow := 0.5, 0.5
 	for i, x := range []float64{1.0, 1.0, 0.25, 0.0, 0.75} {
 		wl := h.step(interval, time.Duration(x*float64(interval)))
-		fast = 0.3*x + 0.7*fast
-		slow = 0.05*x + 0.95*slow
+		fast = (1-bf)*x + bf*fast
+		slow = (1-bs)*x + bs*slow
 		assert.InDelta(t, x, wl.CPU, 1e-12, "window %d", i)
 		assert.InDelta(t, fast, wl.CPUFast, 1e-12, "window %d", i)
 		assert.InDelta(t, slow, wl.CPUSlow, 1e-12, "window %d", i)
 	}
-	// Hand-computed after the first step: fast 0.3·1+0.7·0.5, slow 0.05·1+0.95·0.5.
+	// The defaults at 250ms (5s and 700ms: β 0.951 and 0.700), after the
+	// first step: fast 0.3·1+0.7·0.5, slow 0.049·1+0.951·0.5.
 	h2 := newHarness(Config{}, oneCore())
 	h2.step(0, 0)
 	h2.step(interval, interval/2)
 	wl := h2.step(interval, interval)
-	assert.InDelta(t, 0.65, wl.CPUFast, 1e-12)
-	assert.InDelta(t, 0.525, wl.CPUSlow, 1e-12)
+	bf, bs = math.Exp(-0.25/0.7), math.Exp(-0.25/5)
+	assert.InDelta(t, (1-bf)*1+bf*0.5, wl.CPUFast, 1e-12)
+	assert.InDelta(t, (1-bs)*1+bs*0.5, wl.CPUSlow, 1e-12)
+	assert.InDelta(t, 0.65, wl.CPUFast, 1e-3)
+	assert.InDelta(t, 0.5244, wl.CPUSlow, 1e-4)
+}
+
+// TestEWMABeta: a time constant means the same time at any interval.
+func TestEWMABeta(t *testing.T) {
+	assert.InDelta(t, 0.951, EWMABeta(250*time.Millisecond, 5*time.Second), 1e-3)
+	assert.InDelta(t, 0.700, EWMABeta(250*time.Millisecond, 700*time.Millisecond), 1e-3)
+	// Ten checks of 100ms weigh an old value as much as four of 250ms.
+	assert.InDelta(t, math.Pow(EWMABeta(250*time.Millisecond, 5*time.Second), 4),
+		math.Pow(EWMABeta(100*time.Millisecond, 5*time.Second), 10), 1e-12)
+	// A window far shorter than the interval: no smoothing, never NaN.
+	assert.Zero(t, EWMABeta(10*time.Second, time.Nanosecond))
 }
 
 func TestCPUNormalisedByFractionalCores(t *testing.T) {
@@ -350,8 +368,9 @@ func TestReadErrors(t *testing.T) {
 		wl = h.step(interval, interval)
 		require.True(t, wl.CPUValid)
 		assert.InDelta(t, 1.0, wl.CPU, 1e-12)
-		assert.InDelta(t, 0.3*1+0.7*0.5, wl.CPUFast, 1e-12)
-		assert.InDelta(t, 0.05*1+0.95*0.5, wl.CPUSlow, 1e-12)
+		bf, bs := EWMABeta(interval, DefaultCPUFastWindow), EWMABeta(interval, DefaultCPUSlowWindow)
+		assert.InDelta(t, (1-bf)*1+bf*0.5, wl.CPUFast, 1e-12)
+		assert.InDelta(t, (1-bs)*1+bs*0.5, wl.CPUSlow, 1e-12)
 	})
 
 	t.Run("working set", func(t *testing.T) {
@@ -447,13 +466,15 @@ func TestEffectiveCores(t *testing.T) {
 }
 
 func TestNewAppliesDefaults(t *testing.T) {
-	s := New(oneCore(), Config{CPUFastBeta: 1, CPUSlowBeta: -0.5}, Options{})
+	s := New(oneCore(), Config{CPUFastWindow: 0, CPUSlowWindow: -time.Second}, Options{})
 	assert.Equal(t, Config{
-		Interval:    DefaultInterval,
-		CPUFastBeta: DefaultCPUFastBeta,
-		CPUSlowBeta: DefaultCPUSlowBeta,
-		LimitsEvery: DefaultLimitsEvery,
+		Interval:      DefaultInterval,
+		CPUFastWindow: DefaultCPUFastWindow,
+		CPUSlowWindow: DefaultCPUSlowWindow,
+		LimitsEvery:   DefaultLimitsEvery,
 	}, s.cfg)
+	assert.Equal(t, EWMABeta(DefaultInterval, DefaultCPUFastWindow), s.fastBeta)
+	assert.Equal(t, EWMABeta(DefaultInterval, DefaultCPUSlowWindow), s.slowBeta)
 }
 
 func TestStartStop(t *testing.T) {

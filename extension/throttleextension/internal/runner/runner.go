@@ -213,7 +213,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		zap.Int64("go_memory_limit_bytes", goMemLimitBytes(goLimit)),
 		zap.String("gc_pace", r.pace.String()),
 		zap.Int64("admission_budget_bytes", r.budget.Load().Max()),
-		zap.Duration("sample_interval", r.cfg.Sampler.Interval),
+		zap.Duration("check_interval", r.cfg.Sampler.Interval),
 	)
 	return nil
 }
@@ -440,7 +440,7 @@ func (r *Runner) Sampler() *sampler.Sampler { return r.sampler }
 func (r *Runner) OwnedSource() sampler.Source { return r.ownedSource }
 
 // Watchdog reports whether Start started the stale watchdog
-// (stale_after_intervals > 0). Call it after Start has returned.
+// (stale_after > 0). Call it after Start has returned.
 func (r *Runner) Watchdog() bool { return r.stale != nil }
 
 // StatusAddr is the status page's bound address, nil when it is not
