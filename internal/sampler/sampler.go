@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/otelthrottle/throttle/internal/cgroup"
 )
 
@@ -83,7 +85,10 @@ type Config struct {
 	// FallbackCores is the number of cores when there is no CPU quota;
 	// 0 means runtime.GOMAXPROCS(0).
 	FallbackCores float64
-	// MemoryLimit in bytes overrides the source's memory limit when > 0.
+	// MemoryLimit in bytes overrides the source's memory limit when > 0
+	// and the source's is none or higher (memory::limit_mib): a limit above
+	// the container's would keep the memory lines and the soft memory
+	// limit above the OOM killer's.
 	MemoryLimit uint64
 	// LimitsEvery is the slow cadence at which limits and cores are re-read;
 	// DefaultLimitsEvery when 0.
@@ -103,6 +108,9 @@ type Options struct {
 	// Heap corrects the working set with the Go runtime's view of its
 	// heap (softlimit.HeapView); nil: the working set as it is.
 	Heap HeapView
+	// Logger warns when Config.MemoryLimit is above the source's limit;
+	// nil: no log.
+	Logger *zap.Logger
 }
 
 // HeapView is the Go runtime's view of its heap: memory freed and not yet
@@ -121,6 +129,7 @@ type Sampler struct {
 	onSample func(*WaterLevel, time.Duration)
 	onError  func(error)
 	heap     HeapView
+	logger   *zap.Logger
 
 	// fastBeta and slowBeta are the EWMAs' weights of history, from their
 	// time constants at the interval.
@@ -159,6 +168,10 @@ type tickState struct {
 	limitsReadAt time.Time
 	limits       cgroup.Limits
 	cores        float64
+	// overLimit is the source's memory limit Config.MemoryLimit was last
+	// found above (0: not above), so that the warning is logged once per
+	// limit.
+	overLimit uint64
 }
 
 // New returns a sampler reading src. It does not start it.
@@ -182,10 +195,13 @@ func New(src Source, cfg Config, opts Options) *Sampler {
 		onSample: opts.OnSample,
 		onError:  opts.OnError,
 		heap:     opts.Heap,
+		logger:   opts.Logger,
 		fastBeta: EWMABeta(cfg.Interval, cfg.CPUFastWindow),
 		slowBeta: EWMABeta(cfg.Interval, cfg.CPUSlowWindow),
 	}
-
+	if s.logger == nil {
+		s.logger = zap.NewNop()
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -315,9 +331,9 @@ func (s *Sampler) Tick() {
 		Cores:      t.cores,
 		At:         at,
 	}
-	wl.MemLimit = s.cfg.MemoryLimit
-	if wl.MemLimit == 0 {
-		wl.MemLimit = t.limits.MemLimit
+	wl.MemLimit = t.limits.MemLimit
+	if o := s.cfg.MemoryLimit; o > 0 && (wl.MemLimit == 0 || o < wl.MemLimit) {
+		wl.MemLimit = o
 	}
 	// Memory is read every tick and not smoothed: it is a level, not a rate,
 	// and smoothing would delay the hard line that stands before the OOM kill.
@@ -363,6 +379,15 @@ func (s *Sampler) readLimits(at time.Time) {
 	}
 	t.limits = l
 	t.cores = EffectiveCores(t.limits, s.cfg.FallbackCores)
+	if o := s.cfg.MemoryLimit; o > 0 && l.MemLimit > 0 && o > l.MemLimit {
+		if t.overLimit != l.MemLimit {
+			t.overLimit = l.MemLimit
+			s.logger.Warn("throttle: memory::limit_mib is above the container's memory limit; the container's limit is used",
+				zap.Uint64("memory_limit_mib", o>>20), zap.Uint64("container_memory_limit_bytes", l.MemLimit))
+		}
+	} else {
+		t.overLimit = 0
+	}
 }
 
 // observeCPU turns a counter reading into a CPU window, folds it into the

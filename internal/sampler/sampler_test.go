@@ -15,6 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
 )
@@ -245,7 +248,10 @@ func TestMemory(t *testing.T) {
 	}{
 		{name: "no limit anywhere", ws: 500, wantValid: false},
 		{name: "source limit", srcLimit: 1000, ws: 500, wantValid: true, wantMem: 0.5, wantLimitIn: 1000},
-		{name: "override wins", srcLimit: 1000, override: 2000, ws: 500, wantValid: true, wantMem: 0.25, wantLimitIn: 2000},
+		{name: "override under the source limit wins", srcLimit: 2000, override: 1000, ws: 500, wantValid: true, wantMem: 0.5, wantLimitIn: 1000},
+		// Above the container's limit the override would keep the memory
+		// lines above the OOM killer's.
+		{name: "override over the source limit loses", srcLimit: 1000, override: 2000, ws: 500, wantValid: true, wantMem: 0.5, wantLimitIn: 1000},
 		{name: "override without source limit", override: 4000, ws: 1000, wantValid: true, wantMem: 0.25, wantLimitIn: 4000},
 		{name: "over the limit", srcLimit: 1000, ws: 1500, wantValid: true, wantMem: 1.5, wantLimitIn: 1000},
 	}
@@ -260,6 +266,36 @@ func TestMemory(t *testing.T) {
 			assert.InDelta(t, tt.wantMem, wl.Mem, 1e-12)
 		})
 	}
+}
+
+// TestMemoryOverrideOverTheLimitWarns: a memory::limit_mib above the
+// container's limit is logged once per container limit, naming the field,
+// and again when the container's limit changes.
+func TestMemoryOverrideOverTheLimitWarns(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	src := &fakeSource{ws: 500 << 20, limits: cgroup.Limits{MemLimit: 1 << 30}}
+	clock := newFakeClock()
+	s := New(src, Config{Interval: interval, MemoryLimit: 2 << 30, LimitsEvery: time.Second}, Options{Now: clock.Now, Logger: zap.New(core)})
+	for range 3 {
+		s.Tick()
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, uint64(1<<30), s.Load().MemLimit)
+	warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("memory::limit_mib").All()
+	require.Len(t, warns, 1, "once per container limit")
+	assert.Equal(t, uint64(2048), warns[0].ContextMap()["memory_limit_mib"])
+	assert.Equal(t, uint64(1<<30), warns[0].ContextMap()["container_memory_limit_bytes"])
+
+	src.setLimits(cgroup.Limits{MemLimit: 1536 << 20}) // resized, still under the override
+	s.Tick()
+	assert.Equal(t, uint64(1536<<20), s.Load().MemLimit)
+	assert.Equal(t, 2, logs.FilterMessageSnippet("memory::limit_mib").Len())
+
+	src.setLimits(cgroup.Limits{MemLimit: 4 << 30}) // over the override: the override binds
+	clock.Advance(time.Second)
+	s.Tick()
+	assert.Equal(t, uint64(2<<30), s.Load().MemLimit)
+	assert.Equal(t, 2, logs.FilterMessageSnippet("memory::limit_mib").Len())
 }
 
 // fakeHeap is a HeapView with fixed figures.

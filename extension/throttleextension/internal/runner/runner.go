@@ -189,6 +189,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		OnSample: r.onSample,
 		OnError:  r.onSamplerError,
 		Heap:     heap,
+		Logger:   r.logger,
 	})
 	// Start takes the first sample before it returns, so the memory limit
 	// is known when the budget and the soft memory limit are sized.
