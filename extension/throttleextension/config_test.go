@@ -481,7 +481,7 @@ func TestConfigValidateSections(t *testing.T) {
 				{errHeapTarget, "\nheap_target must be in [0, 1), got 1"},
 			},
 		},
-		"gomemlimit heap_target": {
+		"memory::soft_limit heap_target": {
 			func(c *Config) { c.Memory.SoftLimit.HeapTarget = -0.1 },
 			[]fieldError{{errHeapTarget, "memory::soft_limit: heap_target must be in [0, 1), got -0.1"}},
 		},

@@ -490,9 +490,9 @@ func TestE2ERejectedBodyUnder256KiBNotRead(t *testing.T) {
 	assert.Less(t, forwardedOfRejected(t, bodySize), int64(bodySize))
 }
 
-// TestE2EPacedShedding: with pacing on, a shed request through the real
+// TestE2EPacedShedding: with the tarpit on, a shed request through the real
 // otlpreceiver (confighttp's handler chain around the middleware) is
-// answered 429 only after the pacing delay and keeps its connection (its
+// answered 429 only after the tarpit delay and keeps its connection (its
 // body was read, so the next request reuses it); an Open rejection is not
 // held, which the second part shows with the longest delay allowed. In the
 // first part the delay is a lower bound only.
@@ -528,7 +528,7 @@ func TestE2EPacedShedding(t *testing.T) {
 			resp.Body.Close()
 			elapsed := time.Since(began)
 			requireHTTPRejection(t, e2eResponse{Response: resp, body: b}, pbType, false)
-			assert.GreaterOrEqual(t, elapsed, delay, "answered before the pacing delay")
+			assert.GreaterOrEqual(t, elapsed, delay, "answered before the tarpit delay")
 		}
 		assert.Equal(t, []bool{false, true}, reused, "the paced rejection kept its connection")
 		assert.EqualValues(t, 2, env.requests(t, "http", decision.Traces, "denied", "shed"))
@@ -546,7 +546,7 @@ func TestE2EPacedShedding(t *testing.T) {
 	})
 }
 
-// TestE2EQueueHoldsUntilAdmitted: with the queue on, an HTTP request that
+// TestE2EQueueHoldsUntilAdmitted: with holding on, an HTTP request that
 // arrives in Open is held through the real otlpreceiver, its body unread
 // (nothing reaches the pipeline), and delivered as soon as the state lets
 // it in; one held past max_wait gets its 429 then.

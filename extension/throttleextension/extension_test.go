@@ -32,7 +32,7 @@ const testMemLimit = 100 << 20
 
 // fakeSource is a resourceSource whose memory working set the test sets.
 // CPU time is constant, so the CPU level is 0 once valid and only memory
-// drives the state; memory has breach_n 1, so one tick makes a change.
+// drives the state; memory breaches in one check, so one tick makes a change.
 type fakeSource struct {
 	ws    atomic.Uint64
 	cores float64
@@ -234,7 +234,7 @@ func TestStateThroughSeam(t *testing.T) {
 		require.Equal(t, decision.Admit, e.Decide(s))
 	}
 
-	// 95% is over mem hard (0.92): Open in one tick (breach_n 1).
+	// 95% is over mem hard (0.92): Open in one tick (one check breaches).
 	src.setMem(95)
 	waitState(t, e, decision.Open)
 	for _, s := range allSignals {

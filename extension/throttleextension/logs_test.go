@@ -183,3 +183,31 @@ func TestTransitionsSurviveLogSampling(t *testing.T) {
 		assert.LessOrEqual(t, a.lines[s], windows*transitionLinesPerWindow, s.String())
 	}
 }
+
+// TestMemoryLimitAboveTheContainer: a memory::limit_mib above the
+// container's limit gives way to it, and a Warn names the field; one under
+// it binds, quietly.
+func TestMemoryLimitAboveTheContainer(t *testing.T) {
+	for _, tc := range []struct {
+		limitMiB  uint64
+		wantLimit uint64
+		wantWarns int
+	}{
+		{limitMiB: 2 * testMemLimit >> 20, wantLimit: testMemLimit, wantWarns: 1},
+		{limitMiB: testMemLimit >> 21, wantLimit: testMemLimit / 2, wantWarns: 0},
+	} {
+		core, logs := observer.New(zapcore.InfoLevel)
+		set := nopSettings()
+		set.Logger = zap.New(core)
+		startTestExtension(t, newFakeSource(10), testConfig(t, func(c *Config) { c.Memory.LimitMiB = tc.limitMiB }), set)
+
+		started := logs.FilterMessage("throttle started").All()
+		require.Len(t, started, 1)
+		assert.Equal(t, tc.wantLimit, started[0].ContextMap()["memory_limit_bytes"], "limit_mib %d", tc.limitMiB)
+		warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("memory::limit_mib").All()
+		require.Len(t, warns, tc.wantWarns, "limit_mib %d", tc.limitMiB)
+		if tc.wantWarns > 0 {
+			assert.Equal(t, tc.limitMiB, warns[0].ContextMap()["memory_limit_mib"])
+		}
+	}
+}

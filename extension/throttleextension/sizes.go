@@ -40,7 +40,7 @@ const (
 	// between two samples in any useful way; the state machines do.
 	maxAutoBudget = 256 << 20
 	// noLimitAutoBudget caps "auto" when there is no memory limit to take a
-	// share of (no cgroup limit, no signal.memory_limit_mib): the budget of
+	// share of (no cgroup limit, no memory.limit_mib): the budget of
 	// a ~384 MiB container.
 	noLimitAutoBudget = 32 << 20
 )

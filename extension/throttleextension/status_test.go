@@ -37,7 +37,7 @@ type statusTestSource struct{ workingSet atomic.Uint64 }
 const (
 	statusTestLimit = 1000
 	statusTestCalm  = 500 // 0.50: under every memory line
-	statusTestOver  = 950 // 0.95: over mem hard (0.92, breach_n 1): Open in one sample
+	statusTestOver  = 950 // 0.95: over mem hard (0.92, one check breaches): Open in one sample
 )
 
 func (*statusTestSource) CPUTime() (time.Duration, error) { return 0, nil }

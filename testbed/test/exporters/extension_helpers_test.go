@@ -75,24 +75,22 @@ type e2eEnv struct {
 }
 
 // e2eThrottleConfig is the throttle configuration of the tests: a 10ms
-// sample interval, no CPU slot (the fake source uses none), a memory slot
-// that reacts to one sample, no recovery ramp so that leaving Open is
+// check interval, no CPU slot (the fake source uses none), a memory slot
+// that reacts to one check, no recovery ramp so that leaving Open is
 // immediate, no stale fallback (a sampler starved under -race must not turn
-// Open into Normal), a short retry_after range, no pacing and no queue;
+// Open into Normal), a short retry_after range, no tarpit and no hold;
 // top-level keys of extra replace these.
 func e2eThrottleConfig(extra map[string]any) map[string]any {
 	conf := map[string]any{
-		"sample_interval":       "10ms",
-		"recovery_ramp":         "0s",
-		"stale_after_intervals": 0,
-		"retry_after":           map[string]any{"min": e2eMinRetry.String(), "max": e2eMaxRetry.String()},
-		"pacing":                map[string]any{"delay": "0s"},
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
+		"stale_after":    "0s",
+		"retry_after":    map[string]any{"min": e2eMinRetry.String(), "max": e2eMaxRetry.String()},
+		"tarpit":         map[string]any{"delay": "0s"},
 		// Refusals are answered at once.
-		"queue": map[string]any{"max_wait": "0s"},
-		"thresholds": map[string]any{
-			"cpu": map[string]any{"enabled": false},
-			"mem": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_n": 1},
-		},
+		"hold":   map[string]any{"max_wait": "0s"},
+		"cpu":    map[string]any{"enabled": false},
+		"memory": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_duration": "0s"},
 	}
 	maps.Copy(conf, extra)
 	return conf

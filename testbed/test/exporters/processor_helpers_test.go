@@ -81,7 +81,7 @@ type realThrottle struct {
 }
 
 // startRealThrottle creates and starts a throttle extension with a 10ms
-// sample interval, no CPU slot, no recovery ramp, and retry_after
+// check interval, no CPU slot, no recovery ramp, and retry_after
 // [testMinRetry, testMaxRetry], plus the given configuration keys (top-level
 // keys replace the defaults above). It is shut down when the test ends.
 func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
@@ -89,12 +89,12 @@ func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
 	src := &fakeSource{memLimit: fakeMemLimit}
 	src.setLevel(fakeCalm)
 	conf := map[string]any{
-		"sample_interval": "10ms",
-		"recovery_ramp":   "0s",
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
 		// A sampler starved under -race must not turn Open into Normal.
-		"stale_after_intervals": 0,
-		"retry_after":           map[string]any{"min": testMinRetry.String(), "max": testMaxRetry.String()},
-		"thresholds":            map[string]any{"cpu": map[string]any{"enabled": false}},
+		"stale_after": "0s",
+		"retry_after": map[string]any{"min": testMinRetry.String(), "max": testMaxRetry.String()},
+		"cpu":         map[string]any{"enabled": false},
 	}
 	for _, e := range extra {
 		maps.Copy(conf, e)

@@ -204,7 +204,7 @@ func TestCollectorInProcess(t *testing.T) {
 		"want 8 spans through the debug exporter, got %d", exportedSpans(observed))
 
 	// Open: memory over the hard line (0.92); one sample is enough
-	// (breach_n 1). Requests are refused at the entrance.
+	// (one check breaches). Requests are refused at the entrance.
 	src.setMem(0.97)
 	require.Eventually(t, func() bool {
 		code, _, err := e2e.PostTraces(ctx, httpAddr, e2e.Traces(1))
