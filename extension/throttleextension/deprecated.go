@@ -93,14 +93,14 @@ func (cfg *Config) moveRenamedKeys(conf *confmap.Conf) error {
 		}
 		v := conf.Get(k.old)
 		if conf.IsSet(k.new) {
-			errs = append(errs, fmt.Errorf("`%s` %w (`%s`): remove `%s`", k.old, errRenamedBoth, k.new, k.old))
+			errs = append(errs, fmt.Errorf("%#q %w (%#q): remove %#q", k.old, errRenamedBoth, k.new, k.old))
 			continue
 		}
 		note := ""
 		if k.convert != nil && v != nil {
 			var err error
 			if v, note, err = k.convert(v, checkInterval(conf, cfg.CheckInterval)); err != nil {
-				errs = append(errs, fmt.Errorf("`%s`: %w: %w", k.old, errRenamedValue, err))
+				errs = append(errs, fmt.Errorf("%#q: %w: %w", k.old, errRenamedValue, err))
 				continue
 			}
 			note = " (" + note + ")"
@@ -109,7 +109,7 @@ func (cfg *Config) moveRenamedKeys(conf *confmap.Conf) error {
 		if err := conf.Merge(confmap.NewFromStringMap(nested(k.new, v))); err != nil {
 			return err
 		}
-		cfg.deprecations = append(cfg.deprecations, fmt.Sprintf("`%s` is deprecated: use `%s`%s", k.old, k.new, note))
+		cfg.deprecations = append(cfg.deprecations, fmt.Sprintf("%#q is deprecated: use %#q%s", k.old, k.new, note))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

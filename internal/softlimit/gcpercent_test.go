@@ -74,7 +74,7 @@ func TestGCPercentBounded(t *testing.T) {
 	assert.Equal(t, maxGCPercent, percent)
 	require.NotEmpty(t, rt.calls)
 	for _, v := range rt.calls {
-		assert.Positive(t, int32(v), "GOGC %d as the runtime keeps it", v) //nolint:gosec // G115: the wrap is what the test looks for
+		assert.Positive(t, int32(v), "GOGC %d as the runtime keeps it", v)
 	}
 }
 
