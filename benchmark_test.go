@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processorhelper"
 	"go.opentelemetry.io/collector/processor/processortest"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/metadata"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
@@ -31,14 +31,14 @@ type admitThrottle struct {
 	component.ShutdownFunc
 }
 
-func (admitThrottle) Decide(throttleextension.Signal) throttleextension.Verdict {
-	return throttleextension.Admit
+func (admitThrottle) Decide(decision.Signal) decision.Verdict {
+	return decision.Admit
 }
-func (admitThrottle) RetryDelay(throttleextension.Verdict) time.Duration { return 0 }
-func (admitThrottle) State(throttleextension.Signal) throttleextension.State {
-	return throttleextension.StateNormal
+func (admitThrottle) RetryDelay(decision.Verdict) time.Duration { return 0 }
+func (admitThrottle) State(decision.Signal) decision.State {
+	return decision.Normal
 }
-func (admitThrottle) RecordProcessorDecision(throttleextension.Signal, throttleextension.Verdict) {}
+func (admitThrottle) RecordProcessorDecision(decision.Signal, decision.Verdict) {}
 
 // BenchmarkProcessor measures the per-batch cost of the processor in Normal
 // (every batch admitted) on a batch of 100 spans, against "bare": the same

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processorhelper/xprocessorhelper"
 	"go.opentelemetry.io/collector/processor/xprocessor"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/metadata"
 )
 
@@ -34,7 +34,7 @@ func NewFactory() processor.Factory {
 }
 
 func createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
-	p, err := newThrottleProcessor(set, cfg.(*Config), throttleextension.SignalTraces)
+	p, err := newThrottleProcessor(set, cfg.(*Config), decision.Traces)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func createTraces(ctx context.Context, set processor.Settings, cfg component.Con
 }
 
 func createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
-	p, err := newThrottleProcessor(set, cfg.(*Config), throttleextension.SignalMetrics)
+	p, err := newThrottleProcessor(set, cfg.(*Config), decision.Metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func createMetrics(ctx context.Context, set processor.Settings, cfg component.Co
 }
 
 func createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
-	p, err := newThrottleProcessor(set, cfg.(*Config), throttleextension.SignalLogs)
+	p, err := newThrottleProcessor(set, cfg.(*Config), decision.Logs)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func createLogs(ctx context.Context, set processor.Settings, cfg component.Confi
 }
 
 func createProfiles(ctx context.Context, set processor.Settings, cfg component.Config, next xconsumer.Profiles) (xprocessor.Profiles, error) {
-	p, err := newThrottleProcessor(set, cfg.(*Config), throttleextension.SignalProfiles)
+	p, err := newThrottleProcessor(set, cfg.(*Config), decision.Profiles)
 	if err != nil {
 		return nil, err
 	}

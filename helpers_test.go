@@ -16,9 +16,9 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/xprocessor"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // testHost is a component.Host holding the given extensions.
@@ -48,37 +48,37 @@ type fakeThrottle struct {
 }
 
 type recordedDecision struct {
-	signal  throttleextension.Signal
-	verdict throttleextension.Verdict
+	signal  decision.Signal
+	verdict decision.Verdict
 }
 
-var _ throttleextension.Throttle = (*fakeThrottle)(nil)
+var _ throttleapi.Throttle = (*fakeThrottle)(nil)
 
 func newFakeThrottle(delay time.Duration) *fakeThrottle {
 	return &fakeThrottle{delay: delay}
 }
 
-func (f *fakeThrottle) set(s throttleextension.Signal, v throttleextension.Verdict) {
+func (f *fakeThrottle) set(s decision.Signal, v decision.Verdict) {
 	f.verdicts[s].Store(uint32(v))
 }
 
-func (f *fakeThrottle) Decide(s throttleextension.Signal) throttleextension.Verdict {
+func (f *fakeThrottle) Decide(s decision.Signal) decision.Verdict {
 	f.decides[s].Add(1)
-	return throttleextension.Verdict(f.verdicts[s].Load())
+	return decision.Verdict(f.verdicts[s].Load())
 }
 
-func (f *fakeThrottle) RetryDelay(throttleextension.Verdict) time.Duration { return f.delay }
+func (f *fakeThrottle) RetryDelay(decision.Verdict) time.Duration { return f.delay }
 
-func (f *fakeThrottle) State(s throttleextension.Signal) throttleextension.State {
-	if throttleextension.Verdict(f.verdicts[s].Load()) == throttleextension.DenyOpen {
-		return throttleextension.StateOpen
+func (f *fakeThrottle) State(s decision.Signal) decision.State {
+	if decision.Verdict(f.verdicts[s].Load()) == decision.DenyOpen {
+		return decision.Open
 	}
-	return throttleextension.StateNormal
+	return decision.Normal
 }
 
 func (f *fakeThrottle) ObserveOnly() bool { return f.observe.Load() }
 
-func (f *fakeThrottle) RecordProcessorDecision(s throttleextension.Signal, v throttleextension.Verdict) {
+func (f *fakeThrottle) RecordProcessorDecision(s decision.Signal, v decision.Verdict) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.recorded = append(f.recorded, recordedDecision{s, v})
@@ -99,7 +99,7 @@ type notThrottle struct {
 // signalHarness creates the processor of one signal in front of a sink and
 // feeds it batches of a known number of items.
 type signalHarness struct {
-	signal throttleextension.Signal
+	signal decision.Signal
 	// create returns the started-able processor, a function sending one
 	// batch of n items through it, and the number of items at the sink.
 	create func(t *testing.T, set processor.Settings, cfg component.Config) (c component.Component, send func(ctx context.Context, n int) error, received func() int)
@@ -107,7 +107,7 @@ type signalHarness struct {
 
 var signalHarnesses = []signalHarness{
 	{
-		signal: throttleextension.SignalTraces,
+		signal: decision.Traces,
 		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
 			sink := new(consumertest.TracesSink)
 			p, err := NewFactory().CreateTraces(context.Background(), set, cfg, sink)
@@ -116,7 +116,7 @@ var signalHarnesses = []signalHarness{
 		},
 	},
 	{
-		signal: throttleextension.SignalMetrics,
+		signal: decision.Metrics,
 		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
 			sink := new(consumertest.MetricsSink)
 			p, err := NewFactory().CreateMetrics(context.Background(), set, cfg, sink)
@@ -125,7 +125,7 @@ var signalHarnesses = []signalHarness{
 		},
 	},
 	{
-		signal: throttleextension.SignalLogs,
+		signal: decision.Logs,
 		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
 			sink := new(consumertest.LogsSink)
 			p, err := NewFactory().CreateLogs(context.Background(), set, cfg, sink)
@@ -134,7 +134,7 @@ var signalHarnesses = []signalHarness{
 		},
 	},
 	{
-		signal: throttleextension.SignalProfiles,
+		signal: decision.Profiles,
 		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
 			sink := new(consumertest.ProfilesSink)
 			p, err := NewFactory().(xprocessor.Factory).CreateProfiles(context.Background(), set, cfg, sink)

@@ -11,7 +11,7 @@ import (
 
 	"go.opentelemetry.io/collector/processor"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/metadata"
 )
 
@@ -41,7 +41,7 @@ type obsReport struct {
 	opts [numOutcomes][]metric.AddOption
 }
 
-func newObsReport(set processor.Settings, sig throttleextension.Signal) (*obsReport, error) {
+func newObsReport(set processor.Settings, sig decision.Signal) (*obsReport, error) {
 	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, err

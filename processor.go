@@ -15,8 +15,9 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // throttleProcessor applies the decisions of a throttle extension to the
@@ -24,14 +25,14 @@ import (
 // extension found at Start.
 type throttleProcessor struct {
 	cfg    *Config
-	signal throttleextension.Signal
+	signal decision.Signal
 	obsrep *obsReport
 
 	// throttle is set once by start, before the pipeline consumes anything.
-	throttle throttleextension.Throttle
+	throttle throttleapi.Throttle
 }
 
-func newThrottleProcessor(set processor.Settings, cfg *Config, sig throttleextension.Signal) (*throttleProcessor, error) {
+func newThrottleProcessor(set processor.Settings, cfg *Config, sig decision.Signal) (*throttleProcessor, error) {
 	obsrep, err := newObsReport(set, sig)
 	if err != nil {
 		return nil, err
@@ -50,13 +51,13 @@ func (p *throttleProcessor) start(_ context.Context, host component.Host) error 
 
 // findThrottle looks the throttle extension id up among the host's
 // extensions. Both failures are configuration errors, so they say what to fix.
-func findThrottle(host component.Host, id component.ID) (throttleextension.Throttle, error) {
+func findThrottle(host component.Host, id component.ID) (throttleapi.Throttle, error) {
 	ext, ok := host.GetExtensions()[id]
 	if !ok {
 		return nil, fmt.Errorf("throttle processor: extension %q not found; add it under extensions: and list it in service.extensions",
 			id.String())
 	}
-	t, ok := ext.(throttleextension.Throttle)
+	t, ok := ext.(throttleapi.Throttle)
 	if !ok {
 		return nil, fmt.Errorf("throttle processor: extension %q is a %T, not a throttle extension; set the processor's extension: to the ID of a throttle extension",
 			id.String(), ext)
@@ -92,7 +93,7 @@ func (p *throttleProcessor) admit(ctx context.Context, items int) error {
 // gRPC and turns it into 429 + Retry-After over HTTP. The status error is
 // not permanent, and status.FromError finds it through wrappers
 // (consumererror.NewDownstream in the service's pipeline instrumentation).
-func (p *throttleProcessor) refusal(v throttleextension.Verdict) error {
+func (p *throttleProcessor) refusal(v decision.Verdict) error {
 	delay := p.throttle.RetryDelay(v)
 	return middleware.RetryableError(
 		fmt.Sprintf("%s refused by the throttle processor: signal is overloaded (%s); retry after %s",

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
 )
 
@@ -86,7 +86,7 @@ func retryInfo(t *testing.T, err error) (codes.Code, time.Duration) {
 }
 
 // outcomePoints are the expected data points of one processor's counters.
-func outcomePoints(sig throttleextension.Signal, values map[string]int64) []metricdata.DataPoint[int64] {
+func outcomePoints(sig decision.Signal, values map[string]int64) []metricdata.DataPoint[int64] {
 	var dps []metricdata.DataPoint[int64]
 	for _, o := range outcomeNames {
 		v, ok := values[o]
@@ -125,15 +125,15 @@ func TestProcessorDecisions(t *testing.T) {
 					assert.Equal(t, 7, received())
 
 					// Open: 5 items rejected.
-					fake.set(h.signal, throttleextension.DenyOpen)
+					fake.set(h.signal, decision.DenyOpen)
 					errOpen := send(context.Background(), 5)
 					// Shedding, and the draw fell under p_drop: 6 items rejected.
-					fake.set(h.signal, throttleextension.DenyShed)
+					fake.set(h.signal, decision.DenyShed)
 					errShed := send(context.Background(), 6)
 					assert.Equal(t, 7, received(), "a rejected batch must not reach the next consumer")
 
 					// Back to Normal.
-					fake.set(h.signal, throttleextension.Admit)
+					fake.set(h.signal, decision.Admit)
 					require.NoError(t, send(context.Background(), 1))
 					assert.Equal(t, 8, received())
 
@@ -157,17 +157,17 @@ func TestProcessorDecisions(t *testing.T) {
 					// One decision per batch, for this signal only, each recorded.
 					for s := range fake.decides {
 						want := int64(0)
-						if throttleextension.Signal(s) == h.signal {
+						if decision.Signal(s) == h.signal {
 							want = 5
 						}
-						assert.Equal(t, want, fake.decides[s].Load(), "decisions for %v", throttleextension.Signal(s))
+						assert.Equal(t, want, fake.decides[s].Load(), "decisions for %v", decision.Signal(s))
 					}
 					assert.Equal(t, []recordedDecision{
-						{h.signal, throttleextension.Admit},
-						{h.signal, throttleextension.Admit},
-						{h.signal, throttleextension.DenyOpen},
-						{h.signal, throttleextension.DenyShed},
-						{h.signal, throttleextension.Admit},
+						{h.signal, decision.Admit},
+						{h.signal, decision.Admit},
+						{h.signal, decision.DenyOpen},
+						{h.signal, decision.DenyShed},
+						{h.signal, decision.Admit},
 					}, fake.recordedDecisions())
 
 					metadatatest.AssertEqualProcessorThrottleItems(t, tel,
@@ -187,8 +187,8 @@ func TestProcessorDecisions(t *testing.T) {
 // (consumererror.NewDownstream in its pipeline instrumentation, or any %w).
 func TestRefusalSurvivesWrapping(t *testing.T) {
 	fake := newFakeThrottle(1500 * time.Millisecond)
-	fake.set(throttleextension.SignalLogs, throttleextension.DenyOpen)
-	c, send, _ := signalHarnesses[throttleextension.SignalLogs].create(t,
+	fake.set(decision.Logs, decision.DenyOpen)
+	c, send, _ := signalHarnesses[decision.Logs].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
 	require.NoError(t, c.Start(context.Background(), hostWith(defaultExtensionID, fake)))
 	defer func() { require.NoError(t, c.Shutdown(context.Background())) }()
@@ -275,9 +275,9 @@ func TestProcessorFollowsItsSignalRule(t *testing.T) {
 			"metrics": map[string]any{"enabled": false},
 		},
 	})
-	traces, sendTraces, tracesReceived := signalHarnesses[throttleextension.SignalTraces].create(t,
+	traces, sendTraces, tracesReceived := signalHarnesses[decision.Traces].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
-	metrics, sendMetrics, metricsReceived := signalHarnesses[throttleextension.SignalMetrics].create(t,
+	metrics, sendMetrics, metricsReceived := signalHarnesses[decision.Metrics].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
 	for _, c := range []component.Component{traces, metrics} {
 		require.NoError(t, c.Start(ctx, rt.host()))
@@ -285,7 +285,7 @@ func TestProcessorFollowsItsSignalRule(t *testing.T) {
 	}
 
 	rt.src.workingSet.Store(fakeShedding)
-	rt.waitState(t, throttleextension.StateShedding)
+	rt.waitState(t, decision.Shedding)
 	code, _ := retryInfo(t, sendTraces(ctx, 3))
 	assert.Equal(t, codes.ResourceExhausted, code)
 	require.NoError(t, sendMetrics(ctx, 3))
@@ -295,7 +295,7 @@ func TestProcessorFollowsItsSignalRule(t *testing.T) {
 
 // extensionRequests sums the extension's otelcol_throttle_requests points of
 // the processor protocol for signal, decision and reason ("" = no reason).
-func extensionRequests(t *testing.T, rt *realThrottle, sig throttleextension.Signal, decision, reason string) int64 {
+func extensionRequests(t *testing.T, rt *realThrottle, sig decision.Signal, decision, reason string) int64 {
 	t.Helper()
 	m, err := rt.tel.GetMetric("otelcol_throttle_requests")
 	require.NoError(t, err)

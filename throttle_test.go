@@ -16,10 +16,11 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/extension/extensiontest"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/testseam"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // fakeSource is the resource source of a real throttle extension in tests:
@@ -52,14 +53,14 @@ const (
 // realThrottle is a started throttle extension built by the extension's own
 // factory, whose water level the test drives through its resource source.
 type realThrottle struct {
-	throttleextension.Throttle
+	throttleapi.Throttle
 	ext component.Component
 	src *fakeSource
 	tel *componenttest.Telemetry
 }
 
 // startRealThrottle creates and starts a throttle extension with a 10ms
-// sample interval, no CPU slot, no recovery ramp, and retry_after
+// check interval, no CPU slot, no recovery ramp, and retry_after
 // [testMinRetry, testMaxRetry], plus the given configuration keys (top-level
 // keys replace the defaults above). It is shut down when the test ends.
 func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
@@ -70,12 +71,12 @@ func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
 	f := testseam.ExtensionFactory(src)
 	cfg := f.CreateDefaultConfig()
 	conf := map[string]any{
-		"sample_interval": "10ms",
-		"recovery_ramp":   "0s",
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
 		// A sampler starved under -race must not turn Open into Normal.
-		"stale_after_intervals": 0,
-		"retry_after":           map[string]any{"min": testMinRetry.String(), "max": testMaxRetry.String()},
-		"thresholds":            map[string]any{"cpu": map[string]any{"enabled": false}},
+		"stale_after": "0s",
+		"retry_after": map[string]any{"min": testMinRetry.String(), "max": testMaxRetry.String()},
+		"cpu":         map[string]any{"enabled": false},
 	}
 	for _, e := range extra {
 		maps.Copy(conf, e)
@@ -88,15 +89,15 @@ func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
 	set.TelemetrySettings = tel.NewTelemetrySettings()
 	ext, err := f.Create(context.Background(), set, cfg)
 	require.NoError(tb, err)
-	th, ok := ext.(throttleextension.Throttle)
-	require.Truef(tb, ok, "the extension (%T) does not implement throttleextension.Throttle", ext)
+	th, ok := ext.(throttleapi.Throttle)
+	require.Truef(tb, ok, "the extension (%T) does not implement throttleapi.Throttle", ext)
 	require.NoError(tb, ext.Start(context.Background(), componenttest.NewNopHost()))
 	tb.Cleanup(func() {
 		require.NoError(tb, ext.Shutdown(context.Background()))
 		require.NoError(tb, tel.Shutdown(context.Background()))
 	})
 	rt := &realThrottle{Throttle: th, ext: ext, src: src, tel: tel}
-	rt.waitState(tb, throttleextension.StateNormal)
+	rt.waitState(tb, decision.Normal)
 	return rt
 }
 
@@ -111,20 +112,20 @@ func (rt *realThrottle) host() component.Host {
 func (rt *realThrottle) overload(tb testing.TB) {
 	tb.Helper()
 	rt.src.workingSet.Store(fakeOverloaded)
-	rt.waitState(tb, throttleextension.StateOpen)
+	rt.waitState(tb, decision.Open)
 }
 
 // calm brings the memory level under every line and waits for Normal.
 func (rt *realThrottle) calm(tb testing.TB) {
 	tb.Helper()
 	rt.src.workingSet.Store(fakeCalm)
-	rt.waitState(tb, throttleextension.StateNormal)
+	rt.waitState(tb, decision.Normal)
 }
 
-func (rt *realThrottle) waitState(tb testing.TB, want throttleextension.State) {
+func (rt *realThrottle) waitState(tb testing.TB, want decision.State) {
 	tb.Helper()
 	require.Eventually(tb, func() bool {
-		for s := range throttleextension.SignalProfiles + 1 {
+		for s := range decision.Profiles + 1 {
 			if rt.State(s) != want {
 				return false
 			}

@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/collector/extension/extensionmiddleware"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
+	"github.com/otelthrottle/throttle/internal/decision"
 )
 
 // e2eNopWriter is a ResponseWriter that keeps nothing, so that the
@@ -66,7 +68,7 @@ func BenchmarkE2EAdmitOverhead(b *testing.B) {
 	}{{"throttled/sdk_meter", false}, {"throttled/nop_meter", true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			env := startE2EThrottle(b, e2eOptions{nopTelemetry: tc.nop})
-			env.setLevel(b, e2eCalm, StateNormal)
+			env.setLevel(b, e2eCalm, decision.Normal)
 			wrap, err := env.ext.(extensionmiddleware.HTTPServer).GetHTTPHandler(context.Background())
 			if err != nil {
 				b.Fatal(err)
@@ -75,7 +77,7 @@ func BenchmarkE2EAdmitOverhead(b *testing.B) {
 			require.NoError(b, err)
 			run(b, h)
 			b.StopTimer()
-			require.EqualValues(b, 0, env.requests(b, "http", SignalTraces, "denied", "budget"))
+			require.EqualValues(b, 0, env.requests(b, "http", decision.Traces, "denied", "budget"))
 		})
 	}
 }
@@ -120,11 +122,11 @@ func BenchmarkE2EReject512KiB(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
 		level  float64
-		state  State
+		state  decision.State
 		status int
 	}{
-		{"admit_normal", e2eCalm, StateNormal, http.StatusOK},
-		{"reject_open", e2eOpen, StateOpen, http.StatusTooManyRequests},
+		{"admit_normal", e2eCalm, decision.Normal, http.StatusOK},
+		{"reject_open", e2eOpen, decision.Open, http.StatusTooManyRequests},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			env := startE2E(b, e2eOptions{nopConsumers: true, nopTelemetry: true})

@@ -19,9 +19,9 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/gomemlimit"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/softlimit"
 )
 
 // The defaults and bounds of the configuration (design §8) that no other
@@ -30,20 +30,52 @@ import (
 const (
 	// Below 10ms the sampler's own file reads become a noticeable share of a
 	// core, and CPU windows get too short to measure against CFS periods.
-	minSampleInterval = 10 * time.Millisecond
+	minCheckInterval = 10 * time.Millisecond
+	// maxCheckInterval: a burst fills memory faster than any check sees it
+	// (at 200 MB/s memory climbs from enter to the limit in 250ms), so a
+	// longer interval leaves the memory lines to the OOM killer.
+	maxCheckInterval = 10 * time.Second
 
-	// defaultStaleAfterIntervals is 5s at the default interval. A stale
-	// level falls back to admitting, and the sampler goroutine is most
-	// likely to be starved exactly when the collector is overloaded, so a
-	// false "stale" is the dangerous mistake (a flood let in while memory is
-	// high; an OOM kill is final) and a long hold only the cheap one (a few
-	// more seconds of retryable rejections). The bound is therefore generous:
-	// as long as the recovery ramp, and far above CFS throttling stalls
-	// (one 100ms period) and GC pauses.
-	defaultStaleAfterIntervals = 20
-	// minStaleAfterIntervals: the next tick lands up to one interval after the
-	// last sample by design, so a bound of 1 would flap on timer jitter.
-	minStaleAfterIntervals = 2
+	// defaultStaleAfter: a stale level falls back to admitting, and the
+	// sampler goroutine is most likely to be starved exactly when the
+	// collector is overloaded, so a false "stale" is the dangerous mistake
+	// (a flood let in while memory is high; an OOM kill is final) and a long
+	// hold only the cheap one (a few more seconds of retryable rejections).
+	// The bound is therefore generous: as long as the recovery ramp, and far
+	// above CFS throttling stalls (one 100ms period) and GC pauses.
+	defaultStaleAfter = 5 * time.Second
+	// minStaleAfter: under a second a CFS-throttled or GC-paused sampler
+	// reads as stale and turns Open into admitting.
+	minStaleAfter = time.Second
+	// minStaleAfterChecks: the next check lands up to one interval after
+	// the last sample by design, so a bound under two would flap on timer
+	// jitter.
+	minStaleAfterChecks = 2
+
+	// maxCPULine bounds the CPU lines, a share of the effective cores: a
+	// value above it is a percent written as a number (enter: 90), and
+	// would never shed.
+	maxCPULine = 2
+	// maxCPUWindow bounds the CPU averages' time constants: a longer one
+	// answers an overload minutes late.
+	maxCPUWindow = time.Minute
+	// maxCPUBreachDuration and maxMemoryBreachDuration bound how long a
+	// condition must hold before the state changes: longer leaves an
+	// overload unanswered, and memory meets the OOM killer.
+	maxCPUBreachDuration    = 10 * time.Second
+	maxMemoryBreachDuration = 2 * time.Second
+
+	// minMemoryLimitMiB: a collector's own baseline (binary, runtime,
+	// buffers) fills a smaller limit past the memory hard line, a permanent
+	// Open.
+	minMemoryLimitMiB = 32
+	// maxMemoryLimitMiB keeps limit_mib << 20 within a uint64.
+	maxMemoryLimitMiB = math.MaxUint64 >> 20
+
+	// maxRetryAfter bounds the delay asked of refused clients: beyond a
+	// minute it outlasts the retry window of most clients (an SDK's whole
+	// export has 10s), which then drop the data instead of waiting.
+	maxRetryAfter = time.Minute
 
 	// defaultStatusEndpoint is used when the status section is present
 	// without an endpoint. localhost, as the collector's own defaults: the
@@ -56,17 +88,6 @@ const (
 	// maxWaitTimeout bounds how long a body may hold its handler and stop
 	// admissions while it waits for the budget.
 	maxWaitTimeout = 10 * time.Second
-
-	// maxPacingDelay bounds how long a rejected client and a shutdown wait
-	// on a held request.
-	maxPacingDelay = 10 * time.Second
-	// defaultPacingMaxHeld bounds the memory held rejections pin, a
-	// goroutine and connection buffers each (docs/design.md §7), to a few
-	// MiB.
-	defaultPacingMaxHeld = 512
-
-	// maxMemoryLimitMiB keeps memory_limit_mib << 20 within a uint64.
-	maxMemoryLimitMiB = math.MaxUint64 >> 20
 )
 
 // ruleKeyDefault is the key of the default rule under rules.
@@ -90,36 +111,36 @@ var builtinRule = decision.DefaultRule()
 
 // Errors of Validate. confmap.Validate, which the collector runs on its
 // whole configuration, prefixes those of a section with the section's path
-// ("thresholds::cpu: exit must be < enter, got 0.95 and 0.9").
+// ("cpu: exit must be < enter, got 0.95 and 0.9").
 var (
-	errSampleInterval      = fmt.Errorf("sample_interval must be >= %v", minSampleInterval)
-	errRecoveryRamp        = errors.New("recovery_ramp must be >= 0")
-	errStatusEndpoint      = errors.New("status: endpoint must not be empty")
-	errStaleAfterIntervals = fmt.Errorf("stale_after_intervals must be 0 (never) or >= %d", minStaleAfterIntervals)
-	errStaleAfterOverflow  = errors.New("stale_after_intervals is too large")
-
-	errCPUSlowBeta    = errors.New("cpu_slow_beta must be in (0, 1)")
-	errCPUFastBeta    = errors.New("cpu_fast_beta must be in (0, 1)")
-	errFallbackCores  = errors.New("fallback_cores must be a number >= 0")
-	errMemoryLimitMiB = fmt.Errorf("memory_limit_mib must be <= %d", uint64(maxMemoryLimitMiB))
+	errCheckInterval  = fmt.Errorf("check_interval must be between %v and %v", minCheckInterval, maxCheckInterval)
+	errRecoveryRamp   = errors.New("recovery_ramp must be >= 0")
+	errStatusEndpoint = errors.New("status: endpoint must not be empty")
+	errStaleAfter     = fmt.Errorf("stale_after must be 0 (never), or at least %v and at least %d × check_interval", minStaleAfter, minStaleAfterChecks)
 
 	errNotFinite         = errors.New("must be a finite number")
 	errExitNotAboveZero  = errors.New("exit must be > 0")
 	errExitNotBelowEnter = errors.New("exit must be < enter")
 	errEnterNotBelowHard = errors.New("enter must be < hard")
-	errBreachN           = errors.New("breach_n must be >= 1")
 	errMaxShed           = errors.New("max_shed must be in (0, 1]")
-	// errMemHardAboveOne: memory is a share of the limit, and above 1 the
-	// kernel's OOM killer comes first, so a hard line over 1 would never
-	// open.
-	errMemHardAboveOne = errors.New("mem: hard must be <= 1")
+	errCPULine           = fmt.Errorf("must be <= %d: the CPU lines are a share of the effective cores (0.9 is 90%%), not a percent", maxCPULine)
+	errCPUBreachDuration = fmt.Errorf("breach_duration must be between 0s and %v", maxCPUBreachDuration)
+	errCPUWindow         = fmt.Errorf("must be > 0 and <= %v", maxCPUWindow)
+	errFallbackCores     = errors.New("fallback_cores must be a number >= 0")
+	// errMemoryHardAboveOne: memory is a share of the limit, and above 1
+	// the kernel's OOM killer comes first, so a hard line over 1 would
+	// never open.
+	errMemoryHardAboveOne   = errors.New("hard must be <= 1")
+	errMemoryBreachDuration = fmt.Errorf("breach_duration must be between 0s and %v", maxMemoryBreachDuration)
+	errMemoryLimitTooSmall  = fmt.Errorf("limit_mib must be 0 (the cgroup's limit) or >= %d: a collector's own baseline fills a smaller limit past the hard line, a permanent Open", minMemoryLimitMiB)
+	errMemoryLimitTooLarge  = fmt.Errorf("limit_mib must be <= %d", uint64(maxMemoryLimitMiB))
 
 	errUnknownSignal = errors.New("unknown signal")
 	errDropRange     = errors.New("must be in [0, 1]")
 	errDropOrder     = errors.New("drop_min must be <= drop_max")
 
 	errRetryAfterMin   = errors.New("min must be >= 0")
-	errRetryAfterMax   = errors.New("max must be >= 0")
+	errRetryAfterMax   = fmt.Errorf("max must be between 0s and %v: a longer delay outlasts the clients' retry windows", maxRetryAfter)
 	errRetryAfterOrder = errors.New("min must be <= max")
 
 	errUnknownSizeZero       = errors.New("unknown_size must be > 0 when max_inflight_bytes is not 0")
@@ -128,9 +149,6 @@ var (
 	errPeerShare             = errors.New("peer_share must be in (0, 1]")
 	errWaitTimeout           = fmt.Errorf("wait_timeout must be between 0s and %v", maxWaitTimeout)
 	errSizeTooLarge          = fmt.Errorf("must be at most %v", maxByteSize)
-
-	errPacingDelay   = fmt.Errorf("delay must be between 0s and %v", maxPacingDelay)
-	errPacingMaxHeld = errors.New("max_held must be >= 0")
 )
 
 // Config is the configuration of the throttle extension (design §8).
@@ -148,16 +166,24 @@ type Config struct {
 	// false.
 	ObserveOnly bool `mapstructure:"observe_only"`
 
-	// SampleInterval is the time between two samples of CPU and memory.
-	// Default 250ms; at least 10ms.
-	SampleInterval time.Duration `mapstructure:"sample_interval"`
+	// CheckInterval is the time between two checks of CPU and memory.
+	// Default 250ms; from 10ms to 10s.
+	CheckInterval time.Duration `mapstructure:"check_interval"`
 
-	// Signal configures how the water level is computed.
-	Signal SignalConfig `mapstructure:"signal"`
+	// StaleAfter bounds how long decisions act on an old water level: when
+	// no fresh check has been published for this long (the sampler
+	// goroutine starved or blocked), every signal is treated as Normal
+	// until a fresh one arrives. 0 = never: hold the last level. Default
+	// 5s; else at least 1s and at least 2 × check_interval.
+	StaleAfter time.Duration `mapstructure:"stale_after"`
 
-	// Thresholds are the lines of the CPU and memory slots of every signal's
-	// state machine.
-	Thresholds ThresholdsConfig `mapstructure:"thresholds"`
+	// CPU is how CPU is measured and the lines the CPU slot of every
+	// signal's state machine is held to.
+	CPU CPUConfig `mapstructure:"cpu"`
+
+	// Memory is the memory limit, the lines of the memory slot, and the Go
+	// runtime's soft memory limit.
+	Memory MemoryConfig `mapstructure:"memory"`
 
 	// Rules say how each signal is throttled. Keys: default, traces,
 	// metrics, logs, profiles. A signal's rule overrides the default rule
@@ -177,19 +203,15 @@ type Config struct {
 	// Admission bounds the bytes of admitted, unfinished requests.
 	Admission AdmissionConfig `mapstructure:"admission"`
 
-	// Pacing holds HTTP rejections in Shedding (and by the admission
+	// Hold keeps requests the throttle would refuse, before their body is
+	// read, until it admits them or they have waited max_wait (see
+	// hold.go).
+	Hold HoldConfig `mapstructure:"hold"`
+
+	// Tarpit holds HTTP rejections in Shedding (and by the admission
 	// budget) before they are answered, so that clients which re-send at
 	// once do not turn rejections into a load of their own. Off by default.
-	Pacing PacingConfig `mapstructure:"pacing"`
-
-	// Queue holds HTTP requests the throttle would refuse, before their body
-	// is read, until it admits them or they have waited max_wait (see
-	// queue.go).
-	Queue QueueConfig `mapstructure:"queue"`
-
-	// GoMemLimit is whether and where the throttle sets the Go runtime's
-	// soft memory limit (see gomemlimit.go).
-	GoMemLimit GoMemLimitConfig `mapstructure:"gomemlimit"`
+	Tarpit TarpitConfig `mapstructure:"tarpit"`
 
 	// Routes classify requests the default OTLP paths and methods do not
 	// cover.
@@ -206,71 +228,81 @@ type Config struct {
 	// out of its Service and moves the load onto the others.
 	ReportStatus bool `mapstructure:"report_status"`
 
-	// StaleAfterIntervals bounds how long decisions act on an old water
-	// level: when no fresh sample has been published for this many sample
-	// intervals (the sampler goroutine starved or blocked), every signal is
-	// treated as Normal until a fresh sample arrives. 0 = never: hold the
-	// last level. Default 20 (5s at 250ms); at least 2.
-	StaleAfterIntervals int `mapstructure:"stale_after_intervals"`
+	// deprecations are the messages of the deprecated keys Unmarshal moved
+	// to their new names (deprecated.go), logged when the extension is
+	// created.
+	deprecations []string
 
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
 
-// SignalConfig configures how CPU and memory are turned into water levels.
-type SignalConfig struct {
-	// CPUSlowBeta is the history weight of the slow CPU average, the one
-	// compared with enter and exit. Default 0.95; in (0, 1).
-	CPUSlowBeta float64 `mapstructure:"cpu_slow_beta"`
-	// CPUFastBeta is the history weight of the fast CPU average, the one
-	// compared with hard. Default 0.7; in (0, 1).
-	CPUFastBeta float64 `mapstructure:"cpu_fast_beta"`
-	// FallbackCores is the number of cores CPU time is divided by when no
-	// CPU quota is set anywhere. 0 = GOMAXPROCS. Fractions are kept.
-	FallbackCores float64 `mapstructure:"fallback_cores"`
-	// MemoryLimitMiB overrides the memory limit read from the cgroup.
-	// 0 = from the cgroup (no limit there: the memory signal is off).
-	MemoryLimitMiB uint64 `mapstructure:"memory_limit_mib"`
-
-	// prevent unkeyed literal initialization
-	_ struct{}
-}
-
-// ThresholdsConfig holds the two resource slots.
-type ThresholdsConfig struct {
-	// CPU is the CPU slot: slow = cpu_slow, fast = cpu_fast, as a share of
-	// the effective cores. Values above 1 are meaningful (CFS bursts, or
-	// fallback_cores below the cores actually used).
-	CPU SlotConfig `mapstructure:"cpu"`
-	// Mem is the memory slot: working set over the memory limit, at most 1.
-	Mem SlotConfig `mapstructure:"mem"`
-
-	// prevent unkeyed literal initialization
-	_ struct{}
-}
-
-// SlotConfig are the lines of one resource. For an enabled slot
-// 0 < exit < enter < hard.
-type SlotConfig struct {
-	// Enabled includes the slot in the decision. A disabled slot counts as
+// CPUConfig is the cpu section: how CPU is measured, and the lines of the
+// CPU slot, as a share of the effective cores. Values above 1 are
+// meaningful (CFS bursts, or fallback_cores below the cores actually used);
+// values above 2 are not. For an enabled slot 0 < exit < enter < hard <= 2.
+type CPUConfig struct {
+	// Enabled includes CPU in the decision. A disabled slot counts as
 	// safe: it never triggers and never blocks recovery; its lines are not
 	// validated.
 	Enabled bool `mapstructure:"enabled"`
-	// Enter: Normal -> Shedding when the slow level is above it for
-	// breach_n frames.
+	// Enter: Normal -> Shedding when the slow average is above it for
+	// breach_duration.
 	Enter float64 `mapstructure:"enter"`
-	// Exit: Shedding -> Normal when every slot's slow level is below its
-	// exit for breach_n frames.
+	// Exit: Shedding -> Normal when every slot is below its exit for
+	// breach_duration.
 	Exit float64 `mapstructure:"exit"`
-	// Hard: -> Open when the fast level is at or above it for breach_n
-	// frames.
+	// Hard: -> Open when the fast average is at or above it for
+	// breach_duration.
 	Hard float64 `mapstructure:"hard"`
-	// BreachN is the number of consecutive frames a condition must hold.
-	// At least 1.
-	BreachN int `mapstructure:"breach_n"`
-	// MaxShed is the most this resource alone sheds: a cap on its share of
-	// the shedding severity, in (0, 1]. Default cpu 0.2, mem 1.
+	// BreachDuration is how long a condition must hold, rounded up to whole
+	// checks (at least one). Default 750ms; at most 10s.
+	BreachDuration time.Duration `mapstructure:"breach_duration"`
+	// MaxShed is the most CPU alone sheds: a cap on its share of the
+	// shedding severity, in (0, 1]. Default 0.2.
 	MaxShed float64 `mapstructure:"max_shed"`
+	// SlowWindow is the time constant of the slow CPU average, the one
+	// compared with enter and exit. Default 5s; at most 1m.
+	SlowWindow time.Duration `mapstructure:"slow_window"`
+	// FastWindow is the time constant of the fast CPU average, the one
+	// compared with hard. Default 700ms; at most 1m.
+	FastWindow time.Duration `mapstructure:"fast_window"`
+	// FallbackCores is the number of cores CPU time is divided by when no
+	// CPU quota is set anywhere. 0 = GOMAXPROCS. Fractions are kept.
+	FallbackCores float64 `mapstructure:"fallback_cores"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// MemoryConfig is the memory section: the memory limit, the lines of the
+// memory slot as a share of it (working set over the limit, at most 1),
+// and the Go runtime's soft memory limit. For an enabled slot
+// 0 < exit < enter < hard <= 1.
+type MemoryConfig struct {
+	// Enabled includes memory in the decision. A disabled slot counts as
+	// safe; its lines are not validated.
+	Enabled bool `mapstructure:"enabled"`
+	// Enter, Exit and Hard are the lines, as for CPU; the memory level is
+	// not averaged.
+	Enter float64 `mapstructure:"enter"`
+	Exit  float64 `mapstructure:"exit"`
+	Hard  float64 `mapstructure:"hard"`
+	// BreachDuration is how long a condition must hold, rounded up to whole
+	// checks (at least one). Default 250ms (one check: memory meets the OOM
+	// killer); at most 2s.
+	BreachDuration time.Duration `mapstructure:"breach_duration"`
+	// MaxShed is the most memory alone sheds before Open, in (0, 1].
+	// Default 1.
+	MaxShed float64 `mapstructure:"max_shed"`
+	// LimitMiB overrides the memory limit read from the cgroup when it is
+	// lower: above the cgroup's limit the cgroup's is used (and a warning
+	// logged). 0 = from the cgroup (no limit there: the memory signal is
+	// off); else at least 32.
+	LimitMiB uint64 `mapstructure:"limit_mib"`
+	// SoftLimit is whether and where the throttle sets the Go runtime's
+	// soft memory limit (see softlimit.go).
+	SoftLimit SoftLimitConfig `mapstructure:"soft_limit"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -297,14 +329,11 @@ type RuleConfig struct {
 // rule or a signal.
 type RulesConfig map[string]RuleConfig
 
-// Rule is a rule with every field resolved.
-type Rule = decision.Rule
-
 // RetryAfterConfig is the range of the delay asked of rejected clients.
 type RetryAfterConfig struct {
 	// Min is the shortest delay. Default 0s.
 	Min time.Duration `mapstructure:"min"`
-	// Max is the longest delay. Default 30s.
+	// Max is the longest delay. Default 30s; at most 1m.
 	Max time.Duration `mapstructure:"max"`
 
 	// prevent unkeyed literal initialization
@@ -315,7 +344,7 @@ type RetryAfterConfig struct {
 type AdmissionConfig struct {
 	// MaxInflightBytes is the budget of bytes reserved by admitted,
 	// unfinished requests: "auto" (default; a share of the memory limit, see
-	// InflightBudget.ResolveBudget), 0 = off, or a size such as 24MiB.
+	// InflightBudget.resolve), 0 = off, or a size such as 24MiB.
 	MaxInflightBytes InflightBudget `mapstructure:"max_inflight_bytes"`
 	// UnknownSize is what a request reserves when it is admitted while no
 	// size has been learnt for its signal (HTTP without Content-Length, or
@@ -340,31 +369,6 @@ type AdmissionConfig struct {
 	_ struct{}
 }
 
-// PacingConfig is how HTTP shed and budget rejections are paced (see
-// middleware.Pacer). Open rejections, gRPC rejections, and requests whose
-// body is over 256 KiB, of unknown length or compressed, or that wait for
-// "100 Continue", are answered at once.
-//
-// Off by default: it helps against clients that ignore Retry-After and send
-// uncompressed bodies (docs/results.md), but held rejections occupy the
-// request slots of clients that share them between signals, exempt ones
-// included, and the OTLP exporters compress (and honour Retry-After) by
-// default.
-type PacingConfig struct {
-	// Delay is how long a rejection is held, after its body has been read
-	// and discarded, before the 429 is written. Default 0s = off; 1s is a
-	// good start; at most 10s. A held request also delays the receiver's
-	// shutdown by up to this long.
-	Delay time.Duration `mapstructure:"delay"`
-	// MaxHeld bounds the rejections held at once (each holds a goroutine
-	// and a connection's buffers, plus a read buffer while its body is
-	// read); beyond it they are answered at once. Default 512; 0 = off.
-	MaxHeld int `mapstructure:"max_held"`
-
-	// prevent unkeyed literal initialization
-	_ struct{}
-}
-
 // RoutesConfig maps extra HTTP paths and gRPC methods to signals.
 type RoutesConfig struct {
 	// HTTP maps a URL path (clean, starting with "/") to a signal name.
@@ -377,19 +381,19 @@ type RoutesConfig struct {
 }
 
 var (
-	_ component.Config  = (*Config)(nil)
-	_ confmap.Validator = (*Config)(nil)
-	_ confmap.Validator = SignalConfig{}
-	_ confmap.Validator = ThresholdsConfig{}
-	_ confmap.Validator = SlotConfig{}
-	_ confmap.Validator = RulesConfig{}
-	_ confmap.Validator = RuleConfig{}
-	_ confmap.Validator = RetryAfterConfig{}
-	_ confmap.Validator = AdmissionConfig{}
-	_ confmap.Validator = PacingConfig{}
-	_ confmap.Validator = QueueConfig{}
-	_ confmap.Validator = GoMemLimitConfig{}
-	_ confmap.Validator = RoutesConfig{}
+	_ component.Config    = (*Config)(nil)
+	_ confmap.Unmarshaler = (*Config)(nil)
+	_ confmap.Validator   = (*Config)(nil)
+	_ confmap.Validator   = CPUConfig{}
+	_ confmap.Validator   = MemoryConfig{}
+	_ confmap.Validator   = SoftLimitConfig{}
+	_ confmap.Validator   = RulesConfig{}
+	_ confmap.Validator   = RuleConfig{}
+	_ confmap.Validator   = RetryAfterConfig{}
+	_ confmap.Validator   = AdmissionConfig{}
+	_ confmap.Validator   = HoldConfig{}
+	_ confmap.Validator   = TarpitConfig{}
+	_ confmap.Validator   = RoutesConfig{}
 )
 
 func ptrTo[T any](v T) *T { return &v }
@@ -399,15 +403,27 @@ func ptrTo[T any](v T) *T { return &v }
 func createDefaultConfig() component.Config {
 	engine := decision.DefaultConfig()
 	return &Config{
-		Enabled:        true,
-		SampleInterval: sampler.DefaultInterval,
-		Signal: SignalConfig{
-			CPUSlowBeta: sampler.DefaultCPUSlowBeta,
-			CPUFastBeta: sampler.DefaultCPUFastBeta,
+		Enabled:       true,
+		CheckInterval: sampler.DefaultInterval,
+		StaleAfter:    defaultStaleAfter,
+		CPU: CPUConfig{
+			Enabled:        engine.CPU.Enabled,
+			Enter:          engine.CPU.Enter,
+			Exit:           engine.CPU.Exit,
+			Hard:           engine.CPU.Hard,
+			BreachDuration: time.Duration(engine.CPU.BreachN) * engine.Interval,
+			MaxShed:        engine.CPU.MaxShed,
+			SlowWindow:     sampler.DefaultCPUSlowWindow,
+			FastWindow:     sampler.DefaultCPUFastWindow,
 		},
-		Thresholds: ThresholdsConfig{
-			CPU: slotConfig(engine.CPU),
-			Mem: slotConfig(engine.Mem),
+		Memory: MemoryConfig{
+			Enabled:        engine.Mem.Enabled,
+			Enter:          engine.Mem.Enter,
+			Exit:           engine.Mem.Exit,
+			Hard:           engine.Mem.Hard,
+			BreachDuration: time.Duration(engine.Mem.BreachN) * engine.Interval,
+			MaxShed:        engine.Mem.MaxShed,
+			SoftLimit:      SoftLimitConfig{Enabled: true, Share: softlimit.DefaultShare, HeapTarget: softlimit.DefaultHeapTarget},
 		},
 		Rules: RulesConfig{
 			ruleKeyDefault: {
@@ -419,18 +435,16 @@ func createDefaultConfig() component.Config {
 		RetryAfter:   RetryAfterConfig{Min: 0, Max: middleware.DefaultRetryMax},
 		RecoveryRamp: engine.RecoveryRamp,
 		Admission: AdmissionConfig{
-			MaxInflightBytes: AutoInflightBudget(),
+			MaxInflightBytes: autoInflightBudget(),
 			UnknownSize:      middleware.DefaultUnknownSize,
 			IdleTimeout:      middleware.DefaultIdleTimeout,
 			PeerShare:        middleware.DefaultPeerShare,
 			WaitTimeout:      middleware.DefaultBudgetWait,
 		},
-		Pacing:     PacingConfig{MaxHeld: defaultPacingMaxHeld},
-		GoMemLimit: GoMemLimitConfig{Enabled: true, Share: gomemlimit.DefaultShare, HeapTarget: gomemlimit.DefaultHeapTarget},
-		Queue:      QueueConfig{MaxWait: defaultQueueMaxWait, MaxHeld: defaultQueueMaxHeld},
-		Status:     configoptional.Default(defaultStatusServerConfig()),
+		Hold:   HoldConfig{MaxWait: defaultHoldMaxWait, MaxRequests: defaultHoldMaxRequests},
+		Tarpit: TarpitConfig{MaxRequests: defaultTarpitMaxRequests},
+		Status: configoptional.Default(defaultStatusServerConfig()),
 		// ReportStatus false: see the field.
-		StaleAfterIntervals: defaultStaleAfterIntervals,
 	}
 }
 
@@ -440,18 +454,18 @@ func defaultStatusServerConfig() confighttp.ServerConfig {
 	return cfg
 }
 
-// RuleFor returns the effective rule of signal s: its entry in rules over
+// ruleFor returns the effective rule of signal s: its entry in rules over
 // the default rule, field by field.
-func (cfg *Config) RuleFor(s decision.Signal) Rule {
+func (cfg *Config) ruleFor(s decision.Signal) decision.Rule {
 	return cfg.Rules[s.String()].over(cfg.Rules.defaultRule())
 }
 
-func (rs RulesConfig) defaultRule() Rule {
+func (rs RulesConfig) defaultRule() decision.Rule {
 	return rs[ruleKeyDefault].over(builtinRule)
 }
 
 // over returns base with the fields r sets replaced.
-func (r RuleConfig) over(base Rule) Rule {
+func (r RuleConfig) over(base decision.Rule) decision.Rule {
 	if r.Enabled != nil {
 		base.Enabled = *r.Enabled
 	}
@@ -464,19 +478,17 @@ func (r RuleConfig) over(base Rule) Rule {
 	return base
 }
 
-// StaleAfter is the age after which a water level is stale, or 0 for never.
-func (cfg *Config) StaleAfter() time.Duration {
-	return time.Duration(cfg.StaleAfterIntervals) * cfg.SampleInterval
-}
-
 // Validate checks the top-level fields and what spans sections. Each
 // section validates itself, and the collector's confmap.Validate calls
 // them all, whether the throttle is enabled or not, so that a typo fails at
 // start and not on the day the throttle is switched on.
 func (cfg *Config) Validate() error {
 	var errs []error
-	if cfg.SampleInterval < minSampleInterval {
-		errs = append(errs, fmt.Errorf("%w, got %v", errSampleInterval, cfg.SampleInterval))
+	if cfg.CheckInterval < minCheckInterval || cfg.CheckInterval > maxCheckInterval {
+		errs = append(errs, fmt.Errorf("%w, got %v", errCheckInterval, cfg.CheckInterval))
+	}
+	if cfg.StaleAfter != 0 && (cfg.StaleAfter < minStaleAfter || cfg.StaleAfter < minStaleAfterChecks*cfg.CheckInterval) {
+		errs = append(errs, fmt.Errorf("%w, got %v at a check_interval of %v", errStaleAfter, cfg.StaleAfter, cfg.CheckInterval))
 	}
 	if cfg.RecoveryRamp < 0 {
 		errs = append(errs, fmt.Errorf("%w, got %v", errRecoveryRamp, cfg.RecoveryRamp))
@@ -486,85 +498,102 @@ func (cfg *Config) Validate() error {
 	if cfg.Status.HasValue() && cfg.Status.Get().NetAddr.Endpoint == "" {
 		errs = append(errs, errStatusEndpoint)
 	}
-	switch {
-	case cfg.StaleAfterIntervals != 0 && cfg.StaleAfterIntervals < minStaleAfterIntervals:
-		errs = append(errs, fmt.Errorf("%w, got %d", errStaleAfterIntervals, cfg.StaleAfterIntervals))
-	case cfg.SampleInterval > 0 && int64(cfg.StaleAfterIntervals) > int64(math.MaxInt64/cfg.SampleInterval):
-		errs = append(errs, fmt.Errorf("%w: %d intervals of %v overflow a duration", errStaleAfterOverflow, cfg.StaleAfterIntervals, cfg.SampleInterval))
-	}
 	return errors.Join(errs...)
 }
 
-// Validate checks the signal section.
-func (c SignalConfig) Validate() error {
+// Validate checks the cpu section: the lines of an enabled slot, and how
+// CPU is measured whether the slot is enabled or not (the status page and
+// the telemetry show it).
+func (c CPUConfig) Validate() error {
 	var errs []error
-	if !(c.CPUSlowBeta > 0 && c.CPUSlowBeta < 1) { // also rejects NaN
-		errs = append(errs, fmt.Errorf("%w, got %s", errCPUSlowBeta, formatConfigFloat(c.CPUSlowBeta)))
+	if c.Enabled {
+		errs = append(errs, validateLines(c.Enter, c.Exit, c.Hard)...)
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"enter", c.Enter}, {"exit", c.Exit}, {"hard", c.Hard}} {
+			if f.v > maxCPULine && !math.IsInf(f.v, 1) {
+				errs = append(errs, fmt.Errorf("%s %w, got %s", f.name, errCPULine, formatConfigFloat(f.v)))
+			}
+		}
+		if c.BreachDuration < 0 || c.BreachDuration > maxCPUBreachDuration {
+			errs = append(errs, fmt.Errorf("%w, got %v", errCPUBreachDuration, c.BreachDuration))
+		}
+		errs = append(errs, validateMaxShed(c.MaxShed)...)
 	}
-	if !(c.CPUFastBeta > 0 && c.CPUFastBeta < 1) {
-		errs = append(errs, fmt.Errorf("%w, got %s", errCPUFastBeta, formatConfigFloat(c.CPUFastBeta)))
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"slow_window", c.SlowWindow}, {"fast_window", c.FastWindow}} {
+		if f.v <= 0 || f.v > maxCPUWindow {
+			errs = append(errs, fmt.Errorf("%s %w, got %v", f.name, errCPUWindow, f.v))
+		}
 	}
-	if !(c.FallbackCores >= 0) || math.IsInf(c.FallbackCores, 1) {
+	if !(c.FallbackCores >= 0) || math.IsInf(c.FallbackCores, 1) { // also rejects NaN
 		errs = append(errs, fmt.Errorf("%w, got %s", errFallbackCores, formatConfigFloat(c.FallbackCores)))
 	}
-	if c.MemoryLimitMiB > maxMemoryLimitMiB {
-		errs = append(errs, fmt.Errorf("%w, got %d", errMemoryLimitMiB, c.MemoryLimitMiB))
+	return errors.Join(errs...)
+}
+
+// Validate checks the memory section: the lines of an enabled slot, and
+// the memory limit whether the slot is enabled or not (the soft memory
+// limit and the admission budget follow it). The soft_limit section
+// validates itself.
+func (c MemoryConfig) Validate() error {
+	var errs []error
+	if c.Enabled {
+		errs = append(errs, validateLines(c.Enter, c.Exit, c.Hard)...)
+		if c.Hard > 1 && !math.IsInf(c.Hard, 1) {
+			errs = append(errs, fmt.Errorf("%w, got %s", errMemoryHardAboveOne, formatConfigFloat(c.Hard)))
+		}
+		if c.BreachDuration < 0 || c.BreachDuration > maxMemoryBreachDuration {
+			errs = append(errs, fmt.Errorf("%w, got %v", errMemoryBreachDuration, c.BreachDuration))
+		}
+		errs = append(errs, validateMaxShed(c.MaxShed)...)
+	}
+	switch {
+	case c.LimitMiB != 0 && c.LimitMiB < minMemoryLimitMiB:
+		errs = append(errs, fmt.Errorf("%w, got %d", errMemoryLimitTooSmall, c.LimitMiB))
+	case c.LimitMiB > maxMemoryLimitMiB:
+		errs = append(errs, fmt.Errorf("%w, got %d", errMemoryLimitTooLarge, c.LimitMiB))
 	}
 	return errors.Join(errs...)
 }
 
-// Validate checks the bound of the memory slot; each slot checks its own
-// lines. CPU is a share of the effective cores and can exceed 1 (CFS
-// bursts, fallback_cores below the cores in use), so it has no upper bound.
-func (c ThresholdsConfig) Validate() error {
-	if m := c.Mem; m.Enabled && m.finite() && m.Hard > 1 {
-		return fmt.Errorf("%w, got %s", errMemHardAboveOne, formatConfigFloat(m.Hard))
-	}
-	return nil
-}
-
-// Validate checks 0 < exit < enter < hard, breach_n >= 1 and max_shed in
-// (0, 1] for an enabled slot. Comparisons are written so NaN fails them.
-func (s SlotConfig) Validate() error {
-	if !s.Enabled {
-		return nil
-	}
+// validateLines checks that enter, exit and hard are finite and
+// 0 < exit < enter < hard. Comparisons are written so NaN fails them.
+func validateLines(enter, exit, hard float64) []error {
 	var errs []error
+	finite := true
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"enter", s.Enter}, {"exit", s.Exit}, {"hard", s.Hard}} {
+	}{{"enter", enter}, {"exit", exit}, {"hard", hard}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 			errs = append(errs, fmt.Errorf("%s %w, got %s", f.name, errNotFinite, formatConfigFloat(f.v)))
+			finite = false
 		}
 	}
-	if s.finite() {
-		if s.Exit <= 0 {
-			errs = append(errs, fmt.Errorf("%w, got %s", errExitNotAboveZero, formatConfigFloat(s.Exit)))
-		}
-		if s.Exit >= s.Enter {
-			errs = append(errs, fmt.Errorf("%w, got %s and %s", errExitNotBelowEnter, formatConfigFloat(s.Exit), formatConfigFloat(s.Enter)))
-		}
-		if s.Enter >= s.Hard {
-			errs = append(errs, fmt.Errorf("%w, got %s and %s", errEnterNotBelowHard, formatConfigFloat(s.Enter), formatConfigFloat(s.Hard)))
-		}
+	if !finite {
+		return errs
 	}
-	if s.BreachN < 1 {
-		errs = append(errs, fmt.Errorf("%w, got %d", errBreachN, s.BreachN))
+	if exit <= 0 {
+		errs = append(errs, fmt.Errorf("%w, got %s", errExitNotAboveZero, formatConfigFloat(exit)))
 	}
-	if !(s.MaxShed > 0 && s.MaxShed <= 1) { // also rejects NaN
-		errs = append(errs, fmt.Errorf("%w, got %s", errMaxShed, formatConfigFloat(s.MaxShed)))
+	if exit >= enter {
+		errs = append(errs, fmt.Errorf("%w, got %s and %s", errExitNotBelowEnter, formatConfigFloat(exit), formatConfigFloat(enter)))
 	}
-	return errors.Join(errs...)
+	if enter >= hard {
+		errs = append(errs, fmt.Errorf("%w, got %s and %s", errEnterNotBelowHard, formatConfigFloat(enter), formatConfigFloat(hard)))
+	}
+	return errs
 }
 
-func (s SlotConfig) finite() bool {
-	for _, v := range []float64{s.Enter, s.Exit, s.Hard} {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return false
-		}
+func validateMaxShed(v float64) []error {
+	if !(v > 0 && v <= 1) { // also rejects NaN
+		return []error{fmt.Errorf("%w, got %s", errMaxShed, formatConfigFloat(v))}
 	}
-	return true
+	return nil
 }
 
 // Validate checks the keys of the rules section and, for a signal's rule
@@ -628,7 +657,7 @@ func (c RetryAfterConfig) Validate() error {
 	if c.Min < 0 {
 		errs = append(errs, fmt.Errorf("%w, got %v", errRetryAfterMin, c.Min))
 	}
-	if c.Max < 0 {
+	if c.Max < 0 || c.Max > maxRetryAfter {
 		errs = append(errs, fmt.Errorf("%w, got %v", errRetryAfterMax, c.Max))
 	}
 	if c.Min > c.Max {
@@ -642,11 +671,11 @@ func (c RetryAfterConfig) Validate() error {
 // every chunked request would be rejected.
 func (a AdmissionConfig) Validate() error {
 	var errs []error
-	if !a.MaxInflightBytes.Off() {
+	if !a.MaxInflightBytes.isOff() {
 		if a.UnknownSize == 0 {
 			errs = append(errs, errUnknownSizeZero)
-		} else if !a.MaxInflightBytes.Auto() && a.UnknownSize > a.MaxInflightBytes.Size() {
-			errs = append(errs, fmt.Errorf("%w, got %v and %v", errUnknownSizeOverBudget, a.UnknownSize, a.MaxInflightBytes.Size()))
+		} else if !a.MaxInflightBytes.isAuto() && a.UnknownSize > a.MaxInflightBytes.fixedSize() {
+			errs = append(errs, fmt.Errorf("%w, got %v and %v", errUnknownSizeOverBudget, a.UnknownSize, a.MaxInflightBytes.fixedSize()))
 		}
 	}
 	if a.IdleTimeout != 0 && a.IdleTimeout < minIdleTimeout {
@@ -658,23 +687,11 @@ func (a AdmissionConfig) Validate() error {
 	if a.WaitTimeout < 0 || a.WaitTimeout > maxWaitTimeout {
 		errs = append(errs, fmt.Errorf("%w, got %v", errWaitTimeout, a.WaitTimeout))
 	}
-	if a.MaxInflightBytes.Size() > maxByteSize {
-		errs = append(errs, fmt.Errorf("max_inflight_bytes %w, got %v", errSizeTooLarge, a.MaxInflightBytes.Size()))
+	if a.MaxInflightBytes.fixedSize() > maxByteSize {
+		errs = append(errs, fmt.Errorf("max_inflight_bytes %w, got %v", errSizeTooLarge, a.MaxInflightBytes.fixedSize()))
 	}
 	if a.UnknownSize > maxByteSize {
 		errs = append(errs, fmt.Errorf("unknown_size %w, got %v", errSizeTooLarge, a.UnknownSize))
-	}
-	return errors.Join(errs...)
-}
-
-// Validate checks the pacing section.
-func (c PacingConfig) Validate() error {
-	var errs []error
-	if c.Delay < 0 || c.Delay > maxPacingDelay {
-		errs = append(errs, fmt.Errorf("%w, got %v", errPacingDelay, c.Delay))
-	}
-	if c.MaxHeld < 0 {
-		errs = append(errs, fmt.Errorf("%w, got %d", errPacingMaxHeld, c.MaxHeld))
 	}
 	return errors.Join(errs...)
 }

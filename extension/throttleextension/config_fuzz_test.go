@@ -12,12 +12,15 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 // FuzzConfigUnmarshal feeds fuzzed values to the fields with the most
 // parsing and validation logic, through confmap as the collector does, and
 // checks that unmarshalling and validation never panic, and that whatever
-// validates keeps the invariants the engine relies on. Seeds are in
+// validates keeps the invariants the engine relies on. The count and the
+// weight go in under their deprecated names (stale_after_intervals,
+// signal::cpu_slow_beta), so that their conversions are fuzzed too. Seeds are in
 // testdata/fuzz/FuzzConfigUnmarshal; run longer with
 // go test -run '^$' -fuzz FuzzConfigUnmarshal -fuzztime 30s ./extension/throttleextension/
 func FuzzConfigUnmarshal(f *testing.F) {
@@ -27,13 +30,14 @@ func FuzzConfigUnmarshal(f *testing.F) {
 		interval, budget, unknownSize, ruleKey, route, signal string,
 	) {
 		conf := confmap.NewFromStringMap(map[string]any{
-			"sample_interval":       interval,
+			"check_interval":        interval,
 			"stale_after_intervals": breachN,
-			"signal":                map[string]any{"cpu_slow_beta": beta, "fallback_cores": dropMax},
-			"thresholds": map[string]any{
-				"cpu": map[string]any{"enter": enter, "exit": exit, "hard": hard, "breach_n": breachN},
-				"mem": map[string]any{"enter": enter, "exit": exit, "hard": hard},
+			"signal":                map[string]any{"cpu_slow_beta": beta},
+			"cpu": map[string]any{
+				"enter": enter, "exit": exit, "hard": hard, "fallback_cores": dropMax,
+				"breach_duration": (time.Duration(breachN) * time.Millisecond).String(),
 			},
+			"memory": map[string]any{"enter": enter, "exit": exit, "hard": hard, "soft_limit": map[string]any{"heap_target": dropMin}},
 			"rules": map[string]any{
 				ruleKey: map[string]any{"drop_min": dropMin, "drop_max": dropMax},
 			},
@@ -53,43 +57,54 @@ func FuzzConfigUnmarshal(f *testing.F) {
 		}
 
 		// What validated holds the invariants.
-		for _, s := range []SlotConfig{cfg.Thresholds.CPU, cfg.Thresholds.Mem} {
+		dc := cfg.decisionConfig()
+		for _, s := range []decision.Slot{dc.CPU, dc.Mem} {
 			if s.Enabled {
 				require.True(t, 0 < s.Exit && s.Exit < s.Enter && s.Enter < s.Hard, "%+v", s)
 				require.False(t, math.IsInf(s.Hard, 0))
 				require.GreaterOrEqual(t, s.BreachN, 1)
 			}
 		}
-		if cfg.Thresholds.Mem.Enabled {
-			require.LessOrEqual(t, cfg.Thresholds.Mem.Hard, 1.0)
+		if cfg.CPU.Enabled {
+			require.LessOrEqual(t, cfg.CPU.Hard, float64(maxCPULine))
+		}
+		if cfg.Memory.Enabled {
+			require.LessOrEqual(t, cfg.Memory.Hard, 1.0)
 		}
 		for s := range decision.NumSignals {
-			r := cfg.RuleFor(s)
+			r := cfg.ruleFor(s)
 			require.True(t, 0 <= r.DropMin && r.DropMin <= r.DropMax && r.DropMax <= 1, "%s: %+v", s, r)
 		}
-		require.GreaterOrEqual(t, cfg.SampleInterval, minSampleInterval)
-		require.Greater(t, cfg.Signal.CPUSlowBeta, 0.0)
-		require.Less(t, cfg.Signal.CPUSlowBeta, 1.0)
-		require.GreaterOrEqual(t, cfg.StaleAfter(), time.Duration(0))
+		require.GreaterOrEqual(t, cfg.CheckInterval, minCheckInterval)
+		require.LessOrEqual(t, cfg.CheckInterval, maxCheckInterval)
+		for _, w := range []time.Duration{cfg.CPU.SlowWindow, cfg.CPU.FastWindow} {
+			beta := sampler.EWMABeta(cfg.CheckInterval, w)
+			require.True(t, beta >= 0 && beta < 1, "β %v of %v at %v", beta, w, cfg.CheckInterval)
+		}
+		if cfg.StaleAfter != 0 {
+			require.GreaterOrEqual(t, cfg.StaleAfter, max(minStaleAfter, 2*cfg.CheckInterval))
+		}
+		if cfg.Memory.SoftLimit.HeapTarget != 0 {
+			require.Less(t, cfg.Memory.SoftLimit.HeapTarget, cfg.Memory.SoftLimit.Share)
+		}
 
 		b := cfg.Admission.MaxInflightBytes
 		for _, limit := range []uint64{0, 1, 300 << 20, math.MaxUint64} {
-			got := b.ResolveBudget(limit, 1)
+			got := b.resolve(limit, 1)
 			switch {
-			case b.Off():
+			case b.isOff():
 				require.Zero(t, got)
-			case b.Auto() && limit > 0:
+			case b.isAuto() && limit > 0:
 				require.True(t, got >= minAutoBudget && got <= maxAutoBudget, "%d", got)
 			}
 		}
-		if !b.Off() {
+		if !b.isOff() {
 			require.NotZero(t, cfg.Admission.UnknownSize)
 		}
 
 		// The mappings to the engine's configurations take anything valid.
-		dc := cfg.decisionConfig()
-		require.Equal(t, cfg.RuleFor(decision.Logs).DropMax, dc.Rules[decision.Logs].DropMax)
-		require.Equal(t, cfg.Signal.MemoryLimitMiB, cfg.samplerConfig().MemoryLimit>>20)
+		require.Equal(t, cfg.ruleFor(decision.Logs).DropMax, dc.Rules[decision.Logs].DropMax)
+		require.Equal(t, cfg.Memory.LimitMiB, cfg.samplerConfig().MemoryLimit>>20)
 
 		// The size text a budget prints reads back as the same budget.
 		var back InflightBudget

@@ -62,18 +62,18 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "full"),
 			expected: &Config{
-				Enabled:        true,
-				ObserveOnly:    true,
-				SampleInterval: 100 * time.Millisecond,
-				Signal: SignalConfig{
-					CPUSlowBeta:    0.9,
-					CPUFastBeta:    0.5,
-					FallbackCores:  1.5,
-					MemoryLimitMiB: 512,
+				Enabled:       true,
+				ObserveOnly:   true,
+				CheckInterval: 100 * time.Millisecond,
+				StaleAfter:    2 * time.Second,
+				CPU: CPUConfig{
+					Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachDuration: 400 * time.Millisecond, MaxShed: 0.5,
+					SlowWindow: 949100 * time.Microsecond, FastWindow: 144300 * time.Microsecond, FallbackCores: 1.5,
 				},
-				Thresholds: ThresholdsConfig{
-					CPU: SlotConfig{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4, MaxShed: 0.5},
-					Mem: SlotConfig{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2, MaxShed: 0.9},
+				Memory: MemoryConfig{
+					Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachDuration: 200 * time.Millisecond, MaxShed: 0.9,
+					LimitMiB:  512,
+					SoftLimit: SoftLimitConfig{Enabled: false, Share: 0.7, HeapTarget: 0.4},
 				},
 				Rules: map[string]RuleConfig{
 					"default":  {Enabled: ptrTo(true), DropMin: ptrTo(0.1), DropMax: ptrTo(0.9)},
@@ -85,15 +85,14 @@ func TestLoadConfig(t *testing.T) {
 				RetryAfter:   RetryAfterConfig{Min: time.Second, Max: 10 * time.Second},
 				RecoveryRamp: 2 * time.Second,
 				Admission: AdmissionConfig{
-					MaxInflightBytes: FixedInflightBudget(24 * MiB),
-					UnknownSize:      512 * KiB,
+					MaxInflightBytes: fixedInflightBudget(24 * mib),
+					UnknownSize:      512 * kib,
 					IdleTimeout:      5 * time.Second,
 					PeerShare:        0.25,
 					WaitTimeout:      2 * time.Second,
 				},
-				Pacing:     PacingConfig{Delay: 250 * time.Millisecond, MaxHeld: 64},
-				Queue:      QueueConfig{MaxWait: 2 * time.Second, MaxHeld: 32},
-				GoMemLimit: GoMemLimitConfig{Enabled: false, Share: 0.7, HeapTarget: 0.4},
+				Hold:   HoldConfig{MaxWait: 2 * time.Second, MaxRequests: 32},
+				Tarpit: TarpitConfig{Delay: 250 * time.Millisecond, MaxRequests: 64},
 				Routes: RoutesConfig{
 					HTTP: map[string]string{
 						"/prometheus/write": "metrics",
@@ -102,17 +101,17 @@ func TestLoadConfig(t *testing.T) {
 					},
 					GRPC: map[string]string{"/my.pkg.Service/Push": "logs"},
 				},
-				Status:              statusAt("127.0.0.1:55681"),
-				ReportStatus:        true,
-				StaleAfterIntervals: 8,
+				Status:       statusAt("127.0.0.1:55681"),
+				ReportStatus: true,
 			},
 		},
 		{
 			id: component.NewIDWithName(metadata.Type, "benchmark"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Signal.FallbackCores = 1
-				c.Thresholds.CPU = SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.70, Hard: 1.20, BreachN: 3, MaxShed: decision.DefaultCPUMaxShed}
-				c.Thresholds.Mem = SlotConfig{Enabled: true, Enter: 0.70, Exit: 0.60, Hard: 0.80, BreachN: 1, MaxShed: 1}
+				c.CPU.Enter, c.CPU.Exit, c.CPU.Hard = 0.85, 0.70, 1.20
+				c.CPU.SlowWindow, c.CPU.FastWindow = 4874*time.Millisecond, 700900*time.Microsecond
+				c.CPU.FallbackCores = 1
+				c.Memory.Enter, c.Memory.Exit, c.Memory.Hard = 0.70, 0.60, 0.80
 				c.Rules = map[string]RuleConfig{
 					// A map entry is decoded afresh: enabled, not written,
 					// stays nil and is inherited (true).
@@ -140,21 +139,21 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "sizes_int"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Admission.MaxInflightBytes = FixedInflightBudget(32 * MiB)
-				c.Admission.UnknownSize = 64 * KiB
+				c.Admission.MaxInflightBytes = fixedInflightBudget(32 * mib)
+				c.Admission.UnknownSize = 64 * kib
 			}),
 		},
 		{
 			id: component.NewIDWithName(metadata.Type, "sizes_units"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Admission.MaxInflightBytes = FixedInflightBudget(64_000_000)
+				c.Admission.MaxInflightBytes = fixedInflightBudget(64_000_000)
 				c.Admission.UnknownSize = 1536
 			}),
 		},
 		{
 			id: component.NewIDWithName(metadata.Type, "budget_off"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Admission.MaxInflightBytes = FixedInflightBudget(0)
+				c.Admission.MaxInflightBytes = fixedInflightBudget(0)
 				c.Admission.UnknownSize = 0
 			}),
 		},
@@ -173,7 +172,7 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "cpu_off"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Thresholds.CPU = SlotConfig{MaxShed: decision.DefaultCPUMaxShed}
+				c.CPU.Enabled, c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.CPU.BreachDuration = false, 0, 0, 0, -time.Second
 			}),
 		},
 	}
@@ -211,28 +210,35 @@ func requireInvalid(t *testing.T, want []fieldError, err error) {
 func TestLoadConfigInvalid(t *testing.T) {
 	t.Parallel()
 	tests := map[string][]fieldError{
-		"disabled_invalid":         {{errExitNotBelowEnter, "thresholds::cpu: exit must be < enter, got 0.95 and 0.9"}},
-		"pacing_delay_negative":    {{errPacingDelay, "pacing: delay"}},
-		"pacing_delay_too_long":    {{errPacingDelay, "pacing: delay"}},
-		"pacing_max_held_negative": {{errPacingMaxHeld, "pacing: max_held"}},
-		"cpu_exit_ge_enter":        {{errExitNotBelowEnter, "thresholds::cpu: exit"}},
-		"cpu_enter_ge_hard":        {{errEnterNotBelowHard, "thresholds::cpu: enter"}},
-		"mem_exit_zero":            {{errExitNotAboveZero, "thresholds::mem: exit"}},
-		"mem_hard_over_one":        {{errMemHardAboveOne, "thresholds: mem: hard"}},
-		"breach_n_zero": {
-			{errBreachN, "thresholds::cpu: breach_n"},
-			{errBreachN, "thresholds::mem: breach_n"},
+		"disabled_invalid":             {{errExitNotBelowEnter, "cpu: exit must be < enter, got 0.95 and 0.9"}},
+		"tarpit_delay_negative":        {{errTarpitDelay, "tarpit: delay"}},
+		"tarpit_delay_too_long":        {{errTarpitDelay, "tarpit: delay"}},
+		"tarpit_max_requests_negative": {{errTarpitMaxRequests, "tarpit: max_requests"}},
+		"cpu_exit_ge_enter":            {{errExitNotBelowEnter, "cpu: exit"}},
+		"cpu_enter_ge_hard":            {{errEnterNotBelowHard, "cpu: enter"}},
+		"cpu_percent": {
+			{errCPULine, "cpu: enter must be <= 2: the CPU lines are a share of the effective cores (0.9 is 90%), not a percent, got 90"},
+			{errCPULine, "\nexit must be <= 2"},
+			{errCPULine, "\nhard must be <= 2"},
+		},
+		"memory_exit_zero":     {{errExitNotAboveZero, "memory: exit"}},
+		"memory_hard_over_one": {{errMemoryHardAboveOne, "memory: hard must be <= 1, got 1.05"}},
+		"breach_duration_out_of_range": {
+			{errCPUBreachDuration, "cpu: breach_duration must be between 0s and 10s, got 11s"},
+			{errMemoryBreachDuration, "memory: breach_duration must be between 0s and 2s, got -1ms"},
 		},
 		"max_shed_out_of_range": {
-			{errMaxShed, "thresholds::cpu: max_shed must be in (0, 1], got 0"},
-			{errMaxShed, "thresholds::mem: max_shed must be in (0, 1], got 1.5"},
+			{errMaxShed, "cpu: max_shed must be in (0, 1], got 0"},
+			{errMaxShed, "memory: max_shed must be in (0, 1], got 1.5"},
 		},
-		"beta_out_of_range": {
-			{errCPUSlowBeta, "signal: cpu_slow_beta"},
-			{errCPUFastBeta, "\ncpu_fast_beta"},
+		"window_out_of_range": {
+			{errCPUWindow, "cpu: slow_window must be > 0 and <= 1m0s, got 2m0s"},
+			{errCPUWindow, "\nfast_window"},
 		},
-		"fallback_cores_negative": {{errFallbackCores, "signal: fallback_cores"}},
-		"sample_interval_short":   {{errSampleInterval, "sample_interval"}},
+		"fallback_cores_negative": {{errFallbackCores, "cpu: fallback_cores"}},
+		"memory_limit_tiny":       {{errMemoryLimitTooSmall, "memory: limit_mib must be 0 (the cgroup's limit) or >= 32"}},
+		"check_interval_short":    {{errCheckInterval, "check_interval must be between 10ms and 10s, got 5ms"}},
+		"check_interval_long":     {{errCheckInterval, "check_interval must be between 10ms and 10s, got 11s"}},
 		"drop_out_of_range": {
 			{errDropRange, "rules::traces: drop_min"},
 			{errDropRange, "\ndrop_max"},
@@ -242,6 +248,7 @@ func TestLoadConfigInvalid(t *testing.T) {
 		"unknown_rule":              {{errUnknownSignal, `rules: unknown signal "tracez", want one of default, traces, metrics, logs, profiles`}},
 		"retry_after_inverted":      {{errRetryAfterOrder, "retry_after: min must be <= max"}},
 		"retry_after_negative":      {{errRetryAfterMin, "retry_after: min"}},
+		"retry_after_too_long":      {{errRetryAfterMax, "retry_after: max must be between 0s and 1m0s"}},
 		"recovery_ramp_negative":    {{errRecoveryRamp, "recovery_ramp"}},
 		"unknown_size_zero":         {{errUnknownSizeZero, "admission: unknown_size"}},
 		"unknown_size_over_budget":  {{errUnknownSizeOverBudget, "admission: unknown_size must be <= max_inflight_bytes, got 2MiB and 1MiB"}},
@@ -267,11 +274,17 @@ func TestLoadConfigInvalid(t *testing.T) {
 			{middleware.ErrRouteMethod, "\n" + `grpc "/x"`},
 			{middleware.ErrRouteMethod, "\n" + `grpc "pkg.Service/Method"`},
 		},
-		"status_empty_endpoint": {{errStatusEndpoint, "status: endpoint"}},
-		"stale_after_one":       {{errStaleAfterIntervals, "stale_after_intervals"}},
+		"status_empty_endpoint":        {{errStatusEndpoint, "status: endpoint"}},
+		"stale_after_short":            {{errStaleAfter, "stale_after must be 0 (never), or at least 1s and at least 2 × check_interval, got 500ms at a check_interval of 250ms"}},
+		"stale_after_under_two_checks": {{errStaleAfter, "got 1.5s at a check_interval of 1s"}},
+		"heap_target_over_share":       {{errHeapTargetOverShare, "memory::soft_limit: heap_target must be below share (or 0), got 0.6 and share 0.5"}},
+		"hold_invalid": {
+			{errHoldMaxWait, "hold: max_wait must be between 0s and 30s, got 1m0s"},
+			{errHoldMaxRequests, "\nmax_requests must be >= 0, got -1"},
+		},
 		"many": {
-			{errSampleInterval, "sample_interval"},
-			{errExitNotBelowEnter, "thresholds::cpu: exit"},
+			{errCheckInterval, "check_interval"},
+			{errExitNotBelowEnter, "cpu: exit"},
 			{errUnknownSignal, `rules: unknown signal "metricz"`},
 		},
 	}
@@ -291,8 +304,8 @@ func TestConfigErrorsInOrder(t *testing.T) {
 	t.Parallel()
 	for name, want := range map[string]string{
 		"many": strings.Join([]string{
-			"sample_interval must be >= 10ms, got 0s",
-			"thresholds::cpu: exit must be < enter, got 0.95 and 0.9",
+			"check_interval must be between 10ms and 10s, got 0s",
+			"cpu: exit must be < enter, got 0.95 and 0.9",
 			`rules: unknown signal "metricz", want one of default, traces, metrics, logs, profiles`,
 		}, "\n"),
 		// confmap.Validate names the section once, before its first error.
@@ -322,12 +335,15 @@ func TestConfigErrorsInOrder(t *testing.T) {
 // component).
 func TestLoadConfigDecodeErrors(t *testing.T) {
 	t.Parallel()
-	const prefix = "decoding failed due to the following error(s):\n\n"
+	// Twice: once for the whole configuration, once for the decoding that
+	// follows Unmarshal's move of the deprecated keys (deprecated.go), as
+	// for every component whose Config is a confmap.Unmarshaler.
+	const prefix = "decoding failed due to the following error(s):\n\n'' decoding failed due to the following error(s):\n\n"
 	tests := []struct {
 		name string
 		want string
 	}{
-		{"unknown_key", "'throttleextension.Config' has invalid keys: sample_intervall"},
+		{"unknown_key", "'throttleextension.Config' has invalid keys: check_intervall"},
 		{"bad_size", `'admission.max_inflight_bytes' invalid size "24 MeB": want a number of bytes or a size like 24MiB, 64MB or 1GiB; or "auto", or 0 for off`},
 		{"negative_size", `'admission.max_inflight_bytes' invalid size -1: must be >= 0; or "auto", or 0 for off`},
 		{"fractional_size", `'admission.unknown_size' invalid size 1.5: want a whole number of bytes >= 0`},
@@ -345,50 +361,51 @@ func TestCreateDefaultConfig(t *testing.T) {
 	cfg := createDefaultConfig().(*Config)
 	require.NoError(t, confmap.Validate(cfg))
 	assert.True(t, cfg.Enabled)
-	assert.Equal(t, 250*time.Millisecond, cfg.SampleInterval)
+	assert.Equal(t, 250*time.Millisecond, cfg.CheckInterval)
 	// The values of design §8, whichever package owns them.
-	assert.Equal(t, SignalConfig{CPUSlowBeta: 0.95, CPUFastBeta: 0.7}, cfg.Signal)
-	assert.Equal(t, ThresholdsConfig{
-		CPU: SlotConfig{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2},
-		Mem: SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1},
-	}, cfg.Thresholds)
+	assert.Equal(t, CPUConfig{
+		Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachDuration: 750 * time.Millisecond, MaxShed: 0.2,
+		SlowWindow: 5 * time.Second, FastWindow: 700 * time.Millisecond,
+	}, cfg.CPU)
+	assert.Equal(t, MemoryConfig{
+		Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachDuration: 250 * time.Millisecond, MaxShed: 1,
+		SoftLimit: SoftLimitConfig{Enabled: true, Share: 0.80, HeapTarget: 0.50},
+	}, cfg.Memory)
 	assert.Equal(t, RetryAfterConfig{Min: 0, Max: 30 * time.Second}, cfg.RetryAfter)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
-	assert.Equal(t, PacingConfig{MaxHeld: 512}, cfg.Pacing)
-	assert.Equal(t, QueueConfig{MaxWait: 5 * time.Second, MaxHeld: 256}, cfg.Queue)
-	assert.Equal(t, GoMemLimitConfig{Enabled: true, Share: 0.80, HeapTarget: 0.50}, cfg.GoMemLimit)
-	assert.Equal(t, 20, cfg.StaleAfterIntervals)
-	assert.True(t, cfg.Admission.MaxInflightBytes.Auto())
-	assert.Equal(t, MiB, cfg.Admission.UnknownSize)
+	assert.Equal(t, TarpitConfig{MaxRequests: 512}, cfg.Tarpit)
+	assert.Equal(t, HoldConfig{MaxWait: 5 * time.Second, MaxRequests: 256}, cfg.Hold)
+	assert.Equal(t, 5*time.Second, cfg.StaleAfter)
+	assert.True(t, cfg.Admission.MaxInflightBytes.isAuto())
+	assert.Equal(t, mib, cfg.Admission.UnknownSize)
 	assert.Equal(t, 10*time.Second, cfg.Admission.IdleTimeout)
 	assert.Equal(t, 0.5, cfg.Admission.PeerShare)
 	assert.Equal(t, time.Second, cfg.Admission.WaitTimeout)
 	assert.False(t, cfg.Status.HasValue(), "the status page is off by default")
 	assert.False(t, cfg.ReportStatus)
-	assert.Equal(t, 5*time.Second, cfg.StaleAfter())
 	for s := range decision.NumSignals {
-		assert.Equal(t, Rule{Enabled: true, DropMin: 0, DropMax: 1}, cfg.RuleFor(s), s.String())
+		assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 1}, cfg.ruleFor(s), s.String())
 	}
 	// Two calls do not share state (maps, pointers).
 	other := createDefaultConfig().(*Config)
 	*other.Rules[ruleKeyDefault].DropMax = 0.5
-	assert.Equal(t, 1.0, cfg.RuleFor(decision.Traces).DropMax)
+	assert.Equal(t, 1.0, cfg.ruleFor(decision.Traces).DropMax)
 }
 
 func TestConfigRuleFor(t *testing.T) {
 	t.Parallel()
 	full, err := loadConfig(t, component.NewIDWithName(metadata.Type, "full"))
 	require.NoError(t, err)
-	assert.Equal(t, Rule{Enabled: true, DropMin: 0.1, DropMax: 0.5}, full.RuleFor(decision.Traces))
-	assert.Equal(t, Rule{Enabled: false, DropMin: 0.1, DropMax: 0.9}, full.RuleFor(decision.Metrics))
-	assert.Equal(t, Rule{Enabled: true, DropMin: 0.2, DropMax: 0.9}, full.RuleFor(decision.Logs))
-	assert.Equal(t, Rule{Enabled: true, DropMin: 0, DropMax: 0}, full.RuleFor(decision.Profiles))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.1, DropMax: 0.5}, full.ruleFor(decision.Traces))
+	assert.Equal(t, decision.Rule{Enabled: false, DropMin: 0.1, DropMax: 0.9}, full.ruleFor(decision.Metrics))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.2, DropMax: 0.9}, full.ruleFor(decision.Logs))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 0}, full.ruleFor(decision.Profiles))
 
 	bench, err := loadConfig(t, component.NewIDWithName(metadata.Type, "benchmark"))
 	require.NoError(t, err)
 	for s := range decision.NumSignals {
-		want := Rule{Enabled: s != decision.Metrics, DropMin: 0, DropMax: 0.2}
-		assert.Equal(t, want, bench.RuleFor(s), s.String())
+		want := decision.Rule{Enabled: s != decision.Metrics, DropMin: 0, DropMax: 0.2}
+		assert.Equal(t, want, bench.ruleFor(s), s.String())
 	}
 }
 
@@ -396,18 +413,16 @@ func TestConfigValidateNonFinite(t *testing.T) {
 	t.Parallel()
 	nan, inf := math.NaN(), math.Inf(1)
 	cfg := defaultConfigWith(func(c *Config) {
-		c.Signal.CPUSlowBeta = nan
-		c.Signal.FallbackCores = inf
-		c.Thresholds.CPU.Hard = inf
-		c.Thresholds.Mem.Enter = nan
+		c.CPU.Hard = inf
+		c.CPU.FallbackCores = inf
+		c.Memory.Enter = nan
 		c.Rules["traces"] = RuleConfig{DropMax: ptrTo(nan)}
 		c.Admission.PeerShare = nan
 	})
 	requireInvalid(t, []fieldError{
-		{errCPUSlowBeta, "signal: cpu_slow_beta must be in (0, 1), got NaN"},
+		{errNotFinite, "cpu: hard must be a finite number, got +Inf"},
 		{errFallbackCores, "\nfallback_cores must be a number >= 0, got +Inf"},
-		{errNotFinite, "thresholds::cpu: hard must be a finite number, got +Inf"},
-		{errNotFinite, "thresholds::mem: enter must be a finite number, got NaN"},
+		{errNotFinite, "memory: enter must be a finite number, got NaN"},
 		{errDropRange, "rules::traces: drop_max must be in [0, 1], got NaN"},
 		{errPeerShare, "admission: peer_share must be in (0, 1], got NaN"},
 	}, confmap.Validate(cfg))
@@ -415,16 +430,16 @@ func TestConfigValidateNonFinite(t *testing.T) {
 
 func TestConfigValidateMemoryLimitOverflow(t *testing.T) {
 	t.Parallel()
-	cfg := defaultConfigWith(func(c *Config) { c.Signal.MemoryLimitMiB = 1 << 44 })
-	requireInvalid(t, []fieldError{{errMemoryLimitMiB, "signal: memory_limit_mib must be <= 17592186044415, got 17592186044416"}},
+	cfg := defaultConfigWith(func(c *Config) { c.Memory.LimitMiB = 1 << 44 })
+	requireInvalid(t, []fieldError{{errMemoryLimitTooLarge, "memory: limit_mib must be <= 17592186044415, got 17592186044416"}},
 		confmap.Validate(cfg))
 }
 
 func TestConfigValidateSizeBounds(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfigWith(func(c *Config) {
-		c.Admission.MaxInflightBytes = FixedInflightBudget(2 * TiB)
-		c.Admission.UnknownSize = 2 * TiB
+		c.Admission.MaxInflightBytes = fixedInflightBudget(2 * tib)
+		c.Admission.UnknownSize = 2 * tib
 	})
 	requireInvalid(t, []fieldError{
 		{errSizeTooLarge, "admission: max_inflight_bytes must be at most 1TiB, got 2TiB"},
@@ -442,30 +457,73 @@ func TestConfigValidateSections(t *testing.T) {
 			func(c *Config) { c.RetryAfter = RetryAfterConfig{Min: -time.Second, Max: -time.Second} },
 			[]fieldError{
 				{errRetryAfterMin, "retry_after: min"},
-				{errRetryAfterMax, "\nmax must be >= 0, got -1s"},
+				{errRetryAfterMax, "\nmax must be between 0s and 1m0s: a longer delay outlasts the clients' retry windows, got -1s"},
 			},
 		},
-		"queue": {
-			func(c *Config) { c.Queue = QueueConfig{MaxWait: time.Minute, MaxHeld: -1} },
+		"hold": {
+			func(c *Config) { c.Hold = HoldConfig{MaxWait: time.Minute, MaxRequests: -1} },
 			[]fieldError{
-				{errQueueMaxWait, "queue: max_wait must be between 0s and 30s, got 1m0s"},
-				{errQueueMaxHeld, "\nmax_held must be >= 0, got -1"},
+				{errHoldMaxWait, "hold: max_wait must be between 0s and 30s, got 1m0s"},
+				{errHoldMaxRequests, "\nmax_requests must be >= 0, got -1"},
 			},
 		},
-		"gomemlimit": {
-			func(c *Config) { c.GoMemLimit.Share, c.GoMemLimit.HeapTarget = 1.5, 1 },
+		"tarpit": {
+			func(c *Config) { c.Tarpit = TarpitConfig{Delay: time.Minute, MaxRequests: -1} },
 			[]fieldError{
-				{errGoMemLimitShare, "gomemlimit: share must be in (0, 1], got 1.5"},
+				{errTarpitDelay, "tarpit: delay must be between 0s and 10s, got 1m0s"},
+				{errTarpitMaxRequests, "\nmax_requests must be >= 0, got -1"},
+			},
+		},
+		"memory::soft_limit": {
+			func(c *Config) { c.Memory.SoftLimit.Share, c.Memory.SoftLimit.HeapTarget = 1.5, 1 },
+			[]fieldError{
+				{errSoftLimitShare, "memory::soft_limit: share must be in (0, 1], got 1.5"},
 				{errHeapTarget, "\nheap_target must be in [0, 1), got 1"},
 			},
 		},
-		"gomemlimit heap_target": {
-			func(c *Config) { c.GoMemLimit.HeapTarget = -0.1 },
-			[]fieldError{{errHeapTarget, "gomemlimit: heap_target must be in [0, 1), got -0.1"}},
+		"memory::soft_limit heap_target": {
+			func(c *Config) { c.Memory.SoftLimit.HeapTarget = -0.1 },
+			[]fieldError{{errHeapTarget, "memory::soft_limit: heap_target must be in [0, 1), got -0.1"}},
 		},
-		"stale_after_intervals overflow": {
-			func(c *Config) { c.SampleInterval, c.StaleAfterIntervals = 100*time.Millisecond, math.MaxInt64/1000 },
-			[]fieldError{{errStaleAfterOverflow, "stale_after_intervals is too large: 9223372036854775 intervals of 100ms overflow a duration"}},
+		"heap_target equal to share": {
+			func(c *Config) { c.Memory.SoftLimit.Share, c.Memory.SoftLimit.HeapTarget = 0.5, 0.5 },
+			[]fieldError{{errHeapTargetOverShare, "memory::soft_limit: heap_target must be below share (or 0), got 0.5 and share 0.5"}},
+		},
+		"heap_target 0 with any share": {
+			func(c *Config) { c.Memory.SoftLimit.Share, c.Memory.SoftLimit.HeapTarget = 0.1, 0 },
+			nil,
+		},
+		"memory limit at its minimum": {
+			func(c *Config) { c.Memory.LimitMiB = 32 },
+			nil,
+		},
+		"memory limit under its minimum": {
+			func(c *Config) { c.Memory.LimitMiB = 31 },
+			[]fieldError{{errMemoryLimitTooSmall, "memory: limit_mib must be 0 (the cgroup's limit) or >= 32: a collector's own baseline fills a smaller limit past the hard line, a permanent Open, got 31"}},
+		},
+		"CPU lines at their bound": {
+			func(c *Config) { c.CPU.Enter, c.CPU.Exit, c.CPU.Hard = 1.5, 1, 2 },
+			nil,
+		},
+		"a disabled CPU slot's lines are not bounded": {
+			func(c *Config) { c.CPU.Enabled, c.CPU.Enter, c.CPU.Exit, c.CPU.Hard = false, 90, 80, 110 },
+			nil,
+		},
+		"check_interval at its bounds": {
+			func(c *Config) { c.CheckInterval, c.StaleAfter = 10*time.Second, 20*time.Second },
+			nil,
+		},
+		"stale_after under two checks": {
+			func(c *Config) { c.CheckInterval, c.StaleAfter = 10*time.Second, 15*time.Second },
+			[]fieldError{{errStaleAfter, "got 15s at a check_interval of 10s"}},
+		},
+		"stale_after 0 at any interval": {
+			func(c *Config) { c.CheckInterval, c.StaleAfter = 10*time.Millisecond, 0 },
+			nil,
+		},
+		"retry_after.max at its bound": {
+			func(c *Config) { c.RetryAfter.Max = time.Minute },
+			nil,
 		},
 		"default rule order": {
 			func(c *Config) { c.Rules[ruleKeyDefault] = RuleConfig{DropMin: ptrTo(0.6), DropMax: ptrTo(0.4)} },
@@ -479,7 +537,7 @@ func TestConfigValidateSections(t *testing.T) {
 			[]fieldError{{errDropOrder, "rules: logs: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_min inherited from default)"}},
 		},
 		"disabled slot is not checked": {
-			func(c *Config) { c.Thresholds.Mem = SlotConfig{Hard: 5} },
+			func(c *Config) { c.Memory = MemoryConfig{Hard: 5, SoftLimit: c.Memory.SoftLimit} },
 			nil,
 		},
 	} {
@@ -503,7 +561,8 @@ func TestConfigUnknownKeys(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"enable": true}, "'throttleextension.Config' has invalid keys: enable"},
-		{map[string]any{"thresholds": map[string]any{"cpu": map[string]any{"entry": 0.8}}}, "'thresholds.cpu' has invalid keys: entry"},
+		{map[string]any{"cpu": map[string]any{"entry": 0.8}}, "'cpu' has invalid keys: entry"},
+		{map[string]any{"memory": map[string]any{"soft_limit": map[string]any{"shares": 0.8}}}, "'memory.soft_limit' has invalid keys: shares"},
 		{map[string]any{"rules": map[string]any{"traces": map[string]any{"drop": 0.8}}}, "'rules[traces]' has invalid keys: drop"},
 	} {
 		err := confmap.NewFromStringMap(tc.in).Unmarshal(createDefaultConfig())
@@ -518,11 +577,11 @@ func TestSizeFromScalarTypes(t *testing.T) {
 		want      ByteSize
 		wantError string
 	}{
-		{int(1048576), MiB, ""},
-		{int64(2048), 2 * KiB, ""},
-		{uint64(1 << 40), TiB, ""},
-		{float64(4096), 4 * KiB, ""}, // YAML 4096.0 or 4e3-style numbers
-		{"1MiB", MiB, ""},
+		{int(1048576), mib, ""},
+		{int64(2048), 2 * kib, ""},
+		{uint64(1 << 40), tib, ""},
+		{float64(4096), 4 * kib, ""}, // YAML 4096.0 or 4e3-style numbers
+		{"1MiB", mib, ""},
 		{"0", 0, ""},
 		{int(-1), 0, "invalid size -1: must be >= 0"},
 		{float64(-1), 0, "invalid size -1: want a whole number of bytes >= 0"},
@@ -541,7 +600,7 @@ func TestSizeFromScalarTypes(t *testing.T) {
 		}
 		require.NoError(t, err, "%#v", tc.in)
 		assert.Equal(t, tc.want, cfg.Admission.UnknownSize, "%#v", tc.in)
-		assert.Equal(t, FixedInflightBudget(tc.want), cfg.Admission.MaxInflightBytes, "%#v", tc.in)
+		assert.Equal(t, fixedInflightBudget(tc.want), cfg.Admission.MaxInflightBytes, "%#v", tc.in)
 	}
 }
 
@@ -553,19 +612,19 @@ func TestParseByteSize(t *testing.T) {
 		wantError string
 	}{
 		{"0", 0, ""},
-		{"1048576", MiB, ""},
+		{"1048576", mib, ""},
 		{"1B", 1, ""},
-		{"24MiB", 24 * MiB, ""},
-		{"24 MiB", 24 * MiB, ""},
-		{" 24mib ", 24 * MiB, ""},
-		{"256Mi", 256 * MiB, ""},
+		{"24MiB", 24 * mib, ""},
+		{"24 MiB", 24 * mib, ""},
+		{" 24mib ", 24 * mib, ""},
+		{"256Mi", 256 * mib, ""},
 		{"64MB", 64_000_000, ""},
 		{"64M", 64_000_000, ""},
 		{"1kB", 1000, ""},
-		{"1KiB", KiB, ""},
-		{"1GiB", GiB, ""},
-		{"1.5GiB", GiB + GiB/2, ""},
-		{"2TiB", 2 * TiB, ""},
+		{"1KiB", kib, ""},
+		{"1GiB", gib, ""},
+		{"1.5GiB", gib + gib/2, ""},
+		{"2TiB", 2 * tib, ""},
 		{"1TB", 1_000_000_000_000, ""},
 		{"18446744073709551615", math.MaxUint64, ""},
 		{"", 0, `invalid size "": want a number of bytes or a size like 24MiB, 64MB or 1GiB`},
@@ -578,7 +637,7 @@ func TestParseByteSize(t *testing.T) {
 		{"16777216TiB", 0, `invalid size "16777216TiB": too large`},
 		{"16777216.0TiB", 0, `invalid size "16777216.0TiB": too large`},
 	} {
-		got, err := ParseByteSize(tc.in)
+		got, err := parseByteSize(tc.in)
 		if tc.wantError != "" {
 			require.EqualError(t, err, tc.wantError, tc.in)
 			continue
@@ -590,18 +649,18 @@ func TestParseByteSize(t *testing.T) {
 
 func TestByteSizeRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, n := range []ByteSize{0, 1, 1000, 1023, KiB, 1536, MiB, 24 * MiB, 64_000_000, GiB, 3 * TiB, math.MaxUint64} {
+	for _, n := range []ByteSize{0, 1, 1000, 1023, kib, 1536, mib, 24 * mib, 64_000_000, gib, 3 * tib, math.MaxUint64} {
 		text, err := n.MarshalText()
 		require.NoError(t, err)
 		var back ByteSize
 		require.NoError(t, back.UnmarshalText(text), string(text))
 		assert.Equal(t, n, back, string(text))
 	}
-	assert.Equal(t, "24MiB", (24 * MiB).String())
+	assert.Equal(t, "24MiB", (24 * mib).String())
 	assert.Equal(t, "1536KiB", ByteSize(1536*1024).String())
 	assert.Equal(t, "1000B", ByteSize(1000).String())
 
-	for _, b := range []InflightBudget{AutoInflightBudget(), FixedInflightBudget(0), FixedInflightBudget(24 * MiB), FixedInflightBudget(12345)} {
+	for _, b := range []InflightBudget{autoInflightBudget(), fixedInflightBudget(0), fixedInflightBudget(24 * mib), fixedInflightBudget(12345)} {
 		text, err := b.MarshalText()
 		require.NoError(t, err)
 		var back InflightBudget
@@ -640,7 +699,7 @@ func TestConfigRoundTrip(t *testing.T) {
 
 func TestConfigResolveBudget(t *testing.T) {
 	t.Parallel()
-	auto := AutoInflightBudget()
+	auto := autoInflightBudget()
 	for _, tc := range []struct {
 		name     string
 		budget   InflightBudget
@@ -658,32 +717,31 @@ func TestConfigResolveBudget(t *testing.T) {
 		{"auto, cores unknown: by memory", auto, 300 << 20, 0, 25 << 20},
 		{"auto without a limit: 32MiB at most", auto, 0, 16, 32 << 20},
 		{"auto without a limit, 1 core", auto, 0, 1, 10 << 20},
-		{"off", FixedInflightBudget(0), 300 << 20, 1, 0},
-		{"off without a limit", FixedInflightBudget(0), 0, 1, 0},
-		{"fixed ignores the limit", FixedInflightBudget(24 * MiB), 1 << 30, 1, 24 << 20},
-		{"fixed without a limit", FixedInflightBudget(24 * MiB), 0, 0, 24 << 20},
+		{"off", fixedInflightBudget(0), 300 << 20, 1, 0},
+		{"off without a limit", fixedInflightBudget(0), 0, 1, 0},
+		{"fixed ignores the limit", fixedInflightBudget(24 * mib), 1 << 30, 1, 24 << 20},
+		{"fixed without a limit", fixedInflightBudget(24 * mib), 0, 0, 24 << 20},
 	} {
-		assert.Equal(t, tc.want, tc.budget.ResolveBudget(tc.memLimit, tc.cores), tc.name)
+		assert.Equal(t, tc.want, tc.budget.resolve(tc.memLimit, tc.cores), tc.name)
 	}
-	assert.True(t, FixedInflightBudget(0).Off())
-	assert.True(t, InflightBudget{}.Off(), "the zero value is off")
-	assert.False(t, auto.Off())
-	assert.Equal(t, ByteSize(0), auto.Size())
+	assert.True(t, fixedInflightBudget(0).isOff())
+	assert.True(t, InflightBudget{}.isOff(), "the zero value is off")
+	assert.False(t, auto.isOff())
+	assert.Equal(t, ByteSize(0), auto.fixedSize())
 }
 
 func TestConfigStaleAfter(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfigWith(func(c *Config) {
-		c.SampleInterval = 100 * time.Millisecond
-		c.StaleAfterIntervals = 8
+		c.CheckInterval = 100 * time.Millisecond
+		c.StaleAfter = 2 * time.Second
 	})
-	assert.Equal(t, 800*time.Millisecond, cfg.StaleAfter())
-	cfg.StaleAfterIntervals = 0
-	assert.Equal(t, time.Duration(0), cfg.StaleAfter(), "0 = never")
-	cfg.StaleAfterIntervals = -3
-	requireInvalid(t, []fieldError{{errStaleAfterIntervals, "stale_after_intervals must be 0 (never) or >= 2, got -3"}}, confmap.Validate(cfg))
-	cfg.StaleAfterIntervals = math.MaxInt64 / 1000
-	requireInvalid(t, []fieldError{{errStaleAfterOverflow, "stale_after_intervals is too large"}}, confmap.Validate(cfg))
+	assert.Equal(t, 2*time.Second, cfg.runnerConfig().StaleAfter)
+	cfg.StaleAfter = 0
+	require.NoError(t, confmap.Validate(cfg))
+	assert.Equal(t, time.Duration(0), cfg.runnerConfig().StaleAfter, "0 = never")
+	cfg.StaleAfter = -3 * time.Second
+	requireInvalid(t, []fieldError{{errStaleAfter, "stale_after must be 0 (never), or at least 1s and at least 2 × check_interval, got -3s"}}, confmap.Validate(cfg))
 }
 
 func TestConfigEngine(t *testing.T) {
@@ -692,17 +750,17 @@ func TestConfigEngine(t *testing.T) {
 	def := createDefaultConfig().(*Config)
 	assert.Equal(t, decision.DefaultConfig(), def.decisionConfig())
 	assert.Equal(t, sampler.Config{
-		Interval:    sampler.DefaultInterval,
-		CPUFastBeta: sampler.DefaultCPUFastBeta,
-		CPUSlowBeta: sampler.DefaultCPUSlowBeta,
+		Interval:      sampler.DefaultInterval,
+		CPUFastWindow: sampler.DefaultCPUFastWindow,
+		CPUSlowWindow: sampler.DefaultCPUSlowWindow,
 	}, def.samplerConfig())
 
 	full, err := loadConfig(t, component.NewIDWithName(metadata.Type, "full"))
 	require.NoError(t, err)
 	assert.Equal(t, sampler.Config{
 		Interval:      100 * time.Millisecond,
-		CPUFastBeta:   0.5,
-		CPUSlowBeta:   0.9,
+		CPUFastWindow: 144300 * time.Microsecond,
+		CPUSlowWindow: 949100 * time.Microsecond,
 		FallbackCores: 1.5,
 		MemoryLimit:   512 << 20,
 	}, full.samplerConfig())
@@ -727,11 +785,12 @@ func TestConfigEngine(t *testing.T) {
 func TestConfigErrorAsCollectorPrints(t *testing.T) {
 	t.Parallel()
 	for name, want := range map[string]string{
-		"cpu_exit_ge_enter":     "extensions::throttle::thresholds::cpu: exit must be < enter, got 0.7 and 0.7",
-		"mem_hard_over_one":     "extensions::throttle::thresholds: mem: hard must be <= 1, got 1.05",
-		"drop_min_gt_max":       "extensions::throttle::rules::logs: drop_min must be <= drop_max, got 0.6 and 0.4",
-		"unknown_size_zero":     "extensions::throttle::admission: unknown_size must be > 0 when max_inflight_bytes is not 0",
-		"sample_interval_short": "extensions::throttle: sample_interval must be >= 10ms, got 5ms",
+		"cpu_exit_ge_enter":      "extensions::throttle::cpu: exit must be < enter, got 0.7 and 0.7",
+		"memory_hard_over_one":   "extensions::throttle::memory: hard must be <= 1, got 1.05",
+		"drop_min_gt_max":        "extensions::throttle::rules::logs: drop_min must be <= drop_max, got 0.6 and 0.4",
+		"unknown_size_zero":      "extensions::throttle::admission: unknown_size must be > 0 when max_inflight_bytes is not 0",
+		"check_interval_short":   "extensions::throttle: check_interval must be between 10ms and 10s, got 5ms",
+		"heap_target_over_share": "extensions::throttle::memory::soft_limit: heap_target must be below share (or 0), got 0.6 and share 0.5",
 	} {
 		cfg, err := loadConfig(t, component.NewIDWithName(metadata.Type, name))
 		require.NoError(t, err)

@@ -45,7 +45,9 @@ import (
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
@@ -101,7 +103,7 @@ func (h e2eHost) GetExtensions() map[component.ID]component.Component { return h
 type e2eEnv struct {
 	src *e2eSource
 	ext component.Component
-	th  Throttle
+	th  throttleapi.Throttle
 	tel *componenttest.Telemetry
 
 	httpAddr, grpcAddr string
@@ -138,25 +140,23 @@ func e2eFreeAddr(tb testing.TB) string {
 }
 
 // e2eThrottleConfig is the throttle configuration of the tests: a 10ms
-// sample interval, no CPU slot (the fake source uses none), a memory slot
-// that reacts to one sample, no recovery ramp so that leaving Open is
+// check interval, no CPU slot (the fake source uses none), a memory slot
+// that reacts to one check, no recovery ramp so that leaving Open is
 // immediate, no stale fallback (a sampler starved under -race must not turn
-// Open into Normal), a short retry_after range and no pacing (the tests of
-// pacing turn it on).
+// Open into Normal), a short retry_after range and no tarpit (the tests of
+// the tarpit turn it on).
 func e2eThrottleConfig(tb testing.TB, extra map[string]any) *Config {
 	tb.Helper()
 	conf := map[string]any{
-		"sample_interval":       "10ms",
-		"recovery_ramp":         "0s",
-		"stale_after_intervals": 0,
-		"retry_after":           map[string]any{"min": e2eRetryLow.String(), "max": e2eRetryHigh.String()},
-		"pacing":                map[string]any{"delay": "0s"},
-		// Refusals are answered at once unless a test turns the queue on.
-		"queue": map[string]any{"max_wait": "0s"},
-		"thresholds": map[string]any{
-			"cpu": map[string]any{"enabled": false},
-			"mem": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_n": 1},
-		},
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
+		"stale_after":    "0s",
+		"retry_after":    map[string]any{"min": e2eRetryLow.String(), "max": e2eRetryHigh.String()},
+		"tarpit":         map[string]any{"delay": "0s"},
+		// Refusals are answered at once unless a test turns holding on.
+		"hold":   map[string]any{"max_wait": "0s"},
+		"cpu":    map[string]any{"enabled": false},
+		"memory": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_duration": "0s"},
 	}
 	maps.Copy(conf, extra)
 	cfg := createDefaultConfig().(*Config)
@@ -189,8 +189,8 @@ func startE2EThrottle(tb testing.TB, opts e2eOptions) *e2eEnv {
 	}
 	ext, err := f.Create(ctx, set, e2eThrottleConfig(tb, opts.conf))
 	require.NoError(tb, err)
-	th, ok := ext.(Throttle)
-	require.Truef(tb, ok, "the extension (%T) does not implement Throttle", ext)
+	th, ok := ext.(throttleapi.Throttle)
+	require.Truef(tb, ok, "the extension (%T) does not implement throttleapi.Throttle", ext)
 	env.ext, env.th = ext, th
 	require.NoError(tb, ext.Start(ctx, componenttest.NewNopHost()))
 	tb.Cleanup(func() { require.NoError(tb, ext.Shutdown(ctx)) })
@@ -276,11 +276,11 @@ func (env *e2eEnv) startReceiver(tb testing.TB, opts e2eOptions) error {
 
 // setLevel sets the memory level and waits until the state machines (every
 // signal shares them) are in want.
-func (env *e2eEnv) setLevel(tb testing.TB, level float64, want State) {
+func (env *e2eEnv) setLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
 	env.src.setLevel(level)
 	require.Eventuallyf(tb, func() bool {
-		for s := range SignalProfiles + 1 {
+		for s := range decision.Profiles + 1 {
 			if env.th.State(s) != want {
 				return false
 			}
@@ -291,15 +291,15 @@ func (env *e2eEnv) setLevel(tb testing.TB, level float64, want State) {
 
 // requests is the throttle_requests counter for one protocol, signal and
 // decision (see e2edata.Requests).
-func (env *e2eEnv) requests(tb testing.TB, protocol string, s Signal, decision, reason string) int64 {
+func (env *e2eEnv) requests(tb testing.TB, protocol string, s decision.Signal, decisionName, reason string) int64 {
 	tb.Helper()
-	return e2edata.Requests(tb, env.tel, protocol, s.String(), decision, reason)
+	return e2edata.Requests(tb, env.tel, protocol, s.String(), decisionName, reason)
 }
 
 // e2eSignal is one signal as the tests send it: its throttle signal, its
 // OTLP/HTTP path, and payload builders of n items.
 type e2eSignal struct {
-	sig  Signal
+	sig  decision.Signal
 	path string
 	// proto and json encode an export request of n items.
 	proto, json func(n int) ([]byte, error)
@@ -311,7 +311,7 @@ type e2eSignal struct {
 
 var e2eSignals = []e2eSignal{
 	{
-		sig:  SignalTraces,
+		sig:  decision.Traces,
 		path: "/v1/traces",
 		proto: func(n int) ([]byte, error) {
 			return ptraceotlp.NewExportRequestFromTraces(e2edata.Traces(n)).MarshalProto()
@@ -326,7 +326,7 @@ var e2eSignals = []e2eSignal{
 		received: func(env *e2eEnv) int { return env.traces.SpanCount() },
 	},
 	{
-		sig:  SignalMetrics,
+		sig:  decision.Metrics,
 		path: "/v1/metrics",
 		proto: func(n int) ([]byte, error) {
 			return pmetricotlp.NewExportRequestFromMetrics(e2edata.Metrics(n)).MarshalProto()
@@ -341,7 +341,7 @@ var e2eSignals = []e2eSignal{
 		received: func(env *e2eEnv) int { return env.metrics.DataPointCount() },
 	},
 	{
-		sig:  SignalLogs,
+		sig:  decision.Logs,
 		path: "/v1/logs",
 		proto: func(n int) ([]byte, error) {
 			return plogotlp.NewExportRequestFromLogs(e2edata.Logs(n)).MarshalProto()
@@ -356,7 +356,7 @@ var e2eSignals = []e2eSignal{
 		received: func(env *e2eEnv) int { return env.logs.LogRecordCount() },
 	},
 	{
-		sig:  SignalProfiles,
+		sig:  decision.Profiles,
 		path: "/v1development/profiles",
 		proto: func(n int) ([]byte, error) {
 			return pprofileotlp.NewExportRequestFromProfiles(e2edata.Profiles(n)).MarshalProto()

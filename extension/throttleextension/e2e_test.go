@@ -36,6 +36,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/otelthrottle/throttle/internal/decision"
 )
 
 const (
@@ -92,10 +94,10 @@ func requireGRPCRejection(t *testing.T, err error) {
 // counted.
 func TestE2EOpenRejectsHTTP(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, StateOpen)
+	env.setLevel(t, e2eOpen, decision.Open)
 	c := e2eHTTPClient(t)
 
-	want := map[Signal]int64{}
+	want := map[decision.Signal]int64{}
 	for _, s := range e2eSignals {
 		pb, err := s.proto(5)
 		require.NoError(t, err)
@@ -121,7 +123,7 @@ func TestE2EOpenRejectsHTTP(t *testing.T) {
 // rejection is counted.
 func TestE2EOpenRejectsGRPC(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, StateOpen)
+	env.setLevel(t, e2eOpen, decision.Open)
 	cc := env.grpcConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
@@ -149,28 +151,28 @@ func TestE2EExemptSignal(t *testing.T) {
 			"metrics": map[string]any{"enabled": false},
 		},
 	}})
-	env.setLevel(t, e2eShedding, StateShedding)
+	env.setLevel(t, e2eShedding, decision.Shedding)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 	c := e2eHTTPClient(t)
 	cc := env.grpcConn(t)
 	const perExport = 7
-	metrics := e2eSignals[SignalMetrics]
-	require.Equal(t, SignalMetrics, metrics.sig)
+	metrics := e2eSignals[decision.Metrics]
+	require.Equal(t, decision.Metrics, metrics.sig)
 	pb, err := metrics.proto(perExport)
 	require.NoError(t, err)
 	resp := env.post(t, c, metrics.path, pbType, pb)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "body: %s", resp.body)
 	require.NoError(t, metrics.grpcExport(ctx, cc, perExport))
 	for _, protocol := range []string{"http", "grpc"} {
-		assert.EqualValues(t, 1, env.requests(t, protocol, SignalMetrics, "allowed", ""), protocol)
-		assert.Zero(t, env.requests(t, protocol, SignalMetrics, "denied", "shed"), protocol)
+		assert.EqualValues(t, 1, env.requests(t, protocol, decision.Metrics, "allowed", ""), protocol)
+		assert.Zero(t, env.requests(t, protocol, decision.Metrics, "denied", "shed"), protocol)
 	}
 	assert.Equal(t, 2*perExport, env.metrics.DataPointCount())
 
 	// The others are refused.
 	for _, s := range e2eSignals {
-		if s.sig == SignalMetrics {
+		if s.sig == decision.Metrics {
 			continue
 		}
 		pb, err := s.proto(1)
@@ -181,9 +183,9 @@ func TestE2EExemptSignal(t *testing.T) {
 	}
 
 	// Memory at its hard line: the exempt signal is refused too.
-	env.setLevel(t, e2eOpen, StateOpen)
+	env.setLevel(t, e2eOpen, decision.Open)
 	for _, s := range e2eSignals {
-		if s.sig != SignalMetrics {
+		if s.sig != decision.Metrics {
 			continue
 		}
 		pb, err := s.proto(1)
@@ -192,8 +194,8 @@ func TestE2EExemptSignal(t *testing.T) {
 		requireGRPCRejection(t, s.grpcExport(ctx, cc, 1))
 	}
 	assert.Equal(t, 2*perExport, env.metrics.DataPointCount())
-	assert.EqualValues(t, 1, env.requests(t, "http", SignalMetrics, "denied", "open"))
-	assert.EqualValues(t, 1, env.requests(t, "grpc", SignalMetrics, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.Metrics, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.Metrics, "denied", "open"))
 }
 
 // TestE2ESheddingRejectsAboutPDrop: half way between enter (0.5) and hard
@@ -214,7 +216,7 @@ func TestE2ESheddingRejectsAboutPDrop(t *testing.T) {
 
 	t.Run("http", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{})
-		env.setLevel(t, e2eShedding, StateShedding)
+		env.setLevel(t, e2eShedding, decision.Shedding)
 		c := e2eHTTPClient(t)
 		body, err := e2eSignals[0].proto(1)
 		require.NoError(t, err)
@@ -230,13 +232,13 @@ func TestE2ESheddingRejectsAboutPDrop(t *testing.T) {
 		}
 		checkShare(t, rejected)
 		assert.Equal(t, n-rejected, env.traces.SpanCount())
-		assert.EqualValues(t, rejected, env.requests(t, "http", SignalTraces, "denied", "shed"))
-		assert.EqualValues(t, n-rejected, env.requests(t, "http", SignalTraces, "allowed", ""))
+		assert.EqualValues(t, rejected, env.requests(t, "http", decision.Traces, "denied", "shed"))
+		assert.EqualValues(t, n-rejected, env.requests(t, "http", decision.Traces, "allowed", ""))
 	})
 
 	t.Run("grpc", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{})
-		env.setLevel(t, e2eShedding, StateShedding)
+		env.setLevel(t, e2eShedding, decision.Shedding)
 		cc := env.grpcConn(t)
 		ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 		defer cancel()
@@ -249,8 +251,8 @@ func TestE2ESheddingRejectsAboutPDrop(t *testing.T) {
 		}
 		checkShare(t, rejected)
 		assert.Equal(t, n-rejected, env.logs.LogRecordCount())
-		assert.EqualValues(t, rejected, env.requests(t, "grpc", SignalLogs, "denied", "shed"))
-		assert.EqualValues(t, n-rejected, env.requests(t, "grpc", SignalLogs, "allowed", ""))
+		assert.EqualValues(t, rejected, env.requests(t, "grpc", decision.Logs, "denied", "shed"))
+		assert.EqualValues(t, n-rejected, env.requests(t, "grpc", decision.Logs, "allowed", ""))
 	})
 }
 
@@ -259,7 +261,7 @@ func TestE2ESheddingRejectsAboutPDrop(t *testing.T) {
 // receiver even in Open, which answers them itself, and are not counted.
 func TestE2EUnknownPathsNeverRejected(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, StateOpen)
+	env.setLevel(t, e2eOpen, decision.Open)
 	c := e2eHTTPClient(t)
 	for _, tc := range []struct{ method, path string }{
 		{http.MethodGet, "/healthz"},
@@ -349,7 +351,7 @@ func TestE2ERejectedBodyNeverSent(t *testing.T) {
 	assert.EqualValues(t, len(payload), ok.n.Load())
 	assert.Equal(t, 50, env.traces.SpanCount())
 
-	env.setLevel(t, e2eOpen, StateOpen)
+	env.setLevel(t, e2eOpen, decision.Open)
 	fb := &e2eFailingBody{t: t}
 	resp := send(fb, 4<<20)
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
@@ -434,7 +436,7 @@ func startE2ECountingProxy(t *testing.T, target string) *e2eCountingProxy {
 func forwardedOfRejected(t *testing.T, bodySize int) int64 {
 	t.Helper()
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, StateOpen)
+	env.setLevel(t, e2eOpen, decision.Open)
 	p := startE2ECountingProxy(t, env.httpAddr)
 
 	conn, err := net.Dial("tcp", p.ln.Addr().String())
@@ -460,7 +462,7 @@ func forwardedOfRejected(t *testing.T, bodySize int) int64 {
 	require.NoError(t, p.ln.Close())
 	<-p.done
 
-	assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "denied", "open"))
 	assert.Zero(t, env.traces.SpanCount())
 	fwd := p.forwarded.Load()
 	t.Logf("handed %d bytes of a %d byte request to the server's socket", fwd, len(head)+bodySize)
@@ -488,19 +490,19 @@ func TestE2ERejectedBodyUnder256KiBNotRead(t *testing.T) {
 	assert.Less(t, forwardedOfRejected(t, bodySize), int64(bodySize))
 }
 
-// TestE2EPacedShedding: with pacing on, a shed request through the real
+// TestE2EPacedShedding: with the tarpit on, a shed request through the real
 // otlpreceiver (confighttp's handler chain around the middleware) is
-// answered 429 only after the pacing delay and keeps its connection (its
+// answered 429 only after the tarpit delay and keeps its connection (its
 // body was read, so the next request reuses it); an Open rejection is not
 // held, which the second part shows with the longest delay allowed. In the
 // first part the delay is a lower bound only.
 func TestE2EPacedShedding(t *testing.T) {
 	start := func(t *testing.T, delay time.Duration) *e2eEnv {
 		env := startE2E(t, e2eOptions{conf: map[string]any{
-			"pacing": map[string]any{"delay": delay.String(), "max_held": 4},
+			"tarpit": map[string]any{"delay": delay.String(), "max_requests": 4},
 			"rules":  map[string]any{"default": map[string]any{"drop_min": 1.0, "drop_max": 1.0}},
 		}})
-		env.setLevel(t, e2eShedding, StateShedding)
+		env.setLevel(t, e2eShedding, decision.Shedding)
 		return env
 	}
 	body, err := e2eSignals[0].proto(200) // about 40 KiB
@@ -526,17 +528,17 @@ func TestE2EPacedShedding(t *testing.T) {
 			resp.Body.Close()
 			elapsed := time.Since(began)
 			requireHTTPRejection(t, e2eResponse{Response: resp, body: b}, pbType, false)
-			assert.GreaterOrEqual(t, elapsed, delay, "answered before the pacing delay")
+			assert.GreaterOrEqual(t, elapsed, delay, "answered before the tarpit delay")
 		}
 		assert.Equal(t, []bool{false, true}, reused, "the paced rejection kept its connection")
-		assert.EqualValues(t, 2, env.requests(t, "http", SignalTraces, "denied", "shed"))
+		assert.EqualValues(t, 2, env.requests(t, "http", decision.Traces, "denied", "shed"))
 		assert.Zero(t, env.traces.SpanCount())
 	})
 
 	t.Run("Open is not held", func(t *testing.T) {
 		const delay = 10 * time.Second // the longest allowed
 		env := start(t, delay)
-		env.setLevel(t, e2eOpen, StateOpen)
+		env.setLevel(t, e2eOpen, decision.Open)
 		began := time.Now()
 		resp := env.post(t, e2eHTTPClient(t), "/v1/traces", pbType, body)
 		requireHTTPRejection(t, resp, pbType, true)
@@ -544,14 +546,14 @@ func TestE2EPacedShedding(t *testing.T) {
 	})
 }
 
-// TestE2EQueueHoldsUntilAdmitted: with the queue on, an HTTP request that
+// TestE2EQueueHoldsUntilAdmitted: with holding on, an HTTP request that
 // arrives in Open is held through the real otlpreceiver, its body unread
 // (nothing reaches the pipeline), and delivered as soon as the state lets
 // it in; one held past max_wait gets its 429 then.
 func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
-	env := startE2E(t, e2eOptions{conf: map[string]any{"queue": map[string]any{"max_wait": "20s", "max_held": 8}}})
+	env := startE2E(t, e2eOptions{conf: map[string]any{"hold": map[string]any{"max_wait": "20s", "max_requests": 8}}})
 	e := env.ext.(*throttleExtension)
-	env.setLevel(t, e2eOpen, StateOpen)
+	env.setLevel(t, e2eOpen, decision.Open)
 	c := e2eHTTPClient(t)
 	pb, err := e2eSignals[0].proto(5)
 	require.NoError(t, err)
@@ -566,7 +568,7 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return e.runner.Queue().Held() == 1 }, e2eWait, time.Millisecond, "held")
 	assert.Zero(t, e2eSignals[0].received(env), "a held body is not read")
-	env.setLevel(t, e2eCalm, StateNormal)
+	env.setLevel(t, e2eCalm, decision.Normal)
 	select {
 	case r := <-got:
 		require.NoError(t, r.err)
@@ -576,14 +578,14 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 	}
 	assert.Equal(t, 5, e2eSignals[0].received(env))
 	assert.Zero(t, e.runner.Queue().Held())
-	assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "allowed", ""))
-	assert.Zero(t, env.requests(t, "http", SignalTraces, "denied", "open"), "a held request that got in is no denial")
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "allowed", ""))
+	assert.Zero(t, env.requests(t, "http", decision.Traces, "denied", "open"), "a held request that got in is no denial")
 }
 
 func TestE2EQueueRefusesAfterMaxWait(t *testing.T) {
 	const maxWait = 300 * time.Millisecond
-	env := startE2E(t, e2eOptions{conf: map[string]any{"queue": map[string]any{"max_wait": maxWait.String(), "max_held": 8}}})
-	env.setLevel(t, e2eOpen, StateOpen)
+	env := startE2E(t, e2eOptions{conf: map[string]any{"hold": map[string]any{"max_wait": maxWait.String(), "max_requests": 8}}})
+	env.setLevel(t, e2eOpen, decision.Open)
 	c := e2eHTTPClient(t)
 	pb, err := e2eSignals[0].proto(1)
 	require.NoError(t, err)
@@ -591,7 +593,7 @@ func TestE2EQueueRefusesAfterMaxWait(t *testing.T) {
 	requireHTTPRejection(t, env.post(t, c, e2eSignals[0].path, pbType, pb), pbType, true)
 	assert.GreaterOrEqual(t, time.Since(start), maxWait)
 	assert.Zero(t, e2eSignals[0].received(env))
-	assert.EqualValues(t, 1, env.requests(t, "http", SignalTraces, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "denied", "open"))
 }
 
 // TestE2EObserveOnly: with observe_only, every decision is made and counted
@@ -599,7 +601,7 @@ func TestE2EQueueRefusesAfterMaxWait(t *testing.T) {
 // gRPC, and throttle_requests counts the denials that would have been.
 func TestE2EObserveOnly(t *testing.T) {
 	env := startE2E(t, e2eOptions{conf: map[string]any{"observe_only": true}})
-	env.setLevel(t, e2eOpen, StateOpen)
+	env.setLevel(t, e2eOpen, decision.Open)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 	c := e2eHTTPClient(t)

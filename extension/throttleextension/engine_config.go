@@ -4,6 +4,8 @@
 package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
 
 import (
+	"time"
+
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
@@ -22,23 +24,23 @@ func (cfg *Config) runnerConfig() runner.Config {
 		Routes:        cfg.middlewareRoutes(),
 		RetryAfterMin: cfg.RetryAfter.Min,
 		RetryAfterMax: cfg.RetryAfter.Max,
-		PacingDelay:   cfg.Pacing.Delay,
-		PacingMaxHeld: cfg.Pacing.MaxHeld,
-		QueueMaxWait:  cfg.Queue.MaxWait,
-		QueueMaxHeld:  cfg.Queue.MaxHeld,
+		PacingDelay:   cfg.Tarpit.Delay,
+		PacingMaxHeld: cfg.Tarpit.MaxRequests,
+		QueueMaxWait:  cfg.Hold.MaxWait,
+		QueueMaxHeld:  cfg.Hold.MaxRequests,
 		Admission: runner.Admission{
-			AutoBudget:  cfg.Admission.MaxInflightBytes.Auto(),
+			AutoBudget:  cfg.Admission.MaxInflightBytes.isAuto(),
 			PeerShare:   cfg.Admission.PeerShare,
 			WaitTimeout: cfg.Admission.WaitTimeout,
 			UnknownSize: int64(cfg.Admission.UnknownSize), //nolint:gosec // G115: at most 1 TiB (Validate)
 			IdleTimeout: cfg.Admission.IdleTimeout,
 		},
-		GoMemLimit:   cfg.GoMemLimit.ownerConfig(),
-		StaleAfter:   cfg.StaleAfter(),
+		GoMemLimit:   cfg.Memory.SoftLimit.ownerConfig(),
+		StaleAfter:   cfg.StaleAfter,
 		ReportStatus: cfg.ReportStatus,
 	}
-	if !cfg.Admission.MaxInflightBytes.Off() {
-		rc.Admission.Budget = cfg.Admission.MaxInflightBytes.ResolveBudget
+	if !cfg.Admission.MaxInflightBytes.isOff() {
+		rc.Admission.Budget = cfg.Admission.MaxInflightBytes.resolve
 	}
 	if cfg.Status.HasValue() {
 		status := *cfg.Status.Get() // ToServer fills in defaults; keep the config as loaded
@@ -47,43 +49,51 @@ func (cfg *Config) runnerConfig() runner.Config {
 	return rc
 }
 
-// samplerConfig maps the sample_interval and signal sections to the
-// sampler's configuration. The slow cadence at which limits are re-read is
-// left to the sampler's default: it is not a user setting.
+// samplerConfig maps check_interval and how CPU and memory are measured
+// to the sampler's configuration. The slow cadence at which limits are
+// re-read is left to the sampler's default: it is not a user setting.
 func (cfg *Config) samplerConfig() sampler.Config {
 	return sampler.Config{
-		Interval:      cfg.SampleInterval,
-		CPUFastBeta:   cfg.Signal.CPUFastBeta,
-		CPUSlowBeta:   cfg.Signal.CPUSlowBeta,
-		FallbackCores: cfg.Signal.FallbackCores,
-		// Validate bounds memory_limit_mib so the shift cannot overflow.
-		MemoryLimit: cfg.Signal.MemoryLimitMiB << 20,
+		Interval:      cfg.CheckInterval,
+		CPUFastWindow: cfg.CPU.FastWindow,
+		CPUSlowWindow: cfg.CPU.SlowWindow,
+		FallbackCores: cfg.CPU.FallbackCores,
+		// Validate bounds limit_mib so the shift cannot overflow.
+		MemoryLimit: cfg.Memory.LimitMiB << 20,
 	}
 }
 
-// decisionConfig maps the thresholds, rules and recovery_ramp sections to
-// the decision engine's configuration, with every signal's rule resolved
-// over the default rule.
+// decisionConfig maps the lines of the cpu and memory sections, the rules
+// and recovery_ramp to the decision engine's configuration, with every
+// signal's rule resolved over the default rule and every breach_duration
+// counted in checks.
 func (cfg *Config) decisionConfig() decision.Config {
+	ci := cfg.CheckInterval
 	dc := decision.Config{
-		CPU:          cfg.Thresholds.CPU.slot(),
-		Mem:          cfg.Thresholds.Mem.slot(),
+		CPU: decision.Slot{
+			Enabled: cfg.CPU.Enabled, Enter: cfg.CPU.Enter, Exit: cfg.CPU.Exit, Hard: cfg.CPU.Hard,
+			BreachN: breachChecks(cfg.CPU.BreachDuration, ci), MaxShed: cfg.CPU.MaxShed,
+		},
+		Mem: decision.Slot{
+			Enabled: cfg.Memory.Enabled, Enter: cfg.Memory.Enter, Exit: cfg.Memory.Exit, Hard: cfg.Memory.Hard,
+			BreachN: breachChecks(cfg.Memory.BreachDuration, ci), MaxShed: cfg.Memory.MaxShed,
+		},
 		RecoveryRamp: cfg.RecoveryRamp,
-		Interval:     cfg.SampleInterval,
+		Interval:     ci,
 	}
 	for s := range decision.NumSignals {
-		dc.Rules[s] = cfg.RuleFor(s)
+		dc.Rules[s] = cfg.ruleFor(s)
 	}
 	return dc
 }
 
-func (s SlotConfig) slot() decision.Slot {
-	return decision.Slot{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN, MaxShed: s.MaxShed}
-}
-
-// slotConfig is the configuration of slot s, for the defaults.
-func slotConfig(s decision.Slot) SlotConfig {
-	return SlotConfig{Enabled: s.Enabled, Enter: s.Enter, Exit: s.Exit, Hard: s.Hard, BreachN: s.BreachN, MaxShed: s.MaxShed}
+// breachChecks is how many consecutive checks make a breach of d at a
+// check interval of ci: d rounded up to whole checks, at least one.
+func breachChecks(d, ci time.Duration) int {
+	if d <= 0 || ci <= 0 {
+		return 1
+	}
+	return int(max(1, (d+ci-1)/ci))
 }
 
 // middlewareRoutes maps the routes section to the middleware's routes.

@@ -14,7 +14,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // throttleExtension is the throttle extension: a shell over the runner,
@@ -28,10 +30,13 @@ var (
 	_ extension.Extension            = (*throttleExtension)(nil)
 	_ extensionmiddleware.HTTPServer = (*throttleExtension)(nil)
 	_ extensionmiddleware.GRPCServer = (*throttleExtension)(nil)
-	_ Throttle                       = (*throttleExtension)(nil)
+	_ throttleapi.Throttle           = (*throttleExtension)(nil)
 )
 
 func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*throttleExtension, error) {
+	for _, msg := range cfg.warnings() {
+		set.Logger.Warn(msg)
+	}
 	r, err := runner.New(cfg.runnerConfig(), set.TelemetrySettings, set.ID, runner.Options{
 		Source:         fo.source,
 		SetMemoryLimit: fo.memoryLimit,
@@ -55,20 +60,22 @@ func (e *throttleExtension) Shutdown(ctx context.Context) error {
 	return e.runner.Shutdown(ctx)
 }
 
-// Decide implements Throttle.
-func (e *throttleExtension) Decide(s Signal) Verdict { return e.runner.Decide(s) }
+// Decide implements throttleapi.Throttle.
+func (e *throttleExtension) Decide(s decision.Signal) decision.Verdict { return e.runner.Decide(s) }
 
-// State implements Throttle.
-func (e *throttleExtension) State(s Signal) State { return e.runner.State(s) }
+// State implements throttleapi.Throttle.
+func (e *throttleExtension) State(s decision.Signal) decision.State { return e.runner.State(s) }
 
-// RetryDelay implements Throttle.
-func (e *throttleExtension) RetryDelay(v Verdict) time.Duration { return e.runner.RetryDelay(v) }
+// RetryDelay implements throttleapi.Throttle.
+func (e *throttleExtension) RetryDelay(v decision.Verdict) time.Duration {
+	return e.runner.RetryDelay(v)
+}
 
-// ObserveOnly implements Throttle.
+// ObserveOnly implements throttleapi.Throttle.
 func (e *throttleExtension) ObserveOnly() bool { return e.runner.ObserveOnly() }
 
-// RecordProcessorDecision implements Throttle.
-func (e *throttleExtension) RecordProcessorDecision(s Signal, v Verdict) {
+// RecordProcessorDecision implements throttleapi.Throttle.
+func (e *throttleExtension) RecordProcessorDecision(s decision.Signal, v decision.Verdict) {
 	e.runner.RecordProcessorDecision(s, v)
 }
 

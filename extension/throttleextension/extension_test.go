@@ -32,7 +32,7 @@ const testMemLimit = 100 << 20
 
 // fakeSource is a resourceSource whose memory working set the test sets.
 // CPU time is constant, so the CPU level is 0 once valid and only memory
-// drives the state; memory has breach_n 1, so one tick makes a change.
+// drives the state; memory breaches in one check, so one tick makes a change.
 type fakeSource struct {
 	ws    atomic.Uint64
 	cores float64
@@ -73,11 +73,11 @@ func (f *fakeSource) Describe() string { return "fake source (test)" }
 // fallback (so a slow machine cannot turn a state back to Normal).
 func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 	cfg := createDefaultConfig().(*Config)
-	cfg.SampleInterval = 10 * time.Millisecond
+	cfg.CheckInterval = 10 * time.Millisecond
 	cfg.RecoveryRamp = 0
-	cfg.StaleAfterIntervals = 0
+	cfg.StaleAfter = 0
 	cfg.Rules["metrics"] = RuleConfig{Enabled: ptrTo(false)}
-	cfg.Queue.MaxWait = 0 // refusals answered at once unless a test turns the queue on
+	cfg.Hold.MaxWait = 0 // refusals answered at once unless a test turns holding on
 	for _, m := range mutate {
 		m(cfg)
 	}
@@ -107,7 +107,7 @@ func startTestExtension(tb testing.TB, src resourceSource, cfg *Config, set exte
 func nopSettings() extension.Settings { return extensiontest.NewNopSettings(metadata.Type) }
 
 // waitState waits until every signal is in want.
-func waitState(tb testing.TB, e *throttleExtension, want State) {
+func waitState(tb testing.TB, e *throttleExtension, want decision.State) {
 	require.Eventually(tb, func() bool {
 		for s := range decision.NumSignals {
 			if e.State(s) != want {
@@ -127,7 +127,7 @@ func waitValid(tb testing.TB, e *throttleExtension, mem float64) {
 	}, 10*time.Second, time.Millisecond)
 }
 
-var allSignals = []Signal{SignalTraces, SignalMetrics, SignalLogs, SignalProfiles}
+var allSignals = []decision.Signal{decision.Traces, decision.Metrics, decision.Logs, decision.Profiles}
 
 func TestLifecycle(t *testing.T) {
 	ctx := context.Background()
@@ -179,9 +179,9 @@ func TestLifecycle(t *testing.T) {
 		assert.Nil(t, e.runner.Sampler())
 		assert.Zero(t, src.wsCalls.Load(), "a disabled throttle must not read resources")
 		for _, s := range allSignals {
-			assert.Equal(t, Admit, e.Decide(s), s.String())
+			assert.Equal(t, decision.Admit, e.Decide(s), s.String())
 			assert.True(t, e.runner.Exempt(s), s.String())
-			assert.Equal(t, StateNormal, e.State(s), s.String())
+			assert.Equal(t, decision.Normal, e.State(s), s.String())
 		}
 		require.NoError(t, e.Shutdown(ctx))
 	})
@@ -217,7 +217,7 @@ func TestLifecycle(t *testing.T) {
 		assert.Equal(t, uint64(0), fields["memory_limit_bytes"])
 		cores, ok := fields["effective_cores"].(float64)
 		require.True(t, ok)
-		assert.Equal(t, int64(AutoInflightBudget().ResolveBudget(0, cores)), fields["admission_budget_bytes"])
+		assert.Equal(t, int64(autoInflightBudget().resolve(0, cores)), fields["admission_budget_bytes"])
 		assert.LessOrEqual(t, fields["admission_budget_bytes"], int64(noLimitAutoBudget))
 		require.NoError(t, e.Shutdown(ctx))
 	})
@@ -230,17 +230,17 @@ func TestStateThroughSeam(t *testing.T) {
 	e := startTestExtension(t, src, testConfig(t), nopSettings())
 	waitValid(t, e, 0.5)
 	for _, s := range allSignals {
-		require.Equal(t, StateNormal, e.State(s))
-		require.Equal(t, Admit, e.Decide(s))
+		require.Equal(t, decision.Normal, e.State(s))
+		require.Equal(t, decision.Admit, e.Decide(s))
 	}
 
-	// 95% is over mem hard (0.92): Open in one tick (breach_n 1).
+	// 95% is over mem hard (0.92): Open in one tick (one check breaches).
 	src.setMem(95)
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 	for _, s := range allSignals {
 		// rules.metrics.enabled: false, but memory is at its hard line:
 		// the backstop refuses the exempt signal too.
-		assert.Equal(t, DenyOpen, e.Decide(s), s.String())
+		assert.Equal(t, decision.DenyOpen, e.Decide(s), s.String())
 	}
 	var exempt [decision.NumSignals]bool
 	for s := range decision.NumSignals {
@@ -250,36 +250,36 @@ func TestStateThroughSeam(t *testing.T) {
 
 	// Back to 50% with recovery_ramp 0: Normal and admitting at once.
 	src.setMem(50)
-	waitState(t, e, StateNormal)
+	waitState(t, e, decision.Normal)
 	for _, s := range allSignals {
-		assert.Equal(t, Admit, e.Decide(s), s.String())
+		assert.Equal(t, decision.Admit, e.Decide(s), s.String())
 	}
 
 	// 87% lies between mem enter (0.85) and hard (0.92): Shedding with
 	// p_drop = (0.87-0.85)/(0.92-0.85) under the default rule 0..1.
 	src.setMem(87)
-	waitState(t, e, StateShedding)
+	waitState(t, e, decision.Shedding)
 	wantP := (0.87 - 0.85) / (0.92 - 0.85)
 	st := e.runner.Engine().Stat()
-	assert.InDelta(t, wantP, st.Signals[SignalTraces].DropProbability, 1e-9)
-	assert.Zero(t, st.Signals[SignalMetrics].DropProbability)
+	assert.InDelta(t, wantP, st.Signals[decision.Traces].DropProbability, 1e-9)
+	assert.Zero(t, st.Signals[decision.Metrics].DropProbability)
 	const n = 4000
 	denied := 0
 	for range n {
-		switch v := e.Decide(SignalTraces); v {
-		case DenyShed:
+		switch v := e.Decide(decision.Traces); v {
+		case decision.DenyShed:
 			denied++
-		case Admit:
+		case decision.Admit:
 		default:
 			t.Fatalf("unexpected verdict %v in Shedding", v)
 		}
-		require.Equal(t, Admit, e.Decide(SignalMetrics))
+		require.Equal(t, decision.Admit, e.Decide(decision.Metrics))
 	}
 	// Binomial(4000, 0.286): the standard deviation is 0.7%; allow 6.
 	assert.InDelta(t, wantP, float64(denied)/n, 0.045, "denied %d of %d", denied, n)
 
 	src.setMem(50)
-	waitState(t, e, StateNormal)
+	waitState(t, e, decision.Normal)
 }
 
 // TestRecoveryRampAfterOpen checks that leaving Open does not admit at once
@@ -290,21 +290,21 @@ func TestRecoveryRampAfterOpen(t *testing.T) {
 	e := startTestExtension(t, src, testConfig(t, func(c *Config) { c.RecoveryRamp = time.Hour }), nopSettings())
 	waitValid(t, e, 0.5)
 	src.setMem(95)
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 	src.setMem(50)
-	waitState(t, e, StateNormal)
+	waitState(t, e, decision.Normal)
 
 	shed := 0
 	for range 100 {
-		v := e.Decide(SignalTraces)
-		require.NotEqual(t, DenyOpen, v, "Normal must not deny as Open")
-		if v == DenyShed {
+		v := e.Decide(decision.Traces)
+		require.NotEqual(t, decision.DenyOpen, v, "Normal must not deny as Open")
+		if v == decision.DenyShed {
 			shed++
 		}
-		require.Equal(t, Admit, e.Decide(SignalMetrics), "an exempt signal is not ramped")
+		require.Equal(t, decision.Admit, e.Decide(decision.Metrics), "an exempt signal is not ramped")
 	}
 	assert.Greater(t, shed, 90, "right after Open the ramp must shed nearly everything")
-	assert.Greater(t, e.runner.Engine().Stat().Signals[SignalTraces].DropProbability, 0.99)
+	assert.Greater(t, e.runner.Engine().Stat().Signals[decision.Traces].DropProbability, 0.99)
 }
 
 func TestRetryDelay(t *testing.T) {
@@ -313,7 +313,7 @@ func TestRetryDelay(t *testing.T) {
 		c.RetryAfter.Max = 3 * time.Second
 	}), nopSettings())
 	for range 50 {
-		d := e.RetryDelay(DenyOpen)
+		d := e.RetryDelay(decision.DenyOpen)
 		assert.GreaterOrEqual(t, d, 2*time.Second)
 		assert.LessOrEqual(t, d, 3*time.Second)
 	}

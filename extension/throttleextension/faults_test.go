@@ -25,6 +25,7 @@ import (
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
@@ -133,14 +134,14 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 	verifyNoLeaks(t)
 	src := newFaultSource(95)
 	e, tel, logs := faultExtension(t, src)
-	waitState(t, e, StateOpen)
-	require.Equal(t, DenyOpen, e.Decide(SignalTraces))
+	waitState(t, e, decision.Open)
+	require.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
 
 	src.cpuFail.Store(true)
 	src.wsFail.Store(true)
 	src.waitTicks(t, 50)
-	waitState(t, e, StateNormal)
-	assert.Equal(t, Admit, e.Decide(SignalTraces), "an unreadable level fails open")
+	waitState(t, e, decision.Normal)
+	assert.Equal(t, decision.Admit, e.Decide(decision.Traces), "an unreadable level fails open")
 	wl := e.runner.Level()
 	assert.False(t, wl.CPUValid)
 	assert.False(t, wl.MemValid)
@@ -153,8 +154,8 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 
 	src.cpuFail.Store(false)
 	src.wsFail.Store(false)
-	waitState(t, e, StateOpen)
-	assert.Equal(t, DenyOpen, e.Decide(SignalTraces))
+	waitState(t, e, decision.Open)
+	assert.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
 	src.waitTicks(t, 5)
 	assert.Equal(t, map[string]int{"cpu": 1, "mem": 1}, samplerWarns(logs))
 	require.NoError(t, e.Shutdown(context.Background()))
@@ -170,8 +171,8 @@ func TestFaultsLimitsUnreadableFromStart(t *testing.T) {
 	e, tel, logs := faultExtension(t, src)
 	src.waitTicks(t, 10)
 	assert.False(t, e.runner.Level().MemValid)
-	assert.Equal(t, Admit, e.Decide(SignalTraces))
-	assert.Equal(t, StateNormal, e.State(SignalTraces))
+	assert.Equal(t, decision.Admit, e.Decide(decision.Traces))
+	assert.Equal(t, decision.Normal, e.State(decision.Traces))
 	assert.Equal(t, int64(1), samplerErrors(t, tel)["limits"], "limits are read at Start, then every 10s")
 	assert.Equal(t, 1, samplerWarns(logs)["limits"])
 	require.NoError(t, e.Shutdown(context.Background()))
@@ -191,7 +192,7 @@ func TestFaultsCounterKeepsResetting(t *testing.T) {
 	assert.False(t, e.runner.Level().CPUValid, "no window was ever valid")
 
 	src.ws.Store(95 * testMemLimit / 100)
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 
@@ -221,7 +222,7 @@ func TestFaultsSlowTicks(t *testing.T) {
 	assert.Contains(t, warn.ContextMap()["error"], sampler.ErrSlowRead.Error())
 
 	src.ws.Store(95 * testMemLimit / 100)
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 
@@ -251,12 +252,12 @@ func TestFaultsRealCgroupReader(t *testing.T) {
 
 	// Past mem hard: the reader drives the state.
 	write("memory.current", strconv.FormatUint(uint64(95*512<<20)/100+20971520, 10)) // + inactive_file
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 
 	// Garbage in memory.current: mem invalid, counted; the state falls back.
 	write("memory.current", "garbage\n")
 	require.Eventually(t, func() bool { return samplerErrors(t, tel)["mem"] >= 20 }, 30*time.Second, time.Millisecond)
-	waitState(t, e, StateNormal)
+	waitState(t, e, decision.Normal)
 
 	// A partial line in cpu.stat.
 	write("cpu.stat", "usage_u")
@@ -270,7 +271,7 @@ func TestFaultsRealCgroupReader(t *testing.T) {
 		wl := e.runner.Level()
 		return wl.MemValid && wl.Mem == fixtureMem && wl.CPUValid
 	}, 10*time.Second, time.Millisecond)
-	waitState(t, e, StateNormal)
+	waitState(t, e, decision.Normal)
 
 	warns := samplerWarns(logs)
 	assert.Equal(t, 1, warns["cpu"], "%v", warns)

@@ -30,6 +30,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/otelthrottle/throttle/internal/decision"
 )
 
 // hostileGate is a traces consumer that holds every export while closed,
@@ -132,7 +134,7 @@ func TestHostileSlowHTTPBodies(t *testing.T) {
 	_, stop1 := hostileSlowBody(t, env.httpAddr, hostileBudget/2, 1, 200*time.Millisecond)
 	_, stop2 := hostileSlowBody(t, env.httpAddr, hostileBudget/2, 1, 200*time.Millisecond)
 	require.Eventually(t, func() bool {
-		return env.requests(t, "http", SignalTraces, "allowed", "") == 2 && hostileReserved(env) == 2*hostileUnknown
+		return env.requests(t, "http", decision.Traces, "allowed", "") == 2 && hostileReserved(env) == 2*hostileUnknown
 	}, e2eWait, time.Millisecond, "the slow bodies do not hold their first reservation only")
 
 	body, spans := hostileTraces(t, hostileBudget/4)
@@ -191,8 +193,8 @@ func TestHostileGRPCSilentStreams(t *testing.T) {
 		wg.Go(func() { errs <- cs.RecvMsg(&emptypb.Empty{}) })
 	}
 	require.Eventually(t, func() bool {
-		return env.requests(t, "grpc", SignalTraces, "denied", "budget") == streams-fit &&
-			env.requests(t, "grpc", SignalTraces, "allowed", "") == fit
+		return env.requests(t, "grpc", decision.Traces, "denied", "budget") == streams-fit &&
+			env.requests(t, "grpc", decision.Traces, "allowed", "") == fit
 	}, e2eWait, time.Millisecond, "not every stream was decided as expected")
 	assert.EqualValues(t, hostileBudget/2, hostileReserved(env), "one address holds half the budget")
 
@@ -293,12 +295,12 @@ func TestHostileCompressedBurst(t *testing.T) {
 		})
 	}
 	if !assert.Eventually(t, func() bool {
-		return gate.entered.Load() == fit && env.requests(t, "http", SignalTraces, "denied", "budget") == burst-fit
+		return gate.entered.Load() == fit && env.requests(t, "http", decision.Traces, "denied", "budget") == burst-fit
 	}, e2eWait, time.Millisecond) {
-		t.Fatalf("admitted %d, delivering %d, refused %d of %d", env.requests(t, "http", SignalTraces, "allowed", "")-1,
-			gate.entered.Load(), env.requests(t, "http", SignalTraces, "denied", "budget"), burst)
+		t.Fatalf("admitted %d, delivering %d, refused %d of %d", env.requests(t, "http", decision.Traces, "allowed", "")-1,
+			gate.entered.Load(), env.requests(t, "http", decision.Traces, "denied", "budget"), burst)
 	}
-	assert.EqualValues(t, 1+fit, env.requests(t, "http", SignalTraces, "allowed", ""), "admitted more than fit")
+	assert.EqualValues(t, 1+fit, env.requests(t, "http", decision.Traces, "allowed", ""), "admitted more than fit")
 	gate.release()
 	wg.Wait()
 	close(answers)
@@ -352,7 +354,7 @@ func TestHostileGRPCEstimateNotPoisoned(t *testing.T) {
 	require.Eventually(t, func() bool { return gate.entered.Load() == 1 }, e2eWait, time.Millisecond)
 	assert.GreaterOrEqual(t, hostileReserved(env), int64(len(plain)), "the large export being handled is not in the budget")
 	requireGRPCRejection(t, e2eSignals[0].grpcExport(ctx, cc, 1))
-	assert.EqualValues(t, 1, env.requests(t, "grpc", SignalTraces, "denied", "budget"))
+	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.Traces, "denied", "budget"))
 	gate.release()
 	require.NoError(t, <-bigErr)
 	require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond)

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/decision"
 )
 
 // Lifecycle (issue 8 item 3): Start and Shutdown in any order and more than
@@ -172,7 +173,7 @@ func TestLifecycleAnyOrder(t *testing.T) {
 	ctx := context.Background()
 	host := componenttest.NewNopHost()
 	withAll := func(c *Config) {
-		c.StaleAfterIntervals = 2
+		c.StaleAfter = time.Second
 		require.NoError(t, confmap.NewFromStringMap(map[string]any{
 			"status": map[string]any{"endpoint": "127.0.0.1:0"},
 		}).Unmarshal(c))
@@ -217,8 +218,8 @@ func TestLifecycleAnyOrder(t *testing.T) {
 					} else {
 						assert.NoError(t, e.Shutdown(ctx)) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 					}
-					_ = e.Decide(SignalTraces)
-					_ = e.RetryDelay(DenyOpen)
+					_ = e.Decide(decision.Traces)
+					_ = e.RetryDelay(decision.DenyOpen)
 				})
 			}
 			wg.Wait()
@@ -248,7 +249,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 	const n = 4
 	g := newGate(2 * n)
 	rcv := &traceReceiver{gate: g}
-	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfterIntervals = 2 }), nopSettings())
+	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfter = time.Second }), nopSettings())
 	url := serveHTTP(t, e, rcv)
 	gc := serveGRPC(t, e, rcv)
 	hc := newHTTPClient()
@@ -307,14 +308,14 @@ func TestSharedByManyServers(t *testing.T) {
 	// A budget that 20 concurrent streams of unknown size (1 MiB each)
 	// cannot exhaust: the "auto" one of the fake 100 MiB limit is 8 MiB.
 	e := startTestExtension(t, src, testConfig(t, func(c *Config) {
-		c.Admission.MaxInflightBytes = FixedInflightBudget(64 * MiB)
+		c.Admission.MaxInflightBytes = fixedInflightBudget(64 * mib)
 	}), metadatatest.NewSettings(tel))
 	rcv := &traceReceiver{}
 	urls := []string{serveHTTP(t, e, rcv), serveHTTP(t, e, rcv)}
 	clients := []ptraceotlp.GRPCClient{serveGRPC(t, e, rcv), serveGRPC(t, e, rcv)}
 	hc := newHTTPClient()
 
-	check := func(wantHTTP int, wantGRPC codes.Code, wantVerdict Verdict) {
+	check := func(wantHTTP int, wantGRPC codes.Code, wantVerdict decision.Verdict) {
 		t.Helper()
 		var wg sync.WaitGroup
 		for range 5 {
@@ -329,8 +330,8 @@ func TestSharedByManyServers(t *testing.T) {
 				wg.Go(func() { assert.Equal(t, wantGRPC, exportTraces(c)) })
 			}
 			wg.Go(func() {
-				v := e.Decide(SignalTraces)
-				e.RecordProcessorDecision(SignalTraces, v)
+				v := e.Decide(decision.Traces)
+				e.RecordProcessorDecision(decision.Traces, v)
 				assert.Equal(t, wantVerdict, v)
 			})
 		}
@@ -338,13 +339,13 @@ func TestSharedByManyServers(t *testing.T) {
 	}
 
 	waitValid(t, e, 0.5)
-	check(http.StatusOK, codes.OK, Admit)
+	check(http.StatusOK, codes.OK, decision.Admit)
 	src.setMem(95)
-	waitState(t, e, StateOpen)
-	check(http.StatusTooManyRequests, codes.ResourceExhausted, DenyOpen)
+	waitState(t, e, decision.Open)
+	check(http.StatusTooManyRequests, codes.ResourceExhausted, decision.DenyOpen)
 	src.setMem(50)
-	waitState(t, e, StateNormal)
-	check(http.StatusOK, codes.OK, Admit)
+	waitState(t, e, decision.Normal)
+	check(http.StatusOK, codes.OK, decision.Admit)
 	assert.Equal(t, int64(40), rcv.accepted.Load())
 
 	// Every server's decisions land in the one extension's counter.
@@ -376,15 +377,15 @@ func TestTwoThrottleExtensions(t *testing.T) {
 	}
 	insts := []*inst{
 		{id: component.MustNewID("throttle"), src: newFakeSource(95), cfg: testConfig(t, func(c *Config) {
-			c.StaleAfterIntervals = 1000 // on, but out of reach of a starved -race run
+			c.StaleAfter = 10 * time.Second // on, but out of reach of a starved -race run
 		})},
 		{id: component.MustNewIDWithName("throttle", "2"), src: newFakeSource(95), cfg: testConfig(t, func(c *Config) {
-			c.SampleInterval = 15 * time.Millisecond
-			c.Thresholds.Mem.Enter, c.Thresholds.Mem.Exit, c.Thresholds.Mem.Hard = 0.97, 0.96, 0.99
+			c.CheckInterval = 15 * time.Millisecond
+			c.Memory.Enter, c.Memory.Exit, c.Memory.Hard = 0.97, 0.96, 0.99
 			// No budget: with "auto" (8 MiB of the 100 MiB limit) ten
 			// concurrent gRPC streams of unknown size (1 MiB each) would
 			// exhaust it.
-			c.Admission.MaxInflightBytes = FixedInflightBudget(0)
+			c.Admission.MaxInflightBytes = fixedInflightBudget(0)
 		})},
 	}
 	for _, in := range insts {
@@ -406,9 +407,9 @@ func TestTwoThrottleExtensions(t *testing.T) {
 	})
 
 	a, b := insts[0].e, insts[1].e
-	waitState(t, a, StateOpen)
+	waitState(t, a, decision.Open)
 	waitValid(t, b, 0.95)
-	assert.Equal(t, StateNormal, b.State(SignalTraces), "0.95 is under throttle/2's enter line")
+	assert.Equal(t, decision.Normal, b.State(decision.Traces), "0.95 is under throttle/2's enter line")
 
 	rcvA, rcvB := &traceReceiver{}, &traceReceiver{}
 	urlA, urlB := serveHTTP(t, a, rcvA), serveHTTP(t, b, rcvB)
@@ -444,13 +445,13 @@ func TestTwoThrottleExtensions(t *testing.T) {
 			got[id.AsString()] = dp.Value
 		}
 	}
-	assert.Equal(t, map[string]int64{"throttle": int64(StateOpen), "throttle/2": int64(StateNormal)}, got)
+	assert.Equal(t, map[string]int64{"throttle": int64(decision.Open), "throttle/2": int64(decision.Normal)}, got)
 
 	// Moving one source moves only its extension.
 	insts[1].src.setMem(99)
-	waitState(t, b, StateOpen)
+	waitState(t, b, decision.Open)
 	insts[0].src.setMem(50)
-	waitState(t, a, StateNormal)
+	waitState(t, a, decision.Normal)
 
 	// Shut down concurrently, twice each, in random order.
 	for _, i := range rand.Perm(2 * len(insts)) {

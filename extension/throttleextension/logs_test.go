@@ -50,7 +50,7 @@ func sampledLogger(opts ...zap.Option) (*zap.Logger, *observer.ObservedLogs, *at
 	return zap.New(sampled, opts...), logs, &dropped
 }
 
-func transitionMessage(s Signal, from, to State) string {
+func transitionMessage(s decision.Signal, from, to decision.State) string {
 	return "throttle " + s.String() + ": " + from.String() + " -> " + to.String()
 }
 
@@ -72,15 +72,15 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 
 	waitValid(t, e, 0.5)
 	src.setMem(95)
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 	src.setMem(50)
-	waitState(t, e, StateNormal)
+	waitState(t, e, decision.Normal)
 	// The engine publishes a state before it reports the change, so the
 	// line may still be being written: stop the sampler to have them all.
 	require.NoError(t, e.Shutdown(context.Background()))
 
 	for _, s := range allSignals {
-		open := logs.FilterMessage(transitionMessage(s, StateNormal, StateOpen)).All()
+		open := logs.FilterMessage(transitionMessage(s, decision.Normal, decision.Open)).All()
 		require.Len(t, open, 1, s.String())
 		f := open[0].ContextMap()
 		assert.Equal(t, zapcore.InfoLevel, open[0].Level)
@@ -92,7 +92,7 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 		assert.Equal(t, 0.0, f["cpu_fast"])
 		assert.Equal(t, 0.0, f["cpu_slow"])
 
-		back := logs.FilterMessage(transitionMessage(s, StateOpen, StateNormal)).All()
+		back := logs.FilterMessage(transitionMessage(s, decision.Open, decision.Normal)).All()
 		require.Len(t, back, 1, s.String())
 		assert.Equal(t, 0.5, back[0].ContextMap()["mem"])
 	}
@@ -134,7 +134,7 @@ func accountLogs(t *testing.T, entries []observer.LoggedEntry) logAccount {
 	return a
 }
 
-func parseState(t *testing.T, v any) State {
+func parseState(t *testing.T, v any) decision.State {
 	for st := decision.Normal; st <= decision.Open; st++ {
 		if st.String() == v {
 			return st
@@ -160,9 +160,9 @@ func TestTransitionsSurviveLogSampling(t *testing.T) {
 	start := time.Now()
 	for range cycles {
 		src.setMem(95)
-		waitState(t, e, StateOpen)
+		waitState(t, e, decision.Open)
 		src.setMem(50)
-		waitState(t, e, StateNormal)
+		waitState(t, e, decision.Normal)
 	}
 	// Shutdown writes the summary of the window still open.
 	require.NoError(t, e.Shutdown(context.Background()))
@@ -181,5 +181,33 @@ func TestTransitionsSurviveLogSampling(t *testing.T) {
 	assert.LessOrEqual(t, logs.FilterMessage(transitionSummaryMessage).Len(), windows)
 	for _, s := range allSignals {
 		assert.LessOrEqual(t, a.lines[s], windows*transitionLinesPerWindow, s.String())
+	}
+}
+
+// TestMemoryLimitAboveTheContainer: a memory::limit_mib above the
+// container's limit gives way to it, and a Warn names the field; one under
+// it binds, quietly.
+func TestMemoryLimitAboveTheContainer(t *testing.T) {
+	for _, tc := range []struct {
+		limitMiB  uint64
+		wantLimit uint64
+		wantWarns int
+	}{
+		{limitMiB: 2 * testMemLimit >> 20, wantLimit: testMemLimit, wantWarns: 1},
+		{limitMiB: testMemLimit >> 21, wantLimit: testMemLimit / 2, wantWarns: 0},
+	} {
+		core, logs := observer.New(zapcore.InfoLevel)
+		set := nopSettings()
+		set.Logger = zap.New(core)
+		startTestExtension(t, newFakeSource(10), testConfig(t, func(c *Config) { c.Memory.LimitMiB = tc.limitMiB }), set)
+
+		started := logs.FilterMessage("throttle started").All()
+		require.Len(t, started, 1)
+		assert.Equal(t, tc.wantLimit, started[0].ContextMap()["memory_limit_bytes"], "limit_mib %d", tc.limitMiB)
+		warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("memory::limit_mib").All()
+		require.Len(t, warns, tc.wantWarns, "limit_mib %d", tc.limitMiB)
+		if tc.wantWarns > 0 {
+			assert.Equal(t, tc.limitMiB, warns[0].ContextMap()["memory_limit_mib"])
+		}
 	}
 }

@@ -18,7 +18,7 @@ var (
 	_ confmap.ScalarUnmarshaler = (*InflightBudget)(nil)
 )
 
-// The bounds of "auto" in InflightBudget.ResolveBudget.
+// The bounds of "auto" in InflightBudget.resolve.
 const (
 	// autoBudgetDivisor: "auto" never reserves more than memLimit/12
 	// (8.3%) for the bytes of admitted, unfinished requests: every admitted
@@ -40,7 +40,7 @@ const (
 	// between two samples in any useful way; the state machines do.
 	maxAutoBudget = 256 << 20
 	// noLimitAutoBudget caps "auto" when there is no memory limit to take a
-	// share of (no cgroup limit, no signal.memory_limit_mib): the budget of
+	// share of (no cgroup limit, no memory.limit_mib): the budget of
 	// a ~384 MiB container.
 	noLimitAutoBudget = 32 << 20
 )
@@ -59,10 +59,10 @@ type ByteSize uint64
 
 // The binary units.
 const (
-	KiB ByteSize = 1 << 10
-	MiB ByteSize = 1 << 20
-	GiB ByteSize = 1 << 30
-	TiB ByteSize = 1 << 40
+	kib ByteSize = 1 << 10
+	mib ByteSize = 1 << 20
+	gib ByteSize = 1 << 30
+	tib ByteSize = 1 << 40
 )
 
 var sizeUnits = map[string]uint64{
@@ -73,8 +73,8 @@ var sizeUnits = map[string]uint64{
 	"t": 1e12, "tb": 1e12, "ti": 1 << 40, "tib": 1 << 40,
 }
 
-// ParseByteSize parses a size such as "1048576", "1MiB", "64MB" or "1.5GiB".
-func ParseByteSize(s string) (ByteSize, error) {
+// parseByteSize parses a size such as "1048576", "1MiB", "64MB" or "1.5GiB".
+func parseByteSize(s string) (ByteSize, error) {
 	t := strings.TrimSpace(s)
 	i := 0
 	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
@@ -107,7 +107,7 @@ func ParseByteSize(s string) (ByteSize, error) {
 }
 
 // String formats b in the largest binary unit that divides it exactly, or in
-// bytes ("0", "1MiB", "1536KiB", "1000B"). ParseByteSize reads it back.
+// bytes ("0", "1MiB", "1536KiB", "1000B"). parseByteSize reads it back.
 func (b ByteSize) String() string {
 	n := uint64(b)
 	if n == 0 {
@@ -129,7 +129,7 @@ func (b ByteSize) MarshalText() ([]byte, error) { return []byte(b.String()), nil
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (b *ByteSize) UnmarshalText(text []byte) error {
-	v, err := ParseByteSize(string(text))
+	v, err := parseByteSize(string(text))
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (b *ByteSize) UnmarshalScalar(sv confmap.ScalarValue) error {
 func sizeFromScalar(raw any) (ByteSize, error) {
 	switch v := raw.(type) {
 	case string:
-		return ParseByteSize(v)
+		return parseByteSize(v)
 	case int:
 		return sizeFromInt(int64(v))
 	case int64:
@@ -200,26 +200,26 @@ type InflightBudget struct {
 	size ByteSize
 }
 
-// AutoInflightBudget is the "auto" budget, a share of the memory limit.
-func AutoInflightBudget() InflightBudget { return InflightBudget{auto: true} }
+// autoInflightBudget is the "auto" budget, a share of the memory limit.
+func autoInflightBudget() InflightBudget { return InflightBudget{auto: true} }
 
-// FixedInflightBudget is a budget of n bytes; 0 is off.
-func FixedInflightBudget(n ByteSize) InflightBudget { return InflightBudget{size: n} }
+// fixedInflightBudget is a budget of n bytes; 0 is off.
+func fixedInflightBudget(n ByteSize) InflightBudget { return InflightBudget{size: n} }
 
-// Auto reports whether the budget is "auto".
-func (b InflightBudget) Auto() bool { return b.auto }
+// isAuto reports whether the budget is "auto".
+func (b InflightBudget) isAuto() bool { return b.auto }
 
-// Off reports whether the budget is disabled (0).
-func (b InflightBudget) Off() bool { return !b.auto && b.size == 0 }
+// isOff reports whether the budget is disabled (0).
+func (b InflightBudget) isOff() bool { return !b.auto && b.size == 0 }
 
-// Size is the fixed size of the budget; 0 when auto or off.
-func (b InflightBudget) Size() ByteSize { return b.size }
+// fixedSize is the fixed size of the budget; 0 when auto or off.
+func (b InflightBudget) fixedSize() ByteSize { return b.size }
 
-// ResolveBudget returns the budget in bytes for a memory limit of memLimit
+// resolve returns the budget in bytes for a memory limit of memLimit
 // bytes (0 = no limit) and cores effective cores (<= 0 = unknown), or 0 when
 // the budget is off. "auto" is the smaller of memLimit/12 (32 MiB without a
 // limit) and 10 MiB per core, within [1 MiB, 256 MiB].
-func (b InflightBudget) ResolveBudget(memLimit uint64, cores float64) uint64 {
+func (b InflightBudget) resolve(memLimit uint64, cores float64) uint64 {
 	if !b.auto {
 		return uint64(b.size)
 	}
@@ -248,14 +248,14 @@ func (b InflightBudget) MarshalText() ([]byte, error) { return []byte(b.String()
 // UnmarshalText implements encoding.TextUnmarshaler: "auto" or a size.
 func (b *InflightBudget) UnmarshalText(text []byte) error {
 	if strings.EqualFold(strings.TrimSpace(string(text)), "auto") {
-		*b = AutoInflightBudget()
+		*b = autoInflightBudget()
 		return nil
 	}
-	n, err := ParseByteSize(string(text))
+	n, err := parseByteSize(string(text))
 	if err != nil {
 		return fmt.Errorf("%w; or \"auto\", or 0 for off", err)
 	}
-	*b = FixedInflightBudget(n)
+	*b = fixedInflightBudget(n)
 	return nil
 }
 
@@ -277,6 +277,6 @@ func (b *InflightBudget) UnmarshalScalar(sv confmap.ScalarValue) error {
 	if err != nil {
 		return fmt.Errorf("%w; or \"auto\", or 0 for off", err)
 	}
-	*b = FixedInflightBudget(n)
+	*b = fixedInflightBudget(n)
 	return nil
 }

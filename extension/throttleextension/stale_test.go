@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/decision"
 )
 
 // blockingSource is a fakeSource whose CPUTime blocks while a gate is set,
@@ -98,7 +99,7 @@ func observedSettings(level zapcore.Level) (*observer.ObservedLogs, func() *zap.
 }
 
 // TestStaleLevelFallsBackToAdmit: the sampler blocks in a read while the
-// collector is Open. After stale_after_intervals without a fresh sample,
+// collector is Open. After stale_after without a fresh sample,
 // every signal is admitted, the gauge is 1 and a Warn is logged once; when
 // the read returns, the fresh level rules again (still Open), the gauge is 0
 // and an Info says so.
@@ -111,22 +112,23 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	set.Logger = logger()
 
 	src := newBlockingSource(95) // over mem hard: Open
-	cfg := testConfig(t, func(c *Config) { c.StaleAfterIntervals = 20 })
-	// 200ms: short for the test, long enough that a sampler starved by a
-	// loaded -race run does not start a second episode after the release.
-	require.Equal(t, 200*time.Millisecond, cfg.StaleAfter())
+	// The shortest stale_after there is: short for the test, long enough
+	// that a sampler starved by a loaded -race run does not start a second
+	// episode after the release.
+	cfg := testConfig(t, func(c *Config) { c.StaleAfter = minStaleAfter })
+	require.Equal(t, time.Second, cfg.runnerConfig().StaleAfter)
 	e := startTestExtension(t, src, cfg, set)
-	waitState(t, e, StateOpen)
-	require.Equal(t, DenyOpen, e.Decide(SignalTraces))
+	waitState(t, e, decision.Open)
+	require.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
 	require.Equal(t, int64(0), staleGauge(t, tel))
 
 	release := src.block(t)
-	require.Eventually(t, func() bool { return e.Decide(SignalTraces) == Admit }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.Decide(decision.Traces) == decision.Admit }, 10*time.Second, time.Millisecond,
 		"a blocked sampler must not hold Open for ever")
 	assert.True(t, e.runner.Engine().Stale())
 	for _, s := range allSignals {
-		assert.Equal(t, Admit, e.Decide(s), s.String())
-		assert.Equal(t, StateNormal, e.State(s), s.String())
+		assert.Equal(t, decision.Admit, e.Decide(s), s.String())
+		assert.Equal(t, decision.Normal, e.State(s), s.String())
 	}
 	metadatatest.AssertEqualThrottleSamplerStale(t, tel, []metricdata.DataPoint[int64]{
 		{Attributes: attribute.NewSet(attribute.String("extension", "throttle")), Value: 1},
@@ -138,11 +140,11 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	warns := logs.FilterMessageSnippet("no fresh water level").All()
 	require.Len(t, warns, 1, "one Warn per stale episode, not one per tick")
 	assert.Equal(t, zapcore.WarnLevel, warns[0].Level)
-	assert.Equal(t, 200*time.Millisecond, warns[0].ContextMap()["stale_after"])
-	assert.GreaterOrEqual(t, warns[0].ContextMap()["since_last_sample"], 200*time.Millisecond)
+	assert.Equal(t, time.Second, warns[0].ContextMap()["stale_after"])
+	assert.GreaterOrEqual(t, warns[0].ContextMap()["since_last_sample"], time.Second)
 
 	release()
-	require.Eventually(t, func() bool { return e.Decide(SignalTraces) == DenyOpen }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.Decide(decision.Traces) == decision.DenyOpen }, 10*time.Second, time.Millisecond,
 		"the first fresh sample restores the real decision")
 	require.Eventually(t, func() bool { return staleGauge(t, tel) == 0 }, 10*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool {
@@ -154,16 +156,17 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 
-// TestStaleAfterZeroHolds: stale_after_intervals: 0 starts no watchdog and
+// TestStaleAfterZeroHolds: stale_after: 0 starts no watchdog and
 // holds the last level however long the sampler is stuck.
 func TestStaleAfterZeroHolds(t *testing.T) {
 	verifyNoLeaks(t)
 	src := newBlockingSource(95)
 	e := startTestExtension(t, src, testConfig(t), nopSettings()) // testConfig: 0
 	require.False(t, e.runner.Watchdog(), "no stale watchdog")
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 	release := src.block(t)
-	assert.Never(t, func() bool { return e.Decide(SignalTraces) != DenyOpen }, 200*time.Millisecond, 5*time.Millisecond)
+	// Longer than the shortest stale_after there is.
+	assert.Never(t, func() bool { return e.Decide(decision.Traces) != decision.DenyOpen }, minStaleAfter+200*time.Millisecond, 5*time.Millisecond)
 	assert.False(t, e.runner.Engine().Stale())
 	release()
 	require.NoError(t, e.Shutdown(context.Background()))
@@ -173,7 +176,7 @@ func TestStaleAfterZeroHolds(t *testing.T) {
 // Shutdown, with or without a stale episode, and a second Shutdown is fine.
 func TestStaleWatchdogStopsAtShutdown(t *testing.T) {
 	verifyNoLeaks(t)
-	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfterIntervals = 2 }), nopSettings())
+	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfter = time.Second }), nopSettings())
 	require.True(t, e.runner.Watchdog(), "stale watchdog started")
 	require.NoError(t, e.Shutdown(context.Background()))
 	require.NoError(t, e.Shutdown(context.Background()))
@@ -204,7 +207,7 @@ func TestShutdownDoesNotHangOnABlockedRead(t *testing.T) {
 func TestStaleFallbackReportsStatus(t *testing.T) {
 	src := newBlockingSource(95) // over mem hard: Open
 	cfg := testConfig(t, func(c *Config) {
-		c.StaleAfterIntervals = 20
+		c.StaleAfter = minStaleAfter
 		c.ReportStatus = true
 	})
 	e := newTestExtension(t, src, cfg, nopSettings())

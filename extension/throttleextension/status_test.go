@@ -37,7 +37,7 @@ type statusTestSource struct{ workingSet atomic.Uint64 }
 const (
 	statusTestLimit = 1000
 	statusTestCalm  = 500 // 0.50: under every memory line
-	statusTestOver  = 950 // 0.95: over mem hard (0.92, breach_n 1): Open in one sample
+	statusTestOver  = 950 // 0.95: over mem hard (0.92, one check breaches): Open in one sample
 )
 
 func (*statusTestSource) CPUTime() (time.Duration, error) { return 0, nil }
@@ -97,11 +97,11 @@ func startStatusExtension(t *testing.T, host component.Host, extra map[string]an
 	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	conf := map[string]any{
-		"sample_interval": "10ms",
-		"recovery_ramp":   "0s",
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
 		// A sampler starved under -race must not turn Open into Normal.
-		"stale_after_intervals": 0,
-		"thresholds":            map[string]any{"cpu": map[string]any{"enabled": false}},
+		"stale_after": "0s",
+		"cpu":         map[string]any{"enabled": false},
 	}
 	maps.Copy(conf, extra)
 	require.NoError(t, confmap.NewFromStringMap(conf).Unmarshal(cfg))
@@ -295,13 +295,13 @@ func TestReportStatusOpenAndRecovery(t *testing.T) {
 	ev := host.next(t)
 	require.Equal(t, componentstatus.StatusRecoverableError, ev.Status())
 	require.EqualError(t, ev.Err(), "throttle: traces, metrics, profiles open (collector overloaded); rejecting requests")
-	assert.Equal(t, StateOpen, e.State(SignalTraces))
+	assert.Equal(t, decision.Open, e.State(decision.Traces))
 
 	src.workingSet.Store(statusTestCalm)
 	ev = host.next(t)
 	require.Equal(t, componentstatus.StatusOK, ev.Status())
 	require.NoError(t, ev.Err())
-	assert.NotEqual(t, StateOpen, e.State(SignalTraces))
+	assert.NotEqual(t, decision.Open, e.State(decision.Traces))
 
 	// Twice more, to see that only transitions are reported.
 	src.workingSet.Store(statusTestOver)
@@ -330,7 +330,7 @@ func TestReportStatusOpenAtStart(t *testing.T) {
 	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	require.NoError(t, confmap.NewFromStringMap(map[string]any{
-		"report_status": true, "sample_interval": "10ms", "stale_after_intervals": 0,
+		"report_status": true, "check_interval": "10ms", "stale_after": "0s",
 	}).Unmarshal(cfg))
 	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
 	require.NoError(t, err)
@@ -345,9 +345,9 @@ func TestReportStatusOffByDefault(t *testing.T) {
 	host := newStatusHost()
 	e, src := startStatusExtension(t, host, nil)
 	src.workingSet.Store(statusTestOver)
-	require.Eventually(t, func() bool { return e.State(SignalTraces) == StateOpen }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return e.State(decision.Traces) == decision.Open }, 10*time.Second, 5*time.Millisecond)
 	src.workingSet.Store(statusTestCalm)
-	require.Eventually(t, func() bool { return e.State(SignalTraces) != StateOpen }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return e.State(decision.Traces) != decision.Open }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, e.Shutdown(context.Background()))
 	assert.Empty(t, host.recorded())
 }

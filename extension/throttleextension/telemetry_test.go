@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 )
 
@@ -66,7 +67,7 @@ func wantLevels(mem float64) []metricdata.DataPoint[float64] {
 	return dps
 }
 
-func wantStates(st State) []metricdata.DataPoint[int64] {
+func wantStates(st decision.State) []metricdata.DataPoint[int64] {
 	var dps []metricdata.DataPoint[int64]
 	for _, s := range allSignals {
 		dps = append(dps, metricdata.DataPoint[int64]{
@@ -88,7 +89,9 @@ func wantInflight(limit int64) []metricdata.DataPoint[int64] {
 // requestCounts is the expected throttle_requests, cumulative.
 type requestCounts map[[3]string]int64 // protocol, signal, reason ("" = allowed)
 
-func (c requestCounts) add(p string, s Signal, v Verdict) { c[[3]string{p, s.String(), v.Reason()}]++ }
+func (c requestCounts) add(p string, s decision.Signal, v decision.Verdict) {
+	c[[3]string{p, s.String(), v.Reason()}]++
+}
 
 func (c requestCounts) dps() []metricdata.DataPoint[int64] {
 	var dps []metricdata.DataPoint[int64]
@@ -127,7 +130,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 
 	// auto with a 100 MiB limit: 100MiB/12, inside the [4MiB, 256MiB] clamp.
 	const budget = 8738133
-	require.Equal(t, int64(budget), int64(AutoInflightBudget().ResolveBudget(testMemLimit, 0)))
+	require.Equal(t, int64(budget), int64(autoInflightBudget().resolve(testMemLimit, 0)))
 
 	// A tiny receiver behind the HTTP middleware; it records the reserved
 	// bytes it sees while it runs, then runs during (if set) while its
@@ -152,9 +155,9 @@ func TestTelemetryThroughSeam(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		return rec.Code
 	}
-	paths := map[Signal]string{
-		SignalTraces: "/v1/traces", SignalMetrics: "/v1/metrics",
-		SignalLogs: "/v1/logs", SignalProfiles: "/v1development/profiles",
+	paths := map[decision.Signal]string{
+		decision.Traces: "/v1/traces", decision.Metrics: "/v1/metrics",
+		decision.Logs: "/v1/logs", decision.Profiles: "/v1development/profiles",
 	}
 	want := requestCounts{}
 	assertRequests := func() {
@@ -164,7 +167,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 
 	// Step 1: Normal at 50%.
 	waitValid(t, e, 0.5)
-	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateNormal), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Normal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleHeldRequests(t, tt, []metricdata.DataPoint[int64]{
@@ -178,47 +181,47 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	for _, s := range allSignals {
 		seenReserved = -1
 		require.Equal(t, http.StatusOK, post(paths[s], 1000), s.String())
-		want.add("http", s, Admit)
-		if s == SignalMetrics {
+		want.add("http", s, decision.Admit)
+		if s == decision.Metrics {
 			assert.Zero(t, seenReserved, "an exempt signal bypasses the budget")
 		} else {
 			assert.Equal(t, int64(1000), seenReserved, "reserved while %s is handled", s)
 		}
 	}
 	require.Equal(t, http.StatusOK, post("/health", 1000), "unclassified")
-	e.RecordProcessorDecision(SignalTraces, Admit)
-	want.add("processor", SignalTraces, Admit)
+	e.RecordProcessorDecision(decision.Traces, decision.Admit)
+	want.add("processor", decision.Traces, decision.Admit)
 	assertRequests()
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 
 	// Step 2: Open at 95%.
 	src.setMem(95)
-	waitState(t, e, StateOpen)
+	waitState(t, e, decision.Open)
 	waitValid(t, e, 0.95)
-	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateOpen), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Open), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.95), metricdatatest.IgnoreTimestamp())
-	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalTraces], 1000))
-	want.add("http", SignalTraces, DenyOpen)
-	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalMetrics], 1000), "metrics is exempt, but not at the memory backstop")
-	want.add("http", SignalMetrics, DenyOpen)
-	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalLogs], 1000))
-	want.add("http", SignalLogs, DenyOpen)
-	e.RecordProcessorDecision(SignalLogs, DenyOpen)
-	want.add("processor", SignalLogs, DenyOpen)
-	e.runner.Record(middleware.ProtocolGRPC, SignalTraces, DenyOpen)
-	want.add("grpc", SignalTraces, DenyOpen)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.Traces], 1000))
+	want.add("http", decision.Traces, decision.DenyOpen)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.Metrics], 1000), "metrics is exempt, but not at the memory backstop")
+	want.add("http", decision.Metrics, decision.DenyOpen)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.Logs], 1000))
+	want.add("http", decision.Logs, decision.DenyOpen)
+	e.RecordProcessorDecision(decision.Logs, decision.DenyOpen)
+	want.add("processor", decision.Logs, decision.DenyOpen)
+	e.runner.Record(middleware.ProtocolGRPC, decision.Traces, decision.DenyOpen)
+	want.add("grpc", decision.Traces, decision.DenyOpen)
 	assertRequests()
 
 	// Step 3: Shedding at 87% (below hard, above exit).
 	src.setMem(87)
-	waitState(t, e, StateShedding)
+	waitState(t, e, decision.Shedding)
 	waitValid(t, e, 0.87)
-	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateShedding), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Shedding), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.87), metricdatatest.IgnoreTimestamp())
-	e.RecordProcessorDecision(SignalTraces, DenyShed)
-	want.add("processor", SignalTraces, DenyShed)
-	e.runner.Record(middleware.ProtocolGRPC, SignalProfiles, Admit)
-	want.add("grpc", SignalProfiles, Admit)
+	e.RecordProcessorDecision(decision.Traces, decision.DenyShed)
+	want.add("processor", decision.Traces, decision.DenyShed)
+	e.runner.Record(middleware.ProtocolGRPC, decision.Profiles, decision.Admit)
+	want.add("grpc", decision.Profiles, decision.Admit)
 	assertRequests()
 
 	// Step 4: Normal again at 50%; a request is admitted with its first
@@ -227,27 +230,27 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	// budget and another request holds part of it; it is denied by the
 	// budget when the rest is held; nothing stays reserved.
 	src.setMem(50)
-	waitState(t, e, StateNormal)
+	waitState(t, e, decision.Normal)
 	waitValid(t, e, 0.5)
-	metadatatest.AssertEqualThrottleState(t, tt, wantStates(StateNormal), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Normal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
 	innerCode := 0
-	during = func() { innerCode = post(paths[SignalTraces], budget+1) }
-	require.Equal(t, http.StatusOK, post(paths[SignalTraces], 1000))
-	want.add("http", SignalTraces, Admit)
+	during = func() { innerCode = post(paths[decision.Traces], budget+1) }
+	require.Equal(t, http.StatusOK, post(paths[decision.Traces], 1000))
+	want.add("http", decision.Traces, decision.Admit)
 	require.Equal(t, http.StatusOK, innerCode, "larger than the budget, while another request holds 1000 bytes")
-	want.add("http", SignalTraces, Admit)
+	want.add("http", decision.Traces, decision.Admit)
 	assert.Equal(t, int64(1000+middleware.DefaultUnknownSize), seenReserved, "1000 bytes and the larger request's unknown_size")
 	held := e.runner.Budget()
 	require.True(t, held.Reserve(budget-500))
-	require.Equal(t, http.StatusTooManyRequests, post(paths[SignalTraces], 1000), "1000 bytes with 500 left")
-	want.add("http", SignalTraces, DenyBudget)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.Traces], 1000), "1000 bytes with 500 left")
+	want.add("http", decision.Traces, decision.DenyBudget)
 	held.Release(budget - 500)
-	require.Equal(t, http.StatusOK, post(paths[SignalTraces], 500))
-	want.add("http", SignalTraces, Admit)
+	require.Equal(t, http.StatusOK, post(paths[decision.Traces], 500))
+	want.add("http", decision.Traces, decision.Admit)
 	assert.Equal(t, int64(500), seenReserved, "a Content-Length below unknown_size is reserved exactly")
-	e.RecordProcessorDecision(SignalProfiles, DenyBudget)
-	want.add("processor", SignalProfiles, DenyBudget)
+	e.RecordProcessorDecision(decision.Profiles, decision.DenyBudget)
+	want.add("processor", decision.Profiles, decision.DenyBudget)
 	assertRequests()
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 
@@ -277,8 +280,8 @@ func TestTelemetryBudgetSettings(t *testing.T) {
 		budget InflightBudget
 		limit  int64
 	}{
-		"fixed": {FixedInflightBudget(24 << 20), 24 << 20},
-		"off":   {FixedInflightBudget(0), 0},
+		"fixed": {fixedInflightBudget(24 << 20), 24 << 20},
+		"off":   {fixedInflightBudget(0), 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tt := newTestTelemetry(t)
@@ -295,7 +298,7 @@ func TestTelemetryBudgetSettings(t *testing.T) {
 func TestTelemetryDisabledSlot(t *testing.T) {
 	tt := newTestTelemetry(t)
 	e := newTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
-		c.Thresholds.CPU.Enabled = false
+		c.CPU.Enabled = false
 	}), metadatatest.NewSettings(tt))
 	var lines, levels []metricdata.DataPoint[float64]
 	for _, dp := range wantLevels(0.5) {

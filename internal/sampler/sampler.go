@@ -13,15 +13,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/otelthrottle/throttle/internal/cgroup"
 )
 
 // Defaults applied by New to zero or out-of-range Config fields.
 const (
-	DefaultInterval    = 250 * time.Millisecond
-	DefaultCPUFastBeta = 0.7
-	DefaultCPUSlowBeta = 0.95
-	DefaultLimitsEvery = 10 * time.Second
+	DefaultInterval = 250 * time.Millisecond
+	// DefaultCPUSlowWindow is the time constant of the slow CPU average,
+	// the one the enter and exit lines read: long enough to ride out a
+	// burst of a second or two, short enough to follow a load that stays.
+	DefaultCPUSlowWindow = 5 * time.Second
+	// DefaultCPUFastWindow is the time constant of the fast CPU average,
+	// the one the hard line reads: a few checks.
+	DefaultCPUFastWindow = 700 * time.Millisecond
+	DefaultLimitsEvery   = 10 * time.Second
 )
 
 // Errors reported through Options.OnError for a CPU window that is skipped.
@@ -64,21 +71,24 @@ func (e *ReadError) Error() string { return e.Err.Error() }
 // Unwrap returns the underlying error.
 func (e *ReadError) Unwrap() error { return e.Err }
 
-// Config is the sampler's configuration (the extension's "signal" block and
-// sample_interval).
+// Config is the sampler's configuration (the extension's check_interval,
+// and how its cpu and memory sections measure).
 type Config struct {
 	// Interval is the time between two ticks; DefaultInterval when 0.
 	Interval time.Duration
-	// CPUFastBeta is the history weight of the fast CPU EWMA;
-	// DefaultCPUFastBeta when not in (0, 1).
-	CPUFastBeta float64
-	// CPUSlowBeta is the history weight of the slow CPU EWMA;
-	// DefaultCPUSlowBeta when not in (0, 1).
-	CPUSlowBeta float64
+	// CPUFastWindow is the time constant of the fast CPU EWMA;
+	// DefaultCPUFastWindow when not > 0.
+	CPUFastWindow time.Duration
+	// CPUSlowWindow is the time constant of the slow CPU EWMA;
+	// DefaultCPUSlowWindow when not > 0.
+	CPUSlowWindow time.Duration
 	// FallbackCores is the number of cores when there is no CPU quota;
 	// 0 means runtime.GOMAXPROCS(0).
 	FallbackCores float64
-	// MemoryLimit in bytes overrides the source's memory limit when > 0.
+	// MemoryLimit in bytes overrides the source's memory limit when > 0
+	// and the source's is none or higher (memory::limit_mib): a limit above
+	// the container's would keep the memory lines and the soft memory
+	// limit above the OOM killer's.
 	MemoryLimit uint64
 	// LimitsEvery is the slow cadence at which limits and cores are re-read;
 	// DefaultLimitsEvery when 0.
@@ -96,14 +106,17 @@ type Options struct {
 	// called on every occurrence: the caller rate-limits its logs.
 	OnError func(err error)
 	// Heap corrects the working set with the Go runtime's view of its
-	// heap (gomemlimit.HeapView); nil: the working set as it is.
+	// heap (softlimit.HeapView); nil: the working set as it is.
 	Heap HeapView
+	// Logger warns when Config.MemoryLimit is above the source's limit;
+	// nil: no log.
+	Logger *zap.Logger
 }
 
 // HeapView is the Go runtime's view of its heap: memory freed and not yet
 // returned to the kernel beyond what the heap grows into before its next
 // collection, and how far a soft memory limit holds the heap below the GC's
-// normal pace (see gomemlimit.HeapView.Read).
+// normal pace (see softlimit.HeapView.Read).
 type HeapView interface {
 	Read() (spare, heldBack uint64)
 }
@@ -116,6 +129,11 @@ type Sampler struct {
 	onSample func(*WaterLevel, time.Duration)
 	onError  func(error)
 	heap     HeapView
+	logger   *zap.Logger
+
+	// fastBeta and slowBeta are the EWMAs' weights of history, from their
+	// time constants at the interval.
+	fastBeta, slowBeta float64
 
 	level atomic.Pointer[WaterLevel]
 
@@ -150,6 +168,10 @@ type tickState struct {
 	limitsReadAt time.Time
 	limits       cgroup.Limits
 	cores        float64
+	// overLimit is the source's memory limit Config.MemoryLimit was last
+	// found above (0: not above), so that the warning is logged once per
+	// limit.
+	overLimit uint64
 }
 
 // New returns a sampler reading src. It does not start it.
@@ -157,11 +179,11 @@ func New(src Source, cfg Config, opts Options) *Sampler {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
-	if !(cfg.CPUFastBeta > 0 && cfg.CPUFastBeta < 1) {
-		cfg.CPUFastBeta = DefaultCPUFastBeta
+	if cfg.CPUFastWindow <= 0 {
+		cfg.CPUFastWindow = DefaultCPUFastWindow
 	}
-	if !(cfg.CPUSlowBeta > 0 && cfg.CPUSlowBeta < 1) {
-		cfg.CPUSlowBeta = DefaultCPUSlowBeta
+	if cfg.CPUSlowWindow <= 0 {
+		cfg.CPUSlowWindow = DefaultCPUSlowWindow
 	}
 	if cfg.LimitsEvery <= 0 {
 		cfg.LimitsEvery = DefaultLimitsEvery
@@ -173,6 +195,12 @@ func New(src Source, cfg Config, opts Options) *Sampler {
 		onSample: opts.OnSample,
 		onError:  opts.OnError,
 		heap:     opts.Heap,
+		logger:   opts.Logger,
+		fastBeta: EWMABeta(cfg.Interval, cfg.CPUFastWindow),
+		slowBeta: EWMABeta(cfg.Interval, cfg.CPUSlowWindow),
+	}
+	if s.logger == nil {
+		s.logger = zap.NewNop()
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -303,9 +331,9 @@ func (s *Sampler) Tick() {
 		Cores:      t.cores,
 		At:         at,
 	}
-	wl.MemLimit = s.cfg.MemoryLimit
-	if wl.MemLimit == 0 {
-		wl.MemLimit = t.limits.MemLimit
+	wl.MemLimit = t.limits.MemLimit
+	if o := s.cfg.MemoryLimit; o > 0 && (wl.MemLimit == 0 || o < wl.MemLimit) {
+		wl.MemLimit = o
 	}
 	// Memory is read every tick and not smoothed: it is a level, not a rate,
 	// and smoothing would delay the hard line that stands before the OOM kill.
@@ -351,6 +379,15 @@ func (s *Sampler) readLimits(at time.Time) {
 	}
 	t.limits = l
 	t.cores = EffectiveCores(t.limits, s.cfg.FallbackCores)
+	if o := s.cfg.MemoryLimit; o > 0 && l.MemLimit > 0 && o > l.MemLimit {
+		if t.overLimit != l.MemLimit {
+			t.overLimit = l.MemLimit
+			s.logger.Warn("throttle: memory::limit_mib is above the container's memory limit; the container's limit is used",
+				zap.Uint64("memory_limit_mib", o>>20), zap.Uint64("container_memory_limit_bytes", l.MemLimit))
+		}
+	} else {
+		t.overLimit = 0
+	}
 }
 
 // observeCPU turns a counter reading into a CPU window, folds it into the
@@ -399,8 +436,8 @@ func (s *Sampler) observeCPU(at time.Time, cpuTime time.Duration) bool {
 		t.seeded = true
 		t.cpuFast, t.cpuSlow = cpu, cpu
 	} else {
-		t.cpuFast = ewma(t.cpuFast, cpu, s.cfg.CPUFastBeta)
-		t.cpuSlow = ewma(t.cpuSlow, cpu, s.cfg.CPUSlowBeta)
+		t.cpuFast = ewma(t.cpuFast, cpu, s.fastBeta)
+		t.cpuSlow = ewma(t.cpuSlow, cpu, s.slowBeta)
 	}
 	return true
 }
@@ -408,6 +445,14 @@ func (s *Sampler) observeCPU(at time.Time, cpuTime time.Duration) bool {
 // ewma is one step of s_t = (1-β)·x_t + β·s_{t-1}; β is the weight of history.
 func ewma(prev, x, beta float64) float64 {
 	return (1-beta)*x + beta*prev
+}
+
+// EWMABeta is the weight of history of an EWMA updated every interval with
+// the time constant window: exp(-interval/window), so that the average
+// means the same time whatever the interval (at 250ms, 5s gives 0.951 and
+// 700ms 0.700).
+func EWMABeta(interval, window time.Duration) float64 {
+	return math.Exp(-float64(interval) / float64(window))
 }
 
 // EffectiveCores returns the number of cores CPU time is normalised by:

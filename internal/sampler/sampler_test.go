@@ -6,6 +6,7 @@ package sampler
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -14,6 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
 )
@@ -124,7 +128,9 @@ func TestFirstValidWindowSeedsBothEWMAs(t *testing.T) {
 }
 
 func TestEWMAMath(t *testing.T) {
-	h := newHarness(Config{CPUFastBeta: 0.7, CPUSlowBeta: 0.95}, oneCore())
+	// Time constants of 1 and 4 intervals: β = e^-1 and e^-1/4.
+	h := newHarness(Config{CPUFastWindow: interval, CPUSlowWindow: 4 * interval}, oneCore())
+	bf, bs := math.Exp(-1), math.Exp(-0.25)
 	h.step(0, 0)
 	h.step(interval, interval/2) // seeds at 0.5
 
@@ -132,19 +138,34 @@ func TestEWMAMath(t *testing.T) {
 	fast, slow := 0.5, 0.5
 	for i, x := range []float64{1.0, 1.0, 0.25, 0.0, 0.75} {
 		wl := h.step(interval, time.Duration(x*float64(interval)))
-		fast = 0.3*x + 0.7*fast
-		slow = 0.05*x + 0.95*slow
+		fast = (1-bf)*x + bf*fast
+		slow = (1-bs)*x + bs*slow
 		assert.InDelta(t, x, wl.CPU, 1e-12, "window %d", i)
 		assert.InDelta(t, fast, wl.CPUFast, 1e-12, "window %d", i)
 		assert.InDelta(t, slow, wl.CPUSlow, 1e-12, "window %d", i)
 	}
-	// Hand-computed after the first step: fast 0.3·1+0.7·0.5, slow 0.05·1+0.95·0.5.
+	// The defaults at 250ms (5s and 700ms: β 0.951 and 0.700), after the
+	// first step: fast 0.3·1+0.7·0.5, slow 0.049·1+0.951·0.5.
 	h2 := newHarness(Config{}, oneCore())
 	h2.step(0, 0)
 	h2.step(interval, interval/2)
 	wl := h2.step(interval, interval)
-	assert.InDelta(t, 0.65, wl.CPUFast, 1e-12)
-	assert.InDelta(t, 0.525, wl.CPUSlow, 1e-12)
+	bf, bs = math.Exp(-0.25/0.7), math.Exp(-0.25/5)
+	assert.InDelta(t, (1-bf)*1+bf*0.5, wl.CPUFast, 1e-12)
+	assert.InDelta(t, (1-bs)*1+bs*0.5, wl.CPUSlow, 1e-12)
+	assert.InDelta(t, 0.65, wl.CPUFast, 1e-3)
+	assert.InDelta(t, 0.5244, wl.CPUSlow, 1e-4)
+}
+
+// TestEWMABeta: a time constant means the same time at any interval.
+func TestEWMABeta(t *testing.T) {
+	assert.InDelta(t, 0.951, EWMABeta(250*time.Millisecond, 5*time.Second), 1e-3)
+	assert.InDelta(t, 0.700, EWMABeta(250*time.Millisecond, 700*time.Millisecond), 1e-3)
+	// Ten checks of 100ms weigh an old value as much as four of 250ms.
+	assert.InDelta(t, math.Pow(EWMABeta(250*time.Millisecond, 5*time.Second), 4),
+		math.Pow(EWMABeta(100*time.Millisecond, 5*time.Second), 10), 1e-12)
+	// A window far shorter than the interval: no smoothing, never NaN.
+	assert.Zero(t, EWMABeta(10*time.Second, time.Nanosecond))
 }
 
 func TestCPUNormalisedByFractionalCores(t *testing.T) {
@@ -227,7 +248,10 @@ func TestMemory(t *testing.T) {
 	}{
 		{name: "no limit anywhere", ws: 500, wantValid: false},
 		{name: "source limit", srcLimit: 1000, ws: 500, wantValid: true, wantMem: 0.5, wantLimitIn: 1000},
-		{name: "override wins", srcLimit: 1000, override: 2000, ws: 500, wantValid: true, wantMem: 0.25, wantLimitIn: 2000},
+		{name: "override under the source limit wins", srcLimit: 2000, override: 1000, ws: 500, wantValid: true, wantMem: 0.5, wantLimitIn: 1000},
+		// Above the container's limit the override would keep the memory
+		// lines above the OOM killer's.
+		{name: "override over the source limit loses", srcLimit: 1000, override: 2000, ws: 500, wantValid: true, wantMem: 0.5, wantLimitIn: 1000},
 		{name: "override without source limit", override: 4000, ws: 1000, wantValid: true, wantMem: 0.25, wantLimitIn: 4000},
 		{name: "over the limit", srcLimit: 1000, ws: 1500, wantValid: true, wantMem: 1.5, wantLimitIn: 1000},
 	}
@@ -242,6 +266,36 @@ func TestMemory(t *testing.T) {
 			assert.InDelta(t, tt.wantMem, wl.Mem, 1e-12)
 		})
 	}
+}
+
+// TestMemoryOverrideOverTheLimitWarns: a memory::limit_mib above the
+// container's limit is logged once per container limit, naming the field,
+// and again when the container's limit changes.
+func TestMemoryOverrideOverTheLimitWarns(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	src := &fakeSource{ws: 500 << 20, limits: cgroup.Limits{MemLimit: 1 << 30}}
+	clock := newFakeClock()
+	s := New(src, Config{Interval: interval, MemoryLimit: 2 << 30, LimitsEvery: time.Second}, Options{Now: clock.Now, Logger: zap.New(core)})
+	for range 3 {
+		s.Tick()
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, uint64(1<<30), s.Load().MemLimit)
+	warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("memory::limit_mib").All()
+	require.Len(t, warns, 1, "once per container limit")
+	assert.Equal(t, uint64(2048), warns[0].ContextMap()["memory_limit_mib"])
+	assert.Equal(t, uint64(1<<30), warns[0].ContextMap()["container_memory_limit_bytes"])
+
+	src.setLimits(cgroup.Limits{MemLimit: 1536 << 20}) // resized, still under the override
+	s.Tick()
+	assert.Equal(t, uint64(1536<<20), s.Load().MemLimit)
+	assert.Equal(t, 2, logs.FilterMessageSnippet("memory::limit_mib").Len())
+
+	src.setLimits(cgroup.Limits{MemLimit: 4 << 30}) // over the override: the override binds
+	clock.Advance(time.Second)
+	s.Tick()
+	assert.Equal(t, uint64(2<<30), s.Load().MemLimit)
+	assert.Equal(t, 2, logs.FilterMessageSnippet("memory::limit_mib").Len())
 }
 
 // fakeHeap is a HeapView with fixed figures.
@@ -350,8 +404,9 @@ func TestReadErrors(t *testing.T) {
 		wl = h.step(interval, interval)
 		require.True(t, wl.CPUValid)
 		assert.InDelta(t, 1.0, wl.CPU, 1e-12)
-		assert.InDelta(t, 0.3*1+0.7*0.5, wl.CPUFast, 1e-12)
-		assert.InDelta(t, 0.05*1+0.95*0.5, wl.CPUSlow, 1e-12)
+		bf, bs := EWMABeta(interval, DefaultCPUFastWindow), EWMABeta(interval, DefaultCPUSlowWindow)
+		assert.InDelta(t, (1-bf)*1+bf*0.5, wl.CPUFast, 1e-12)
+		assert.InDelta(t, (1-bs)*1+bs*0.5, wl.CPUSlow, 1e-12)
 	})
 
 	t.Run("working set", func(t *testing.T) {
@@ -447,13 +502,15 @@ func TestEffectiveCores(t *testing.T) {
 }
 
 func TestNewAppliesDefaults(t *testing.T) {
-	s := New(oneCore(), Config{CPUFastBeta: 1, CPUSlowBeta: -0.5}, Options{})
+	s := New(oneCore(), Config{CPUFastWindow: 0, CPUSlowWindow: -time.Second}, Options{})
 	assert.Equal(t, Config{
-		Interval:    DefaultInterval,
-		CPUFastBeta: DefaultCPUFastBeta,
-		CPUSlowBeta: DefaultCPUSlowBeta,
-		LimitsEvery: DefaultLimitsEvery,
+		Interval:      DefaultInterval,
+		CPUFastWindow: DefaultCPUFastWindow,
+		CPUSlowWindow: DefaultCPUSlowWindow,
+		LimitsEvery:   DefaultLimitsEvery,
 	}, s.cfg)
+	assert.Equal(t, EWMABeta(DefaultInterval, DefaultCPUFastWindow), s.fastBeta)
+	assert.Equal(t, EWMABeta(DefaultInterval, DefaultCPUSlowWindow), s.slowBeta)
 }
 
 func TestStartStop(t *testing.T) {

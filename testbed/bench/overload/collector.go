@@ -45,12 +45,20 @@ extensions:
 {{- if .ThrottleYAML }}
 {{ indent .ThrottleYAML }}
 {{- else if eq .Thresholds "benchmark" }}
-    # The original design's benchmark thresholds (0x08 a).
-    sample_interval: 250ms
-    signal: { cpu_slow_beta: 0.95, cpu_fast_beta: 0.7, fallback_cores: 1 }
-    thresholds:
-      cpu: { enabled: true, enter: 0.85, exit: 0.70, hard: 1.20, breach_n: 3, max_shed: 1 }
-      mem: { enabled: true, enter: 0.70, exit: 0.60, hard: 0.80, breach_n: 1 }
+    # The original design's benchmark thresholds (0x08 a); its EWMA
+    # weights 0.95 and 0.7 at 250ms are the windows 4.874s and 700.9ms.
+    check_interval: 250ms
+    cpu:
+      enabled: true
+      enter: 0.85
+      exit: 0.70
+      hard: 1.20
+      breach_duration: 750ms
+      max_shed: 1
+      slow_window: 4.874s
+      fast_window: 700.9ms
+      fallback_cores: 1
+    memory: { enabled: true, enter: 0.70, exit: 0.60, hard: 0.80, breach_duration: 250ms }
     rules:
       default: { drop_min: 0.0, drop_max: 0.2 }
       metrics: { enabled: false }

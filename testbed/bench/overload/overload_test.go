@@ -43,7 +43,7 @@ func TestRenderConfig(t *testing.T) {
 			assert.Equal(t, false, conf.Get("extensions::throttle::rules::metrics::enabled"))
 		}
 		if c.Thresholds == "benchmark" {
-			assert.Equal(t, 1.2, conf.Get("extensions::throttle::thresholds::cpu::hard"))
+			assert.Equal(t, 1.2, conf.Get("extensions::throttle::cpu::hard"))
 		}
 		var exts []any
 		if c.Throttle {

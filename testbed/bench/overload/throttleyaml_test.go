@@ -18,16 +18,16 @@ import (
 func TestRenderConfigThrottleYAML(t *testing.T) {
 	b, err := renderConfig(colConfig{
 		GRPCPort: 1, HTTPPort: 2, MetricsPort: 3, Throttle: true, Thresholds: "benchmark",
-		ThrottleYAML: "# a comment\nthresholds:\n  cpu: { enabled: true, enter: 0.92, exit: 0.85, hard: 1.10, breach_n: 3 }\nrules:\n  metrics: { enabled: false }\n",
+		ThrottleYAML: "# a comment\ncpu: { enabled: true, enter: 0.92, exit: 0.85, hard: 1.10, breach_duration: 750ms }\nrules:\n  metrics: { enabled: false }\n",
 	})
 	require.NoError(t, err)
 	ret, err := confmap.NewRetrievedFromYAML(b)
 	require.NoError(t, err, string(b))
 	conf, err := ret.AsConf()
 	require.NoError(t, err, string(b))
-	assert.Equal(t, 0.92, conf.Get("extensions::throttle::thresholds::cpu::enter"), string(b))
+	assert.Equal(t, 0.92, conf.Get("extensions::throttle::cpu::enter"), string(b))
 	assert.Equal(t, false, conf.Get("extensions::throttle::rules::metrics::enabled"))
-	assert.False(t, conf.IsSet("extensions::throttle::thresholds::mem"), "the benchmark thresholds are replaced")
+	assert.False(t, conf.IsSet("extensions::throttle::memory"), "the benchmark thresholds are replaced")
 	assert.Equal(t, []any{map[string]any{"id": "throttle"}}, conf.Get("receivers::otlp::protocols::http::middlewares"))
 }
 
@@ -37,7 +37,7 @@ func TestRenderConfigThrottleYAML(t *testing.T) {
 func TestExpandThrottleConfigs(t *testing.T) {
 	dir := t.TempDir()
 	held, wait := filepath.Join(dir, "held.yaml"), filepath.Join(dir, "wait.yaml")
-	require.NoError(t, os.WriteFile(held, []byte("queue: { max_held: 1024 }\n"), 0o600))
+	require.NoError(t, os.WriteFile(held, []byte("hold: { max_requests: 1024 }\n"), 0o600))
 	require.NoError(t, os.WriteFile(wait, []byte("admission: { wait_timeout: 0s }\n"), 0o600))
 	f := func(files string, wantNames, wantYAML []string) {
 		t.Helper()
@@ -52,7 +52,7 @@ func TestExpandThrottleConfigs(t *testing.T) {
 		assert.Equal(t, wantNames, names)
 		assert.Equal(t, wantYAML, yamls)
 	}
-	h, w := "queue: { max_held: 1024 }\n", "admission: { wait_timeout: 0s }\n"
+	h, w := "hold: { max_requests: 1024 }\n", "admission: { wait_timeout: 0s }\n"
 	f(held+","+wait, []string{"A", "D@3x+held", "D@3x+wait", "D@4x+held", "D@4x+wait"}, []string{"", h, w, h, w})
 	f(held, []string{"A", "D@3x", "D@4x"}, []string{"", h, h})
 	f("", []string{"A", "D@3x", "D@4x"}, []string{"", "", ""})

@@ -53,7 +53,7 @@ func TestValidateExamples(t *testing.T) {
 	}
 }
 
-// TestInvalidThresholdIsRefused: a config with thresholds.cpu.exit above
+// TestInvalidThresholdIsRefused: a config with cpu.exit above
 // enter must be refused by `validate` and by a plain start, with a non-zero
 // exit status and the field named on stderr.
 func TestInvalidThresholdIsRefused(t *testing.T) {
@@ -70,7 +70,7 @@ func TestInvalidThresholdIsRefused(t *testing.T) {
 		var exitErr *exec.ExitError
 		require.ErrorAs(t, err, &exitErr, "validate must fail; stderr:\n%s", stderr.String())
 		assert.NotZero(t, exitErr.ExitCode())
-		assert.Contains(t, stderr.String(), "thresholds::cpu: exit must be < enter")
+		assert.Contains(t, stderr.String(), "cpu: exit must be < enter")
 	})
 
 	t.Run("run", func(t *testing.T) {
@@ -78,7 +78,7 @@ func TestInvalidThresholdIsRefused(t *testing.T) {
 		code, err := col.wait(stopTimeout)
 		require.NoError(t, err, "stderr:\n%s", col.stderr.String())
 		assert.NotZero(t, code, "the collector must refuse to start; stderr:\n%s", col.stderr.String())
-		assert.Contains(t, col.stderr.String(), "thresholds::cpu: exit must be < enter")
+		assert.Contains(t, col.stderr.String(), "cpu: exit must be < enter")
 	})
 }
 

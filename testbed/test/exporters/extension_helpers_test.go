@@ -31,8 +31,9 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
@@ -62,7 +63,7 @@ const e2eWait = 30 * time.Second
 // and HTTP, both with middlewares: [{id: throttle}]) feeding sinks.
 type e2eEnv struct {
 	src *fakeSource
-	th  throttleextension.Throttle
+	th  throttleapi.Throttle
 	tel *componenttest.Telemetry
 
 	httpAddr, grpcAddr string
@@ -74,24 +75,22 @@ type e2eEnv struct {
 }
 
 // e2eThrottleConfig is the throttle configuration of the tests: a 10ms
-// sample interval, no CPU slot (the fake source uses none), a memory slot
-// that reacts to one sample, no recovery ramp so that leaving Open is
+// check interval, no CPU slot (the fake source uses none), a memory slot
+// that reacts to one check, no recovery ramp so that leaving Open is
 // immediate, no stale fallback (a sampler starved under -race must not turn
-// Open into Normal), a short retry_after range, no pacing and no queue;
+// Open into Normal), a short retry_after range, no tarpit and no hold;
 // top-level keys of extra replace these.
 func e2eThrottleConfig(extra map[string]any) map[string]any {
 	conf := map[string]any{
-		"sample_interval":       "10ms",
-		"recovery_ramp":         "0s",
-		"stale_after_intervals": 0,
-		"retry_after":           map[string]any{"min": e2eMinRetry.String(), "max": e2eMaxRetry.String()},
-		"pacing":                map[string]any{"delay": "0s"},
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
+		"stale_after":    "0s",
+		"retry_after":    map[string]any{"min": e2eMinRetry.String(), "max": e2eMaxRetry.String()},
+		"tarpit":         map[string]any{"delay": "0s"},
 		// Refusals are answered at once.
-		"queue": map[string]any{"max_wait": "0s"},
-		"thresholds": map[string]any{
-			"cpu": map[string]any{"enabled": false},
-			"mem": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_n": 1},
-		},
+		"hold":   map[string]any{"max_wait": "0s"},
+		"cpu":    map[string]any{"enabled": false},
+		"memory": map[string]any{"enabled": true, "enter": 0.5, "exit": 0.4, "hard": 0.9, "breach_duration": "0s"},
 	}
 	maps.Copy(conf, extra)
 	return conf
@@ -175,7 +174,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
 
 // setLevel sets the memory level and waits until the state machines (every
 // signal shares them) are in want.
-func (env *e2eEnv) setLevel(tb testing.TB, level float64, want throttleextension.State) {
+func (env *e2eEnv) setLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
 	env.src.setLevel(level)
 	waitState(tb, env.th, want, e2eWait)
@@ -183,28 +182,28 @@ func (env *e2eEnv) setLevel(tb testing.TB, level float64, want throttleextension
 
 // requests is the throttle_requests counter for one protocol, signal and
 // decision (see e2edata.Requests).
-func (env *e2eEnv) requests(tb testing.TB, protocol string, s throttleextension.Signal, decision, reason string) int64 {
+func (env *e2eEnv) requests(tb testing.TB, protocol string, s decision.Signal, decision, reason string) int64 {
 	tb.Helper()
 	return e2edata.Requests(tb, env.tel, protocol, s.String(), decision, reason)
 }
 
 // e2eSignal is one signal as the tests count it at env's sinks.
 type e2eSignal struct {
-	sig      throttleextension.Signal
+	sig      decision.Signal
 	received func(env *e2eEnv) int
 }
 
 var e2eSignals = []e2eSignal{
-	{throttleextension.SignalTraces, func(env *e2eEnv) int { return env.traces.SpanCount() }},
-	{throttleextension.SignalMetrics, func(env *e2eEnv) int { return env.metrics.DataPointCount() }},
-	{throttleextension.SignalLogs, func(env *e2eEnv) int { return env.logs.LogRecordCount() }},
-	{throttleextension.SignalProfiles, func(env *e2eEnv) int { return env.profiles.SampleCount() }},
+	{decision.Traces, func(env *e2eEnv) int { return env.traces.SpanCount() }},
+	{decision.Metrics, func(env *e2eEnv) int { return env.metrics.DataPointCount() }},
+	{decision.Logs, func(env *e2eEnv) int { return env.logs.LogRecordCount() }},
+	{decision.Profiles, func(env *e2eEnv) int { return env.profiles.SampleCount() }},
 }
 
 // e2eExporters are real OTLP exporters of every signal for one protocol.
 type e2eExporters struct {
 	protocol string // "http" or "grpc", as in throttle_requests
-	send     map[throttleextension.Signal]func(ctx context.Context, n int) error
+	send     map[decision.Signal]func(ctx context.Context, n int) error
 }
 
 // startExporters starts otlphttpexporter (protocol "http") or otlpexporter
@@ -259,11 +258,11 @@ func (env *e2eEnv) startExporters(tb testing.TB, protocol string) *e2eExporters 
 	}
 	return &e2eExporters{
 		protocol: protocol,
-		send: map[throttleextension.Signal]func(context.Context, int) error{
-			throttleextension.SignalTraces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, e2edata.Traces(n)) },
-			throttleextension.SignalMetrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, e2edata.Metrics(n)) },
-			throttleextension.SignalLogs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, e2edata.Logs(n)) },
-			throttleextension.SignalProfiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, e2edata.Profiles(n)) },
+		send: map[decision.Signal]func(context.Context, int) error{
+			decision.Traces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, e2edata.Traces(n)) },
+			decision.Metrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, e2edata.Metrics(n)) },
+			decision.Logs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, e2edata.Logs(n)) },
+			decision.Profiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, e2edata.Profiles(n)) },
 		},
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
 )
 
 // TestE2ENormalAdmitsEverything: in Normal every signal sent by the real
@@ -53,7 +53,7 @@ func TestE2ENormalAdmitsEverything(t *testing.T) {
 // Normal: nothing is lost.
 func TestE2EExportersRetryUntilNormal(t *testing.T) {
 	env := startE2E(t, nil)
-	env.setLevel(t, e2eOpen, throttleextension.StateOpen)
+	env.setLevel(t, e2eOpen, decision.Open)
 	protocols := []string{"http", "grpc"}
 	items := map[string]int{"http": 11, "grpc": 13}
 
@@ -87,7 +87,7 @@ func TestE2EExportersRetryUntilNormal(t *testing.T) {
 		require.Zero(t, s.received(env))
 	}
 
-	env.setLevel(t, e2eCalm, throttleextension.StateNormal)
+	env.setLevel(t, e2eCalm, decision.Normal)
 	wg.Wait() // bounded by ctx and the exporters' max_elapsed_time
 	close(errs)
 	for err := range errs {

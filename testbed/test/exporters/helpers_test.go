@@ -29,10 +29,11 @@ import (
 	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.uber.org/goleak"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/testseam"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // TestMain checks, as the components' own tests do, that no goroutine
@@ -62,7 +63,7 @@ func (s *fakeSource) setLevel(level float64) {
 // factory, reading src, configured with conf (keys of the throttle
 // configuration) and counting into tel (no-op telemetry when nil), and
 // starts it; it is shut down when the test ends.
-func startThrottle(tb testing.TB, src *fakeSource, conf map[string]any, tel *componenttest.Telemetry) (component.Component, throttleextension.Throttle) {
+func startThrottle(tb testing.TB, src *fakeSource, conf map[string]any, tel *componenttest.Telemetry) (component.Component, throttleapi.Throttle) {
 	tb.Helper()
 	ctx := context.Background()
 	f := testseam.ExtensionFactory(src)
@@ -76,18 +77,18 @@ func startThrottle(tb testing.TB, src *fakeSource, conf map[string]any, tel *com
 	}
 	ext, err := f.Create(ctx, set, cfg)
 	require.NoError(tb, err)
-	th, ok := ext.(throttleextension.Throttle)
-	require.Truef(tb, ok, "the extension (%T) does not implement throttleextension.Throttle", ext)
+	th, ok := ext.(throttleapi.Throttle)
+	require.Truef(tb, ok, "the extension (%T) does not implement throttleapi.Throttle", ext)
 	require.NoError(tb, ext.Start(ctx, componenttest.NewNopHost()))
 	tb.Cleanup(func() { require.NoError(tb, ext.Shutdown(ctx)) })
 	return ext, th
 }
 
 // waitState waits until every signal's state machine is in want.
-func waitState(tb testing.TB, th throttleextension.Throttle, want throttleextension.State, wait time.Duration) {
+func waitState(tb testing.TB, th throttleapi.Throttle, want decision.State, wait time.Duration) {
 	tb.Helper()
 	require.Eventuallyf(tb, func() bool {
-		for s := range throttleextension.SignalProfiles + 1 {
+		for s := range decision.Profiles + 1 {
 			if th.State(s) != want {
 				return false
 			}

@@ -17,7 +17,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // fakeThrottle is a throttle extension whose verdicts the test sets.
@@ -25,36 +26,36 @@ type fakeThrottle struct {
 	component.StartFunc
 	component.ShutdownFunc
 
-	verdicts [throttleextension.SignalProfiles + 1]atomic.Uint32
+	verdicts [decision.Profiles + 1]atomic.Uint32
 	delay    time.Duration
 }
 
-var _ throttleextension.Throttle = (*fakeThrottle)(nil)
+var _ throttleapi.Throttle = (*fakeThrottle)(nil)
 
 func newFakeThrottle(delay time.Duration) *fakeThrottle {
 	return &fakeThrottle{delay: delay}
 }
 
-func (f *fakeThrottle) set(s throttleextension.Signal, v throttleextension.Verdict) {
+func (f *fakeThrottle) set(s decision.Signal, v decision.Verdict) {
 	f.verdicts[s].Store(uint32(v))
 }
 
-func (f *fakeThrottle) Decide(s throttleextension.Signal) throttleextension.Verdict {
-	return throttleextension.Verdict(f.verdicts[s].Load())
+func (f *fakeThrottle) Decide(s decision.Signal) decision.Verdict {
+	return decision.Verdict(f.verdicts[s].Load())
 }
 
-func (f *fakeThrottle) RetryDelay(throttleextension.Verdict) time.Duration { return f.delay }
+func (f *fakeThrottle) RetryDelay(decision.Verdict) time.Duration { return f.delay }
 
-func (f *fakeThrottle) State(s throttleextension.Signal) throttleextension.State {
-	if f.Decide(s) == throttleextension.DenyOpen {
-		return throttleextension.StateOpen
+func (f *fakeThrottle) State(s decision.Signal) decision.State {
+	if f.Decide(s) == decision.DenyOpen {
+		return decision.Open
 	}
-	return throttleextension.StateNormal
+	return decision.Normal
 }
 
 func (*fakeThrottle) ObserveOnly() bool { return false }
 
-func (*fakeThrottle) RecordProcessorDecision(throttleextension.Signal, throttleextension.Verdict) {}
+func (*fakeThrottle) RecordProcessorDecision(decision.Signal, decision.Verdict) {}
 
 // Memory of the real extension's fake source, against the default memory
 // thresholds (enter 0.85, hard 0.92).
@@ -74,13 +75,13 @@ const (
 // realThrottle is a started throttle extension built by the extension's own
 // factory, whose water level the test drives through its resource source.
 type realThrottle struct {
-	throttleextension.Throttle
+	throttleapi.Throttle
 	ext component.Component
 	src *fakeSource
 }
 
 // startRealThrottle creates and starts a throttle extension with a 10ms
-// sample interval, no CPU slot, no recovery ramp, and retry_after
+// check interval, no CPU slot, no recovery ramp, and retry_after
 // [testMinRetry, testMaxRetry], plus the given configuration keys (top-level
 // keys replace the defaults above). It is shut down when the test ends.
 func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
@@ -88,19 +89,19 @@ func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
 	src := &fakeSource{memLimit: fakeMemLimit}
 	src.setLevel(fakeCalm)
 	conf := map[string]any{
-		"sample_interval": "10ms",
-		"recovery_ramp":   "0s",
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
 		// A sampler starved under -race must not turn Open into Normal.
-		"stale_after_intervals": 0,
-		"retry_after":           map[string]any{"min": testMinRetry.String(), "max": testMaxRetry.String()},
-		"thresholds":            map[string]any{"cpu": map[string]any{"enabled": false}},
+		"stale_after": "0s",
+		"retry_after": map[string]any{"min": testMinRetry.String(), "max": testMaxRetry.String()},
+		"cpu":         map[string]any{"enabled": false},
 	}
 	for _, e := range extra {
 		maps.Copy(conf, e)
 	}
 	ext, th := startThrottle(tb, src, conf, nil)
 	rt := &realThrottle{Throttle: th, ext: ext, src: src}
-	rt.waitState(tb, throttleextension.StateNormal)
+	rt.waitState(tb, decision.Normal)
 	return rt
 }
 
@@ -115,17 +116,17 @@ func (rt *realThrottle) host() component.Host {
 func (rt *realThrottle) overload(tb testing.TB) {
 	tb.Helper()
 	rt.src.setLevel(fakeOverloaded)
-	rt.waitState(tb, throttleextension.StateOpen)
+	rt.waitState(tb, decision.Open)
 }
 
 // calm brings the memory level under every line and waits for Normal.
 func (rt *realThrottle) calm(tb testing.TB) {
 	tb.Helper()
 	rt.src.setLevel(fakeCalm)
-	rt.waitState(tb, throttleextension.StateNormal)
+	rt.waitState(tb, decision.Normal)
 }
 
-func (rt *realThrottle) waitState(tb testing.TB, want throttleextension.State) {
+func (rt *realThrottle) waitState(tb testing.TB, want decision.State) {
 	tb.Helper()
 	waitState(tb, rt, want, 10*time.Second)
 }
@@ -134,7 +135,7 @@ func (rt *realThrottle) waitState(tb testing.TB, want throttleextension.State) {
 var outcomeNames = []string{"passed", "refused", "dropped"}
 
 // outcomePoints are the expected data points of one processor's counters.
-func outcomePoints(sig throttleextension.Signal, values map[string]int64) []metricdata.DataPoint[int64] {
+func outcomePoints(sig decision.Signal, values map[string]int64) []metricdata.DataPoint[int64] {
 	var dps []metricdata.DataPoint[int64]
 	for _, o := range outcomeNames {
 		v, ok := values[o]

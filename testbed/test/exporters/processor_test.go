@@ -39,7 +39,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	throttleprocessor "github.com/otelthrottle/throttle"
-	"github.com/otelthrottle/throttle/extension/throttleextension"
+
+	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
 )
@@ -66,14 +67,14 @@ func newFakeDriver(*testing.T) throttleDriver {
 func (d fakeDriver) host() component.Host { return hostWith(defaultExtensionID, d.fake) }
 
 func (d fakeDriver) overload(testing.TB) {
-	for s := range throttleextension.SignalProfiles + 1 {
-		d.fake.set(s, throttleextension.DenyOpen)
+	for s := range decision.Profiles + 1 {
+		d.fake.set(s, decision.DenyOpen)
 	}
 }
 
 func (d fakeDriver) calm(testing.TB) {
-	for s := range throttleextension.SignalProfiles + 1 {
-		d.fake.set(s, throttleextension.Admit)
+	for s := range decision.Profiles + 1 {
+		d.fake.set(s, decision.Admit)
 	}
 }
 
@@ -285,10 +286,10 @@ func TestEndToEndDrop(t *testing.T) {
 			assert.Zero(t, logs.FilterMessage(retryLogMessage).Len())
 
 			metadatatest.AssertEqualProcessorThrottleItems(t, p.tel,
-				outcomePoints(throttleextension.SignalTraces, map[string]int64{"passed": 16, "dropped": int64(sentWhileOpen)}),
+				outcomePoints(decision.Traces, map[string]int64{"passed": 16, "dropped": int64(sentWhileOpen)}),
 				metricdatatest.IgnoreTimestamp())
 			metadatatest.AssertEqualProcessorThrottleBatches(t, p.tel,
-				outcomePoints(throttleextension.SignalTraces, map[string]int64{"passed": 2, "dropped": 4}),
+				outcomePoints(decision.Traces, map[string]int64{"passed": 2, "dropped": 4}),
 				metricdatatest.IgnoreTimestamp())
 		})
 	}

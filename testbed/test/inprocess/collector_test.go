@@ -38,8 +38,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	throttleprocessor "github.com/otelthrottle/throttle"
-	// The extension registers its factory with testseam.
-	_ "github.com/otelthrottle/throttle/extension/throttleextension"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/testseam"
 	"github.com/otelthrottle/throttle/testbed/test/internal/e2e"
@@ -206,7 +204,7 @@ func TestCollectorInProcess(t *testing.T) {
 		"want 8 spans through the debug exporter, got %d", exportedSpans(observed))
 
 	// Open: memory over the hard line (0.92); one sample is enough
-	// (breach_n 1). Requests are refused at the entrance.
+	// (one check breaches). Requests are refused at the entrance.
 	src.setMem(0.97)
 	require.Eventually(t, func() bool {
 		code, _, err := e2e.PostTraces(ctx, httpAddr, e2e.Traces(1))

@@ -9,9 +9,9 @@ import (
 	"go.opentelemetry.io/collector/config/confighttp"
 
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/gomemlimit"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/softlimit"
 )
 
 // Config is the runner's configuration: the extension's validated Config,
@@ -40,7 +40,7 @@ type Config struct {
 	QueueMaxWait time.Duration
 	QueueMaxHeld int
 	Admission    Admission
-	GoMemLimit   gomemlimit.Config
+	GoMemLimit   softlimit.Config
 	// StaleAfter is how old the water level may get before decisions fall
 	// back to admitting (0: hold the last level).
 	StaleAfter time.Duration

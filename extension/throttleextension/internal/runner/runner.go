@@ -24,9 +24,9 @@ import (
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/gomemlimit"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/softlimit"
 )
 
 // warnEvery bounds how often one kind of sampler failure is logged: the
@@ -82,11 +82,11 @@ type Runner struct {
 	stale   *staleWatchdog // stale.go; nil when off
 	// memLimit sets the Go soft memory limit when the throttle owns it;
 	// nil before Start.
-	memLimit *gomemlimit.Owner
-	// pace raises the GC's pace while little is live (gomemlimit.Pace),
+	memLimit *softlimit.Owner
+	// pace raises the GC's pace while little is live (softlimit.GCPercent),
 	// from the figures heapView read; both nil with an injected source.
-	pace     *gomemlimit.Pace
-	heapView *gomemlimit.HeapView
+	pace     *softlimit.GCPercent
+	heapView *softlimit.HeapView
 	// open times the state machine's Open episodes (stall.go).
 	open openWatch
 
@@ -119,7 +119,7 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 		lastWarn:          map[string]time.Time{},
 		translog:          newTransitionLog(set.Logger, nil),
 	}
-	relief := gomemlimit.NewRelief()
+	relief := softlimit.NewRelief()
 	r.engine = decision.New(cfg.Decision, decision.Options{
 		OnTransition:  r.logTransition,
 		RelieveMemory: func() { relief.Relieve() },
@@ -176,11 +176,11 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	if r.source != nil && r.memoryLimitSetter == nil {
 		glCfg.Enabled = false
 	}
-	r.memLimit = gomemlimit.Acquire(glCfg, gomemlimit.Options{SetMemoryLimit: r.memoryLimitSetter})
+	r.memLimit = softlimit.Acquire(glCfg, softlimit.Options{SetMemoryLimit: r.memoryLimitSetter})
 	var heap sampler.HeapView
 	if ownProcess {
-		r.pace = gomemlimit.AcquirePace(glCfg.HeapTarget, gomemlimit.PaceOptions{})
-		r.heapView = gomemlimit.NewHeapView(r.pace)
+		r.pace = softlimit.AcquireGCPercent(glCfg.HeapTarget, softlimit.GCPercentOptions{})
+		r.heapView = softlimit.NewHeapView(r.pace)
 		heap = r.heapView
 	}
 	scfg := r.cfg.Sampler
@@ -189,6 +189,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		OnSample: r.onSample,
 		OnError:  r.onSamplerError,
 		Heap:     heap,
+		Logger:   r.logger,
 	})
 	// Start takes the first sample before it returns, so the memory limit
 	// is known when the budget and the soft memory limit are sized.
@@ -213,7 +214,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		zap.Int64("go_memory_limit_bytes", goMemLimitBytes(goLimit)),
 		zap.String("gc_pace", r.pace.String()),
 		zap.Int64("admission_budget_bytes", r.budget.Load().Max()),
-		zap.Duration("sample_interval", r.cfg.Sampler.Interval),
+		zap.Duration("check_interval", r.cfg.Sampler.Interval),
 	)
 	return nil
 }
@@ -440,7 +441,7 @@ func (r *Runner) Sampler() *sampler.Sampler { return r.sampler }
 func (r *Runner) OwnedSource() sampler.Source { return r.ownedSource }
 
 // Watchdog reports whether Start started the stale watchdog
-// (stale_after_intervals > 0). Call it after Start has returned.
+// (stale_after > 0). Call it after Start has returned.
 func (r *Runner) Watchdog() bool { return r.stale != nil }
 
 // StatusAddr is the status page's bound address, nil when it is not
@@ -460,8 +461,8 @@ func (r *Runner) telemetrySources() telemetrySources {
 		budget:     r.budgetValues,
 		stale:      r.engine.Stale,
 		held:       func() int64 { return r.pacer.Held() + r.queue.Held() },
-		goMemLimit: func() int64 { return goMemLimitBytes(gomemlimit.Current()) },
-		gcPercent:  gomemlimit.CurrentPace,
+		goMemLimit: func() int64 { return goMemLimitBytes(softlimit.Current()) },
+		gcPercent:  softlimit.CurrentGCPercent,
 		openFor:    r.open.openFor,
 		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
 		cpuEnabled: c.CPU.Enabled,

@@ -13,7 +13,7 @@ import (
 )
 
 // staleWatchdog bounds how long decisions act on an old water level
-// (stale_after_intervals). Every sample interval it asks the engine whether
+// (stale_after). Every check interval it asks the engine whether
 // Observe has run within the bound; when not, the engine publishes admit-all
 // snapshots until the next sample (decision.Engine.Expire).
 //
@@ -28,7 +28,7 @@ import (
 // needed most, and a false "stale" lets a flood in. So the bound counts the
 // watchdog's own ticks, and only those that came on time: a starved process
 // runs its watchdog late too, and a sampler is called stuck only when the
-// watchdog ran on time for stale_after_intervals ticks in a row while the
+// watchdog ran on time for stale_after's worth of ticks in a row while the
 // sampler published nothing. 0 keeps the hold for those who prefer it.
 //
 // It runs on its own goroutine so that it keeps running while the sampler's
@@ -46,8 +46,8 @@ type staleWatchdog struct {
 	wg       sync.WaitGroup
 }
 
-// startStaleWatchdog starts the watchdog, ticking every sample interval,
-// or returns nil when the bound maxAge is off (stale_after_intervals: 0).
+// startStaleWatchdog starts the watchdog, ticking every check interval,
+// or returns nil when the bound maxAge is off (stale_after: 0).
 func startStaleWatchdog(engine *decision.Engine, logger *zap.Logger, maxAge, interval time.Duration, onChange func()) *staleWatchdog {
 	if maxAge <= 0 {
 		return nil

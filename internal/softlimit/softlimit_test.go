@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-package gomemlimit
+package softlimit
 
 import (
 	"math"
@@ -153,7 +153,7 @@ func TestHeldBackArithmetic(t *testing.T) {
 	// No soft limit binding: the goal is the GC's own.
 	f(100, 220, 100, 10, 10, 0)
 	f(100, 300, 100, 0, 0, 0)
-	// A soft limit holds the goal under the pace: the gap is held back.
+	// A soft limit holds the goal under the GC percent: the gap is held back.
 	f(100, 150, 100, 0, 0, 50)
 	f(100, 150, 100, 20, 30, 100)
 	f(100, 120, 50, 0, 0, 30)

@@ -89,7 +89,7 @@ func startResizable(t *testing.T, src *resizableSource, ml *fakeMemoryLimit, mut
 }
 
 // TestGoMemLimitFollowsTheContainer: with GOMEMLIMIT unset, the throttle
-// sets the soft memory limit to gomemlimit.share of the memory limit,
+// sets the soft memory limit to memory::soft_limit::share of the memory limit,
 // logs it at start, follows the limit when it changes, and gives the limit
 // back at shutdown.
 func TestGoMemLimitFollowsTheContainer(t *testing.T) {
@@ -128,9 +128,9 @@ func TestGoMemLimitRespectsTheEnvironment(t *testing.T) {
 func TestGoMemLimitTurnedOff(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "")
 	ml := newFakeMemoryLimit()
-	e, _ := startResizable(t, newResizableSource(100<<20), ml, func(c *Config) { c.GoMemLimit.Enabled = false })
+	e, _ := startResizable(t, newResizableSource(100<<20), ml, func(c *Config) { c.Memory.SoftLimit.Enabled = false })
 	require.NoError(t, e.Shutdown(context.Background()))
-	assert.Zero(t, ml.setCount(), "gomemlimit.enabled: false never sets it")
+	assert.Zero(t, ml.setCount(), "memory::soft_limit::enabled: false never sets it")
 }
 
 // TestAutoBudgetFollowsTheContainer: the "auto" admission budget is sized
@@ -183,10 +183,10 @@ func TestGCPaceWithTheDefaultSource(t *testing.T) {
 		// cgroup's) comes off the heap's target: a limit of twice it and
 		// 2 GiB more leaves the heap 1 GiB, and the pace rises while almost
 		// nothing is live.
-		probe, _ := start(t, func(c *Config) { c.GoMemLimit.Enabled, c.GoMemLimit.HeapTarget = false, 0 })
+		probe, _ := start(t, func(c *Config) { c.Memory.SoftLimit.Enabled, c.Memory.SoftLimit.HeapTarget = false, 0 })
 		ws := probe.runner.Level().WorkingSet
 		require.NoError(t, probe.Shutdown(context.Background()))
-		e, pace := start(t, func(c *Config) { c.Signal.MemoryLimitMiB = 2*(ws>>20) + 2048 })
+		e, pace := start(t, func(c *Config) { c.Memory.LimitMiB = 2*(ws>>20) + 2048 })
 		assert.Equal(t, "owned by throttle", pace)
 		assert.Eventually(t, func() bool { return gcPercent() > 1000 }, 5*time.Second, 10*time.Millisecond,
 			"GOGC stayed at %d", gcPercent())
@@ -195,7 +195,7 @@ func TestGCPaceWithTheDefaultSource(t *testing.T) {
 		assert.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "the soft limit too")
 	})
 	t.Run("no soft limit: the default pace", func(t *testing.T) {
-		e, pace := start(t, func(c *Config) { c.Signal.MemoryLimitMiB = 1024; c.GoMemLimit.Enabled = false })
+		e, pace := start(t, func(c *Config) { c.Memory.LimitMiB = 1024; c.Memory.SoftLimit.Enabled = false })
 		assert.Equal(t, "owned by throttle", pace)
 		time.Sleep(50 * time.Millisecond) // a few samples
 		assert.Equal(t, uint64(100), gcPercent())
@@ -208,8 +208,8 @@ func TestGCPaceWithTheDefaultSource(t *testing.T) {
 		require.NoError(t, e.Shutdown(context.Background()))
 	})
 	t.Run("heap_target 0", func(t *testing.T) {
-		e, pace := start(t, func(c *Config) { c.GoMemLimit.HeapTarget = 0 })
-		assert.Equal(t, "not set by throttle (gomemlimit.heap_target: 0)", pace)
+		e, pace := start(t, func(c *Config) { c.Memory.SoftLimit.HeapTarget = 0 })
+		assert.Equal(t, "not set by throttle (memory::soft_limit::heap_target: 0)", pace)
 		time.Sleep(50 * time.Millisecond) // a few samples
 		assert.Equal(t, uint64(100), gcPercent())
 		require.NoError(t, e.Shutdown(context.Background()))

@@ -1,10 +1,10 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-// Package gomemlimit owns the Go runtime's soft memory limit
-// (runtime/debug.SetMemoryLimit) and the GC's pace (GOGC, see Pace) for a
-// collector in a container, and reads how hard that limit is squeezing the
-// heap.
+// Package softlimit owns the Go runtime's soft memory limit
+// (runtime/debug.SetMemoryLimit) and the GC percent (GOGC, see GCPercent)
+// for a collector in a container, and reads how hard that limit is
+// squeezing the heap.
 //
 // Why: without a soft limit the garbage collector lets the heap grow to
 // twice what is live (GOGC=100) before it collects. A collector holding
@@ -15,7 +15,7 @@
 // collector collect instead, and HeapView tells the throttle how much of
 // the heap the limit is holding back, so that it sheds load before the
 // extra collections eat the CPU that draining needs.
-package gomemlimit // import "github.com/otelthrottle/throttle/internal/gomemlimit"
+package softlimit // import "github.com/otelthrottle/throttle/internal/softlimit"
 
 import (
 	"math"
@@ -37,13 +37,14 @@ const DefaultShare = 0.80
 // noLimit is the runtime's value for "no soft memory limit".
 const noLimit = math.MaxInt64
 
-// Config is the gomemlimit section of the extension's configuration.
+// Config is the memory::soft_limit section of the extension's
+// configuration.
 type Config struct {
 	// Enabled lets the throttle set the soft limit when nobody else has.
 	Enabled bool
 	// Share of the container's memory limit, in (0, 1].
 	Share float64
-	// HeapTarget is the Pace's target share of the container's memory
+	// HeapTarget is the GCPercent's target share of the container's memory
 	// limit; 0: the throttle leaves GOGC alone.
 	HeapTarget float64
 }
@@ -71,7 +72,7 @@ func (s Status) String() string {
 	case Owned:
 		return "owned by throttle"
 	case Disabled:
-		return "not set by throttle (gomemlimit.enabled: false)"
+		return "not set by throttle (memory::soft_limit::enabled: false)"
 	case Environment:
 		return "set by the GOMEMLIMIT environment variable"
 	case AlreadySet:
@@ -129,7 +130,7 @@ func Acquire(cfg Config, opts Options) *Owner {
 }
 
 // decideOwner is the ownership rule of a runtime setting (the soft limit,
-// the pace): not when turned off, not when its environment variable is
+// the GC percent): not when turned off, not when its environment variable is
 // set, not when it is no longer the runtime's default (someone in the
 // process set it), not when another owner in the process holds it (owner,
 // taken on success). getenv is os.Getenv when nil.
@@ -292,10 +293,10 @@ var heapMetrics = []string{
 // the sampler's goroutine owns one.
 type HeapView struct {
 	samples []metrics.Sample
-	// pace, when it owns GOGC, makes the held-back heap count against
-	// GOGC's default rather than the raised pace.
-	pace *Pace
-	last HeapFigures
+	// gcPercent, when it owns GOGC, makes the held-back heap count
+	// against GOGC's default rather than the raised GC percent.
+	gcPercent *GCPercent
+	last      HeapFigures
 }
 
 // HeapFigures are the figures of the last collection the GC paces by
@@ -307,9 +308,9 @@ type HeapFigures struct {
 	Objects, Free         uint64
 }
 
-// NewHeapView returns a HeapView; pace may be nil.
-func NewHeapView(pace *Pace) *HeapView {
-	v := &HeapView{samples: make([]metrics.Sample, len(heapMetrics)), pace: pace}
+// NewHeapView returns a HeapView; gcPercent may be nil.
+func NewHeapView(gcPercent *GCPercent) *HeapView {
+	v := &HeapView{samples: make([]metrics.Sample, len(heapMetrics)), gcPercent: gcPercent}
 	for i, n := range heapMetrics {
 		v.samples[i].Name = n
 	}
@@ -335,11 +336,11 @@ func (v *HeapView) Last() HeapFigures {
 // rather than what the heap is about to hold.
 //
 // heldBack is how far the heap goal is below the one the GC would set at
-// its configured pace (GOGC) for what is live: 0 while no soft memory limit
-// binds, and growing as the limit squeezes the heap, that is as the GC has
-// to run more often to keep under it. GOGC=off, and a pace the throttle
-// raised (Pace), count as GOGC's default, the pace the memory lines are
-// drawn for.
+// its configured GC percent (GOGC) for what is live: 0 while no soft memory
+// limit binds, and growing as the limit squeezes the heap, that is as the
+// GC has to run more often to keep under it. GOGC=off, and a GC percent the
+// throttle raised (GCPercent), count as GOGC's default, the one the memory
+// lines are drawn for.
 func (v *HeapView) Read() (spare, heldBack uint64) {
 	metrics.Read(v.samples)
 	var u [7]uint64
@@ -351,8 +352,8 @@ func (v *HeapView) Read() (spare, heldBack uint64) {
 	}
 	v.last = HeapFigures{Live: u[0], Stacks: u[3], Globals: u[4], Free: u[5], Objects: u[6]}
 	gogc := u[2]
-	if v.pace.Owned() {
-		gogc = basePace
+	if v.gcPercent.Owned() {
+		gogc = defaultGCPercent
 	}
 	return spareBytes(u[5], u[1], u[6]), heldBackBytes(u[0], u[1], gogc, u[3], u[4])
 }
@@ -368,7 +369,7 @@ func spareBytes(free, goal, objects uint64) uint64 {
 // is live + (live + stacks + globals) × GOGC/100.
 func heldBackBytes(live, goal, gogc, stacks, globals uint64) uint64 {
 	if gogc > math.MaxInt32 { // GOGC=off reads as a huge percentage
-		gogc = basePace
+		gogc = defaultGCPercent
 	}
 	natural := float64(live) + float64(live+stacks+globals)*float64(gogc)/100
 	if natural <= float64(goal) {
