@@ -109,10 +109,10 @@ func TestWaterLevelHeapCorrections(t *testing.T) {
 			k, _ := dp.Attributes.Value("kind")
 			got[k.AsString()] = dp.Value
 		}
-		assert.InDelta(t, mem, got["mem"], 1e-9)
-		assert.InDelta(t, float64(ws)/limit, got["mem_working_set"], 1e-9)
-		assert.InDelta(t, float64(spare)/limit, got["mem_heap_spare"], 1e-9)
-		assert.InDelta(t, float64(heldBack)/limit, got["mem_heap_held_back"], 1e-9)
+		assert.InDelta(t, mem, got["memory"], 1e-9)
+		assert.InDelta(t, float64(ws)/limit, got["memory_working_set"], 1e-9)
+		assert.InDelta(t, float64(spare)/limit, got["memory_heap_spare"], 1e-9)
+		assert.InDelta(t, float64(heldBack)/limit, got["memory_heap_held_back"], 1e-9)
 	}
 	f(800, 0, 0, 0.8)
 	f(800, 300, 0, 0.5)
