@@ -258,7 +258,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ThrottleRequests, err = builder.meter.Int64ObservableCounter(
 		"otelcol_throttle_requests",
-		metric.WithDescription("Admission decisions, per protocol, signal and decision; denials carry the reason. [Alpha]"),
+		metric.WithDescription("Admission decisions, per protocol, signal and decision; denials carry the reason. With observe_only, what would have been denied is counted as decision=would_deny and let in. [Alpha]"),
 		metric.WithUnit("{request}"),
 	)
 	errs = errors.Join(errs, err)

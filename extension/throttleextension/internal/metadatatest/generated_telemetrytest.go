@@ -94,7 +94,7 @@ func AssertEqualThrottleOpenDuration(t *testing.T, tt *componenttest.Telemetry, 
 func AssertEqualThrottleRequests(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_requests",
-		Description: "Admission decisions, per protocol, signal and decision; denials carry the reason. [Alpha]",
+		Description: "Admission decisions, per protocol, signal and decision; denials carry the reason. With observe_only, what would have been denied is counted as decision=would_deny and let in. [Alpha]",
 		Unit:        "{request}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

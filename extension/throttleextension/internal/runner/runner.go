@@ -136,7 +136,7 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 	if cfg.Enabled {
 		r.queue = middleware.NewQueue(r, cfg.QueueMaxWait, cfg.QueueMaxHeld, 0)
 	}
-	if r.tel, err = newTelemetry(set, id, r.telemetrySources()); err != nil {
+	if r.tel, err = newTelemetry(set, id, cfg.ObserveOnly, r.telemetrySources()); err != nil {
 		return nil, err
 	}
 	r.status = newStatus(r, set)
@@ -206,6 +206,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	}
 	goLimit := r.memLimit.Limit()
 	r.logger.Info("throttle started",
+		zap.Bool("observe_only", r.cfg.ObserveOnly),
 		zap.String("resource_source", src.Describe()),
 		zap.Float64("effective_cores", wl.Cores),
 		zap.Uint64("memory_limit_bytes", wl.MemLimit),

@@ -5,6 +5,7 @@ package runner
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,8 +15,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
@@ -46,7 +51,7 @@ func newTestTelemetry(t *testing.T) *componenttest.Telemetry {
 // limits (the metric's enum has no other value) rather than dropped.
 func TestRecordResourceFallback(t *testing.T) {
 	tt := newTestTelemetry(t)
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(nil))
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(nil))
 	require.NoError(t, err)
 	defer tel.shutdown()
 	tel.samplerError("limits")
@@ -66,7 +71,7 @@ func TestRecordResourceFallback(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	tt := componenttest.NewTelemetry()
 	defer func() { _ = tt.Shutdown(context.Background()) }()
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(nil))
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(nil))
 	require.NoError(b, err)
 	defer tel.shutdown()
 	b.ReportAllocs()
@@ -77,7 +82,7 @@ func BenchmarkRecord(b *testing.B) {
 
 func TestRecordDoesNotAllocate(t *testing.T) {
 	tt := newTestTelemetry(t)
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(nil))
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(nil))
 	require.NoError(t, err)
 	defer tel.shutdown()
 	tel.record(middleware.ProtocolHTTP, decision.Traces, decision.Admit) // first use creates the series
@@ -99,7 +104,7 @@ func TestWaterLevelHeapCorrections(t *testing.T) {
 		wl := &sampler.WaterLevel{
 			MemValid: true, Mem: mem, WorkingSet: ws, MemLimit: limit, HeapSpare: spare, HeapHeldBack: heldBack,
 		}
-		tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(wl))
+		tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(wl))
 		require.NoError(t, err)
 		defer tel.shutdown()
 		m, err := tt.GetMetric("otelcol_throttle_water_level")
@@ -117,4 +122,49 @@ func TestWaterLevelHeapCorrections(t *testing.T) {
 	f(800, 0, 0, 0.8)
 	f(800, 300, 0, 0.5)
 	f(800, 100, 50, 0.75)
+}
+
+// TestObserveOnlyLabelsDenials checks what tells an operator that
+// observe_only is on: the start log line says so, and the requests it would
+// have refused are counted as decision=would_deny, never as denied, so that
+// dashboards and alerts on real refusals stay quiet while it is on.
+func TestObserveOnlyLabelsDenials(t *testing.T) {
+	for _, observeOnly := range []bool{false, true} {
+		t.Run(strconv.FormatBool(observeOnly), func(t *testing.T) {
+			tt := newTestTelemetry(t)
+			core, logs := observer.New(zapcore.InfoLevel)
+			set := tt.NewTelemetrySettings()
+			set.Logger = zap.New(core)
+			cfg := testConfig(func(c *Config) { c.ObserveOnly = observeOnly })
+			r, err := New(cfg, set, component.MustNewID("throttle"), Options{Source: cgroup.NewProcess("/")})
+			require.NoError(t, err)
+			require.NoError(t, r.Start(context.Background(), componenttest.NewNopHost()))
+			t.Cleanup(func() { require.NoError(t, r.Shutdown(context.Background())) })
+
+			started := logs.FilterMessage("throttle started").All()
+			require.Len(t, started, 1)
+			assert.Equal(t, observeOnly, started[0].ContextMap()["observe_only"])
+
+			r.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
+			r.Record(middleware.ProtocolHTTP, decision.Traces, decision.DenyShed)
+			r.RecordProcessorDecision(decision.Logs, decision.DenyBudget)
+			denied := "denied"
+			if observeOnly {
+				denied = "would_deny"
+			}
+			attrs := func(protocol, signal, decision, reason string) attribute.Set {
+				kv := []attribute.KeyValue{idAttr, attribute.String("protocol", protocol), attribute.String("signal", signal),
+					attribute.String("decision", decision)}
+				if reason != "" {
+					kv = append(kv, attribute.String("reason", reason))
+				}
+				return attribute.NewSet(kv...)
+			}
+			metadatatest.AssertEqualThrottleRequests(t, tt, []metricdata.DataPoint[int64]{
+				{Attributes: attrs("http", "traces", "allowed", ""), Value: 1},
+				{Attributes: attrs("http", "traces", denied, "shed"), Value: 1},
+				{Attributes: attrs("processor", "logs", denied, "budget"), Value: 1},
+			}, metricdatatest.IgnoreTimestamp())
+		})
+	}
 }
