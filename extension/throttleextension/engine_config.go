@@ -36,6 +36,7 @@ func (cfg *Config) runnerConfig() runner.Config {
 		GoMemLimit:   cfg.GoMemLimit.ownerConfig(),
 		StaleAfter:   cfg.StaleAfter(),
 		ReportStatus: cfg.ReportStatus,
+		Effective:    cfg,
 	}
 	if !cfg.Admission.MaxInflightBytes.Off() {
 		rc.Admission.Budget = cfg.Admission.MaxInflightBytes.ResolveBudget

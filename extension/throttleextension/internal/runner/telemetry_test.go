@@ -15,12 +15,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
-	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
@@ -132,14 +128,7 @@ func TestObserveOnlyLabelsDenials(t *testing.T) {
 	for _, observeOnly := range []bool{false, true} {
 		t.Run(strconv.FormatBool(observeOnly), func(t *testing.T) {
 			tt := newTestTelemetry(t)
-			core, logs := observer.New(zapcore.InfoLevel)
-			set := tt.NewTelemetrySettings()
-			set.Logger = zap.New(core)
-			cfg := testConfig(func(c *Config) { c.ObserveOnly = observeOnly })
-			r, err := New(cfg, set, component.MustNewID("throttle"), Options{Source: cgroup.NewProcess("/")})
-			require.NoError(t, err)
-			require.NoError(t, r.Start(context.Background(), componenttest.NewNopHost()))
-			t.Cleanup(func() { require.NoError(t, r.Shutdown(context.Background())) })
+			r, logs := newStartedRunner(t, tt.NewTelemetrySettings(), testConfig(func(c *Config) { c.ObserveOnly = observeOnly }))
 
 			started := logs.FilterMessage("throttle started").All()
 			require.Len(t, started, 1)
@@ -153,8 +142,10 @@ func TestObserveOnlyLabelsDenials(t *testing.T) {
 				denied = "would_deny"
 			}
 			attrs := func(protocol, signal, decision, reason string) attribute.Set {
-				kv := []attribute.KeyValue{idAttr, attribute.String("protocol", protocol), attribute.String("signal", signal),
-					attribute.String("decision", decision)}
+				kv := []attribute.KeyValue{
+					idAttr, attribute.String("protocol", protocol), attribute.String("signal", signal),
+					attribute.String("decision", decision),
+				}
 				if reason != "" {
 					kv = append(kv, attribute.String("reason", reason))
 				}
