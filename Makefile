@@ -74,6 +74,12 @@ generate:
 check-generate: generate
 	@git diff --exit-code -- '*generated*' '*documentation.md' || { echo "generated files are stale: run make generate"; exit 1; }
 
+## status-page-png: render docs/status-page.png from the real page over the browser test's
+## simulated burst, with the default lines (headless Chromium).
+.PHONY: status-page-png
+status-page-png:
+	THROTTLE_WRITE_SCREENSHOT=$(CURDIR)/docs/status-page.png $(GO) test -count=1 -run 'TestPageInChromium/screenshot' ./internal/statuspage
+
 # ---------------------------------------------------------------------------
 # The otelcol-throttle distribution (builder-config.yaml), built with ocb.
 

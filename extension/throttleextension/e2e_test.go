@@ -598,7 +598,8 @@ func TestE2EQueueRefusesAfterMaxWait(t *testing.T) {
 
 // TestE2EObserveOnly: with observe_only, every decision is made and counted
 // but nothing is refused: in Open every signal is delivered over HTTP and
-// gRPC, and throttle_requests counts the denials that would have been.
+// gRPC, and throttle_requests counts the denials that would have been as
+// would_deny, none as denied.
 func TestE2EObserveOnly(t *testing.T) {
 	env := startE2E(t, e2eOptions{conf: map[string]any{"observe_only": true}})
 	env.setLevel(t, e2eOpen, decision.Open)
@@ -613,7 +614,9 @@ func TestE2EObserveOnly(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%v: %s", s.sig, resp.body)
 		require.NoError(t, s.grpcExport(ctx, cc, 2))
 		assert.Equal(t, 4, s.received(env), "%v", s.sig)
-		assert.EqualValues(t, 1, env.requests(t, "http", s.sig, "denied", "open"), "%v", s.sig)
-		assert.EqualValues(t, 1, env.requests(t, "grpc", s.sig, "denied", "open"), "%v", s.sig)
+		assert.EqualValues(t, 1, env.requests(t, "http", s.sig, "would_deny", "open"), "%v", s.sig)
+		assert.EqualValues(t, 1, env.requests(t, "grpc", s.sig, "would_deny", "open"), "%v", s.sig)
+		assert.Zero(t, env.requests(t, "http", s.sig, "denied", "open"), "%v", s.sig)
+		assert.Zero(t, env.requests(t, "grpc", s.sig, "denied", "open"), "%v", s.sig)
 	}
 }

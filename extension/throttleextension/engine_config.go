@@ -38,6 +38,7 @@ func (cfg *Config) runnerConfig() runner.Config {
 		GoMemLimit:   cfg.Memory.SoftLimit.ownerConfig(),
 		StaleAfter:   cfg.StaleAfter,
 		ReportStatus: cfg.ReportStatus,
+		Effective:    cfg,
 	}
 	if !cfg.Admission.MaxInflightBytes.isOff() {
 		rc.Admission.Budget = cfg.Admission.MaxInflightBytes.resolve

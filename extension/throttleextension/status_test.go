@@ -120,10 +120,10 @@ type statusDoc struct {
 	Source string `json:"source"`
 	Time   int64  `json:"time"`
 	Level  struct {
-		Mem        float64 `json:"mem"`
-		MemValid   bool    `json:"mem_valid"`
+		Mem        float64 `json:"memory"`
+		MemValid   bool    `json:"memory_valid"`
 		WorkingSet uint64  `json:"working_set"`
-		MemLimit   uint64  `json:"mem_limit"`
+		MemLimit   uint64  `json:"memory_limit"`
 	} `json:"level"`
 	Thresholds map[string]struct {
 		Enabled bool    `json:"enabled"`
@@ -186,8 +186,8 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 	assert.Equal(t, uint64(statusTestCalm), doc.Level.WorkingSet)
 	assert.Equal(t, uint64(statusTestLimit), doc.Level.MemLimit)
 	assert.False(t, doc.Thresholds["cpu"].Enabled)
-	assert.True(t, doc.Thresholds["mem"].Enabled)
-	assert.InDelta(t, 0.92, doc.Thresholds["mem"].Hard, 1e-9)
+	assert.True(t, doc.Thresholds["memory"].Enabled)
+	assert.InDelta(t, 0.92, doc.Thresholds["memory"].Hard, 1e-9)
 	require.Len(t, doc.Signals, int(decision.NumSignals))
 	for i, s := range doc.Signals {
 		assert.Equal(t, decision.Signal(i).String(), s.Name)

@@ -7,14 +7,21 @@ package statuspage
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"html"
+	"image"
+	"image/color"
+	"image/png"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -80,14 +87,15 @@ func runChromium(t *testing.T, bin string, args ...string) []byte {
 }
 
 // serveBurst serves the handler over a ring holding a realistic overload,
-// on a loopback port chosen by the kernel.
-func serveBurst(t *testing.T) string {
+// on a loopback port chosen by the kernel, with info; it returns the URL
+// and the live status served.
+func serveBurst(t *testing.T, info func() Info) (string, LiveStatus) {
 	t.Helper()
 	ring, live := burst(time.Now(), 250*time.Millisecond)
 	live.Stale = false
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	h := Handler(ring, testInfo, func() LiveStatus { return live }, ln.Addr().String())
+	h := Handler(ring, info, func() LiveStatus { return live }, ln.Addr().String())
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
@@ -98,7 +106,23 @@ func serveBurst(t *testing.T) string {
 		_ = srv.Close()
 		<-done
 	})
-	return "http://" + ln.Addr().String() + "/"
+	return "http://" + ln.Addr().String() + "/", live
+}
+
+// renderDOM loads url in headless Chromium and returns the DOM once the page
+// has run, without its script (assert on the rendered markup, not on the
+// script's string literals).
+func renderDOM(t *testing.T, bin, url string) string {
+	t.Helper()
+	dom := string(runChromium(t, bin, "--virtual-time-budget=5000", "--dump-dom", url))
+	return regexp.MustCompile(`(?s)<script>.*?</script>`).ReplaceAllString(dom, "")
+}
+
+// element returns the markup of the element with the given id (the first
+// closing tag of its name ends it: for elements without nested ones of the
+// same name), or "".
+func element(dom, tag, id string) string {
+	return regexp.MustCompile(`(?s)<` + tag + `[^>]*\sid="` + id + `"[^>]*>.*?</` + tag + `>`).FindString(dom)
 }
 
 var sectionRE = regexp.MustCompile(`<section[^>]*>`)
@@ -113,12 +137,10 @@ func attr(tag, name string) string {
 
 func TestPageInChromium(t *testing.T) {
 	bin := findChromium(t)
-	url := serveBurst(t)
+	url, live := serveBurst(t, testInfo)
 
 	t.Run("dom", func(t *testing.T) {
-		dom := string(runChromium(t, bin, "--virtual-time-budget=5000", "--dump-dom", url))
-		// Assert on the rendered markup, not on the script's string literals.
-		dom = regexp.MustCompile(`(?s)<script>.*?</script>`).ReplaceAllString(dom, "")
+		dom := renderDOM(t, bin, url)
 		require.Contains(t, dom, `data-rendered="`, "page did not run its script")
 		rendered := regexp.MustCompile(`<body[^>]*data-rendered="(\d+)"`).FindStringSubmatch(dom)
 		require.NotNil(t, rendered, "no render counter on body")
@@ -146,20 +168,121 @@ func TestPageInChromium(t *testing.T) {
 		assert.Regexp(t, `data-state="(normal|shedding|open)"`, dom)
 		assert.NotContains(t, dom, "disconnected:")
 		assert.NotContains(t, dom, "waiting for samples")
-	})
 
-	t.Run("screenshot", func(t *testing.T) {
-		out := filepath.Join(t.TempDir(), "status.png")
-		runChromium(t, bin, "--virtual-time-budget=5000", "--window-size=1280,900", "--screenshot="+out, url)
-		png, err := os.ReadFile(out)
-		require.NoError(t, err)
-		require.True(t, bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")), "not a PNG")
-		// A blank 1280x900 page compresses to a few KB; charts and text do not.
-		assert.Greater(t, len(png), 40<<10, "screenshot is suspiciously small")
-		if dst := os.Getenv("THROTTLE_WRITE_SCREENSHOT"); dst != "" {
-			require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
-			require.NoError(t, os.WriteFile(dst, png, 0o644))
-			t.Logf("wrote %s (%d bytes)", dst, len(png))
+		// Enforcing: no observe_only banner, denials are denials.
+		assert.Regexp(t, `<div class="banner" id="observe" hidden`, dom)
+		assert.Contains(t, dom, `data-observe-only="0"`)
+		assert.Contains(t, element(dom, "span", "denied-label"), ">denied<")
+
+		// The state changes, newest first, as the server listed them.
+		require.NotEmpty(t, live.Transitions, "the fixture changes state")
+		rows := regexp.MustCompile(`(?s)<tr data-from="(\w+)" data-to="(\w+)">(.*?)</tr>`).FindAllStringSubmatch(element(dom, "tbody", "transitions"), -1)
+		require.Len(t, rows, len(live.Transitions))
+		for i, tr := range live.Transitions {
+			assert.Equal(t, tr.From.String(), rows[i][1], i)
+			assert.Equal(t, tr.To.String(), rows[i][2], i)
+			assert.Contains(t, rows[i][3], ">"+html.EscapeString(tr.Why)+"<", i)
+			assert.Contains(t, rows[i][3], ">all signals<", i)
+			assert.Contains(t, rows[i][3], ">"+tr.At.Local().Format("15:04:05")+"<", i)
+		}
+		assert.Regexp(t, `<div class="empty" id="no-transitions" hidden`, dom)
+
+		// The Go runtime's settings, and the configuration as a YAML-like tree.
+		assert.Contains(t, element(dom, "div", "v-go"), ">410 MiB<")
+		assert.Contains(t, element(dom, "div", "s-go"), ">GOGC 100 · owned by throttle<")
+		cfg := element(dom, "pre", "config-text")
+		for _, line := range []string{
+			"check_interval: 250ms",
+			"cpu:\n  enabled: true\n  enter: 0.9\n  exit: 0.8\n  hard: 1.1\n  max_shed: 0.2\n",
+			"memory:\n  enabled: true\n  enter: 0.85\n  exit: 0.78\n  hard: 0.92\n  soft_limit:\n    enabled: true\n",
+			"routes:\n  grpc: null\n  http: {}\n",
+			"    allowed_origins:\n      - https://a.example\n      - https://b.example\n",
+			`note: "a: b"`,
+		} {
+			assert.Contains(t, cfg, line)
 		}
 	})
+
+	t.Run("observe_only", func(t *testing.T) {
+		url, _ := serveBurst(t, func() Info {
+			in := testInfo()
+			in.ObserveOnly = true
+			return in
+		})
+		dom := renderDOM(t, bin, url)
+		banner := element(dom, "div", "observe")
+		require.NotEmpty(t, banner)
+		assert.NotContains(t, banner, "hidden")
+		assert.Contains(t, banner, "nothing is refused")
+		assert.Contains(t, dom, `data-observe-only="1"`)
+		assert.Contains(t, element(dom, "span", "denied-label"), ">would deny<")
+	})
+
+	// docs/status-page.png is this screenshot: make status-page-png.
+	t.Run("screenshot", func(t *testing.T) {
+		// A fresh fixture, so that the charts end at the page's now.
+		url, _ := serveBurst(t, testInfo)
+		out := filepath.Join(t.TempDir(), "status.png")
+		runChromium(t, bin, "--virtual-time-budget=5000", "--window-size=1280,980", "--screenshot="+out, url)
+		shot, err := os.ReadFile(out)
+		require.NoError(t, err)
+		require.True(t, bytes.HasPrefix(shot, []byte("\x89PNG\r\n\x1a\n")), "not a PNG")
+		// A blank 1280x980 page compresses to a few KB; charts and text do not.
+		assert.Greater(t, len(shot), 40<<10, "screenshot is suspiciously small")
+		if dst := os.Getenv("THROTTLE_WRITE_SCREENSHOT"); dst != "" {
+			small, err := paletted(shot)
+			require.NoError(t, err)
+			require.Less(t, len(small), 150<<10, "a tracked image stays under 150 KB")
+			require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
+			require.NoError(t, os.WriteFile(dst, small, 0o644))
+			t.Logf("wrote %s (%d bytes)", dst, len(small))
+		}
+	})
+}
+
+// paletted re-encodes a screenshot with the 256 colours it uses most, each
+// pixel as the nearest of them: flat panels and text stay exact, and the
+// file is a fraction of the size of Chromium's RGBA one.
+func paletted(b []byte) ([]byte, error) {
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	r := img.Bounds()
+	counts := map[color.RGBA]int{}
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			counts[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)]++
+		}
+	}
+	byUse := slices.SortedFunc(maps.Keys(counts), func(a, b color.RGBA) int {
+		if d := counts[b] - counts[a]; d != 0 {
+			return d
+		}
+		return cmp.Compare(uint32(a.R)<<24|uint32(a.G)<<16|uint32(a.B)<<8|uint32(a.A),
+			uint32(b.R)<<24|uint32(b.G)<<16|uint32(b.B)<<8|uint32(b.A))
+	})
+	pal := make(color.Palette, 0, 256)
+	for _, c := range byUse[:min(256, len(byUse))] {
+		pal = append(pal, c)
+	}
+	out := image.NewPaletted(r, pal)
+	index := map[color.RGBA]uint8{}
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			c := color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)
+			i, ok := index[c]
+			if !ok {
+				i = uint8(pal.Index(c))
+				index[c] = i
+			}
+			out.SetColorIndex(x, y, i)
+		}
+	}
+	var buf bytes.Buffer
+	enc := png.Encoder{CompressionLevel: png.BestCompression}
+	if err := enc.Encode(&buf, out); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

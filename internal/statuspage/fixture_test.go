@@ -4,37 +4,66 @@
 package statuspage
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 )
 
-// testInfo is the configuration the fixtures run with (the design's defaults,
-// metrics exempt, profiles shed at most half).
+// testInfo is the configuration the fixtures run with (the engine's default
+// lines, metrics exempt, profiles shed at most half).
 func testInfo() Info {
+	d := decision.DefaultConfig()
 	return Info{
 		Source:         "cgroup v2 /sys/fs/cgroup/kubepods/pod-1234/otelcol",
 		SampleInterval: 250 * time.Millisecond,
-		CPU:            decision.Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3},
-		Mem:            decision.Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1},
+		CPU:            d.CPU,
+		Mem:            d.Mem,
 		Signals: [decision.NumSignals]decision.Rule{
 			{Enabled: true, DropMin: 0, DropMax: 1},
 			{Enabled: false, DropMin: 0, DropMax: 1},
 			{Enabled: true, DropMin: 0, DropMax: 1},
 			{Enabled: true, DropMin: 0, DropMax: 0.5},
 		},
+		Config: testConfig(),
+	}
+}
+
+// testConfig is a configuration tree as the extension hands it over: the
+// page renders whatever keys it holds.
+func testConfig() map[string]any {
+	return map[string]any{
+		"enabled":        true,
+		"observe_only":   false,
+		"check_interval": "250ms",
+		"cpu":            map[string]any{"enabled": true, "enter": 0.9, "exit": 0.8, "hard": 1.1, "max_shed": 0.2},
+		"memory": map[string]any{
+			"enabled": true, "enter": 0.85, "exit": 0.78, "hard": 0.92,
+			"soft_limit": map[string]any{"enabled": true, "share": 0.8, "heap_target": 0.5},
+		},
+		"routes": map[string]any{"http": map[string]any{}, "grpc": nil},
+		"status": map[string]any{
+			"endpoint": "localhost:55680", "include_metadata": false,
+			"cors": map[string]any{"allowed_origins": []any{"https://a.example", "https://b.example"}},
+		},
+		"note": "a: b",
 	}
 }
 
 // burst fills a ring with the last 10 minutes of a realistic overload ending
-// at end: quiet, a rise, a plateau above the hard lines, a fall, quiet again.
-// The CPU EWMAs and the states follow design §3 and §4 (simplified: no
-// recovery ramp), the counters the decision of section 5. It returns the
-// final live status too, so the header matches the charts.
+// at end: quiet, a rise, a plateau of 1.28 times what the CPU quota serves,
+// a few huge requests that take memory over its hard line, a fall, quiet
+// again. CPU cannot go far over the quota (CFS throttles it), so CPU alone
+// sheds at most max_shed and memory opens. The CPU EWMAs, the states, the
+// CPU controller and the recovery ramp follow design §3 to §5, simplified;
+// the counters follow the decisions. It returns the final live status too,
+// so the header matches the charts.
 func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 	info := testInfo()
+	cpuT, memT := info.CPU, info.Mem
 	ring := NewRingFor(interval)
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := int(Window / interval)
@@ -42,16 +71,16 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 
 	const limit = 512 << 20
 	var (
-		fast, slow    float64
-		state         decision.State
-		hitsEnter     int
-		pPrev         float64
-		openedAt      = -1
-		hitsHard      int
-		hitsExit      int
-		hitsBelowHard int
-		l             LiveStatus
-		heap          = 0.42
+		fast, slow  float64
+		state, prev decision.State
+		trans       Transitions
+		// Streaks of frames in which each line's condition held (design §4).
+		cpuEnter, memEnter, cpuHard, memHard         int
+		cpuExit, memExit, cpuBelowHard, memBelowHard int
+		cpuShare, pPrev                              float64
+		leftOpen                                     = -1
+		l                                            LiveStatus
+		heap                                         = 0.42
 	)
 	for i := 0; i < n; i++ {
 		at := start.Add(time.Duration(i) * interval)
@@ -71,10 +100,10 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 			load = 0.42 + 0.03*math.Sin(m*4)
 		}
 		// Rejections take load off the CPU: a rejected request costs a
-		// little less than half of an admitted one. pPrev is the last sample's drop
-		// probability.
+		// little less than half of an admitted one. pPrev is the last
+		// sample's drop probability.
 		admitted := load * (1 - 0.6*pPrev)
-		cpu := math.Max(0.02, admitted+rng.NormFloat64()*0.06)
+		cpu := math.Max(0.02, math.Min(admitted, 1)+rng.NormFloat64()*0.025)
 		if i == 0 {
 			fast, slow = cpu, cpu
 		} else {
@@ -82,43 +111,43 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 			slow = 0.05*cpu + 0.95*slow
 		}
 		// Memory follows the admitted load with a GC saw-tooth.
-		target := 0.36 + 0.58*math.Min(admitted, 1.05)
+		target := 0.34 + 0.46*math.Min(admitted, 1)
 		heap += (target - heap) * 0.02
-		if i%37 == 0 && heap > 0.7 {
-			heap -= 0.03
+		if i%37 == 0 && heap > 0.6 {
+			heap -= 0.02
 		}
 		if i == int(6.2*float64(time.Minute)/float64(interval)) {
-			heap += 0.1 // a few huge requests land at once
+			heap += 0.2 // a few huge requests land at once
 		}
-		if heap >= info.Mem.Hard {
-			heap -= 0.006 // FreeOSMemory while at the hard line
+		if heap >= memT.Hard {
+			heap -= 0.005 // the relief collects while at the hard line
 		}
-		mem := heap + rng.NormFloat64()*0.004
+		mem := heap + rng.NormFloat64()*0.003
 
-		// State machine over both slots (design §4).
-		cpuT, memT := info.CPU, info.Mem
-		worse := slow > cpuT.Enter || mem > memT.Enter
-		hard := fast >= cpuT.Hard || mem >= memT.Hard
-		belowExit := slow < cpuT.Exit && mem < memT.Exit
-		belowHard := fast < cpuT.Hard && mem < memT.Hard
-		hitsEnter, hitsHard = inc(hitsEnter, worse), inc(hitsHard, hard)
-		hitsExit, hitsBelowHard = inc(hitsExit, belowExit), inc(hitsBelowHard, belowHard)
+		// The state machine over both slots (design §4): worsening is OR
+		// over the slots, recovery AND.
+		cpuEnter, memEnter = inc(cpuEnter, slow > cpuT.Enter), inc(memEnter, mem > memT.Enter)
+		cpuHard, memHard = inc(cpuHard, fast >= cpuT.Hard), inc(memHard, mem >= memT.Hard)
+		cpuExit, memExit = inc(cpuExit, slow < cpuT.Exit), inc(memExit, mem < memT.Exit)
+		cpuBelowHard, memBelowHard = inc(cpuBelowHard, fast < cpuT.Hard), inc(memBelowHard, mem < memT.Hard)
+		cpuN, memN := cpuT.BreachN, memT.BreachN
+		hard := cpuHard >= cpuN || memHard >= memN
 		switch state {
 		case decision.Normal:
-			if hitsHard >= 3 {
+			if hard {
 				state = decision.Open
-			} else if hitsEnter >= 3 {
+			} else if cpuEnter >= cpuN || memEnter >= memN {
 				state = decision.Shedding
 			}
 		case decision.Shedding:
-			if hitsHard >= 3 {
+			if hard {
 				state = decision.Open
-			} else if hitsExit >= 3 {
+			} else if cpuExit >= cpuN && memExit >= memN {
 				state = decision.Normal
 			}
 		case decision.Open:
-			openedAt = i
-			if hitsBelowHard >= 3 {
+			if cpuBelowHard >= cpuN && memBelowHard >= memN {
+				leftOpen = i
 				if slow > cpuT.Exit || mem > memT.Exit {
 					state = decision.Shedding
 				} else {
@@ -126,26 +155,39 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 				}
 			}
 		}
+		if state != prev {
+			why := fixtureReason(prev, state, slow, fast, mem, cpuT, memT)
+			for s := range decision.NumSignals {
+				trans.Add(at, s, prev, state, why)
+			}
+			prev = state
+		}
 
-		// Requests over this interval: ~1000/s at a load of 0.4.
+		// The CPU controller sheds what holds CPU at enter, at most
+		// max_shed; memory sheds by its severity.
+		switch state {
+		case decision.Shedding:
+			cpuShare = math.Min(cpuT.MaxShed, math.Max(0, cpuShare+interval.Seconds()*(fast-cpuT.Enter)))
+		case decision.Normal:
+			cpuShare = math.Max(0, cpuShare-interval.Seconds()*0.1)
+		}
 		pDrop := 0.0
 		switch state {
 		case decision.Shedding:
-			pDrop = math.Min(1, math.Max(0, (slow-cpuT.Enter)/(cpuT.Hard-cpuT.Enter)))
-			pDrop = math.Max(pDrop, math.Max(0, (mem-memT.Enter)/(memT.Hard-memT.Enter)))
-			pDrop = math.Min(pDrop, 1)
+			pDrop = math.Max(cpuShare, math.Min(1, math.Max(0, (mem-memT.Enter)/(memT.Hard-memT.Enter))))
 		case decision.Open:
 			pDrop = 1
 		}
-		// Recovery ramp after Open (5 s, design §4).
-		if openedAt >= 0 && state != decision.Open {
-			ramp := 1 - float64(i-openedAt)*interval.Seconds()/5
-			pDrop = math.Max(pDrop, ramp)
+		// The recovery ramp after a memory Open (5 s, design §4).
+		if leftOpen >= 0 && state != decision.Open {
+			pDrop = math.Max(pDrop, 1-float64(i-leftOpen)*interval.Seconds()/5)
 		}
 		pPrev = pDrop
 		perSignal := load * 2500 * interval.Seconds() / 4
 		l.At, l.CPU, l.CPUFast, l.CPUSlow, l.CPUValid = at, cpu, fast, slow, true
-		l.Mem, l.MemValid, l.MemLimit, l.WorkingSet, l.Cores = mem, true, limit, uint64(mem*limit), 1.5
+		// The working set holds some spare heap above the level.
+		spare := 0.02 + 0.03*math.Abs(math.Sin(float64(i)/60))
+		l.Mem, l.MemValid, l.MemLimit, l.WorkingSet, l.Cores = mem, true, limit, uint64((mem+spare)*limit), 1.5
 		for s := range l.Signals {
 			st := &l.Signals[s]
 			rule := info.Signals[s]
@@ -174,7 +216,41 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		l.BudgetReserved = int64(float64(l.BudgetLimit) * math.Min(0.95, 0.15*load*load+0.02*rng.Float64()))
 		ring.Record(l.Sample())
 	}
+	l.Transitions = trans.Newest()
+	l.Go = GoRuntime{MemoryLimit: limit * 8 / 10, MemoryLimitSetBy: "owned by throttle", GCPercent: 100, GCPercentSetBy: "owned by throttle"}
 	return ring, l
+}
+
+// fixtureReason words a change of the fixture as the extension does: the
+// levels of the frame against the lines they crossed.
+func fixtureReason(from, to decision.State, slow, fast, mem float64, cpuT, memT decision.Slot) string {
+	var first, second []string
+	add := func(list *[]string, ok bool, name string, v float64, op, line string, lv float64) {
+		if ok {
+			*list = append(*list, fmt.Sprintf("%s %.1f%% %s %s %.0f%%", name, v*100, op, line, lv*100))
+		}
+	}
+	switch {
+	case to == decision.Open:
+		add(&first, fast >= cpuT.Hard, "cpu fast", fast, "≥", "hard", cpuT.Hard)
+		add(&first, mem >= memT.Hard, "memory", mem, "≥", "hard", memT.Hard)
+	case from == decision.Normal:
+		add(&first, slow > cpuT.Enter, "cpu slow", slow, ">", "enter", cpuT.Enter)
+		add(&first, mem > memT.Enter, "memory", mem, ">", "enter", memT.Enter)
+	case from == decision.Shedding:
+		add(&first, true, "cpu slow", slow, "<", "exit", cpuT.Exit)
+		add(&first, true, "memory", mem, "<", "exit", memT.Exit)
+	default:
+		add(&first, true, "cpu fast", fast, "<", "hard", cpuT.Hard)
+		add(&first, true, "memory", mem, "<", "hard", memT.Hard)
+		add(&second, slow > cpuT.Exit, "cpu slow", slow, ">", "exit", cpuT.Exit)
+		add(&second, mem > memT.Exit, "memory", mem, ">", "exit", memT.Exit)
+	}
+	why := strings.Join(first, ", ")
+	if len(second) > 0 {
+		why += "; " + strings.Join(second, ", ")
+	}
+	return why
 }
 
 func inc(n int, hit bool) int {

@@ -31,6 +31,12 @@ const pageCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsa
 type Info struct {
 	// Source describes the resource reader (cgroup v1/v2 path or process fallback).
 	Source string
+	// ObserveOnly is true when nothing is refused: the denials counted are
+	// the ones that would have been (the page shows a banner).
+	ObserveOnly bool
+	// Config is the effective configuration as a tree of maps, lists and
+	// scalars keyed as the user writes it; the page renders it as is.
+	Config map[string]any
 	// SampleInterval is the configured sample interval.
 	SampleInterval time.Duration
 	// CPU and Mem are the resource slots' thresholds (design §4).
@@ -78,6 +84,21 @@ type LiveStatus struct {
 	// flight and its size (0 = disabled).
 	BudgetReserved int64
 	BudgetLimit    int64
+	// Go is the Go runtime's memory settings in force.
+	Go GoRuntime
+	// Transitions are the recent state changes, newest first.
+	Transitions []Transition
+}
+
+// GoRuntime is the soft memory limit and the GC percent in force, and who
+// set them (the throttle may own both).
+type GoRuntime struct {
+	// MemoryLimit is the soft memory limit in bytes (GOMEMLIMIT); 0: none.
+	MemoryLimit      int64
+	MemoryLimitSetBy string
+	// GCPercent is the GC percent (GOGC); 0: the collector is off.
+	GCPercent      int64
+	GCPercentSetBy string
 }
 
 // Sample converts the live status into a history sample with the totals of
@@ -85,7 +106,7 @@ type LiveStatus struct {
 func (l *LiveStatus) Sample() Sample {
 	s := Sample{
 		At: l.At, CPU: l.CPU, CPUFast: l.CPUFast, CPUSlow: l.CPUSlow, CPUValid: l.CPUValid,
-		Mem: l.Mem, MemValid: l.MemValid,
+		Mem: l.Mem, MemValid: l.MemValid, WorkingSet: share(l.WorkingSet, l.MemLimit),
 	}
 	for i := range l.Signals {
 		st := &l.Signals[i]
@@ -235,10 +256,10 @@ type levelJSON struct {
 	CPUFast    float64 `json:"cpu_fast"`
 	CPUSlow    float64 `json:"cpu_slow"`
 	CPUValid   bool    `json:"cpu_valid"`
-	Mem        float64 `json:"mem"`
-	MemValid   bool    `json:"mem_valid"`
+	Mem        float64 `json:"memory"`
+	MemValid   bool    `json:"memory_valid"`
 	WorkingSet uint64  `json:"working_set"`
-	MemLimit   uint64  `json:"mem_limit"`
+	MemLimit   uint64  `json:"memory_limit"`
 	Cores      float64 `json:"cores"`
 }
 
@@ -273,29 +294,50 @@ type historyInfoJSON struct {
 	IntervalMs int64 `json:"interval_ms"`
 }
 
+type goJSON struct {
+	MemoryLimit      int64  `json:"memory_limit"`
+	MemoryLimitSetBy string `json:"memory_limit_set_by"`
+	GCPercent        int64  `json:"gc_percent"`
+	GCPercentSetBy   string `json:"gc_percent_set_by"`
+}
+
+type transitionJSON struct {
+	T       int64    `json:"t"` // unix ms
+	Signals []string `json:"signals"`
+	From    string   `json:"from"`
+	To      string   `json:"to"`
+	Why     string   `json:"why"`
+}
+
 type statusJSON struct {
-	Now        int64                    `json:"now"`  // server clock, unix ms
-	Time       int64                    `json:"time"` // sample time, unix ms (0 before the first)
-	Stale      bool                     `json:"stale"`
-	Source     string                   `json:"source"`
-	Level      levelJSON                `json:"level"`
-	Thresholds map[string]thresholdJSON `json:"thresholds"`
-	Signals    []signalJSON             `json:"signals"`
-	Budget     budgetJSON               `json:"budget"`
-	History    historyInfoJSON          `json:"history"`
+	Now         int64                    `json:"now"`  // server clock, unix ms
+	Time        int64                    `json:"time"` // sample time, unix ms (0 before the first)
+	Stale       bool                     `json:"stale"`
+	ObserveOnly bool                     `json:"observe_only"`
+	Source      string                   `json:"source"`
+	Level       levelJSON                `json:"level"`
+	Thresholds  map[string]thresholdJSON `json:"thresholds"`
+	Signals     []signalJSON             `json:"signals"`
+	Budget      budgetJSON               `json:"budget"`
+	Go          goJSON                   `json:"go"`
+	Transitions []transitionJSON         `json:"transitions"`
+	History     historyInfoJSON          `json:"history"`
+	// Config is the effective configuration, {} when none was given.
+	Config map[string]any `json:"config"`
 }
 
 type sampleJSON struct {
-	T        int64                      `json:"t"` // unix ms
-	CPU      float64                    `json:"cpu"`
-	CPUFast  float64                    `json:"cpu_fast"`
-	CPUSlow  float64                    `json:"cpu_slow"`
-	CPUValid bool                       `json:"cpu_valid"`
-	Mem      float64                    `json:"mem"`
-	MemValid bool                       `json:"mem_valid"`
-	States   [decision.NumSignals]uint8 `json:"states"`
-	Allowed  uint64                     `json:"allowed"`
-	Denied   uint64                     `json:"denied"`
+	T          int64                      `json:"t"` // unix ms
+	CPU        float64                    `json:"cpu"`
+	CPUFast    float64                    `json:"cpu_fast"`
+	CPUSlow    float64                    `json:"cpu_slow"`
+	CPUValid   bool                       `json:"cpu_valid"`
+	Mem        float64                    `json:"memory"`
+	MemValid   bool                       `json:"memory_valid"`
+	WorkingSet float64                    `json:"memory_working_set"`
+	States     [decision.NumSignals]uint8 `json:"states"`
+	Allowed    uint64                     `json:"allowed"`
+	Denied     uint64                     `json:"denied"`
 }
 
 type historyJSON struct {
@@ -316,22 +358,41 @@ func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
 		l = h.live()
 	}
 	doc := statusJSON{
-		Now:    h.now().UnixMilli(),
-		Time:   unixMs(l.At),
-		Stale:  l.Stale,
-		Source: in.Source,
+		Now:         h.now().UnixMilli(),
+		Time:        unixMs(l.At),
+		Stale:       l.Stale,
+		ObserveOnly: in.ObserveOnly,
+		Source:      in.Source,
 		Level: levelJSON{
 			CPU: finite(l.CPU), CPUFast: finite(l.CPUFast), CPUSlow: finite(l.CPUSlow), CPUValid: l.CPUValid,
 			Mem: finite(l.Mem), MemValid: l.MemValid,
 			WorkingSet: l.WorkingSet, MemLimit: l.MemLimit, Cores: finite(l.Cores),
 		},
-		Thresholds: map[string]thresholdJSON{"cpu": thresholdOf(in.CPU), "mem": thresholdOf(in.Mem)},
+		Thresholds: map[string]thresholdJSON{"cpu": thresholdOf(in.CPU), "memory": thresholdOf(in.Mem)},
 		Signals:    make([]signalJSON, decision.NumSignals),
 		Budget:     budgetJSON{Reserved: l.BudgetReserved, Limit: l.BudgetLimit},
+		Go: goJSON{
+			MemoryLimit: l.Go.MemoryLimit, MemoryLimitSetBy: l.Go.MemoryLimitSetBy,
+			GCPercent: l.Go.GCPercent, GCPercentSetBy: l.Go.GCPercentSetBy,
+		},
+		Transitions: make([]transitionJSON, len(l.Transitions)),
 		History: historyInfoJSON{
 			WindowMs:   Window.Milliseconds(),
 			IntervalMs: in.SampleInterval.Milliseconds(),
 		},
+		Config: in.Config,
+	}
+	if doc.Config == nil {
+		doc.Config = map[string]any{}
+	}
+	for i, tr := range l.Transitions {
+		o := &doc.Transitions[i]
+		*o = transitionJSON{T: unixMs(tr.At), Signals: []string{}, From: tr.From.String(), To: tr.To.String(), Why: tr.Why}
+		for s, ok := range tr.Signals {
+			if ok {
+				o.Signals = append(o.Signals, decision.Signal(s).String())
+			}
+		}
 	}
 	if h.ring != nil {
 		doc.History.Capacity = h.ring.Cap()
@@ -389,7 +450,7 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request) {
 			*o = sampleJSON{
 				T:   unixMs(s.At),
 				CPU: round4(s.CPU), CPUFast: round4(s.CPUFast), CPUSlow: round4(s.CPUSlow), CPUValid: s.CPUValid,
-				Mem: round4(s.Mem), MemValid: s.MemValid,
+				Mem: round4(s.Mem), MemValid: s.MemValid, WorkingSet: round4(s.WorkingSet),
 				Allowed: s.Allowed, Denied: s.Denied,
 			}
 			for j, st := range s.States {
@@ -424,6 +485,14 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 func thresholdOf(t decision.Slot) thresholdJSON {
 	return thresholdJSON{Enabled: t.Enabled, Enter: finite(t.Enter), Exit: finite(t.Exit), Hard: finite(t.Hard), BreachN: t.BreachN}
+}
+
+// share is part over whole, 0 without a whole.
+func share(part, whole uint64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return float64(part) / float64(whole)
 }
 
 func unixMs(t time.Time) int64 {

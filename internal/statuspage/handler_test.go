@@ -41,6 +41,17 @@ func testLive() LiveStatus {
 		},
 		BudgetReserved: 3 << 20,
 		BudgetLimit:    24 << 20,
+		Go:             GoRuntime{MemoryLimit: 400 << 20, MemoryLimitSetBy: "owned by throttle", GCPercent: 150, GCPercentSetBy: "owned by throttle"},
+		Transitions: []Transition{
+			{
+				At: time.Date(2025, 6, 1, 12, 9, 58, 0, time.UTC), Signals: [decision.NumSignals]bool{true, false, true, false},
+				From: decision.Shedding, To: decision.Open, Why: "memory 93% ≥ hard 92%",
+			},
+			{
+				At: time.Date(2025, 6, 1, 12, 9, 50, 0, time.UTC), Signals: [decision.NumSignals]bool{true, true, true, true},
+				From: decision.Normal, To: decision.Shedding, Why: "cpu slow 91% > enter 90%",
+			},
+		},
 	}
 }
 
@@ -87,12 +98,13 @@ func TestStatusJSON(t *testing.T) {
 		"now": 1748779800000,
 		"time": 1748779799750,
 		"stale": true,
+		"observe_only": false,
 		"source": "cgroup v2 /sys/fs/cgroup/kubepods/pod-1234/otelcol",
 		"level": {"cpu": 0.93, "cpu_fast": 0.88, "cpu_slow": 0.84, "cpu_valid": true,
-		          "mem": 0.5, "mem_valid": true, "working_set": 268435456, "mem_limit": 536870912, "cores": 1.5},
+		          "memory": 0.5, "memory_valid": true, "working_set": 268435456, "memory_limit": 536870912, "cores": 1.5},
 		"thresholds": {
-			"cpu": {"enabled": true, "enter": 0.8, "exit": 0.7, "hard": 0.9, "breach_n": 3},
-			"mem": {"enabled": true, "enter": 0.85, "exit": 0.78, "hard": 0.92, "breach_n": 1}
+			"cpu": {"enabled": true, "enter": 0.9, "exit": 0.8, "hard": 1.1, "breach_n": 3},
+			"memory": {"enabled": true, "enter": 0.85, "exit": 0.78, "hard": 0.92, "breach_n": 1}
 		},
 		"signals": [
 			{"name": "traces", "enabled": true, "drop_min": 0, "drop_max": 1, "state": "shedding", "state_code": 1,
@@ -105,8 +117,33 @@ func TestStatusJSON(t *testing.T) {
 			 "drop_probability": 0.2, "allowed": 0, "denied": {"shed": 0, "open": 0, "budget": 4}}
 		],
 		"budget": {"reserved": 3145728, "limit": 25165824},
-		"history": {"window_ms": 600000, "capacity": 2400, "length": 1, "min_gap_ms": 0, "interval_ms": 250}
+		"go": {"memory_limit": 419430400, "memory_limit_set_by": "owned by throttle",
+		       "gc_percent": 150, "gc_percent_set_by": "owned by throttle"},
+		"transitions": [
+			{"t": 1748779798000, "signals": ["traces", "logs"], "from": "shedding", "to": "open", "why": "memory 93% ≥ hard 92%"},
+			{"t": 1748779790000, "signals": ["traces", "metrics", "logs", "profiles"], "from": "normal", "to": "shedding",
+			 "why": "cpu slow 91% > enter 90%"}
+		],
+		"history": {"window_ms": 600000, "capacity": 2400, "length": 1, "min_gap_ms": 0, "interval_ms": 250},
+		"config": {
+			"enabled": true, "observe_only": false, "check_interval": "250ms",
+			"cpu": {"enabled": true, "enter": 0.9, "exit": 0.8, "hard": 1.1, "max_shed": 0.2},
+			"memory": {"enabled": true, "enter": 0.85, "exit": 0.78, "hard": 0.92,
+			           "soft_limit": {"enabled": true, "share": 0.8, "heap_target": 0.5}},
+			"routes": {"http": {}, "grpc": null},
+			"status": {"endpoint": "localhost:55680", "include_metadata": false,
+			           "cors": {"allowed_origins": ["https://a.example", "https://b.example"]}},
+			"note": "a: b"
+		}
 	}`, body(t, r))
+
+	// With observe_only the document says so (the page shows its banner).
+	observe := func() Info { in := testInfo(); in.ObserveOnly = true; return in }
+	var doc struct {
+		ObserveOnly bool `json:"observe_only"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body(t, get(t, newTestHandler(ring, observe, testLive), http.MethodGet, "/status"))), &doc))
+	assert.True(t, doc.ObserveOnly)
 }
 
 func TestStatusBeforeFirstSample(t *testing.T) {
@@ -119,9 +156,11 @@ func TestStatusBeforeFirstSample(t *testing.T) {
 	assert.InDelta(t, 0, doc["time"], 0)
 	level := doc["level"].(map[string]any)
 	assert.InDelta(t, 0, level["cpu"], 0)
-	assert.InDelta(t, 0, level["mem"], 0)
+	assert.InDelta(t, 0, level["memory"], 0)
 	assert.Equal(t, false, level["cpu_valid"])
 	assert.Len(t, doc["signals"], 4)
+	assert.Equal(t, []any{}, doc["transitions"])
+	assert.Equal(t, map[string]any{}, doc["config"])
 
 	r = get(t, newTestHandler(nil, nil, nil), http.MethodGet, "/status/history")
 	require.Equal(t, http.StatusOK, r.StatusCode)
@@ -134,21 +173,21 @@ func TestHistoryJSON(t *testing.T) {
 	ring.Record(Sample{
 		At:  base.Add(100*time.Millisecond + 400*time.Microsecond),
 		CPU: 0.123456789, CPUFast: 0.2, CPUSlow: 0.3, CPUValid: true,
-		Mem: math.NaN(), MemValid: false,
+		Mem: math.NaN(), MemValid: false, WorkingSet: math.NaN(),
 		States:  [decision.NumSignals]decision.State{decision.Normal, decision.Shedding, decision.Open, decision.Normal},
 		Allowed: 10, Denied: 1,
 	})
 	ring.Record(Sample{
 		At:  base.Add(350 * time.Millisecond),
-		CPU: 1.5, CPUFast: 1.2, CPUSlow: 0.9, CPUValid: true, Mem: 0.92, MemValid: true,
+		CPU: 1.5, CPUFast: 1.2, CPUSlow: 0.9, CPUValid: true, Mem: 0.92, MemValid: true, WorkingSet: 0.950049,
 		States:  [decision.NumSignals]decision.State{decision.Open, decision.Open, decision.Open, decision.Open},
 		Allowed: 12, Denied: 40,
 	})
 	h := newTestHandler(ring, testInfo, testLive)
 	first := `{"t": 1748779200100, "cpu": 0.1235, "cpu_fast": 0.2, "cpu_slow": 0.3, "cpu_valid": true,
-		"mem": 0, "mem_valid": false, "states": [0, 1, 2, 0], "allowed": 10, "denied": 1}`
+		"memory": 0, "memory_valid": false, "memory_working_set": 0, "states": [0, 1, 2, 0], "allowed": 10, "denied": 1}`
 	second := `{"t": 1748779200350, "cpu": 1.5, "cpu_fast": 1.2, "cpu_slow": 0.9, "cpu_valid": true,
-		"mem": 0.92, "mem_valid": true, "states": [2, 2, 2, 2], "allowed": 12, "denied": 40}`
+		"memory": 0.92, "memory_valid": true, "memory_working_set": 0.95, "states": [2, 2, 2, 2], "allowed": 12, "denied": 40}`
 	doc := func(samples ...string) string {
 		return `{"now": 1748779800000, "window_ms": 600000, "samples": [` + strings.Join(samples, ",") + `], "more": false}`
 	}
@@ -303,8 +342,9 @@ func TestLiveStatusSample(t *testing.T) {
 	l := testLive()
 	assert.Equal(t, Sample{
 		At: l.At, CPU: 0.93, CPUFast: 0.88, CPUSlow: 0.84, CPUValid: true, Mem: 0.5, MemValid: true,
-		States:  [decision.NumSignals]decision.State{decision.Shedding, decision.Normal, decision.Open, decision.Shedding},
-		Allowed: 153, Denied: 23,
+		WorkingSet: 0.5, // 256 MiB of 512 MiB
+		States:     [decision.NumSignals]decision.State{decision.Shedding, decision.Normal, decision.Open, decision.Shedding},
+		Allowed:    153, Denied: 23,
 	}, l.Sample())
 }
 

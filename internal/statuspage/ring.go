@@ -45,9 +45,12 @@ type Sample struct {
 	CPUValid bool
 	Mem      float64
 	MemValid bool
-	States   [decision.NumSignals]decision.State
-	Allowed  uint64
-	Denied   uint64
+	// WorkingSet is the working set's share of the memory limit, beside
+	// Mem (the level the lines apply to, with the heap corrections).
+	WorkingSet float64
+	States     [decision.NumSignals]decision.State
+	Allowed    uint64
+	Denied     uint64
 }
 
 // Ring is a fixed-size, preallocated ring buffer of samples, safe for

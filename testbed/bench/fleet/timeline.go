@@ -253,8 +253,8 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 	}
 	p.state = g("otelcol_throttle_state", map[string]string{"signal": "traces"})
 	lvl := func(kind string) float64 { return g("otelcol_throttle_water_level", map[string]string{"kind": kind}) }
-	row = append(row, opt(p.state, 0), opt(lvl("cpu_slow"), 4), opt(lvl("cpu_fast"), 4), opt(lvl("mem"), 4),
-		opt(lvl("mem_working_set"), 4), opt(lvl("mem_heap_spare"), 4), opt(lvl("mem_heap_held_back"), 4),
+	row = append(row, opt(p.state, 0), opt(lvl("cpu_slow"), 4), opt(lvl("cpu_fast"), 4), opt(lvl("memory"), 4),
+		opt(lvl("memory_working_set"), 4), opt(lvl("memory_heap_spare"), 4), opt(lvl("memory_heap_held_back"), 4),
 		opt(g("otelcol_throttle_gc_percent", nil), 0), opt(g("otelcol_throttle_go_memory_limit", nil), 0),
 		opt(lvl("cpu_enter"), 2), opt(lvl("mem_enter"), 2), opt(lvl("mem_hard"), 2),
 		opt(g("otelcol_throttle_inflight_bytes", map[string]string{"budget": "reserved"}), 0),

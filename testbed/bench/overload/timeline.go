@@ -151,7 +151,7 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 				p.maxState[s] = x
 			}
 		}
-		for _, k := range []string{"cpu", "cpu_slow", "cpu_fast", "mem", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"} {
+		for _, k := range []string{"cpu", "cpu_slow", "cpu_fast", "memory", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"} {
 			row = append(row, metric("otelcol_throttle_water_level", map[string]string{"kind": k}, 4))
 		}
 		row = append(row,

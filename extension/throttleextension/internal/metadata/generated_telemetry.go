@@ -258,7 +258,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ThrottleRequests, err = builder.meter.Int64ObservableCounter(
 		"otelcol_throttle_requests",
-		metric.WithDescription("Admission decisions, per protocol, signal and decision; denials carry the reason. [Alpha]"),
+		metric.WithDescription("Admission decisions, per protocol, signal and decision; denials carry the reason. With observe_only, what would have been denied is counted as decision=would_deny and let in. [Alpha]"),
 		metric.WithUnit("{request}"),
 	)
 	errs = errors.Join(errs, err)
@@ -296,7 +296,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ThrottleWaterLevel, err = builder.meter.Float64ObservableGauge(
 		"otelcol_throttle_water_level",
-		metric.WithDescription("Current water levels (share of the CPU quota or memory limit) and the threshold lines. mem is the memory level the lines apply to (the working set, less heap memory freed for reuse beyond what the heap grows into before its next collection, plus heap held back by a soft memory limit); mem_working_set is the working set alone, mem_heap_spare and mem_heap_held_back the two corrections (mem = mem_working_set - mem_heap_spare + mem_heap_held_back). [Alpha]"),
+		metric.WithDescription("Current water levels (share of the CPU quota or memory limit) and the threshold lines. memory is the memory level the lines apply to (the working set, less heap memory freed for reuse beyond what the heap grows into before its next collection, plus heap held back by a soft memory limit); memory_working_set is the working set alone, memory_heap_spare and memory_heap_held_back the two corrections (memory = memory_working_set - memory_heap_spare + memory_heap_held_back). [Alpha]"),
 		metric.WithUnit("1"),
 	)
 	errs = errors.Join(errs, err)

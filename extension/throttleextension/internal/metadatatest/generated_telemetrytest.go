@@ -94,7 +94,7 @@ func AssertEqualThrottleOpenDuration(t *testing.T, tt *componenttest.Telemetry, 
 func AssertEqualThrottleRequests(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_requests",
-		Description: "Admission decisions, per protocol, signal and decision; denials carry the reason. [Alpha]",
+		Description: "Admission decisions, per protocol, signal and decision; denials carry the reason. With observe_only, what would have been denied is counted as decision=would_deny and let in. [Alpha]",
 		Unit:        "{request}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -184,7 +184,7 @@ func AssertEqualThrottleState(t *testing.T, tt *componenttest.Telemetry, dps []m
 func AssertEqualThrottleWaterLevel(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[float64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_water_level",
-		Description: "Current water levels (share of the CPU quota or memory limit) and the threshold lines. mem is the memory level the lines apply to (the working set, less heap memory freed for reuse beyond what the heap grows into before its next collection, plus heap held back by a soft memory limit); mem_working_set is the working set alone, mem_heap_spare and mem_heap_held_back the two corrections (mem = mem_working_set - mem_heap_spare + mem_heap_held_back). [Alpha]",
+		Description: "Current water levels (share of the CPU quota or memory limit) and the threshold lines. memory is the memory level the lines apply to (the working set, less heap memory freed for reuse beyond what the heap grows into before its next collection, plus heap held back by a soft memory limit); memory_working_set is the working set alone, memory_heap_spare and memory_heap_held_back the two corrections (memory = memory_working_set - memory_heap_spare + memory_heap_held_back). [Alpha]",
 		Unit:        "1",
 		Data: metricdata.Gauge[float64]{
 			DataPoints: dps,

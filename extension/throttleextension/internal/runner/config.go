@@ -48,6 +48,10 @@ type Config struct {
 	Status *confighttp.ServerConfig
 	// ReportStatus reports Open as a recoverable error to the host.
 	ReportStatus bool
+	// Effective is the extension's configuration as loaded (defaults
+	// filled in), which the status page shows: it is marshalled through
+	// confmap, so its keys are the mapstructure tags. Nil shows none.
+	Effective any
 }
 
 // Admission is the admission section: the budget of in-flight bytes shared

@@ -136,7 +136,7 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 	if cfg.Enabled {
 		r.queue = middleware.NewQueue(r, cfg.QueueMaxWait, cfg.QueueMaxHeld, 0)
 	}
-	if r.tel, err = newTelemetry(set, id, r.telemetrySources()); err != nil {
+	if r.tel, err = newTelemetry(set, id, cfg.ObserveOnly, r.telemetrySources()); err != nil {
 		return nil, err
 	}
 	r.status = newStatus(r, set)
@@ -206,7 +206,9 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		}))
 	}
 	goLimit := r.memLimit.Limit()
+	r.status.goRuntimeSetBy(r.memLimit.Status().String(), r.pace.String())
 	r.logger.Info("throttle started",
+		zap.Bool("observe_only", r.cfg.ObserveOnly),
 		zap.String("resource_source", src.Describe()),
 		zap.Float64("effective_cores", wl.Cores),
 		zap.Uint64("memory_limit_bytes", wl.MemLimit),
@@ -356,12 +358,13 @@ func errorResource(err error) string {
 	return "cpu" // skipped CPU windows
 }
 
-// logTransition logs one state change (sampler goroutine). The message
-// names the signal and both states; transitionLog keeps a flapping state
-// from losing its changes to the collector's log sampling (see
-// transitionlog.go).
+// logTransition logs one state change (sampler goroutine) and lists it on
+// the status page. The message names the signal and both states;
+// transitionLog keeps a flapping state from losing its changes to the
+// collector's log sampling (see transitionlog.go).
 func (r *Runner) logTransition(t decision.Transition) {
 	r.translog.transition(t)
+	r.status.transition(t)
 }
 
 // Decide implements middleware.Decider and the extension's Throttle. The

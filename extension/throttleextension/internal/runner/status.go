@@ -7,13 +7,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/confmap"
+	"go.uber.org/zap"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
@@ -66,9 +71,16 @@ type status struct {
 	// while it waits for the handler).
 	stale func() bool
 
-	// ring and server are nil when the status page is off.
-	ring   *statuspage.Ring
-	server *statuspage.Server
+	// ring, transitions and server are nil when the status page is off.
+	ring        *statuspage.Ring
+	transitions *statuspage.Transitions
+	server      *statuspage.Server
+
+	// goMemLimit and gcPercent read the Go runtime's soft memory limit
+	// (0: none) and GC percent (0: off) in force; goSetBy says who set
+	// them, nil until Start has decided.
+	goMemLimit, gcPercent func() int64
+	goSetBy               atomic.Pointer[goSetBy]
 
 	// Set by start before the sampler starts, so the sampler goroutine
 	// reads them without a lock.
@@ -89,13 +101,20 @@ type status struct {
 	closing bool
 }
 
+// goSetBy says who set the Go runtime's soft memory limit and GC percent.
+type goSetBy struct{ memoryLimit, gcPercent string }
+
 func newStatus(r *Runner, set component.TelemetrySettings) *status {
 	cfg := &r.cfg
+	src := r.telemetrySources()
 	st := &status{
-		r:      r,
-		report: cfg.ReportStatus,
-		stale:  func() bool { return false },
+		r:          r,
+		report:     cfg.ReportStatus,
+		stale:      func() bool { return false },
+		goMemLimit: src.goMemLimit,
+		gcPercent:  src.gcPercent,
 		info: statuspage.Info{
+			ObserveOnly:    cfg.ObserveOnly,
 			SampleInterval: cfg.Sampler.Interval,
 			CPU:            cfg.Decision.CPU,
 			Mem:            cfg.Decision.Mem,
@@ -106,10 +125,77 @@ func newStatus(r *Runner, set component.TelemetrySettings) *status {
 		st.info.Signals[s] = decision.Rule{Enabled: !r.exempt[s], DropMin: rule.DropMin, DropMax: rule.DropMax}
 	}
 	if cfg.Status != nil {
+		var err error
+		if st.info.Config, err = effectiveConfig(cfg.Effective); err != nil {
+			// The page is a diagnostic aid: it goes on without this part.
+			set.Logger.Warn("throttle status page: the effective configuration cannot be shown", zap.Error(err))
+		}
 		st.ring = statuspage.NewRingFor(cfg.Sampler.Interval)
+		st.transitions = &statuspage.Transitions{}
 		st.server = statuspage.NewServer(*cfg.Status, set, st.ring, st.statusInfo, st.live)
 	}
 	return st
+}
+
+// effectiveConfig is cfg as the status page shows it: marshalled through
+// confmap, as the collector prints configurations, so that the keys are
+// what users write whatever the Go fields are called, and secrets
+// (configopaque) are masked. Durations are written as in YAML ("250ms")
+// rather than in nanoseconds; nil gives nil.
+func effectiveConfig(cfg any) (map[string]any, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	conf := confmap.New()
+	if err := conf.Marshal(cfg); err != nil {
+		return nil, err
+	}
+	m, _ := readableConfig(conf.ToStringMap()).(map[string]any)
+	return m, nil
+}
+
+// readableConfig returns v with durations as strings and non-finite numbers
+// (which JSON cannot hold) as text, in maps and lists at any depth.
+func readableConfig(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = readableConfig(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = readableConfig(e)
+		}
+	case time.Duration:
+		return x.String()
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return strconv.FormatFloat(x, 'g', -1, 64)
+		}
+	case float32:
+		return readableConfig(float64(x))
+	}
+	return v
+}
+
+// goRuntimeSetBy tells the page who set the soft memory limit and the GC
+// percent; Start calls it once it has decided.
+func (st *status) goRuntimeSetBy(memoryLimit, gcPercent string) {
+	if st == nil {
+		return
+	}
+	st.goSetBy.Store(&goSetBy{memoryLimit: memoryLimit, gcPercent: gcPercent})
+}
+
+// transition lists one state change on the page, with what in the frame
+// caused it. It runs on the sampler goroutine, from the engine's
+// OnTransition.
+func (st *status) transition(t decision.Transition) {
+	if st == nil || st.transitions == nil {
+		return
+	}
+	d := &st.r.cfg.Decision
+	st.transitions.Add(t.Level.At, t.Signal, t.From, t.To, transitionReason(t, d.CPU, d.Mem))
 }
 
 // start keeps the host for status reports and, when the status section is
@@ -160,6 +246,9 @@ func (st *status) record(wl *sampler.WaterLevel) {
 		s := statuspage.Sample{
 			At: wl.At, CPU: wl.CPU, CPUFast: wl.CPUFast, CPUSlow: wl.CPUSlow, CPUValid: wl.CPUValid,
 			Mem: wl.Mem, MemValid: wl.MemValid,
+		}
+		if wl.MemLimit > 0 {
+			s.WorkingSet = float64(wl.WorkingSet) / float64(wl.MemLimit)
 		}
 		for sig := range decision.NumSignals {
 			s.States[sig] = st.r.State(sig)
@@ -274,5 +363,10 @@ func (st *status) live() statuspage.LiveStatus {
 		sig.DeniedBudget = c.load(s, decision.DenyBudget)
 	}
 	l.BudgetReserved, l.BudgetLimit = r.budgetValues()
+	l.Go.MemoryLimit, l.Go.GCPercent = st.goMemLimit(), st.gcPercent()
+	if by := st.goSetBy.Load(); by != nil {
+		l.Go.MemoryLimitSetBy, l.Go.GCPercentSetBy = by.memoryLimit, by.gcPercent
+	}
+	l.Transitions = st.transitions.Newest()
 	return l
 }

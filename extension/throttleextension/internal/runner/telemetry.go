@@ -18,7 +18,7 @@ import (
 )
 
 // The water_level kinds, in the order observed.
-var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "mem", "mem_working_set", "mem_heap_spare", "mem_heap_held_back", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
+var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "memory", "memory_working_set", "memory_heap_spare", "memory_heap_held_back", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
 
 // firstLineKind is the index in levelKinds of the first threshold line.
 const firstLineKind = 7
@@ -59,7 +59,11 @@ type telemetry struct {
 
 const idKey = "extension"
 
-func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetrySources) (*telemetry, error) {
+// newTelemetry builds the telemetry of extension id. With observeOnly every
+// denial is counted as decision=would_deny: the middleware lets those
+// requests in, and a dashboard or alert on decision=denied must not take
+// them for refusals.
+func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly bool, src telemetrySources) (*telemetry, error) {
 	tb, err := metadata.NewTelemetryBuilder(set)
 	if err != nil {
 		return nil, err
@@ -69,6 +73,10 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 		tb:     tb,
 		errors: map[string]metric.AddOption{},
 		plain:  metric.WithAttributeSet(attribute.NewSet(idAttr)),
+	}
+	denied := "denied"
+	if observeOnly {
+		denied = "would_deny"
 	}
 	var requestOpts [middleware.NumProtocols][decision.NumSignals][decision.NumVerdicts]metric.ObserveOption
 	for p := range middleware.NumProtocols {
@@ -82,7 +90,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, src telemetr
 				if v.Admitted() {
 					attrs = append(attrs, attribute.String("decision", "allowed"))
 				} else {
-					attrs = append(attrs, attribute.String("decision", "denied"), attribute.String("reason", v.Reason()))
+					attrs = append(attrs, attribute.String("decision", denied), attribute.String("reason", v.Reason()))
 				}
 				requestOpts[p][s][v] = metric.WithAttributeSet(attribute.NewSet(attrs...))
 			}

@@ -5,6 +5,7 @@ package runner
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -46,7 +47,7 @@ func newTestTelemetry(t *testing.T) *componenttest.Telemetry {
 // limits (the metric's enum has no other value) rather than dropped.
 func TestRecordResourceFallback(t *testing.T) {
 	tt := newTestTelemetry(t)
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(nil))
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(nil))
 	require.NoError(t, err)
 	defer tel.shutdown()
 	tel.samplerError("limits")
@@ -66,7 +67,7 @@ func TestRecordResourceFallback(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	tt := componenttest.NewTelemetry()
 	defer func() { _ = tt.Shutdown(context.Background()) }()
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(nil))
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(nil))
 	require.NoError(b, err)
 	defer tel.shutdown()
 	b.ReportAllocs()
@@ -77,7 +78,7 @@ func BenchmarkRecord(b *testing.B) {
 
 func TestRecordDoesNotAllocate(t *testing.T) {
 	tt := newTestTelemetry(t)
-	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(nil))
+	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(nil))
 	require.NoError(t, err)
 	defer tel.shutdown()
 	tel.record(middleware.ProtocolHTTP, decision.Traces, decision.Admit) // first use creates the series
@@ -99,7 +100,7 @@ func TestWaterLevelHeapCorrections(t *testing.T) {
 		wl := &sampler.WaterLevel{
 			MemValid: true, Mem: mem, WorkingSet: ws, MemLimit: limit, HeapSpare: spare, HeapHeldBack: heldBack,
 		}
-		tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), quietSources(wl))
+		tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(wl))
 		require.NoError(t, err)
 		defer tel.shutdown()
 		m, err := tt.GetMetric("otelcol_throttle_water_level")
@@ -109,12 +110,52 @@ func TestWaterLevelHeapCorrections(t *testing.T) {
 			k, _ := dp.Attributes.Value("kind")
 			got[k.AsString()] = dp.Value
 		}
-		assert.InDelta(t, mem, got["mem"], 1e-9)
-		assert.InDelta(t, float64(ws)/limit, got["mem_working_set"], 1e-9)
-		assert.InDelta(t, float64(spare)/limit, got["mem_heap_spare"], 1e-9)
-		assert.InDelta(t, float64(heldBack)/limit, got["mem_heap_held_back"], 1e-9)
+		assert.InDelta(t, mem, got["memory"], 1e-9)
+		assert.InDelta(t, float64(ws)/limit, got["memory_working_set"], 1e-9)
+		assert.InDelta(t, float64(spare)/limit, got["memory_heap_spare"], 1e-9)
+		assert.InDelta(t, float64(heldBack)/limit, got["memory_heap_held_back"], 1e-9)
 	}
 	f(800, 0, 0, 0.8)
 	f(800, 300, 0, 0.5)
 	f(800, 100, 50, 0.75)
+}
+
+// TestObserveOnlyLabelsDenials checks what tells an operator that
+// observe_only is on: the start log line says so, and the requests it would
+// have refused are counted as decision=would_deny, never as denied, so that
+// dashboards and alerts on real refusals stay quiet while it is on.
+func TestObserveOnlyLabelsDenials(t *testing.T) {
+	for _, observeOnly := range []bool{false, true} {
+		t.Run(strconv.FormatBool(observeOnly), func(t *testing.T) {
+			tt := newTestTelemetry(t)
+			r, logs := newStartedRunner(t, tt.NewTelemetrySettings(), testConfig(func(c *Config) { c.ObserveOnly = observeOnly }))
+
+			started := logs.FilterMessage("throttle started").All()
+			require.Len(t, started, 1)
+			assert.Equal(t, observeOnly, started[0].ContextMap()["observe_only"])
+
+			r.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
+			r.Record(middleware.ProtocolHTTP, decision.Traces, decision.DenyShed)
+			r.RecordProcessorDecision(decision.Logs, decision.DenyBudget)
+			denied := "denied"
+			if observeOnly {
+				denied = "would_deny"
+			}
+			attrs := func(protocol, signal, decision, reason string) attribute.Set {
+				kv := []attribute.KeyValue{
+					idAttr, attribute.String("protocol", protocol), attribute.String("signal", signal),
+					attribute.String("decision", decision),
+				}
+				if reason != "" {
+					kv = append(kv, attribute.String("reason", reason))
+				}
+				return attribute.NewSet(kv...)
+			}
+			metadatatest.AssertEqualThrottleRequests(t, tt, []metricdata.DataPoint[int64]{
+				{Attributes: attrs("http", "traces", "allowed", ""), Value: 1},
+				{Attributes: attrs("http", "traces", denied, "shed"), Value: 1},
+				{Attributes: attrs("processor", "logs", denied, "budget"), Value: 1},
+			}, metricdatatest.IgnoreTimestamp())
+		})
+	}
 }

@@ -4,6 +4,9 @@
 package runner // import "github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 
 import (
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -145,4 +148,64 @@ func (u unloggedChanges) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddInt("changes", u.n)
 	enc.AddString("state", u.to.String())
 	return nil
+}
+
+// transitionReason says what in the frame of t made the change, in the terms
+// of the transition table (docs/design.md §4): the levels of the frame
+// against the lines they crossed, slot by slot. Disabled slots are left out;
+// a slot without a reading counts as safe, so it is named only where it lets
+// the state recover. The streak a line needs (breach_n) is not repeated.
+func transitionReason(t decision.Transition, cpu, mem decision.Slot) string {
+	wl := &t.Level
+	slots := [...]struct {
+		slot           decision.Slot
+		valid          bool
+		slow, fast     float64
+		name, fastName string
+		slowName       string
+	}{
+		{cpu, wl.CPUValid, wl.CPUSlow, wl.CPUFast, "cpu", "cpu fast", "cpu slow"},
+		{mem, wl.MemValid, wl.Mem, wl.Mem, "memory", "memory", "memory"},
+	}
+	var first, second []string
+	for _, s := range slots {
+		if !s.slot.Enabled {
+			continue
+		}
+		if !s.valid || math.IsNaN(s.slow) || math.IsNaN(s.fast) {
+			if recovering := t.To < t.From; recovering { // the states are numbered by severity
+				first = append(first, s.name+" not measured")
+			}
+			continue
+		}
+		switch {
+		case t.To == decision.Open:
+			if s.fast >= s.slot.Hard {
+				first = append(first, s.fastName+" "+percent(s.fast)+" ≥ hard "+percent(s.slot.Hard))
+			}
+		case t.From == decision.Normal: // to Shedding
+			if s.slow > s.slot.Enter {
+				first = append(first, s.slowName+" "+percent(s.slow)+" > enter "+percent(s.slot.Enter))
+			}
+		case t.From == decision.Shedding: // to Normal
+			first = append(first, s.slowName+" "+percent(s.slow)+" < exit "+percent(s.slot.Exit))
+		default: // from Open, below every hard line; the exit lines pick where to land
+			first = append(first, s.fastName+" "+percent(s.fast)+" < hard "+percent(s.slot.Hard))
+			if s.slow > s.slot.Exit {
+				second = append(second, s.slowName+" "+percent(s.slow)+" > exit "+percent(s.slot.Exit))
+			} else if t.To == decision.Normal {
+				second = append(second, s.slowName+" "+percent(s.slow)+" < exit "+percent(s.slot.Exit))
+			}
+		}
+	}
+	why := strings.Join(first, ", ")
+	if len(second) > 0 {
+		why += "; " + strings.Join(second, ", ")
+	}
+	return why
+}
+
+// percent writes a share as a percentage to 0.1.
+func percent(v float64) string {
+	return strconv.FormatFloat(math.Round(v*1000)/10, 'f', -1, 64) + "%"
 }

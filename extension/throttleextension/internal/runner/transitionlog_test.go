@@ -211,3 +211,41 @@ func TestLogMessagesHaveDistinctSamplerKeys(t *testing.T) {
 	assert.Len(t, info, 26)
 	assert.True(t, strings.HasPrefix(transitionSummaryMessage, "throttle: "))
 }
+
+// The reason the page gives for a change names the levels of its frame
+// against the lines they crossed, for the slots that are on.
+func TestTransitionReason(t *testing.T) {
+	d := decision.DefaultConfig() // cpu 0.90 / 0.80 / 1.10, memory 0.85 / 0.78 / 0.92
+	cpuOff := d.CPU
+	cpuOff.Enabled = false
+	lvl := func(slow, fast, mem float64) sampler.WaterLevel {
+		return sampler.WaterLevel{CPUValid: true, CPUSlow: slow, CPUFast: fast, MemValid: true, Mem: mem}
+	}
+	for _, tc := range []struct {
+		from, to decision.State
+		level    sampler.WaterLevel
+		cpu      decision.Slot
+		want     string
+	}{
+		{decision.Normal, decision.Shedding, lvl(0.95, 0.97, 0.5), d.CPU, "cpu slow 95% > enter 90%"},
+		{decision.Normal, decision.Shedding, lvl(0.95, 0.97, 0.9234), d.CPU, "cpu slow 95% > enter 90%, memory 92.3% > enter 85%"},
+		{decision.Normal, decision.Open, lvl(1, 1.2, 0.93), d.CPU, "cpu fast 120% ≥ hard 110%, memory 93% ≥ hard 92%"},
+		{decision.Shedding, decision.Open, lvl(1, 1.2, 0.93), cpuOff, "memory 93% ≥ hard 92%"},
+		{decision.Shedding, decision.Normal, lvl(0.7, 0.75, 0.6), d.CPU, "cpu slow 70% < exit 80%, memory 60% < exit 78%"},
+		{
+			decision.Open, decision.Shedding, lvl(0.85, 0.85, 0.8), d.CPU,
+			"cpu fast 85% < hard 110%, memory 80% < hard 92%; cpu slow 85% > exit 80%, memory 80% > exit 78%",
+		},
+		{
+			decision.Open, decision.Normal, lvl(0.5, 0.6, 0.7), d.CPU,
+			"cpu fast 60% < hard 110%, memory 70% < hard 92%; cpu slow 50% < exit 80%, memory 70% < exit 78%",
+		},
+		// A slot without a reading counts as safe: it lets the state
+		// recover, and is not why it worsened.
+		{decision.Shedding, decision.Normal, sampler.WaterLevel{CPUValid: true, CPUSlow: 0.7}, d.CPU, "cpu slow 70% < exit 80%, memory not measured"},
+		{decision.Normal, decision.Shedding, sampler.WaterLevel{MemValid: true, Mem: 0.9}, d.CPU, "memory 90% > enter 85%"},
+	} {
+		got := transitionReason(decision.Transition{From: tc.from, To: tc.to, Level: tc.level}, tc.cpu, d.Mem)
+		assert.Equal(t, tc.want, got, "%v -> %v", tc.from, tc.to)
+	}
+}
