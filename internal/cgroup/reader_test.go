@@ -731,6 +731,31 @@ func TestNewReaderOddProcCgroupLine(t *testing.T) {
 	f("v2-host", "0::/kubepods/burstable/pod1/ctr\n12:misc\n")
 }
 
+// TestFindDirs: the directories NewReader reads, without reading them.
+func TestFindDirs(t *testing.T) {
+	f := func(base string, want Dirs) {
+		t.Helper()
+		root := filepath.Join("testdata", base)
+		for _, d := range []*string{&want.CPU, &want.CPUAcct, &want.Memory} {
+			if *d != "" {
+				*d = filepath.Join(root, *d)
+			}
+		}
+		got, err := FindDirs(root)
+		require.NoError(t, err, base)
+		assert.Equal(t, want, got, base)
+	}
+	f("v1-separate", Dirs{Version: 1, CPU: v1CPU, CPUAcct: v1Acct, Memory: v1Memory})
+	f("v1-combined", Dirs{Version: 1, CPU: "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/ctr", CPUAcct: "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/ctr", Memory: "sys/fs/cgroup/memory/kubepods/pod1/ctr"})
+	f("v1-no-memory", Dirs{Version: 1, CPU: "sys/fs/cgroup/cpu,cpuacct", CPUAcct: "sys/fs/cgroup/cpu,cpuacct"})
+	f("hybrid", Dirs{Version: 1, CPU: "sys/fs/cgroup/cpu,cpuacct/system.slice/otelcol.service", CPUAcct: "sys/fs/cgroup/cpu,cpuacct/system.slice/otelcol.service", Memory: "sys/fs/cgroup/memory/system.slice/otelcol.service"})
+	f("v2-host", Dirs{Version: 2, CPU: "sys/fs/cgroup/kubepods/burstable/pod1/ctr", CPUAcct: "sys/fs/cgroup/kubepods/burstable/pod1/ctr", Memory: "sys/fs/cgroup/kubepods/burstable/pod1/ctr"})
+	f("v2-bind-leaf", Dirs{Version: 2, CPU: v2Dir, CPUAcct: v2Dir, Memory: v2Dir}) // the mount point: own directory not visible
+
+	_, err := FindDirs(filepath.Join("testdata", "none"))
+	require.ErrorIs(t, err, ErrNoCgroup)
+}
+
 func TestWorkingSetNoMemoryV2(t *testing.T) {
 	// The memory controller is not enabled for the process's cgroup.
 	root := copyTree(t, "testdata/v2-container")
