@@ -58,7 +58,7 @@ func TestParseMalformed(t *testing.T) {
 		"# TYPE otelcol_x counter\n# TYPE otelcol_x gauge\notelcol_x 1\n",
 	} {
 		_, err := Parse(in)
-		assert.ErrorContains(t, err, "prometheus exposition", in)
+		require.ErrorContains(t, err, "prometheus exposition", in)
 	}
 	samples, err := Parse("")
 	require.NoError(t, err)
