@@ -81,31 +81,22 @@ status-page-png:
 	THROTTLE_WRITE_SCREENSHOT=$(CURDIR)/docs/status-page.png $(GO) test -count=1 -run 'TestPageInChromium/screenshot' ./internal/statuspage
 
 # ---------------------------------------------------------------------------
-# The otelcol-throttle distribution (builder-config.yaml), built with ocb.
+# The distributions: otelcol-throttle (builder-config.yaml), and the fleet
+# benchmark's peers otelcol-stock and otelcol-mlext (testbed/bench/fleet), all
+# built with ocb by testbed/internal/distbuild as the tests build them (the
+# ocb release per manifest, installed and cached by a hash of the sources
+# under the user's cache folder) and copied into ./_build. The targets always
+# ask distbuild, which rebuilds only what changed.
 
-OCB_VERSION ?= v0.165.0
-# ocb is installed into ./bin (git-ignored) under a versioned name, so an
-# ocb of another release elsewhere on PATH is never picked up by mistake.
-OCB := $(CURDIR)/bin/ocb-$(OCB_VERSION)
+DISTBUILD := $(GO) run -C $(TESTBED) ./cmd/distbuild
 OTELCOL := $(CURDIR)/_build/otelcol-throttle
+OTELCOL_STOCK := $(CURDIR)/_build/stock/otelcol-stock
+OTELCOL_MLEXT := $(CURDIR)/_build/mlext/otelcol-mlext
 CONFIG ?= examples/otelcol-config.yaml
 
-# Everything the binary is built from: the manifest, the module's go.mod and
-# go.sum and every non-test Go file of the component module (tracked or not;
-# not the testbed's), so that a second `make run` with nothing changed does
-# not rebuild.
-OTELCOL_SRCS := builder-config.yaml go.mod go.sum $(shell find . -name '*.go' -not -name '*_test.go' \
-	-not -path './_build/*' -not -path './bin/*' -not -path './.git/*' -not -path './internal/tools/*' \
-	-not -path './$(TESTBED)/*' -not -path '*/testdata/*' 2>/dev/null)
-
-$(OCB):
-	@mkdir -p $(CURDIR)/bin
-	GOBIN=$(CURDIR)/bin $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
-	mv $(CURDIR)/bin/builder $@
-
-$(OTELCOL): $(OTELCOL_SRCS) | $(OCB)
-	$(OCB) --config builder-config.yaml
-	@touch $@
+.PHONY: distbuild-always
+$(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT): distbuild-always
+	$(DISTBUILD) -o $@ $(notdir $@)
 
 ## otelcol: build the otelcol-throttle distribution into ./_build (installs ocb if missing).
 .PHONY: otelcol
@@ -157,24 +148,6 @@ soak: $(OTELCOL)
 # testbed/bench/fleet: otelcol-stock (no throttle code, this collector release) and
 # otelcol-mlext (core's memory_limiter extension, only served up to v0.149.0,
 # so built with that release's ocb).
-
-OCB_MLEXT_VERSION ?= v0.149.0
-OCB_MLEXT := $(CURDIR)/bin/ocb-$(OCB_MLEXT_VERSION)
-OTELCOL_STOCK := $(CURDIR)/_build/stock/otelcol-stock
-OTELCOL_MLEXT := $(CURDIR)/_build/mlext/otelcol-mlext
-
-$(OCB_MLEXT):
-	@mkdir -p $(CURDIR)/bin
-	GOBIN=$(CURDIR)/bin $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OCB_MLEXT_VERSION)
-	mv $(CURDIR)/bin/builder $@
-
-$(OTELCOL_STOCK): $(TESTBED)/bench/fleet/otelcol-stock.yaml | $(OCB)
-	$(OCB) --config $(TESTBED)/bench/fleet/otelcol-stock.yaml
-	@touch $@
-
-$(OTELCOL_MLEXT): $(TESTBED)/bench/fleet/otelcol-mlext.yaml | $(OCB_MLEXT)
-	$(OCB_MLEXT) --config $(TESTBED)/bench/fleet/otelcol-mlext.yaml
-	@touch $@
 
 ## otelcol-stock, otelcol-mlext: build the fleet benchmark's peer distributions.
 .PHONY: otelcol-stock otelcol-mlext

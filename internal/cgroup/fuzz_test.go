@@ -45,7 +45,18 @@ func FuzzParseMountinfo(f *testing.F) {
 func FuzzParseProcCgroup(f *testing.F) {
 	f.Add([]byte("12:memory:/kubepods/pod1\n3:cpu,cpuacct:/\n0::/\n"))
 	f.Add([]byte("0::/a:b\n"))
+	f.Add([]byte("5:name=odd:/a\nb\n1:cpu\n0::/\n"))
+	// A good line, added after any input: whatever came before must not
+	// make the file unusable.
+	const good = "0::/a:b c"
 	f.Fuzz(func(t *testing.T, data []byte) {
+		withGood, err := parseProcCgroup(append(append(append([]byte(nil), data...), '\n'), good...))
+		if err != nil {
+			t.Fatalf("one good line after %q: %v", data, err)
+		}
+		if last := withGood[len(withGood)-1]; last.id != "0" || len(last.controllers) != 0 || last.path != "/a:b c" {
+			t.Fatalf("good line after %q parsed as %+v", data, last)
+		}
 		lines, err := parseProcCgroup(data)
 		if err != nil {
 			return

@@ -153,31 +153,60 @@ type procCgroup struct {
 	path        string
 }
 
-// parseProcCgroup parses /proc/self/cgroup. The path keeps any ':' it
-// contains (only the first two separate fields).
+// parseProcCgroup parses /proc/self/cgroup (cgroups(7)), a line per
+// hierarchy:
+//
+//	4:memory:/kubepods/pod1
+//	0::/kubepods/pod1
+//
+// The path keeps any ':' it contains (only the first two separate fields).
+// As in parseMountinfo, a malformed line is skipped rather than failing the
+// file: each hierarchy is its own line, and one odd line (a cgroup path
+// holding a newline shows as two) must not switch off the others; only when
+// no usable line remains is the first skipped line returned as the error.
 func parseProcCgroup(data []byte) ([]procCgroup, error) {
 	var out []procCgroup
+	var skipped error
 	for i, line := range strings.Split(string(data), "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			return nil, fmt.Errorf("cgroup line %d: want \"id:controllers:path\": %q", i+1, line)
+		l, err := parseProcCgroupLine(line)
+		if err != nil {
+			if skipped == nil {
+				skipped = fmt.Errorf("cgroup line %d: %w: %q", i+1, err, line)
+			}
+			continue
 		}
-		if f[0] == "" || strings.Trim(f[0], "0123456789") != "" {
-			return nil, fmt.Errorf("cgroup line %d: hierarchy id %q is not a number", i+1, f[0])
-		}
-		if !strings.HasPrefix(f[2], "/") {
-			return nil, fmt.Errorf("cgroup line %d: path %q is not absolute", i+1, f[2])
-		}
-		var ctrls []string
-		if f[1] != "" {
-			ctrls = strings.Split(f[1], ",")
-		}
-		out = append(out, procCgroup{id: f[0], controllers: ctrls, path: f[2]})
+		out = append(out, l)
+	}
+	if len(out) == 0 && skipped != nil {
+		return nil, skipped
 	}
 	return out, nil
+}
+
+var (
+	errCgroupFields    = errors.New(`malformed: want "hierarchy:controllers:path"`)
+	errCgroupHierarchy = errors.New("hierarchy id is not a number")
+	errCgroupPath      = errors.New("path is not absolute")
+)
+
+func parseProcCgroupLine(line string) (procCgroup, error) {
+	f := strings.SplitN(line, ":", 3)
+	switch {
+	case len(f) != 3:
+		return procCgroup{}, errCgroupFields
+	case f[0] == "" || strings.Trim(f[0], "0123456789") != "":
+		return procCgroup{}, errCgroupHierarchy
+	case !strings.HasPrefix(f[2], "/"):
+		return procCgroup{}, errCgroupPath
+	}
+	var ctrls []string
+	if f[1] != "" {
+		ctrls = strings.Split(f[1], ",")
+	}
+	return procCgroup{id: f[0], controllers: ctrls, path: f[2]}, nil
 }
 
 // v1Path returns the process's path in the v1 hierarchy holding controller.

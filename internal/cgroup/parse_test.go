@@ -288,11 +288,47 @@ func TestParseProcCgroup(t *testing.T) {
 	p, ok = v2Path(got)
 	assert.True(t, ok)
 	assert.Equal(t, "/x", p)
+}
 
-	for _, bad := range []string{"garbage", "1:cpu", "x:cpu:/", ":cpu:/", "1:cpu:relative"} {
-		_, err := parseProcCgroup([]byte(bad))
-		assert.Error(t, err, bad)
+// TestParseProcCgroupOddLines: a line that cannot be parsed is skipped
+// without losing the hierarchies around it; only a file with no usable line
+// fails, naming its first bad line.
+func TestParseProcCgroupOddLines(t *testing.T) {
+	v2 := procCgroup{id: "0", path: "/pod1/ctr"}
+	memory := procCgroup{id: "4", controllers: []string{"memory"}, path: "/process_api/abc"}
+	f := func(in string, want []procCgroup) {
+		t.Helper()
+		got, err := parseProcCgroup([]byte(in))
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
 	}
+	f("", nil)
+	f("\n\n", nil)
+	f("0::/pod1/ctr", []procCgroup{v2})
+	// A named hierarchy whose path holds a newline shows as two lines.
+	f("5:name=odd:/a\nb\n0::/pod1/ctr\n", []procCgroup{{id: "5", controllers: []string{"name=odd"}, path: "/a"}, v2})
+	f("5:name=odd:/a\n:b\n4:memory:/process_api/abc\n", []procCgroup{{id: "5", controllers: []string{"name=odd"}, path: "/a"}, memory})
+	// Each kind of malformed line, before and after good ones.
+	f("garbage\n4:memory:/process_api/abc\n0::/pod1/ctr\n", []procCgroup{memory, v2})
+	f("4:memory:/process_api/abc\n1:cpu\n0::/pod1/ctr\n", []procCgroup{memory, v2})
+	f("x:cpu:/\n0::/pod1/ctr\n", []procCgroup{v2})
+	f(":cpu:/\n0::/pod1/ctr\n", []procCgroup{v2})
+	f("-1:cpu:/\n0::/pod1/ctr\n", []procCgroup{v2})
+	f("0::/pod1/ctr\n1:cpu:relative\n", []procCgroup{v2})
+	f("0::/pod1/ctr\n2:cpuacct:\n", []procCgroup{v2})
+
+	fErr := func(in, want string) {
+		t.Helper()
+		got, err := parseProcCgroup([]byte(in))
+		require.ErrorContains(t, err, want, in)
+		assert.Nil(t, got, in)
+	}
+	fErr("garbage", `line 1: malformed: want "hierarchy:controllers:path": "garbage"`)
+	fErr("1:cpu", "line 1: malformed")
+	fErr("x:cpu:/", "line 1: hierarchy id is not a number")
+	fErr(":cpu:/", "line 1: hierarchy id is not a number")
+	fErr("\n1:cpu:relative\n", "line 2: path is not absolute")
+	fErr("1:cpu:relative\nx:cpu:/\n", "line 1: path is not absolute")
 }
 
 func TestRelPath(t *testing.T) {

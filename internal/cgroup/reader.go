@@ -114,6 +114,20 @@ func (m *memo[T]) failed(p string) (T, bool) {
 // controller. NewReader reads the CPU time once to check that the chosen
 // version works; every error it returns wraps ErrNoCgroup.
 func NewReader(root string) (*Reader, error) {
+	r, err := locate(root)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.CPUTime(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("%w: v%d: %w", ErrNoCgroup, r.version, err)
+	}
+	return r, nil
+}
+
+// locate is NewReader up to the choice of version and directories: it
+// reads no cgroup file.
+func locate(root string) (*Reader, error) {
 	if root == "" {
 		root = "/"
 	}
@@ -137,11 +151,35 @@ func NewReader(root string) (*Reader, error) {
 			ErrNoCgroup, r.hostPath("/proc/self", "mountinfo"))
 	}
 	r.apply(mounts, lines)
-	if _, err := r.CPUTime(); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("%w: v%d: %w", ErrNoCgroup, r.version, err)
-	}
 	return r, nil
+}
+
+// Dirs are the directories of the process's own cgroup under the root they
+// were found from.
+type Dirs struct {
+	// Version is 1 or 2.
+	Version int
+	// CPU, CPUAcct and Memory are the controllers' directories: one and the
+	// same with v2; with v1 "" for a controller that is not mounted.
+	CPU, CPUAcct, Memory string
+}
+
+// FindDirs finds the directories of the process's own cgroup under root as
+// NewReader does (the same choice of version, the mount point where the
+// process's own directory is not visible), without reading any cgroup
+// file. Its errors wrap ErrNoCgroup.
+func FindDirs(root string) (Dirs, error) {
+	r, err := locate(root)
+	if err != nil {
+		return Dirs{}, err
+	}
+	dir := func(c ctrlDir) string {
+		if c.mount == "" {
+			return ""
+		}
+		return r.hostPath(c.dir(), "")
+	}
+	return Dirs{Version: r.version, CPU: dir(r.cpu), CPUAcct: dir(r.cpuacct), Memory: dir(r.memory)}, nil
 }
 
 func (r *Reader) hostPath(dir, file string) string {

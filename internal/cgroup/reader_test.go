@@ -701,6 +701,61 @@ func TestNewReaderBadInput(t *testing.T) {
 	}
 }
 
+// TestNewReaderOddProcCgroupLine: one line of /proc/self/cgroup that
+// cannot be parsed leaves the others in use: the reader finds the same
+// directories and reads the same values as with the clean file.
+func TestNewReaderOddProcCgroupLine(t *testing.T) {
+	f := func(base, procCgroup string) {
+		t.Helper()
+		clean, err := NewReader(filepath.Join("testdata", base))
+		require.NoError(t, err)
+		defer clean.Close()
+		root := copyTree(t, filepath.Join("testdata", base))
+		edit(t, root, map[string]*string{"proc/self/cgroup": &procCgroup})
+		r, err := NewReader(root)
+		require.NoError(t, err, procCgroup)
+		defer r.Close()
+		assert.Equal(t, clean.Describe(), r.Describe(), procCgroup)
+		cpu, err := r.CPUTime()
+		require.NoError(t, err)
+		wantCPU, _ := clean.CPUTime()
+		assert.Equal(t, wantCPU, cpu)
+		limits, err := r.Limits()
+		require.NoError(t, err)
+		wantLimits, _ := clean.Limits()
+		assert.Equal(t, wantLimits, limits)
+	}
+	f("v1-separate", "9:name=systemd:/\n8:pids:/a\nb\n5:devices:/\n4:memory:/process_api/abc\n3:cpuset:/\n2:cpuacct:/\n1:cpu:/\n0::/\n")
+	f("v1-separate", "garbage\n4:memory:/process_api/abc\n3:cpuset:/\n2:cpuacct:/\n1:cpu:/\n")
+	f("v2-container", "1:name=systemd:relative\n0::/\n")
+	f("v2-host", "0::/kubepods/burstable/pod1/ctr\n12:misc\n")
+}
+
+// TestFindDirs: the directories NewReader reads, without reading them.
+func TestFindDirs(t *testing.T) {
+	f := func(base string, want Dirs) {
+		t.Helper()
+		root := filepath.Join("testdata", base)
+		for _, d := range []*string{&want.CPU, &want.CPUAcct, &want.Memory} {
+			if *d != "" {
+				*d = filepath.Join(root, *d)
+			}
+		}
+		got, err := FindDirs(root)
+		require.NoError(t, err, base)
+		assert.Equal(t, want, got, base)
+	}
+	f("v1-separate", Dirs{Version: 1, CPU: v1CPU, CPUAcct: v1Acct, Memory: v1Memory})
+	f("v1-combined", Dirs{Version: 1, CPU: "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/ctr", CPUAcct: "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/ctr", Memory: "sys/fs/cgroup/memory/kubepods/pod1/ctr"})
+	f("v1-no-memory", Dirs{Version: 1, CPU: "sys/fs/cgroup/cpu,cpuacct", CPUAcct: "sys/fs/cgroup/cpu,cpuacct"})
+	f("hybrid", Dirs{Version: 1, CPU: "sys/fs/cgroup/cpu,cpuacct/system.slice/otelcol.service", CPUAcct: "sys/fs/cgroup/cpu,cpuacct/system.slice/otelcol.service", Memory: "sys/fs/cgroup/memory/system.slice/otelcol.service"})
+	f("v2-host", Dirs{Version: 2, CPU: "sys/fs/cgroup/kubepods/burstable/pod1/ctr", CPUAcct: "sys/fs/cgroup/kubepods/burstable/pod1/ctr", Memory: "sys/fs/cgroup/kubepods/burstable/pod1/ctr"})
+	f("v2-bind-leaf", Dirs{Version: 2, CPU: v2Dir, CPUAcct: v2Dir, Memory: v2Dir}) // the mount point: own directory not visible
+
+	_, err := FindDirs(filepath.Join("testdata", "none"))
+	require.ErrorIs(t, err, ErrNoCgroup)
+}
+
 func TestWorkingSetNoMemoryV2(t *testing.T) {
 	// The memory controller is not enabled for the process's cgroup.
 	root := copyTree(t, "testdata/v2-container")

@@ -1,14 +1,16 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-// Package distbuild builds the otelcol-throttle distribution
-// (builder-config.yaml) with ocb for tests, cached by a hash of its sources
-// under the user's cache folder. It is the same algorithm, cache folder and
-// hash as the smoke test in test/distribution, so a build made by either is
-// reused by the other (test/distribution can switch to this package and
-// drop its copy).
+// Package distbuild builds this repository's collector distributions with
+// ocb, cached by a hash of what each is built from under the user's cache
+// folder: otelcol-throttle (builder-config.yaml, from this checkout) and the
+// fleet benchmark's peers otelcol-stock and otelcol-mlext
+// (testbed/bench/fleet). It is the one builder: the tests take their
+// binaries from it (Binary, Stock), and make copies its builds into _build/
+// (testbed/cmd/distbuild).
 //
-// Set OTELCOL_THROTTLE_BINARY to use a binary built elsewhere.
+// Set OTELCOL_THROTTLE_BINARY or OTELCOL_STOCK_BINARY to have the tests use
+// a binary built elsewhere.
 package distbuild // import "github.com/otelthrottle/throttle/testbed/internal/distbuild"
 
 import (
@@ -35,17 +37,53 @@ import (
 )
 
 const (
-	// ocbVersion is the release of ocb (go.opentelemetry.io/collector/cmd/builder)
-	// that builds builder-config.yaml; the Makefile pins the same one.
-	ocbVersion = "v0.165.0"
-	binaryName = "otelcol-throttle"
-	// keepBuilds is how many cached distributions (one per source hash) are
-	// kept; older ones are removed after a build.
+	// keepBuilds is how many cached otelcol-throttle builds (one per source
+	// hash) are kept; older ones are removed after a build.
 	keepBuilds = 3
 	// buildTimeout bounds ocb (module download + compile). A cold build of
 	// this distribution takes about 2.5 minutes on 2 cores.
 	buildTimeout = 15 * time.Minute
 )
+
+// distribution is one ocb manifest of this repository.
+type distribution struct {
+	// name is the binary's name, the manifest's dist.name.
+	name string
+	// manifest is the manifest's path from the repository root.
+	manifest string
+	// ocb is the release of ocb (go.opentelemetry.io/collector/cmd/builder)
+	// that builds it: the release of its collector modules.
+	ocb string
+	// fromCheckout: built from this checkout (the manifest's replace of the
+	// throttle module points at it, and the cache key covers its sources);
+	// otherwise the cache key is the manifest alone.
+	fromCheckout bool
+}
+
+var (
+	throttle = distribution{name: "otelcol-throttle", manifest: "builder-config.yaml", ocb: "v0.165.0", fromCheckout: true}
+	// stock has no throttle code: the fleet benchmark and its test run it
+	// as agents, sink and stock gateways.
+	stock = distribution{name: "otelcol-stock", manifest: "testbed/bench/fleet/otelcol-stock.yaml", ocb: "v0.165.0"}
+	// mlext is a stock collector with core's memory_limiter extension, at
+	// the last release that serves it (the manifest says why).
+	mlext = distribution{name: "otelcol-mlext", manifest: "testbed/bench/fleet/otelcol-mlext.yaml", ocb: "v0.149.0"}
+)
+
+// Names are the distributions Build knows.
+func Names() []string { return []string{throttle.name, stock.name, mlext.name} }
+
+// Build returns the path of the named distribution (one of Names) in the
+// cache, building it with ocb when the cache has none for its current
+// sources, and ocb's output when it ran.
+func Build(name string) (bin, log string, err error) {
+	for _, d := range []distribution{throttle, stock, mlext} {
+		if d.name == name {
+			return d.build()
+		}
+	}
+	return "", "", fmt.Errorf("no distribution %q (want one of %s)", name, strings.Join(Names(), ", "))
+}
 
 var (
 	buildOnce sync.Once
@@ -62,15 +100,10 @@ func Binary(tb testing.TB) string {
 	if p := os.Getenv("OTELCOL_THROTTLE_BINARY"); p != "" {
 		return p
 	}
-	if testing.Short() {
-		tb.Skip("-short: building the distribution with ocb takes minutes on a cold cache")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		tb.Skip("no go toolchain on PATH: cannot build the distribution with ocb")
-	}
+	skipUnlessBuildable(tb)
 	buildOnce.Do(func() {
 		start := time.Now()
-		builtPath, buildLog, buildErr = buildDistribution()
+		builtPath, buildLog, buildErr = throttle.build()
 		if buildErr == nil {
 			tb.Logf("distribution: %s (ready in %s)", builtPath, time.Since(start).Round(time.Millisecond))
 		}
@@ -79,6 +112,39 @@ func Binary(tb testing.TB) string {
 		tb.Fatalf("building the distribution: %v\n%s", buildErr, tail(buildLog, 60))
 	}
 	return builtPath
+}
+
+var (
+	stockOnce sync.Once
+	stockPath string
+	stockErr  error
+	stockLog  string
+)
+
+// Stock returns the path of the otelcol-stock binary, building it once per
+// test binary; like Binary, it skips under -short or without a go
+// toolchain.
+func Stock(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("OTELCOL_STOCK_BINARY"); p != "" {
+		return p
+	}
+	skipUnlessBuildable(tb)
+	stockOnce.Do(func() { stockPath, stockLog, stockErr = stock.build() })
+	if stockErr != nil {
+		tb.Fatalf("building otelcol-stock: %v\n%s", stockErr, tail(stockLog, 60))
+	}
+	return stockPath
+}
+
+func skipUnlessBuildable(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("-short: building a distribution with ocb takes minutes on a cold cache")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		tb.Skip("no go toolchain on PATH: cannot build a distribution with ocb")
+	}
 }
 
 // repoRoot is the root of the throttle module: the nearest folder at or
@@ -111,11 +177,11 @@ func cacheRoot() string {
 	return filepath.Join(os.TempDir(), "otelcol-throttle-cache")
 }
 
-// sourceHash hashes everything the distribution is built from: the ocb
+// sourceHash hashes everything otelcol-throttle is built from: the ocb
 // manifest, go.mod, go.sum and every non-test Go file of the module
 // (testdata and nested modules such as testbed excluded), plus the go and
 // ocb versions and the target platform.
-func sourceHash(root string) (string, error) {
+func sourceHash(root, ocbVersion string) (string, error) {
 	files := []string{"builder-config.yaml", "go.mod", "go.sum"}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -144,7 +210,7 @@ func sourceHash(root string) (string, error) {
 		return "", err
 	}
 	slices.Sort(files[3:])
-	h, err := toolchainHash()
+	h, err := toolchainHash(ocbVersion)
 	if err != nil {
 		return "", err
 	}
@@ -159,33 +225,57 @@ func sourceHash(root string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:24], nil
 }
 
-// buildDistribution returns the cached binary for the current sources or
-// builds it with ocb into the cache. Builds go to a fresh folder and the
-// binary is renamed into place, so concurrent test runs never see half a
-// binary.
-func buildDistribution() (bin, log string, err error) {
+// build returns the cached binary for the distribution's current sources
+// or builds it with ocb into the cache.
+func (d distribution) build() (bin, log string, err error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", "", err
 	}
-	hash, err := sourceHash(root)
-	if err != nil {
-		return "", "", fmt.Errorf("hashing the sources: %w", err)
-	}
 	cache := cacheRoot()
+	if d.fromCheckout {
+		hash, err := sourceHash(root, d.ocb)
+		if err != nil {
+			return "", "", fmt.Errorf("hashing the sources: %w", err)
+		}
+		return ocbBuild{
+			final:    filepath.Join(cache, hash, d.name),
+			binary:   d.name,
+			manifest: filepath.Base(d.manifest),
+			ocb:      d.ocb,
+			dir:      root,
+			render:   func(work string) ([]byte, error) { return rewriteManifest(root, d.manifest, work) },
+			done:     func() { pruneCache(cache, hash) },
+		}.run(cache)
+	}
+	manifest, err := os.ReadFile(filepath.Join(root, d.manifest))
+	if err != nil {
+		return "", "", err
+	}
+	if n := len(outputPathRE.FindAll(manifest, -1)); n != 1 {
+		return "", "", fmt.Errorf("%s: want one dist.output_path line, found %d", d.manifest, n)
+	}
+	h, err := toolchainHash(d.ocb)
+	if err != nil {
+		return "", "", err
+	}
+	h.Write(manifest)
+	// The cache folder is named by the binary's name less "otelcol-".
+	prefix := strings.TrimPrefix(d.name, "otelcol-")
 	return ocbBuild{
-		final:    filepath.Join(cache, hash, binaryName),
-		binary:   binaryName,
-		manifest: "builder-config.yaml",
-		dir:      root,
-		render:   func(work string) ([]byte, error) { return rewriteManifest(root, work) },
-		done:     func() { pruneCache(cache, hash) },
+		final:    filepath.Join(cache, prefix+"-"+hex.EncodeToString(h.Sum(nil))[:24], d.name),
+		binary:   d.name,
+		manifest: filepath.Base(d.manifest),
+		ocb:      d.ocb,
+		render: func(work string) ([]byte, error) {
+			return outputPathRE.ReplaceAll(manifest, []byte("${1} "+quote(work))), nil
+		},
 	}.run(cache)
 }
 
 // toolchainHash starts a hash of what a build depends on besides its
 // sources: the ocb and go versions and the target platform.
-func toolchainHash() (hash.Hash, error) {
+func toolchainHash(ocbVersion string) (hash.Hash, error) {
 	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
 	if err != nil {
 		return nil, fmt.Errorf("go env GOVERSION: %w", err)
@@ -200,9 +290,9 @@ func toolchainHash() (hash.Hash, error) {
 // runs never see half a binary.
 type ocbBuild struct {
 	// final is the cached binary's path; binary its name in ocb's output
-	// folder; manifest the manifest's file name; dir ocb's working
-	// directory ("" for the build folder).
-	final, binary, manifest, dir string
+	// folder; manifest the manifest's file name; ocb the release of ocb;
+	// dir ocb's working directory ("" for the build folder).
+	final, binary, manifest, ocb, dir string
 	// render returns the manifest with its output folder set to work.
 	render func(work string) ([]byte, error)
 	// done, if set, runs once the binary is in place.
@@ -222,9 +312,9 @@ func (b ocbBuild) run(cache string) (bin, log string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
 	var out bytes.Buffer
-	ocb, err := installOCB(ctx, cache, &out)
+	ocb, err := installOCB(ctx, cache, b.ocb, &out)
 	if err != nil {
-		return "", out.String(), fmt.Errorf("installing ocb %s: %w", ocbVersion, err)
+		return "", out.String(), fmt.Errorf("installing ocb %s: %w", b.ocb, err)
 	}
 	work, err := os.MkdirTemp(cache, "build-")
 	if err != nil {
@@ -263,21 +353,21 @@ var (
 	replaceRE    = regexp.MustCompile(`(?m)^(\s*-\s*github\.com/otelthrottle/throttle\s*=>).*$`)
 )
 
-// rewriteManifest returns the repository's builder-config.yaml with the
-// output folder set to work and the replace of the throttle module pointing
-// at root by absolute path (the committed one is relative to ./_build).
-// Everything else, the list of components and their versions included, is
-// the file users copy, unchanged.
-func rewriteManifest(root, work string) ([]byte, error) {
-	b, err := os.ReadFile(filepath.Join(root, "builder-config.yaml"))
+// rewriteManifest returns the repository's manifest (builder-config.yaml)
+// with the output folder set to work and the replace of the throttle module
+// pointing at root by absolute path (the committed one is relative to
+// ./_build). Everything else, the list of components and their versions
+// included, is the file users copy, unchanged.
+func rewriteManifest(root, manifest, work string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(root, manifest))
 	if err != nil {
 		return nil, err
 	}
 	if n := len(outputPathRE.FindAll(b, -1)); n != 1 {
-		return nil, fmt.Errorf("builder-config.yaml: want one dist.output_path line, found %d", n)
+		return nil, fmt.Errorf("%s: want one dist.output_path line, found %d", manifest, n)
 	}
 	if n := len(replaceRE.FindAll(b, -1)); n != 1 {
-		return nil, fmt.Errorf("builder-config.yaml: want one `- github.com/otelthrottle/throttle => ...` replace, found %d", n)
+		return nil, fmt.Errorf("%s: want one `- github.com/otelthrottle/throttle => ...` replace, found %d", manifest, n)
 	}
 	b = outputPathRE.ReplaceAll(b, []byte("${1} "+quote(work)))
 	b = replaceRE.ReplaceAll(b, []byte("${1} "+filepath.ToSlash(root)))
@@ -288,7 +378,7 @@ func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"
 
 // installOCB returns ocb at ocbVersion, installing it into the cache with
 // `go install` when it is not there yet.
-func installOCB(ctx context.Context, cache string, out io.Writer) (string, error) {
+func installOCB(ctx context.Context, cache, ocbVersion string, out io.Writer) (string, error) {
 	dir := filepath.Join(cache, "tools")
 	path := filepath.Join(dir, "ocb-"+ocbVersion)
 	if _, err := os.Stat(path); err == nil {
@@ -366,68 +456,3 @@ func RepoRoot() (string, error) { return repoRoot() }
 
 // Tail returns the last lines of s, for failure messages.
 func Tail(s string, lines int) string { return tail(s, lines) }
-
-// stockManifest is the ocb manifest of otelcol-stock, the collector with no
-// throttle code that the fleet benchmark and its test run as agents, sink
-// and stock gateways.
-const stockManifest = "testbed/bench/fleet/otelcol-stock.yaml"
-
-var (
-	stockOnce sync.Once
-	stockPath string
-	stockErr  error
-	stockLog  string
-)
-
-// Stock returns the path of the otelcol-stock binary built from
-// testbed/bench/fleet/otelcol-stock.yaml, building it once per test binary and
-// caching it by a hash of the manifest; like Binary, it skips under -short
-// or without a go toolchain. Set OTELCOL_STOCK_BINARY to use one built
-// elsewhere.
-func Stock(tb testing.TB) string {
-	tb.Helper()
-	if p := os.Getenv("OTELCOL_STOCK_BINARY"); p != "" {
-		return p
-	}
-	if testing.Short() {
-		tb.Skip("-short: building the stock distribution with ocb takes minutes on a cold cache")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		tb.Skip("no go toolchain on PATH: cannot build the stock distribution with ocb")
-	}
-	stockOnce.Do(func() { stockPath, stockLog, stockErr = buildStock() })
-	if stockErr != nil {
-		tb.Fatalf("building otelcol-stock: %v\n%s", stockErr, tail(stockLog, 60))
-	}
-	return stockPath
-}
-
-// buildStock returns the cached otelcol-stock for the current manifest or
-// builds it with ocb into the cache.
-func buildStock() (bin, log string, err error) {
-	root, err := repoRoot()
-	if err != nil {
-		return "", "", err
-	}
-	manifest, err := os.ReadFile(filepath.Join(root, stockManifest))
-	if err != nil {
-		return "", "", err
-	}
-	if n := len(outputPathRE.FindAll(manifest, -1)); n != 1 {
-		return "", "", fmt.Errorf("%s: want one dist.output_path line, found %d", stockManifest, n)
-	}
-	h, err := toolchainHash()
-	if err != nil {
-		return "", "", err
-	}
-	h.Write(manifest)
-	cache := cacheRoot()
-	return ocbBuild{
-		final:    filepath.Join(cache, "stock-"+hex.EncodeToString(h.Sum(nil))[:24], "otelcol-stock"),
-		binary:   "otelcol-stock",
-		manifest: "otelcol-stock.yaml",
-		render: func(work string) ([]byte, error) {
-			return outputPathRE.ReplaceAll(manifest, []byte("${1} "+quote(work))), nil
-		},
-	}.run(cache)
-}

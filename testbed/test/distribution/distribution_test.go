@@ -144,7 +144,8 @@ func TestRunAcceptsOTLP(t *testing.T) {
 		if err != nil || code != 200 {
 			return false
 		}
-		samples = e2e.ParseExposition(text)
+		samples, err = e2e.ParseExposition(text)
+		require.NoError(t, err, "the collector's own metrics")
 		return len(e2e.Names(samples, "otelcol_throttle_")) > 0
 	})
 	t.Logf("throttle series: %v", e2e.Names(samples, "otelcol_throttle_"))
@@ -173,7 +174,8 @@ func assertDecisions(t *testing.T, col *collector, metricsURL string) {
 		if err != nil {
 			return false
 		}
-		samples = e2e.ParseExposition(text)
+		samples, err = e2e.ParseExposition(text)
+		require.NoError(t, err, "the collector's own metrics")
 		httpN, _ := e2e.Sum(samples, "otelcol_throttle_requests", map[string]string{"protocol": "http", "decision": "allowed"})
 		grpcN, _ := e2e.Sum(samples, "otelcol_throttle_requests", map[string]string{"protocol": "grpc", "decision": "allowed"})
 		items, _ := e2e.Sum(samples, "otelcol_processor_throttle_items", map[string]string{"signal": "traces", "outcome": "passed"})

@@ -38,6 +38,11 @@ type Options struct {
 	// Source is where resources are read; nil: the container's cgroup, or
 	// the process's own counters where there is none.
 	Source sampler.Source
+	// ProcessSource stands in for that cgroup or those counters: unlike
+	// Source, Start takes it for this process's own, so the heap view
+	// corrects its working set, the GC percent follows it, and Shutdown
+	// closes it. Ignored when Source is set.
+	ProcessSource sampler.Source
 	// SetMemoryLimit stands in for the runtime's soft limit setter
 	// (debug.SetMemoryLimit); nil: the runtime's, and only with the
 	// default source (see Start).
@@ -52,6 +57,8 @@ type Runner struct {
 	cfg    Config
 	logger *zap.Logger
 	source sampler.Source // injected by tests; nil = cgroup, else process
+	// processSource stands in for the cgroup or the process (tests only).
+	processSource sampler.Source
 	// memoryLimitSetter is the runtime's soft limit setter injected by
 	// tests; see Start.
 	memoryLimitSetter func(int64) int64
@@ -76,6 +83,12 @@ type Runner struct {
 	mu      sync.Mutex // guards the lifecycle below
 	started bool
 	stopped bool
+	// samplerStopped is closed once the sampler has stopped and the owned
+	// source is closed; nil before Shutdown.
+	samplerStopped chan struct{}
+	// flushed: the first Shutdown to see the sampler stopped flushes the
+	// transition log.
+	flushed sync.Once
 	// closed is stopped for the sampler goroutine, which must not take mu.
 	closed  atomic.Bool
 	sampler *sampler.Sampler
@@ -92,8 +105,9 @@ type Runner struct {
 
 	status *status // status page and component status (status.go)
 
-	// ownedSource is the source Start created (not injected), closed at
-	// Shutdown so its open cgroup or proc files are released at once.
+	// ownedSource is the source Start created (not injected), closed once
+	// Shutdown has stopped the sampler, so its open cgroup or proc files are
+	// released with the extension.
 	ownedSource sampler.Source
 
 	// Sampler goroutine only (and Shutdown once the sampler has stopped).
@@ -110,9 +124,10 @@ var (
 // New builds the machinery of the extension id; nothing runs until Start.
 func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Options) (*Runner, error) {
 	r := &Runner{
-		cfg:    cfg,
-		logger: set.Logger,
-		source: opts.Source,
+		cfg:           cfg,
+		logger:        set.Logger,
+		source:        opts.Source,
+		processSource: opts.ProcessSource,
 
 		memoryLimitSetter: opts.SetMemoryLimit,
 		limitsEvery:       opts.LimitsEvery,
@@ -163,7 +178,10 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	// process's own cgroup or counters.
 	ownProcess := src == nil
 	if ownProcess {
-		src = defaultSource(r.logger)
+		src = r.processSource
+		if src == nil {
+			src = defaultSource(r.logger)
+		}
 		r.ownedSource = src
 	}
 	if err := r.status.start(ctx, host, src); err != nil {
@@ -232,44 +250,59 @@ func defaultSource(logger *zap.Logger) sampler.Source {
 	return cgroup.NewProcess("/")
 }
 
-// Shutdown stops the sampler and waits for it. Safe without Start, and more
-// than once.
+// Shutdown stops the sampler and gives back what Start took: the soft
+// memory limit and the GC percent return to what they were, and the source
+// Start opened is closed. Safe without Start, and more than once.
+//
+// A source read that never returns (a hung filesystem) must not hang the
+// collector's shutdown, nor leave the runtime settings to outlive the
+// extension (a configuration reload would keep a limit nobody follows): the
+// settings are released at once, and Shutdown waits for the sampler only as
+// long as ctx allows. The source is closed when the sampler has stopped (it
+// is not safe for concurrent use, and a read stuck in the kernel keeps its
+// file until it returns anyway), whether or not a Shutdown is still
+// waiting; a later Shutdown waits again, and completes once it has.
 func (r *Runner) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return nil
+	var err error
+	if !r.stopped {
+		r.stopped = true
+		r.closed.Store(true)
+		r.queue.Close()
+		err = r.status.shutdown(ctx)
+		r.stale.stop()
+		// A late sample's updates are no-ops once these are released.
+		r.memLimit.Release()
+		r.pace.Release()
+		r.tel.shutdown()
+		r.samplerStopped = make(chan struct{})
+		go r.stopSampler(r.samplerStopped)
 	}
-	r.stopped = true
-	r.closed.Store(true)
-	r.queue.Close()
-	err := r.status.shutdown(ctx)
-	r.stale.stop()
+	stopped := r.samplerStopped
+	// Not held while waiting: another Shutdown must be able to give up
+	// when its own ctx ends.
+	r.mu.Unlock()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("throttle: sampler did not stop: %w", ctx.Err()))
+	}
+	// Changes counted but not yet summarised would otherwise be lost.
+	r.flushed.Do(r.translog.flush)
+	return err
+}
+
+// stopSampler stops the sampler, waiting for a read in progress, then closes
+// the source Start opened, so that its cgroup or proc files are released,
+// and closes stopped.
+func (r *Runner) stopSampler(stopped chan<- struct{}) {
+	defer close(stopped)
 	if r.sampler != nil {
-		// A source read that never returns (a hung filesystem) must not
-		// hang the collector's shutdown: wait for the sampler only as long
-		// as ctx allows, and leave the source open if it is still in use.
-		stopped := make(chan struct{})
-		go func() {
-			r.sampler.Stop()
-			close(stopped)
-		}()
-		select {
-		case <-stopped:
-		case <-ctx.Done():
-			r.tel.shutdown()
-			return errors.Join(err, fmt.Errorf("throttle: sampler did not stop: %w", ctx.Err()))
-		}
-		// Changes counted but not yet summarised would otherwise be lost.
-		r.translog.flush()
+		r.sampler.Stop()
 	}
 	if c, ok := r.ownedSource.(io.Closer); ok {
 		_ = c.Close()
 	}
-	r.memLimit.Release()
-	r.pace.Release()
-	r.tel.shutdown()
-	return err
 }
 
 // resizeBudget keeps an "auto" admission budget sized to the memory limit

@@ -10,71 +10,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/otelthrottle/throttle/internal/cgroup"
 )
 
-// mount is one cgroup mount of /proc/self/mountinfo.
-type mount struct {
-	root, point string
-	v2          bool
-	controllers []string // v1: from the super options
-}
-
-// parseMountinfo returns the cgroup mounts.
-func parseMountinfo(data string) []mount {
-	var out []mount
-	for _, line := range strings.Split(data, "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f, p := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(p) < 3 {
-			continue
-		}
-		switch p[0] {
-		case "cgroup2":
-			out = append(out, mount{root: f[3], point: f[4], v2: true})
-		case "cgroup":
-			out = append(out, mount{root: f[3], point: f[4], controllers: strings.Split(p[2], ",")})
-		}
-	}
-	return out
-}
-
-// parseProcCgroup maps each v1 controller (and "" for v2) to the path of
-// /proc/self/cgroup.
-func parseProcCgroup(data string) map[string]string {
-	out := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(data), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[1] == "" {
-			out[""] = parts[2]
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			out[c] = parts[2]
-		}
-	}
-	return out
-}
-
-// ownDir is the directory of this process's cgroup under the mount m for
-// the path p of /proc/self/cgroup.
-func ownDir(m mount, p string) string {
-	rel, err := filepath.Rel(m.root, p)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		rel = "."
-	}
-	return filepath.Join(m.point, rel)
-}
-
-// cgroup is the limited cgroup the collector runs in, created by the
+// Cgroup is the limited cgroup the collector runs in, created by the
 // harness: v2 one directory, v1 one per controller (cpu, cpuacct, memory),
 // each a child of this process's own cgroup of that controller (on this
 // kind of machine memory sits under a sandbox's path and only a child of it
@@ -86,57 +30,28 @@ type Cgroup struct {
 	cpuDir, cpuacctDir, memDir string
 }
 
-// Resolve finds where a child cgroup would go for each controller.
+// Resolve finds where a child cgroup would go for each controller: in this
+// process's own cgroup, found as the throttle finds it (internal/cgroup),
+// which must have the cpu, cpuacct and memory controllers (v1) or offer cpu
+// and memory to its children (v2).
 func Resolve(root string) (version int, cpu, cpuacct, memory string, err error) {
-	mi, err := os.ReadFile(filepath.Join(root, "proc/self/mountinfo"))
+	d, err := cgroup.FindDirs(root)
 	if err != nil {
 		return 0, "", "", "", err
 	}
-	pc, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
-	if err != nil {
-		return 0, "", "", "", err
-	}
-	mounts, paths := parseMountinfo(string(mi)), parseProcCgroup(string(pc))
-	at := func(p string) string { return filepath.Join(root, p) }
-	// v1 first when it has memory and cpu: a hybrid host also mounts an
-	// empty v2 hierarchy, which must not be mistaken for the unified one.
-	for _, m := range mounts {
-		if m.v2 {
-			continue
+	switch d.Version {
+	case 1:
+		if d.CPU != "" && d.CPUAcct != "" && d.Memory != "" {
+			return 1, d.CPU, d.CPUAcct, d.Memory, nil
 		}
-		for _, c := range m.controllers {
-			if p, ok := paths[c]; ok {
-				d := at(ownDir(m, p))
-				switch c {
-				case "cpu":
-					cpu = d
-				case "cpuacct":
-					cpuacct = d
-				case "memory":
-					memory = d
-				}
-			}
+	case 2:
+		if d.CPU == "" {
+			break
 		}
-	}
-	if cpu != "" && cpuacct != "" && memory != "" {
-		return 1, cpu, cpuacct, memory, nil
-	}
-	for _, m := range mounts {
-		if !m.v2 {
-			continue
-		}
-		p, ok := paths[""]
-		if !ok {
-			continue
-		}
-		d := at(ownDir(m, p))
-		ctrl, err := os.ReadFile(filepath.Join(d, "cgroup.controllers"))
-		if err != nil {
-			// The own directory of a process in a leaf it cannot read.
-			continue
-		}
-		if strings.Contains(string(ctrl), "cpu") && strings.Contains(string(ctrl), "memory") {
-			return 2, d, d, d, nil
+		// The own directory of a process in a leaf it cannot read has none.
+		b, err := os.ReadFile(filepath.Join(d.CPU, "cgroup.controllers"))
+		if ctrl := strings.Fields(string(b)); err == nil && slices.Contains(ctrl, "cpu") && slices.Contains(ctrl, "memory") {
+			return 2, d.CPU, d.CPU, d.CPU, nil
 		}
 	}
 	return 0, "", "", "", errors.New("no cgroup v1 cpu+cpuacct+memory nor cgroup v2 with cpu and memory controllers")

@@ -45,7 +45,8 @@ func TestParseGoroutineTotal(t *testing.T) {
 }
 
 // TestResolve: v1 with cpu and cpuacct mounted apart and memory under a
-// sandbox path (this machine's layout), a hybrid host, and pure v2.
+// sandbox path (this machine's layout), a hybrid host, and pure v2 with and
+// without the controllers a child needs.
 func TestResolve(t *testing.T) {
 	root := t.TempDir()
 	put := func(p, s string) {
@@ -58,6 +59,7 @@ func TestResolve(t *testing.T) {
 38 25 0:34 / /sys/fs/cgroup/unified rw,relatime shared:17 - cgroup2 cgroup2 rw
 `)
 	put("proc/self/cgroup", "4:memory:/process_api/abc\n2:cpuacct:/\n1:cpu:/\n0::/\n")
+	put("sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes", "9223372036854771712\n")
 	v, cpu, acct, mem, err := Resolve(root)
 	require.NoError(t, err)
 	assert.Equal(t, 1, v)
@@ -74,6 +76,10 @@ func TestResolve(t *testing.T) {
 	assert.Equal(t, 2, v)
 	assert.Equal(t, filepath.Join(root, "sys/fs/cgroup/user.slice/s.scope"), cpu)
 	assert.Equal(t, cpu, mem)
+
+	put("sys/fs/cgroup/user.slice/s.scope/cgroup.controllers", "cpuset io memory pids\n")
+	_, _, _, _, err = Resolve(root)
+	require.Error(t, err, "no cpu controller for a child")
 }
 
 func TestParseHostCPU(t *testing.T) {

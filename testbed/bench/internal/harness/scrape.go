@@ -10,19 +10,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/otelthrottle/throttle/testbed/internal/promtext"
+	"github.com/otelthrottle/throttle/testbed/internal/series"
 )
 
 // Sample is one series of the Prometheus exposition.
-type Sample = promtext.Sample
-
-// ParseExposition parses the Prometheus text format.
-func ParseExposition(text string) []Sample { return promtext.Parse(text) }
+type Sample = series.Sample
 
 // Sum adds the series of name (with or without a _total suffix) whose labels
 // include want; found is false when there is none.
 func Sum(samples []Sample, name string, want map[string]string) (total float64, found bool) {
-	return promtext.Sum(samples, name, want)
+	return series.Sum(samples, name, want)
 }
 
 // Scraper fetches the collector's metrics in the background, so that a slow
@@ -69,7 +66,13 @@ func (s *Scraper) once(ctx context.Context) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return
 	}
-	parsed := ParseExposition(string(body))
+	parsed, err := series.Parse(string(body))
+	if err != nil {
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		return
+	}
 	s.mu.Lock()
 	s.latest, s.at, s.lastErr = parsed, time.Now(), nil
 	s.mu.Unlock()

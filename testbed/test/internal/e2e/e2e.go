@@ -32,7 +32,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/otelthrottle/throttle/testbed/internal/promtext"
+	"github.com/otelthrottle/throttle/testbed/internal/series"
 )
 
 // Ports are the free ports a collector config template is filled with.
@@ -207,16 +207,16 @@ func Get(ctx context.Context, url string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-// Sample is one line of a Prometheus text exposition.
-type Sample = promtext.Sample
+// Sample is one series of the collector's metrics.
+type Sample = series.Sample
 
 // ParseExposition parses the Prometheus text format.
-func ParseExposition(text string) []Sample { return promtext.Parse(text) }
+func ParseExposition(text string) ([]Sample, error) { return series.Parse(text) }
 
 // Sum adds the values of the samples named name (or name_total) whose labels
 // include every pair of want.
 func Sum(samples []Sample, name string, want map[string]string) (float64, bool) {
-	return promtext.Sum(samples, name, want)
+	return series.Sum(samples, name, want)
 }
 
 // Names returns the distinct sample names with the given prefix, for
