@@ -231,6 +231,9 @@ func (c *Cgroup) ProcsFiles() []string {
 	return out
 }
 
+// MemoryDir is the directory of the memory controller (v2: the cgroup's).
+func (c *Cgroup) MemoryDir() string { return c.memDir }
+
 // ProcsFilesOf are the cgroup.procs of the named controllers only ("cpu",
 // "cpuacct", "memory"): a helper process placed in the memory controller
 // alone counts against the memory limit and not the CPU quota. Under
