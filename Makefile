@@ -174,3 +174,28 @@ FLEET_FLAGS ?=
 .PHONY: fleet
 fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
+
+# ---------------------------------------------------------------------------
+# The client matrix (testbed/bench/clients, issue 28): real OTLP clients (the
+# Go and JavaScript SDKs' exporters, stock collector agents) with their
+# defaults against the distribution, every span counted at the sink. Its
+# JavaScript clients' packages are pinned by its package-lock.json.
+
+CLIENTS_JS := $(TESTBED)/bench/clients/js
+
+$(CLIENTS_JS)/node_modules/.package-lock.json: $(CLIENTS_JS)/package-lock.json
+	cd $(CLIENTS_JS) && npm ci --ignore-scripts --no-audit --no-fund
+
+## clients-js: install the client matrix's JavaScript packages (npm ci).
+.PHONY: clients-js
+clients-js: $(CLIENTS_JS)/node_modules/.package-lock.json
+
+## clients: the client matrix (Linux, root; about 25 minutes for the four
+## scenarios): short Opens, a 60 s Open, 5 minutes at twice the capacity, large
+## gzip bodies. Results in bench/runs/<date>-clients-<scenario>/.
+## e.g. make clients CLIENTS_FLAGS='-scenario a'
+CLIENTS_FLAGS ?=
+.PHONY: clients
+clients: $(OTELCOL) $(OTELCOL_STOCK) clients-js
+	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/clients
+	$(CURDIR)/bin/clients -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) $(CLIENTS_FLAGS)

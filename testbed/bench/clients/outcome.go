@@ -100,8 +100,9 @@ func (m *matrix) collect() *runOutcome {
 				EnqueueFailed: zero(get(s, "otelcol_exporter_enqueue_failed_spans", nil)),
 			}
 			c.GivenUp = uint64(c.Agent.SendFailed + c.Agent.EnqueueFailed)
-			// The feeder's refusals are the agent's, not the exporter's.
-			c.Errors = agentLog(a.logPath)
+			// The feeder's refusals are the agent's receiver's, not its
+			// exporter's: what the report shows is the agent's own log.
+			c.Errors, c.Logs = nil, agentLog(a.logPath)
 		}
 		out.Clients = append(out.Clients, c)
 	}

@@ -96,11 +96,16 @@ func (c clientSpec) lossless() clientSpec {
 	return c
 }
 
-// gzipLarge is c with large gzip'd batches: 4096 spans of 400 payload
-// bytes, about 2 MiB of protobuf each (below gRPC's 4 MiB message limit).
+// gzipLarge is c with large gzip'd batches of spans with 400 payload
+// bytes: over HTTP 8192 spans, about 4 MiB of protobuf, most of the
+// gateway's admission budget (5 MiB); over gRPC 4096, about 2 MiB, as the
+// otlp receiver takes no gRPC message over 4 MiB by default.
 func (c clientSpec) gzipLarge(rate float64) clientSpec {
 	c.variant = variantGzipLarge
-	c.rate, c.workers, c.batch, c.attrSize = rate, 2, 4096, 400
+	c.rate, c.workers, c.batch, c.attrSize = rate, 2, 8192, 400
+	if c.kind == goGRPC || c.kind == jsGRPC {
+		c.batch = 4096
+	}
 	switch {
 	case c.isGo():
 		c.sdkArgs = []string{"-compression", "gzip"}
