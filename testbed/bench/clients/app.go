@@ -4,8 +4,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,10 +19,10 @@ import (
 // BatchSpanProcessor does, at a rate shared by the workers (0: as fast as
 // the exporter answers). js/client.js is the same loop in node.
 type app struct {
-	id       uint
+	id       uint32
 	name     string
 	workers  int
-	batch    int
+	batch    uint64
 	rate     float64 // spans/s of the whole client
 	duration time.Duration
 	attrSize int
@@ -28,10 +30,15 @@ type app struct {
 }
 
 func (a *app) register(fs *flag.FlagSet) {
-	fs.UintVar(&a.id, "id", 1, "client id, encoded in every span's trace ID")
+	a.id = 1
+	fs.Func("id", "client id, encoded in every span's trace ID (1 to 2^31; default 1)", func(s string) error {
+		v, err := strconv.ParseUint(s, 10, 32)
+		a.id = uint32(v)
+		return err
+	})
 	fs.StringVar(&a.name, "name", "client", "client name (the report's)")
 	fs.IntVar(&a.workers, "workers", 4, "workers, each with one export in flight at most")
-	fs.IntVar(&a.batch, "batch", 512, "spans per export (the BatchSpanProcessor's default batch)")
+	fs.Uint64Var(&a.batch, "batch", 512, "spans per export (the BatchSpanProcessor's default batch)")
 	fs.Float64Var(&a.rate, "rate", 1000, "spans/s of the whole client; 0: each worker exports again as soon as the last export returned")
 	fs.DurationVar(&a.duration, "duration", 30*time.Second, "how long the application hands spans")
 	fs.IntVar(&a.attrSize, "attr-size", 64, "bytes of each span's payload attribute")
@@ -49,7 +56,7 @@ func (a *app) validate() error {
 	case a.rate < 0:
 		return fmt.Errorf("-rate %g: want >= 0", a.rate)
 	case a.out == "":
-		return fmt.Errorf("-result: a file is needed")
+		return errors.New("-result: a file is needed")
 	}
 	return nil
 }
@@ -58,14 +65,14 @@ func (a *app) validate() error {
 // the exporter is done with it: handed is false when it never reached the
 // exporter (only the agents' feeder, whose agent may refuse it), err is
 // what the exporter reported.
-type handFunc func(seq uint64, n int) (handed bool, err error)
+type handFunc func(seq, n uint64) (handed bool, err error)
 
 // run runs the workers for the duration and returns the result.
 func (a *app) run(hand handFunc) *result {
 	var (
 		seqNext atomic.Uint64
 		mu      sync.Mutex
-		res     = &result{Client: a.name, ID: uint32(a.id)}
+		res     = &result{Client: a.name, ID: a.id}
 		errs    tally
 		lat     latencies
 	)
@@ -96,11 +103,11 @@ func (a *app) run(hand handFunc) *result {
 				// A worker that fell behind starts again from now: the
 				// application never catches up with a burst.
 				next = maxTime(next, now).Add(period)
-				seq := seqNext.Add(uint64(a.batch)) - uint64(a.batch)
+				seq := seqNext.Add(a.batch) - a.batch
 				t0 := time.Now()
 				handed, err := hand(seq, a.batch)
 				lat.add(time.Since(t0))
-				r := seqRange{seq, uint64(a.batch)}
+				r := seqRange{seq, a.batch}
 				mu.Lock()
 				res.Exports++
 				switch {
@@ -116,7 +123,7 @@ func (a *app) run(hand handFunc) *result {
 				}
 				mu.Unlock()
 				if err != nil {
-					errs.add(err.Error(), 1)
+					errs.add(err.Error())
 				}
 			}
 		})
@@ -143,7 +150,7 @@ var payloadPool = func() string {
 	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 	var b strings.Builder
 	x := uint64(0x9E3779B97F4A7C15)
-	for range 1 << 16 {
+	for range payloadPoolLen {
 		x ^= x << 13
 		x ^= x >> 7
 		x ^= x << 17
@@ -152,10 +159,13 @@ var payloadPool = func() string {
 	return b.String()
 }()
 
+const payloadPoolLen = 1 << 16
+
 // payload is the payload attribute of span seq: size bytes of the pool
 // from an offset that depends on seq.
 func payload(size int, seq uint64) string {
-	size = min(size, len(payloadPool))
-	off := int((seq * 7919) % uint64(len(payloadPool)-size+1))
+	size = min(max(size, 0), payloadPoolLen)
+	// An offset 7919 bytes on per span, wrapping within the pool.
+	off := int(seq%payloadPoolLen/2) * 7919 % (payloadPoolLen - size + 1)
 	return payloadPool[off : off+size]
 }

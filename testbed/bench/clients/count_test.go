@@ -118,7 +118,7 @@ func TestAppRun(t *testing.T) {
 	a := &app{id: 5, name: "t", workers: 3, batch: 10, rate: 0, duration: 50 * time.Millisecond}
 	var mu sync.Mutex
 	seen := map[uint64]int{}
-	res := a.run(func(seq uint64, n int) (bool, error) {
+	res := a.run(func(seq, _ uint64) (bool, error) {
 		mu.Lock()
 		seen[seq]++
 		mu.Unlock()
@@ -132,7 +132,7 @@ func TestAppRun(t *testing.T) {
 		return true, nil
 	})
 	require.Positive(t, res.Exports)
-	assert.EqualValues(t, 10*res.Exports, res.SeqEnd, "every allocated batch was handed to hand")
+	assert.Equal(t, 10*res.Exports, res.SeqEnd, "every allocated batch was handed to hand")
 	assert.Len(t, seen, int(res.Exports))
 	for seq, n := range seen {
 		assert.Equal(t, 1, n, "batch %d handed once", seq)
@@ -155,8 +155,13 @@ func TestAppRun(t *testing.T) {
 func TestOpens(t *testing.T) {
 	nan := math.NaN()
 	pts := []point{
-		{t: 0, state: 0}, {t: 1, state: 2, openDuration: 0}, {t: 2, state: nan}, {t: 3, state: 2, openDuration: 1.9},
-		{t: 4, state: 1}, {t: 5, state: 2, openDuration: 0.2}, {t: 6, state: 2, openDuration: 1.1},
+		{t: 0, state: 0},
+		{t: 1, state: 2, openDuration: 0},
+		{t: 2, state: nan},
+		{t: 3, state: 2, openDuration: 1.9},
+		{t: 4, state: 1},
+		{t: 5, state: 2, openDuration: 0.2},
+		{t: 6, state: 2, openDuration: 1.1},
 	}
 	got := opens(pts)
 	require.Len(t, got, 2)

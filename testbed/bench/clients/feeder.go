@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -50,7 +51,7 @@ func runFeeder(args []string) error {
 	refused := &tally{}
 	var nRefused atomic.Uint64
 	giveUpAt := time.Now().Add(f.duration + f.grace)
-	hand := func(seq uint64, n int) (bool, error) {
+	hand := func(seq, n uint64) (bool, error) {
 		body, err := f.request(seq, n)
 		if err != nil {
 			return false, err
@@ -60,7 +61,7 @@ func runFeeder(args []string) error {
 			if err == nil {
 				return true, nil
 			}
-			refused.add(err.Error(), 1)
+			refused.add(err.Error())
 			nRefused.Add(1)
 			if time.Now().After(giveUpAt) {
 				return false, nil
@@ -76,17 +77,16 @@ func runFeeder(args []string) error {
 }
 
 // request is the protobuf ExportTraceServiceRequest of the batch.
-func (f *feeder) request(seq uint64, n int) ([]byte, error) {
+func (f *feeder) request(seq, n uint64) ([]byte, error) {
 	td := ptrace.NewTraces()
 	rs := td.ResourceSpans().AppendEmpty()
 	rs.Resource().Attributes().PutStr("service.name", f.name)
 	ss := rs.ScopeSpans().AppendEmpty()
 	ss.Scope().SetName("throttle/testbed/bench/clients")
 	spans := ss.Spans()
-	spans.EnsureCapacity(n)
 	now := time.Now()
 	for i := range n {
-		tid, sid := encodeIDs(uint32(f.id), seq+uint64(i))
+		tid, sid := encodeIDs(f.id, seq+i)
 		sp := spans.AppendEmpty()
 		sp.SetTraceID(pcommon.TraceID(tid))
 		sp.SetSpanID(pcommon.SpanID(sid))
@@ -96,8 +96,8 @@ func (f *feeder) request(seq uint64, n int) ([]byte, error) {
 		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(now))
 		a := sp.Attributes()
 		a.PutStr("matrix.client", f.name)
-		a.PutInt("matrix.seq", int64(seq)+int64(i))
-		a.PutStr("matrix.payload", payload(f.attrSize, seq+uint64(i)))
+		a.PutStr("matrix.seq", strconv.FormatUint(seq+i, 10))
+		a.PutStr("matrix.payload", payload(f.attrSize, seq+i))
 	}
 	return ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
 }

@@ -63,7 +63,7 @@ func runGoSDKClient(args []string) error {
 	logs := &tally{}
 	// What the SDK logs and reports to its error handler goes to the result.
 	otel.SetLogger(logr.New(&tallySink{t: logs}))
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logs.add(err.Error(), 1) }))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logs.add(err.Error()) }))
 
 	exp, settings, err := c.exporter()
 	if err != nil {
@@ -71,11 +71,11 @@ func runGoSDKClient(args []string) error {
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", c.name))
 	scope := instrumentation.Scope{Name: "throttle/testbed/bench/clients"}
-	hand := func(seq uint64, n int) (bool, error) {
+	hand := func(seq, n uint64) (bool, error) {
 		spans := make([]sdktrace.ReadOnlySpan, n)
 		now := time.Now()
-		for i := range spans {
-			tid, sid := encodeIDs(uint32(c.id), seq+uint64(i))
+		for i := range n {
+			tid, sid := encodeIDs(c.id, seq+i)
 			spans[i] = tracetest.SpanStub{
 				Name: "matrix-span",
 				SpanContext: trace.NewSpanContext(trace.SpanContextConfig{
@@ -85,8 +85,8 @@ func runGoSDKClient(args []string) error {
 				StartTime: now.Add(-time.Millisecond), EndTime: now,
 				Attributes: []attribute.KeyValue{
 					attribute.String("matrix.client", c.name),
-					attribute.Int64("matrix.seq", int64(seq)+int64(i)),
-					attribute.String("matrix.payload", payload(c.attrSize, seq+uint64(i))),
+					attribute.String("matrix.seq", strconv.FormatUint(seq+i, 10)),
+					attribute.String("matrix.payload", payload(c.attrSize, seq+i)),
 				},
 				Resource: res, InstrumentationScope: scope,
 			}.Snapshot()
@@ -99,7 +99,7 @@ func runGoSDKClient(args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := exp.Shutdown(sctx); err != nil {
-		logs.add("shutdown: "+err.Error(), 1)
+		logs.add("shutdown: " + err.Error())
 	}
 	r.Logs = logs.snapshot()
 	r.Settings = settings
@@ -207,14 +207,21 @@ type tallySink struct{ t *tally }
 func (*tallySink) Init(logr.RuntimeInfo)  {}
 func (*tallySink) Enabled(level int) bool { return level <= 4 }
 func (s *tallySink) Info(level int, msg string, kv ...any) {
-	s.t.add("info("+strconv.Itoa(level)+"): "+msg+kvText(kv), 1)
+	s.t.add("info(" + strconv.Itoa(level) + "): " + msg + kvText(kv))
 }
 
 func (s *tallySink) Error(err error, msg string, kv ...any) {
-	s.t.add("error: "+msg+": "+fmt.Sprint(err)+kvText(kv), 1)
+	s.t.add("error: " + msg + ": " + errText(err) + kvText(kv))
 }
 func (s *tallySink) WithValues(...any) logr.LogSink { return s }
 func (s *tallySink) WithName(string) logr.LogSink   { return s }
+
+func errText(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
 
 func kvText(kv []any) string {
 	if len(kv) == 0 {

@@ -102,7 +102,7 @@ func readResult(path string) (*result, error) {
 	return &r, nil
 }
 
-var digitsRE = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
+var digitsRE = regexp.MustCompile(`\d+(\.\d+)?`)
 
 // foldDigits folds the numbers of a message to "N" and cuts it at 300
 // bytes, so that one kind of message counts as one line of the report
@@ -121,13 +121,13 @@ type tally struct {
 	m  map[string]uint64
 }
 
-func (t *tally) add(msg string, n uint64) {
+func (t *tally) add(msg string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m == nil {
 		t.m = map[string]uint64{}
 	}
-	t.m[foldDigits(msg)] += n
+	t.m[foldDigits(msg)]++
 }
 
 func (t *tally) snapshot() map[string]uint64 {

@@ -330,7 +330,7 @@ func measureCapacity(ctx context.Context, o options, dir string) (float64, error
 	}
 	for i, k := range []string{goGRPC, goHTTP} {
 		c := newClient(k, 0, 8)
-		c.id, c.addr = i+1, fmt.Sprintf("127.0.0.%d", 11+i)
+		c.setID(i + 1)
 		s.clients = append(s.clients, c)
 	}
 	o.memMiB = max(o.memMiB, 1024)

@@ -34,7 +34,7 @@ type matrix struct {
 	gwCfg   gatewayConfig
 	gwYAML  string
 	renamed bool // the gateway took the new configuration names
-	agents  map[int]*agent
+	agents  map[uint32]*agent
 	clients []*clientProc
 	rec     *recorder
 
@@ -81,7 +81,7 @@ func (m *matrix) start(ctx context.Context) error {
 	if err := m.startGateway(ctx); err != nil {
 		return err
 	}
-	m.agents = map[int]*agent{}
+	m.agents = map[uint32]*agent{}
 	for _, c := range m.s.clients {
 		if c.isAgent() {
 			a, err := m.startAgent(ctx, c)
@@ -244,8 +244,8 @@ func (m *matrix) startClient(c clientSpec) (*clientProc, error) {
 	_ = os.Remove(p.resultPath)
 	common := func(prefix string) []string {
 		return []string{
-			prefix + "id", strconv.Itoa(c.id), prefix + "name", c.name(),
-			prefix + "workers", strconv.Itoa(c.workers), prefix + "batch", strconv.Itoa(c.batch),
+			prefix + "id", strconv.FormatUint(uint64(c.id), 10), prefix + "name", c.name(),
+			prefix + "workers", strconv.Itoa(c.workers), prefix + "batch", strconv.FormatUint(c.batch, 10),
 			prefix + "rate", strconv.FormatFloat(c.rate, 'f', -1, 64),
 			prefix + "attr-size", strconv.Itoa(c.attrSize), prefix + "result", p.resultPath,
 		}

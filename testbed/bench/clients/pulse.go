@@ -134,6 +134,13 @@ func (d memFiles) share() (float64, error) {
 	return float64(ws) / float64(limit), nil
 }
 
+// spin keeps a core busy from t0 for busy.
+func spin(t0 time.Time, busy time.Duration) {
+	for n := 0; time.Since(t0) < busy; n++ {
+		_ = n
+	}
+}
+
 // runCPUBurn is the CPU load of scenario b: a process the driver places in
 // the gateway's CPU cgroup (and no other controller), busy -cores of a core
 // (in 10 ms slices) for -duration, so that the gateway's CPU level stays
@@ -163,8 +170,7 @@ func runCPUBurn(args []string) error {
 					done <- struct{}{}
 					return
 				}
-				for time.Since(t0) < busy {
-				}
+				spin(t0, busy)
 				time.Sleep(slice - time.Since(t0))
 			}
 		}()

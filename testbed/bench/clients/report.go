@@ -56,7 +56,7 @@ func (c clientOutcome) row(scenario string) []string {
 		resErr = c.ResultErr.Error()
 	}
 	return []string{
-		scenario, c.Spec.name(), c.Spec.kind, c.Spec.variant, c.settings(), strconv.Itoa(c.Spec.workers), strconv.Itoa(c.Spec.batch),
+		scenario, c.Spec.name(), c.Spec.kind, c.Spec.variant, c.settings(), strconv.Itoa(c.Spec.workers), strconv.FormatUint(c.Spec.batch, 10),
 		strconv.FormatFloat(c.Spec.rate, 'f', 0, 64), offered,
 		u(c.Handed()), u(c.GivenUp), u(c.Tally.Arrived), u(c.Tally.Missing), missingGivenUp, missingSilent,
 		u(c.Tally.GivenUpArrived), u(c.Tally.Duplicated), u(c.Tally.Unexpected),

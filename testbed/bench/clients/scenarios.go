@@ -6,6 +6,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -44,12 +45,20 @@ type clientSpec struct {
 	// rate in spans/s (0: as fast as the gateway answers), workers, spans
 	// per batch and payload bytes per span.
 	rate              float64
-	workers, batch    int
+	workers           int
+	batch             uint64
 	attrSize          int
 	exportBudget      time.Duration // how long its last export may take after the load (for the drain)
-	id                int           // 1-based, set by the scenario
+	id                uint32        // 1-based, set by the scenario
 	addr              string        // source address, 127.0.0.(10+id)
 	sdkArgs, nodeArgs []string      // the variant's settings
+}
+
+// setID makes c client number n (1-based) of its scenario, sending from
+// 127.0.0.(10+n).
+func (c *clientSpec) setID(n int) {
+	c.id = uint32(min(max(n, 1), 200))
+	c.addr = fmt.Sprintf("127.0.0.%d", 10+c.id)
 }
 
 func (c clientSpec) name() string {
@@ -83,7 +92,7 @@ func (c clientSpec) lossless() clientSpec {
 	c.variant = variantLossless
 	c.exportBudget = losslessBudget
 	b := losslessBudget.String()
-	ms := fmt.Sprint(losslessBudget.Milliseconds())
+	ms := strconv.FormatInt(losslessBudget.Milliseconds(), 10)
 	switch {
 	case c.kind == goHTTP:
 		// The per-attempt timeout stays 10 s: each attempt is answered.
@@ -236,8 +245,7 @@ func buildScenario(name string, o options, capacity float64) (*scenario, error) 
 		return nil, fmt.Errorf("-scenario %q: want %s", name, strings.Join(scenarioNames, ", "))
 	}
 	for i := range s.clients {
-		s.clients[i].id = i + 1
-		s.clients[i].addr = fmt.Sprintf("127.0.0.%d", 10+i+1)
+		s.clients[i].setID(i + 1)
 	}
 	return s, nil
 }

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"math/bits"
 	"net"
 	"sync"
 
@@ -40,11 +39,8 @@ type arrivals struct {
 
 func (a *arrivals) add(seq uint64) {
 	w := seq / 64
-	if w >= uint64(len(a.bits)) {
-		n := max(2*len(a.bits), int(w)+1, 1024)
-		grown := make([]uint64, n)
-		copy(grown, a.bits)
-		a.bits = grown
+	for w >= uint64(len(a.bits)) {
+		a.bits = append(a.bits, make([]uint64, max(len(a.bits), 1024))...)
 	}
 	m := uint64(1) << (seq % 64)
 	if a.bits[w]&m != 0 {
@@ -73,13 +69,22 @@ func (a *arrivals) countIn(r seqRange) uint64 {
 	}
 	for ; seq+64 <= end; seq += 64 {
 		if w := seq / 64; w < uint64(len(a.bits)) {
-			n += uint64(bits.OnesCount64(a.bits[w]))
+			n += popcount(a.bits[w])
 		}
 	}
 	for ; seq < end; seq++ {
 		if a.has(seq) {
 			n++
 		}
+	}
+	return n
+}
+
+// popcount is the number of bits set in x.
+func popcount(x uint64) uint64 {
+	n := uint64(0)
+	for ; x != 0; x &= x - 1 {
+		n++
 	}
 	return n
 }

@@ -171,7 +171,7 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 	p.gwQueue = g("otelcol_exporter_queue_size", nil)
 	p.sinkTotal = float64(m.sink.total())
 	for _, c := range m.s.clients {
-		p.arrived = append(p.arrived, float64(m.sink.uniqueOf(uint32(c.id))))
+		p.arrived = append(p.arrived, float64(m.sink.uniqueOf(c.id)))
 	}
 	for _, a := range m.agents {
 		s, _ := a.scr.Get()

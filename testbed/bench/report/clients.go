@@ -42,7 +42,10 @@ type ClientsTimeline struct {
 // clientColors are the clients' line colours, in order.
 var clientColors = []color.Color{
 	cBlue, cOrange, cGreen, cRed, cPurple, cBrown,
-	color.RGBA{227, 119, 194, 255}, color.RGBA{23, 190, 207, 255}, color.RGBA{188, 189, 34, 255}, cGrey,
+	color.RGBA{227, 119, 194, 255},
+	color.RGBA{23, 190, 207, 255},
+	color.RGBA{188, 189, 34, 255},
+	cGrey,
 }
 
 // Chart size of the client matrix: small enough to stay under 150 KB.
