@@ -176,16 +176,16 @@ func TestOpens(t *testing.T) {
 	assert.True(t, math.IsNaN(sp[1][1]))
 }
 
-func TestAgentLogLine(t *testing.T) {
+func TestCollectorLogLine(t *testing.T) {
 	retry := "2026-12-03T18:59:30.123Z\tinfo\tinternal/retry_sender.go:133\tExporting failed. Will retry the request after interval.\t" +
 		`{"resource": {"service.name": "otelcol"}, "error": "rpc error: code = ResourceExhausted desc = throttle: collector overloaded (open)", "interval": "12.5s"}`
 	assert.Equal(t, "info: Exporting failed. Will retry the request after interval.: rpc error: code = ResourceExhausted desc = throttle: collector overloaded (open)",
-		agentLogLine(retry))
+		collectorLogLine(retry))
 	drop := "2026-12-03T18:59:30.123Z\terror\tinternal/base_exporter.go:115\tExporting failed. Rejecting data.\t" +
 		`{"error": "no more retries left: rpc error: code = Unavailable", "rejected_items": 512}`
-	assert.Equal(t, "error: Exporting failed. Rejecting data.: no more retries left: rpc error: code = Unavailable", agentLogLine(drop))
-	assert.Empty(t, agentLogLine("2026-12-03T18:59:30.123Z\tinfo\tservice@v0.165.0/service.go:1\tEverything is ready."))
-	assert.Empty(t, agentLogLine("not a log line"))
+	assert.Equal(t, "error: Exporting failed. Rejecting data.: no more retries left: rpc error: code = Unavailable", collectorLogLine(drop))
+	assert.Empty(t, collectorLogLine("2026-12-03T18:59:30.123Z\tinfo\tservice@v0.165.0/service.go:1\tEverything is ready."))
+	assert.Empty(t, collectorLogLine("not a log line"))
 }
 
 func TestFoldDigits(t *testing.T) {

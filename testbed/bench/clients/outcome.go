@@ -26,7 +26,11 @@ type runOutcome struct {
 	// Gateway: its exporter's failures towards the sink (spans).
 	GatewaySendFailed, GatewayEnqueueFailed float64
 	Foreign                                 uint64
-	Points                                  []point
+	// SinkSlowest: the sink's slowest answer; GatewayLog: the gateway's
+	// warnings, errors and exporter retries, by folded text.
+	SinkSlowest time.Duration
+	GatewayLog  map[string]uint64
+	Points      []point
 }
 
 // clientOutcome is one client's counts.
@@ -78,7 +82,9 @@ func (m *matrix) collect() *runOutcome {
 	out.GatewayEnqueueFailed = zero(get(gs, "otelcol_exporter_enqueue_failed_spans", nil))
 	m.sink.mu.Lock()
 	out.Foreign = m.sink.foreign
+	out.SinkSlowest = m.sink.slowest
 	m.sink.mu.Unlock()
+	out.GatewayLog = collectorLog(m.path("log-gateway.txt"))
 	for _, p := range m.clients {
 		c := clientOutcome{Spec: p.spec, Killed: p.killed}
 		c.Result, c.ResultErr = readResult(p.resultPath)
@@ -102,7 +108,7 @@ func (m *matrix) collect() *runOutcome {
 			c.GivenUp = uint64(c.Agent.SendFailed + c.Agent.EnqueueFailed)
 			// The feeder's refusals are the agent's receiver's, not its
 			// exporter's: what the report shows is the agent's own log.
-			c.Errors, c.Logs = nil, agentLog(a.logPath)
+			c.Errors, c.Logs = nil, collectorLog(a.logPath)
 		}
 		out.Clients = append(out.Clients, c)
 	}
@@ -121,10 +127,10 @@ func refold(m map[string]uint64) map[string]uint64 {
 	return out
 }
 
-// agentLog counts the warnings and errors of a stock collector's log (the
-// console encoding: time, level, caller, message, JSON fields, tab
-// separated) by message and error, digits folded.
-func agentLog(path string) map[string]uint64 {
+// collectorLog counts the warnings, errors and exporter retries of a
+// collector's log (the console encoding: time, level, caller, message,
+// JSON fields, tab separated) by message and error, digits folded.
+func collectorLog(path string) map[string]uint64 {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
@@ -134,17 +140,17 @@ func agentLog(path string) map[string]uint64 {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if k := agentLogLine(sc.Text()); k != "" {
+		if k := collectorLogLine(sc.Text()); k != "" {
 			out[k]++
 		}
 	}
 	return out
 }
 
-// agentLogLine is the report's text of one log line of an agent, "" for a
-// line the report leaves out (not a warning or error, nor an exporter's
-// retry).
-func agentLogLine(line string) string {
+// collectorLogLine is the report's text of one log line of a collector,
+// "" for a line the report leaves out (not a warning or error, nor an
+// exporter's retry).
+func collectorLogLine(line string) string {
 	f := strings.Split(line, "\t")
 	if len(f) < 4 {
 		return ""

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/bench/report"
@@ -230,7 +231,12 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "Gateway restarts %d, OOM kills %.0f; its exporter failed %.0f spans and could not enqueue %.0f. "+
-		"Drained: %v. Foreign spans at the sink: %d.\n\n", out.Restarts, out.OOMKills, out.GatewaySendFailed, out.GatewayEnqueueFailed, out.Drained, out.Foreign)
+		"Drained: %v. Foreign spans at the sink: %d. The sink's slowest answer took %s (the gateway's exporter sends a batch again after 5 s: "+
+		"its spans then arrive twice).\n\n", out.Restarts, out.OOMKills, out.GatewaySendFailed, out.GatewayEnqueueFailed, out.Drained, out.Foreign,
+		out.SinkSlowest.Round(time.Millisecond))
+	if len(out.GatewayLog) > 0 {
+		writeCounts(w, "The gateway's log (warnings, errors, exporter retries)", out.GatewayLog)
+	}
 
 	fmt.Fprintf(w, "## Per client\n\n")
 	fmt.Fprintf(w, "Handed: spans the application handed to the exporter (an agent: spans it accepted from its feeder). "+

@@ -228,7 +228,10 @@ func buildScenario(name string, o options, capacity float64) (*scenario, error) 
 		s.needsCapacity = true
 		for _, k := range kinds {
 			r := rate(o.factor * capacity / float64(len(kinds)))
-			s.clients = append(s.clients, newClient(k, r, workers(8)))
+			// Workers enough to offer that rate while refused and held
+			// exports take seconds (the JS exporters fail exports beyond
+			// 30 in flight: 16 stays under).
+			s.clients = append(s.clients, newClient(k, r, workers(16)))
 		}
 	case "d":
 		s.title = "the admission budget contended by large gzip bodies beside ordinary clients, shipped defaults"

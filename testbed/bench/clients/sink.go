@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
@@ -24,6 +25,10 @@ type sink struct {
 	// foreign: spans whose trace ID is not the matrix's.
 	foreign uint64
 	spans   uint64
+	// slowest is the longest Export took to answer, waiting for the lock
+	// included: an answer slower than the gateway exporter's timeout (5 s)
+	// makes it send the batch again, and the batch's spans arrive twice.
+	slowest time.Duration
 
 	srv *grpc.Server
 	ln  net.Listener
@@ -108,9 +113,11 @@ func (s *sink) stop() { s.srv.Stop() }
 
 // Export records the request's spans and accepts it whole.
 func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	start := time.Now()
 	rss := req.Traces().ResourceSpans()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() { s.slowest = max(s.slowest, time.Since(start)) }()
 	for i := range rss.Len() {
 		sss := rss.At(i).ScopeSpans()
 		for j := range sss.Len() {
