@@ -55,6 +55,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -91,6 +92,9 @@ type options struct {
 	pulseTarget                       float64
 	drainMax, settle, interval        time.Duration
 	args                              []string
+	// commit is the checkout's, read when the run starts: the binaries
+	// are built from it (make clients rebuilds them first).
+	commit string
 }
 
 func defaultOptions() options {
@@ -268,6 +272,7 @@ func runMatrix(o options) ([]*scenarioRun, error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	started := time.Now()
+	o.commit = commit()
 	var runs []*scenarioRun
 	for _, name := range o.scenarios {
 		r, err := runScenario(ctx, o, name, o.scenarioDir(name, started))
@@ -316,9 +321,11 @@ func runScenario(ctx context.Context, o options, name, dir string) (*scenarioRun
 
 // measureCapacity measures what the gateway delivers to the sink at most,
 // unprotected (throttle enabled: false) and with memory not limiting: the
-// Go SDK clients with as many exports in flight as they have workers and
-// no pause between them, for -capacity-step; the capacity is the sink's
-// rate over the step's second half.
+// scenario's clients with as many exports in flight as they have workers
+// (16) and no pause between them, for -capacity-step; the capacity is the
+// sink's rate over the step's second half. The gateway's CPU over that half
+// says whether it was the limit (near 100% of its quota) or the machine
+// that runs the clients was.
 func measureCapacity(ctx context.Context, o options, dir string) (float64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
@@ -328,8 +335,8 @@ func measureCapacity(ctx context.Context, o options, dir string) (float64, error
 		throttle: func(bool) string { return "enabled: false" },
 		load:     o.capacityStep,
 	}
-	for i, k := range []string{goGRPC, goHTTP} {
-		c := newClient(k, 0, 8)
+	for i, k := range o.kinds {
+		c := newClient(k, 0, 16)
 		c.setID(i + 1)
 		s.clients = append(s.clients, c)
 	}
@@ -349,6 +356,7 @@ func measureCapacity(ctx context.Context, o options, dir string) (float64, error
 	}
 	half, end := loadStart+o.capacityStep.Seconds()/2, loadStart+o.capacityStep.Seconds()
 	var atHalf, atEnd, tHalf, tEnd float64 = -1, -1, 0, 0
+	var cpu, cpuN float64
 	for _, p := range out.Points {
 		if atHalf < 0 && p.t >= half {
 			atHalf, tHalf = p.sinkTotal, p.t
@@ -356,14 +364,19 @@ func measureCapacity(ctx context.Context, o options, dir string) (float64, error
 		if atEnd < 0 && p.t >= end {
 			atEnd, tEnd = p.sinkTotal, p.t
 		}
+		if p.t >= half && p.t < end && !math.IsNaN(p.cpuPct) {
+			cpu += p.cpuPct
+			cpuN++
+		}
 	}
 	if loadStart < 0 || atHalf < 0 || atEnd < 0 || tEnd <= tHalf {
 		return 0, errors.New("the timeline does not cover the step")
 	}
 	c := (atEnd - atHalf) / (tEnd - tHalf)
 	note := fmt.Sprintf("Capacity of the gateway (%.2g CPU, %d MiB so that memory does not limit it, throttle enabled: false): "+
-		"go-grpc and go-http, 8 workers each exporting 512-span batches back to back, for %s; "+
-		"the sink received %.0f spans/s over the second half.\n", o.cpus, o.memMiB, o.capacityStep, c)
+		"%s, 16 workers each exporting 512-span batches back to back, for %s; "+
+		"the sink received %.0f spans/s over the second half, while the gateway used %.0f%% of its CPU quota on average.\n",
+		o.cpus, o.memMiB, strings.Join(o.kinds, ", "), o.capacityStep, c, cpu/max(cpuN, 1))
 	if err := os.WriteFile(filepath.Join(dir, "capacity.md"), []byte(note), 0o644); err != nil {
 		return 0, err
 	}

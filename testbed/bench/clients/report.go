@@ -171,7 +171,7 @@ func timelineChart(r *scenarioRun) report.ClientsTimeline {
 	return tl
 }
 
-// commit is the checkout's commit, "+dirty" when it has changes.
+// commit is the checkout's commit, "+dirty" when tracked files differ.
 func commit() string {
 	b, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
 	if err != nil {
@@ -187,7 +187,7 @@ func commit() string {
 func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart string) {
 	s, out := r.scenario, r.outcome
 	fmt.Fprintf(w, "# Client matrix, scenario %s: %s\n\n", s.name, s.title)
-	fmt.Fprintf(w, "Command: `%s`  \nCommit: %s\n\n", strings.Join(append([]string{filepath.Base(o.args[0])}, o.args[1:]...), " "), commit())
+	fmt.Fprintf(w, "Command: `%s`  \nCommit: %s\n\n", strings.Join(append([]string{filepath.Base(o.args[0])}, o.args[1:]...), " "), o.commit)
 	fmt.Fprintf(w, "```\n%s```\n\n", harness.MachineInfo(o.args))
 
 	fmt.Fprintf(w, "## Gateway\n\n")
@@ -234,6 +234,7 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 		"Drained: %v. Foreign spans at the sink: %d. The sink's slowest answer took %s (the gateway's exporter sends a batch again after 5 s: "+
 		"its spans then arrive twice).\n\n", out.Restarts, out.OOMKills, out.GatewaySendFailed, out.GatewayEnqueueFailed, out.Drained, out.Foreign,
 		out.SinkSlowest.Round(time.Millisecond))
+	writeLoadSummary(w, r)
 	if len(out.GatewayLog) > 0 {
 		writeCounts(w, "The gateway's log (warnings, errors, exporter retries)", out.GatewayLog)
 	}
@@ -291,6 +292,46 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 		fmt.Fprintf(w, "## Timeline\n\n![%s](%s)\n\n", chart, chart)
 	}
 	fmt.Fprintf(w, "Raw: `timeline.csv`, `summary.csv`, each process's `config-*.yaml`, `log-*.txt` and `result-*.json` next to this file.\n")
+}
+
+// writeLoadSummary says what the clients offered and how the gateway
+// fared over the load: its CPU and the time its traces spent Shedding and
+// Open.
+func writeLoadSummary(w io.Writer, r *scenarioRun) {
+	var offered float64
+	for _, c := range r.outcome.Clients {
+		if c.Result != nil && c.Result.Seconds > 0 {
+			offered += float64(c.Result.Handed) / c.Result.Seconds
+		}
+	}
+	fmt.Fprintf(w, "The clients offered %.0f spans/s in all", offered)
+	if r.scenario.needsCapacity && r.capacity > 0 {
+		fmt.Fprintf(w, " (%.2f× the capacity; asked: %g×)", offered/r.capacity, r.scenario.factor)
+	}
+	var cpu, cpuN, shed, open, n float64
+	for _, p := range r.outcome.Points {
+		if p.phase != "load" {
+			continue
+		}
+		if !math.IsNaN(p.cpuPct) {
+			cpu += p.cpuPct
+			cpuN++
+		}
+		if !math.IsNaN(p.state) {
+			n++
+			switch p.state {
+			case 1:
+				shed++
+			case 2:
+				open++
+			}
+		}
+	}
+	if cpuN > 0 && n > 0 {
+		fmt.Fprintf(w, "; over the load the gateway used %.0f%% of its CPU quota on average, and its traces were Shedding %.0f%% "+
+			"and Open %.0f%% of the time", cpu/cpuN, 100*shed/n, 100*open/n)
+	}
+	fmt.Fprintf(w, ".\n\n")
 }
 
 func rateText(r float64) string {

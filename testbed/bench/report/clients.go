@@ -87,7 +87,7 @@ func clientsPanels(tl ClientsTimeline) []*panel {
 		}
 		name := ""
 		if i == 0 {
-			name = "memory pulse / CPU load"
+			name = "stress (CPU load or memory pulse)"
 		}
 		addLine(st, name, []float64{s[0], s[0], to, to}, []float64{-0.2, 2.4, 2.4, -0.2}, lineOpt{color: cLight, width: vg.Points(1)})
 	}
