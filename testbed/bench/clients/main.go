@@ -48,6 +48,7 @@
 //	make clients                                   # every scenario
 //	make clients CLIENTS_FLAGS='-scenario a'
 //	bin/clients -scenario c -capacity 30000 -clients go-grpc,col-grpc
+//	bin/clients -chart bench/runs/<run>      # draw a run's chart again
 package main
 
 import (
@@ -136,7 +137,15 @@ func main() {
 	flag.Float64Var(&o.pulseTarget, "pulse-target", o.pulseTarget, "scenario a: the working set a pulse brings the cgroup to, share of its limit")
 	flag.DurationVar(&o.drainMax, "drain-max", o.drainMax, "longest drain after the load (the agents retry for 5 min)")
 	flag.DurationVar(&o.settle, "settle", o.settle, "the drain ends once every queue is empty and the sink has not moved for this long")
+	chart := flag.String("chart", "", "only draw the chart of this results folder again (from its timeline.csv), and exit")
 	flag.Parse()
+	if *chart != "" {
+		if err := redrawChart(*chart); err != nil {
+			fmt.Fprintln(os.Stderr, "clients: chart:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var err error
 	if o.scenarios, err = parseScenarios(*scen); err == nil {
 		o.kinds, err = parseKinds(*kinds)

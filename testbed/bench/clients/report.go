@@ -95,7 +95,12 @@ func writeReport(o options, r *scenarioRun, m *matrix) error {
 	var chart string
 	if len(out.Points) > 1 {
 		chart = "timeline.png"
-		if err := report.WriteClientsTimeline(filepath.Join(r.dir, chart), timelineChart(r)); err != nil {
+		title := fmt.Sprintf("Client matrix, scenario %s: %s", r.scenario.name, r.scenario.title)
+		var names []string
+		for _, c := range r.scenario.clients {
+			names = append(names, c.name())
+		}
+		if err := report.WriteClientsTimeline(filepath.Join(r.dir, chart), timelineChart(title, names, out.Points)); err != nil {
 			return fmt.Errorf("chart: %w", err)
 		}
 	}
@@ -123,12 +128,8 @@ func writeCSV(path string, header []string, rows [][]string) error {
 }
 
 // timelineChart is the chart's data from the run's timeline.
-func timelineChart(r *scenarioRun) report.ClientsTimeline {
-	pts := r.outcome.Points
-	tl := report.ClientsTimeline{
-		Title: fmt.Sprintf("Client matrix, scenario %s: %s", r.scenario.name, r.scenario.title),
-		Load:  [2]float64{math.NaN(), math.NaN()},
-	}
+func timelineChart(title string, clients []string, pts []point) report.ClientsTimeline {
+	tl := report.ClientsTimeline{Title: title, Load: [2]float64{math.NaN(), math.NaN()}}
 	col := func(f func(p point) float64) []float64 {
 		v := make([]float64, len(pts))
 		for i, p := range pts {
@@ -158,9 +159,9 @@ func timelineChart(r *scenarioRun) report.ClientsTimeline {
 			tl.CPUEnter, tl.CPUHard = 100*p.cpuEnter, 100*p.cpuHard
 		}
 	}
-	tl.Stress = r.outcome.Stress
-	for i, c := range r.scenario.clients {
-		tl.Clients = append(tl.Clients, c.name())
+	tl.Stress = stressSpells(pts)
+	for i, name := range clients {
+		tl.Clients = append(tl.Clients, name)
 		tl.Arrived = append(tl.Arrived, col(func(p point) float64 {
 			if i < len(p.arrived) {
 				return p.arrived[i]
@@ -331,7 +332,15 @@ func writeLoadSummary(w io.Writer, r *scenarioRun) {
 		fmt.Fprintf(w, "; over the load the gateway used %.0f%% of its CPU quota on average, and its traces were Shedding %.0f%% "+
 			"and Open %.0f%% of the time", cpu/cpuN, 100*shed/n, 100*open/n)
 	}
-	fmt.Fprintf(w, ".\n\n")
+	fmt.Fprintf(w, ".")
+	// The refusals: the last sample with the gateway's counters.
+	for i := len(r.outcome.Points) - 1; i >= 0; i-- {
+		if p := r.outcome.Points[i]; !math.IsNaN(p.shed) {
+			fmt.Fprintf(w, " The throttle refused %.0f trace requests as shed, %.0f in Open and %.0f for the admission budget.", p.shed, p.open, p.budget)
+			break
+		}
+	}
+	fmt.Fprintf(w, "\n\n")
 }
 
 func rateText(r float64) string {

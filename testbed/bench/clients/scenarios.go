@@ -111,7 +111,7 @@ func (c clientSpec) lossless() clientSpec {
 // otlp receiver takes no gRPC message over 4 MiB by default.
 func (c clientSpec) gzipLarge(rate float64) clientSpec {
 	c.variant = variantGzipLarge
-	c.rate, c.workers, c.batch, c.attrSize = rate, 2, 8192, 400
+	c.rate, c.workers, c.batch, c.attrSize = rate, 4, 8192, 400
 	if c.kind == goGRPC || c.kind == jsGRPC {
 		c.batch = 4096
 	}
@@ -241,7 +241,9 @@ func buildScenario(name string, o options, capacity float64) (*scenario, error) 
 		}
 		for _, k := range kinds {
 			if k == goHTTP || k == goGRPC || k == jsHTTP {
-				s.clients = append(s.clients, newClient(k, 0, 0).gzipLarge(rate(2000)))
+				// About one large body a second from each, several in
+				// flight at once against a 5 MiB budget.
+				s.clients = append(s.clients, newClient(k, 0, 0).gzipLarge(rate(6000)))
 			}
 		}
 	default:

@@ -6,11 +6,18 @@ package main
 import (
 	"context"
 	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/otelthrottle/throttle/testbed/bench/report"
 )
 
 // point is one sample of the timeline.
@@ -268,4 +275,83 @@ func stressSpells(points []point) [][2]float64 {
 		}
 	}
 	return out
+}
+
+// readTimeline reads a run's timeline.csv back: the clients (from its
+// arrived_<client> columns) and the points, as far as the chart needs them.
+func readTimeline(path string) (clients []string, points []point, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	header, err := r.Read()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	col := map[string]int{}
+	var arrivedCols []int
+	for i, h := range header {
+		col[h] = i
+		if name, ok := strings.CutPrefix(h, "arrived_"); ok {
+			clients = append(clients, name)
+			arrivedCols = append(arrivedCols, i)
+		}
+	}
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			// A run stopped mid-write leaves a partial last line.
+			break
+		}
+		num := func(name string) float64 {
+			i, ok := col[name]
+			if !ok || i >= len(rec) || rec[i] == "" {
+				return math.NaN()
+			}
+			v, err := strconv.ParseFloat(rec[i], 64)
+			if err != nil {
+				return math.NaN()
+			}
+			return v
+		}
+		p := point{
+			t: num("t_s"), stress: num("stress") == 1, cpuPct: num("cpu_pct"), state: num("state_traces"),
+			cpuSlow: num("wl_cpu_slow"), mem: num("wl_memory"), cpuEnter: num("cpu_enter"), cpuHard: num("cpu_hard"),
+			memEnter: num("memory_enter"), memHard: num("memory_hard"),
+			shed: num("denied_shed"), open: num("denied_open"), budget: num("denied_budget"),
+		}
+		if i, ok := col["phase"]; ok && i < len(rec) {
+			p.phase = rec[i]
+		}
+		for _, i := range arrivedCols {
+			v := math.NaN()
+			if i < len(rec) && rec[i] != "" {
+				v, _ = strconv.ParseFloat(rec[i], 64)
+			}
+			p.arrived = append(p.arrived, v)
+		}
+		points = append(points, p)
+	}
+	return clients, points, nil
+}
+
+// redrawChart draws dir's timeline.png again from its timeline.csv, with
+// the title of its report.md.
+func redrawChart(dir string) error {
+	clients, points, err := readTimeline(filepath.Join(dir, "timeline.csv"))
+	if err != nil {
+		return err
+	}
+	title := "Client matrix"
+	if md, err := os.ReadFile(filepath.Join(dir, "report.md")); err == nil {
+		first, _, _ := strings.Cut(string(md), "\n")
+		title = strings.TrimPrefix(first, "# ")
+	}
+	return report.WriteClientsTimeline(filepath.Join(dir, "timeline.png"), timelineChart(title, clients, points))
 }

@@ -48,11 +48,12 @@ var clientColors = []color.Color{
 	cGrey,
 }
 
-// Chart size of the client matrix: small enough to stay under 150 KB.
+// Chart size of the client matrix: small enough to stay under 150 KB
+// with ten clients' lines over a 10-minute run.
 const (
-	clientsChartW   = 11 * vg.Inch
-	clientsChartH   = 9 * vg.Inch
-	clientsChartDPI = 80
+	clientsChartW   = 10 * vg.Inch
+	clientsChartH   = 8 * vg.Inch
+	clientsChartDPI = 72
 )
 
 // WriteClientsTimeline draws the run as stacked panels (state and stress;
