@@ -175,3 +175,28 @@ CHARTS ?=
 promote:
 	@test -n "$(RUN)" -a -n "$(BENCH)" || { echo "usage: make promote RUN=bench/runs/<dir> BENCH=<baseline> [CHARTS=a.png,b.png]"; exit 2; }
 	$(GO) run -C $(TESTBED) ./bench/promote -run $(abspath $(RUN)) -bench $(BENCH) -results $(CURDIR)/bench/results -charts '$(CHARTS)'
+
+# ---------------------------------------------------------------------------
+# The client matrix (testbed/bench/clients, issue 28): real OTLP clients (the
+# Go and JavaScript SDKs' exporters, stock collector agents) with their
+# defaults against the distribution, every span counted at the sink. Its
+# JavaScript clients' packages are pinned by its package-lock.json.
+
+CLIENTS_JS := $(TESTBED)/bench/clients/js
+
+$(CLIENTS_JS)/node_modules/.package-lock.json: $(CLIENTS_JS)/package-lock.json
+	cd $(CLIENTS_JS) && npm ci --ignore-scripts --no-audit --no-fund
+
+## clients-js: install the client matrix's JavaScript packages (npm ci).
+.PHONY: clients-js
+clients-js: $(CLIENTS_JS)/node_modules/.package-lock.json
+
+## clients: the client matrix (Linux, root; about 25 minutes for the four
+## scenarios): short Opens, a 60 s Open, 5 minutes at twice the capacity, large
+## gzip bodies. Results in bench/runs/<date>-clients-<scenario>/.
+## e.g. make clients CLIENTS_FLAGS='-scenario a'
+CLIENTS_FLAGS ?=
+.PHONY: clients
+clients: $(OTELCOL) $(OTELCOL_STOCK) clients-js
+	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/clients
+	$(CURDIR)/bin/clients -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) $(CLIENTS_FLAGS)

@@ -197,7 +197,7 @@ func (f *fleet) relayFor(i int, endpoint string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("agent%d's relay: %w", i+1, err)
 	}
-	r, err := startRelay(src, hostPort)
+	r, err := harness.StartRelay(src, hostPort)
 	if err != nil {
 		return "", fmt.Errorf("agent%d's relay: %w", i+1, err)
 	}

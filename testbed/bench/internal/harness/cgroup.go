@@ -145,6 +145,35 @@ func (c *Cgroup) ProcsFiles() []string {
 	return out
 }
 
+// MemoryDir is the directory of the memory controller (v2: the cgroup's).
+func (c *Cgroup) MemoryDir() string { return c.memDir }
+
+// ProcsFilesOf are the cgroup.procs of the named controllers only ("cpu",
+// "cpuacct", "memory"): a helper process placed in the memory controller
+// alone counts against the memory limit and not the CPU quota. Under
+// cgroup v2 one directory holds every controller, so it is all of them.
+func (c *Cgroup) ProcsFilesOf(controllers ...string) ([]string, error) {
+	var out []string
+	for _, ctl := range controllers {
+		var d string
+		switch ctl {
+		case "cpu":
+			d = c.cpuDir
+		case "cpuacct":
+			d = c.cpuacctDir
+		case "memory":
+			d = c.memDir
+		default:
+			return nil, fmt.Errorf("unknown cgroup controller %q (want cpu, cpuacct or memory)", ctl)
+		}
+		f := filepath.Join(d, "cgroup.procs")
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
 // Pids lists the processes in the cgroup.
 func (c *Cgroup) Pids() []int {
 	seen := map[int]bool{}

@@ -70,6 +70,9 @@ type ProcessConfig struct {
 	// instruction: a shell writes its own PID into the cgroup's procs files,
 	// then execs the program with the same PID.
 	Cgroup *Cgroup
+	// Controllers, when set, limits the placement to these controllers of
+	// Cgroup (see Cgroup.ProcsFilesOf); default: all of them.
+	Controllers []string
 	// LogPath receives stdout and stderr of every incarnation (appended).
 	LogPath string
 	// Restart restarts the process after RestartDelay when it dies, as a
@@ -119,9 +122,15 @@ func (p *Process) spawn() (*exec.Cmd, error) {
 	var cmd *exec.Cmd
 	env := append(os.Environ(), p.cfg.Env...)
 	if p.cfg.Cgroup != nil {
+		procs := p.cfg.Cgroup.ProcsFiles()
+		if len(p.cfg.Controllers) > 0 {
+			if procs, err = p.cfg.Cgroup.ProcsFilesOf(p.cfg.Controllers...); err != nil {
+				return nil, err
+			}
+		}
 		script := `for f in $HARNESS_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"`
 		cmd = exec.Command("/bin/sh", append([]string{"-c", script, "sh", p.cfg.Bin}, p.cfg.Args...)...)
-		env = append(env, "HARNESS_CGROUP_PROCS="+strings.Join(p.cfg.Cgroup.ProcsFiles(), " "))
+		env = append(env, "HARNESS_CGROUP_PROCS="+strings.Join(procs, " "))
 	} else {
 		cmd = exec.Command(p.cfg.Bin, p.cfg.Args...)
 	}
@@ -186,6 +195,10 @@ func (p *Process) State() (pid int, alive bool, restarts int) {
 	defer p.mu.Unlock()
 	return p.pid, p.alive, p.restarts
 }
+
+// Done is closed once the process has exited for good (not to be
+// restarted).
+func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Exits lists every death so far, one line each.
 func (p *Process) Exits() []string {

@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package harness
 
 import (
 	"fmt"
@@ -11,13 +11,13 @@ import (
 	"sync"
 )
 
-// relay forwards the TCP connections it accepts on 127.0.0.1 to target,
-// dialling from its own loopback source address, so that the gateway sees
-// the agent behind it as a peer of its own, as agents on distinct nodes
-// are (the agents themselves cannot choose a source address). Linux
-// answers for all of 127.0.0.0/8, and copies TCP to TCP with splice, so it
-// costs the machine little.
-type relay struct {
+// Relay forwards the TCP connections it accepts on 127.0.0.1 to target,
+// dialling from its own loopback source address, so that the server sees
+// the client behind it as a peer of its own, as clients on distinct nodes
+// are (collector exporters and grpc-js cannot choose a source address).
+// Linux answers for all of 127.0.0.0/8, and copies TCP to TCP with splice,
+// so it costs the machine little.
+type Relay struct {
 	ln     net.Listener
 	dialer net.Dialer
 	target string
@@ -28,9 +28,9 @@ type relay struct {
 	wg     sync.WaitGroup
 }
 
-// startRelay listens on a free port of 127.0.0.1 and forwards to target
+// StartRelay listens on a free port of 127.0.0.1 and forwards to target
 // from src.
-func startRelay(src netip.Addr, target string) (*relay, error) {
+func StartRelay(src netip.Addr, target string) (*Relay, error) {
 	if !src.IsLoopback() {
 		return nil, fmt.Errorf("relay source %s is not a loopback address", src)
 	}
@@ -38,7 +38,7 @@ func startRelay(src netip.Addr, target string) (*relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &relay{
+	r := &Relay{
 		ln:     ln,
 		dialer: net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))},
 		target: target,
@@ -49,10 +49,10 @@ func startRelay(src netip.Addr, target string) (*relay, error) {
 	return r, nil
 }
 
-// Addr is the address the agent sends to.
-func (r *relay) Addr() string { return r.ln.Addr().String() }
+// Addr is the address the client sends to.
+func (r *Relay) Addr() string { return r.ln.Addr().String() }
 
-func (r *relay) accept() {
+func (r *Relay) accept() {
 	defer r.wg.Done()
 	for {
 		c, err := r.ln.Accept()
@@ -64,7 +64,7 @@ func (r *relay) accept() {
 	}
 }
 
-func (r *relay) track(c net.Conn) bool {
+func (r *Relay) track(c net.Conn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -74,14 +74,14 @@ func (r *relay) track(c net.Conn) bool {
 	return true
 }
 
-func (r *relay) untrack(c net.Conn) {
+func (r *Relay) untrack(c net.Conn) {
 	r.mu.Lock()
 	delete(r.conns, c)
 	r.mu.Unlock()
 	_ = c.Close()
 }
 
-func (r *relay) serve(in net.Conn) {
+func (r *Relay) serve(in net.Conn) {
 	defer r.wg.Done()
 	if !r.track(in) {
 		_ = in.Close()
@@ -117,7 +117,7 @@ func pipe(dst, src net.Conn) {
 
 // Close stops accepting, closes every connection and waits for the
 // goroutines.
-func (r *relay) Close() {
+func (r *Relay) Close() {
 	_ = r.ln.Close()
 	r.mu.Lock()
 	r.closed = true

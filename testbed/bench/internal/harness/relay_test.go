@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package harness
 
 import (
 	"bufio"
@@ -38,7 +38,7 @@ func TestRelay(t *testing.T) {
 		}
 	}()
 
-	r, err := startRelay(netip.MustParseAddr("127.0.0.23"), target.Addr().String())
+	r, err := StartRelay(netip.MustParseAddr("127.0.0.23"), target.Addr().String())
 	require.NoError(t, err)
 	c, err := net.Dial("tcp", r.Addr())
 	require.NoError(t, err)
@@ -60,6 +60,6 @@ func TestRelay(t *testing.T) {
 	_, err = idle.Read(make([]byte, 1))
 	require.Error(t, err, "closed by the relay")
 
-	_, err = startRelay(netip.MustParseAddr("10.0.0.1"), target.Addr().String())
+	_, err = StartRelay(netip.MustParseAddr("10.0.0.1"), target.Addr().String())
 	require.Error(t, err, "a source outside loopback")
 }

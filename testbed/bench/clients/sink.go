@@ -1,0 +1,198 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+)
+
+// sink is the gateway's downstream: an OTLP/gRPC trace server in the
+// driver's process that answers every export with success and records
+// each span's client and sequence number (ids.go) once, so that the report
+// has, per client, what arrived, what is missing and what arrived twice.
+type sink struct {
+	ptraceotlp.UnimplementedGRPCServer
+
+	mu      sync.Mutex
+	clients map[uint32]*arrivals
+	// foreign: spans whose trace ID is not the matrix's.
+	foreign uint64
+	spans   uint64
+	// slowest is the longest Export took to answer, waiting for the lock
+	// included: an answer slower than the gateway exporter's timeout (5 s)
+	// makes it send the batch again, and the batch's spans arrive twice.
+	slowest time.Duration
+
+	srv *grpc.Server
+	ln  net.Listener
+}
+
+// arrivals is one client's arrived sequence numbers: a bitset (sequence
+// numbers are dense from 0) and the count of repeated arrivals.
+type arrivals struct {
+	bits   []uint64
+	unique uint64
+	dup    uint64
+}
+
+func (a *arrivals) add(seq uint64) {
+	w := seq / 64
+	for w >= uint64(len(a.bits)) {
+		a.bits = append(a.bits, make([]uint64, max(len(a.bits), 1024))...)
+	}
+	m := uint64(1) << (seq % 64)
+	if a.bits[w]&m != 0 {
+		a.dup++
+		return
+	}
+	a.bits[w] |= m
+	a.unique++
+}
+
+// has reports whether seq arrived.
+func (a *arrivals) has(seq uint64) bool {
+	w := seq / 64
+	return w < uint64(len(a.bits)) && a.bits[w]&(uint64(1)<<(seq%64)) != 0
+}
+
+// countIn counts the arrived sequence numbers in r.
+func (a *arrivals) countIn(r seqRange) uint64 {
+	var n uint64
+	seq, end := r.Start, r.Start+r.Len
+	for seq < end && seq%64 != 0 {
+		if a.has(seq) {
+			n++
+		}
+		seq++
+	}
+	for ; seq+64 <= end; seq += 64 {
+		if w := seq / 64; w < uint64(len(a.bits)) {
+			n += popcount(a.bits[w])
+		}
+	}
+	for ; seq < end; seq++ {
+		if a.has(seq) {
+			n++
+		}
+	}
+	return n
+}
+
+// popcount is the number of bits set in x.
+func popcount(x uint64) uint64 {
+	n := uint64(0)
+	for ; x != 0; x &= x - 1 {
+		n++
+	}
+	return n
+}
+
+// startSink listens on a free port of 127.0.0.1.
+func startSink() (*sink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	// The gateway's batches of large spans exceed gRPC's default 4 MiB.
+	s := &sink{clients: map[uint32]*arrivals{}, ln: ln, srv: grpc.NewServer(grpc.MaxRecvMsgSize(1 << 30))}
+	ptraceotlp.RegisterGRPCServer(s.srv, s)
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *sink) addr() string { return s.ln.Addr().String() }
+
+func (s *sink) stop() { s.srv.Stop() }
+
+// Export records the request's spans and accepts it whole.
+func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	start := time.Now()
+	rss := req.Traces().ResourceSpans()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer func() { s.slowest = max(s.slowest, time.Since(start)) }()
+	for i := range rss.Len() {
+		sss := rss.At(i).ScopeSpans()
+		for j := range sss.Len() {
+			spans := sss.At(j).Spans()
+			for k := range spans.Len() {
+				s.spans++
+				client, seq, ok := decodeTraceID(spans.At(k).TraceID())
+				if !ok {
+					s.foreign++
+					continue
+				}
+				a := s.clients[client]
+				if a == nil {
+					a = &arrivals{}
+					s.clients[client] = a
+				}
+				a.add(seq)
+			}
+		}
+	}
+	return ptraceotlp.NewExportResponse(), nil
+}
+
+// total is every span received so far, the matrix's and foreign ones.
+func (s *sink) total() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spans
+}
+
+// uniqueOf is the count of distinct spans of client arrived so far.
+func (s *sink) uniqueOf(client uint32) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.clients[client]; a != nil {
+		return a.unique
+	}
+	return 0
+}
+
+// tallyOf is the final count for one client.
+type tallyOf struct {
+	// Arrived: distinct handed spans that arrived; Missing: handed spans
+	// that did not; Duplicated: arrivals beyond the first of a span;
+	// Unexpected: distinct arrivals of sequence numbers never handed.
+	Arrived, Missing, Duplicated, Unexpected uint64
+	// MissingGivenUp: missing spans of batches the exporter reported as
+	// given up; GivenUpArrived: spans of given-up batches that arrived all
+	// the same (a timeout after the gateway had taken them).
+	MissingGivenUp, GivenUpArrived uint64
+}
+
+// count settles one client's result against what arrived.
+func (s *sink) count(r *result) tallyOf {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.clients[r.ID]
+	if a == nil {
+		a = &arrivals{}
+	}
+	var t tallyOf
+	all := seqRange{0, r.SeqEnd}
+	arrivedAll := a.countIn(all)
+	var notHandedArrived uint64
+	for _, h := range r.NotHanded {
+		notHandedArrived += a.countIn(h)
+	}
+	t.Arrived = arrivedAll - notHandedArrived
+	t.Missing = r.Handed - min(t.Arrived, r.Handed)
+	for _, g := range r.GivenUpRanges {
+		got := a.countIn(g)
+		t.GivenUpArrived += got
+		t.MissingGivenUp += g.Len - got
+	}
+	t.Duplicated = a.dup
+	t.Unexpected = a.unique - t.Arrived
+	return t
+}
