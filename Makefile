@@ -174,3 +174,16 @@ FLEET_FLAGS ?=
 .PHONY: fleet
 fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
+
+# ---------------------------------------------------------------------------
+## hostile: one hostile peer at a time beside normal clients (issue 28;
+## Linux, root; about 15 minutes): the distribution with the shipped
+## defaults in a 1 CPU / 512 MiB cgroup, normal clients at half its
+## capacity, each scenario after a baseline round (testbed/bench/hostile).
+## Results in bench/runs/<date>-hostile/ (git-ignored).
+## e.g. make hostile HOSTILE_FLAGS='-scenarios fill-then-trickle -d 20s'
+HOSTILE_FLAGS ?=
+.PHONY: hostile
+hostile: $(OTELCOL)
+	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/hostile
+	$(CURDIR)/bin/hostile -collector $(OTELCOL) $(HOSTILE_FLAGS)
