@@ -200,3 +200,16 @@ CLIENTS_FLAGS ?=
 clients: $(OTELCOL) $(OTELCOL_STOCK) clients-js
 	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/clients
 	$(CURDIR)/bin/clients -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) $(CLIENTS_FLAGS)
+
+# ---------------------------------------------------------------------------
+## hostile: one hostile peer at a time beside normal clients (issue 28;
+## Linux, root; about 15 minutes): the distribution with the shipped
+## defaults in a 1 CPU / 512 MiB cgroup, normal clients at half its
+## capacity, each scenario after a baseline round (testbed/bench/hostile).
+## Results in bench/runs/<date>-hostile/ (git-ignored).
+## e.g. make hostile HOSTILE_FLAGS='-scenarios fill-then-trickle -d 20s'
+HOSTILE_FLAGS ?=
+.PHONY: hostile
+hostile: $(OTELCOL)
+	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/hostile
+	$(CURDIR)/bin/hostile -collector $(OTELCOL) $(HOSTILE_FLAGS)
