@@ -352,7 +352,7 @@ func TestCreateDefaultConfig(t *testing.T) {
 		CPU: SlotConfig{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2},
 		Mem: SlotConfig{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1},
 	}, cfg.Thresholds)
-	assert.Equal(t, RetryAfterConfig{Min: 0, Max: 30 * time.Second}, cfg.RetryAfter)
+	assert.Equal(t, RetryAfterConfig{Min: time.Second, Max: 5 * time.Second}, cfg.RetryAfter)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
 	assert.Equal(t, PacingConfig{MaxHeld: 512}, cfg.Pacing)
 	assert.Equal(t, QueueConfig{MaxWait: 5 * time.Second, MaxHeld: 256}, cfg.Queue)
