@@ -432,7 +432,7 @@ func createDefaultConfig() component.Config {
 				DropMax: ptrTo(builtinRule.DropMax),
 			},
 		},
-		RetryAfter:   RetryAfterConfig{Min: 0, Max: middleware.DefaultRetryMax},
+		RetryAfter:   RetryAfterConfig{Min: middleware.DefaultRetryMin, Max: middleware.DefaultRetryMax},
 		RecoveryRamp: engine.RecoveryRamp,
 		Admission: AdmissionConfig{
 			MaxInflightBytes: autoInflightBudget(),

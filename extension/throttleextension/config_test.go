@@ -371,7 +371,7 @@ func TestCreateDefaultConfig(t *testing.T) {
 		Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachDuration: 250 * time.Millisecond, MaxShed: 1,
 		SoftLimit: SoftLimitConfig{Enabled: true, Share: 0.80, HeapTarget: 0.50},
 	}, cfg.Memory)
-	assert.Equal(t, RetryAfterConfig{Min: 0, Max: 30 * time.Second}, cfg.RetryAfter)
+	assert.Equal(t, RetryAfterConfig{Min: time.Second, Max: 5 * time.Second}, cfg.RetryAfter)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
 	assert.Equal(t, TarpitConfig{MaxRequests: 512}, cfg.Tarpit)
 	assert.Equal(t, HoldConfig{MaxWait: 5 * time.Second, MaxRequests: 256}, cfg.Hold)

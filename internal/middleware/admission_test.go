@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 )
@@ -97,8 +98,9 @@ func TestHTTPSlowBodiesHoldLittle(t *testing.T) {
 }
 
 // TestHTTPIdleBodyCutOff: a client that stops sending its body is cut off
-// once it has sent nothing for idle_timeout: the handler's read fails, the
-// client gets the handler's answer (here 400) and the reservation is
+// once it has sent nothing for idle_timeout: the handler's read fails with
+// a retryable error (otlpreceiver answers it 429 + Retry-After, which the
+// OTLP exporters retry: a 400 they would drop) and the reservation is
 // released, without any timeout on the server.
 func TestHTTPIdleBodyCutOff(t *testing.T) {
 	f := newHTTPFixture(t, NewBudget(64<<10), 16<<10, nil, func(c *Config) { c.IdleTimeout = time.Second })
@@ -109,25 +111,62 @@ func TestHTTPIdleBodyCutOff(t *testing.T) {
 	require.NoError(t, err, "no answer: the silent body still holds its reservation")
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	assert.Contains(t, string(body), "no request body received for 1s")
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "retryable, never 400")
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	assert.Contains(t, string(body), "request body slower than 64 KiB per 1s")
 	require.Eventually(t, func() bool { return f.budget.Reserved() == 0 }, admissionWait, time.Millisecond)
 	assert.EqualValues(t, 100, f.next.read.Load())
 }
 
-// TestHTTPTrickleLosesHeadStart: a body that keeps trickling is not idle,
-// but once it is older than idle_timeout it holds at most readStep beyond
-// what it has sent, not the large first reservation it was admitted with.
-func TestHTTPTrickleLosesHeadStart(t *testing.T) {
+// TestHTTPTrickleIsCut: a body that trickles a byte now and then first
+// loses its head start (it holds at most readStep beyond what it has sent,
+// not the large first reservation it was admitted with), and is then cut
+// off like a silent one: a byte is no progress, readStep per idle_timeout
+// is. A body on a slow link that keeps that pace is never cut.
+func TestHTTPTrickleIsCut(t *testing.T) {
 	f := newHTTPFixture(t, NewBudget(1<<20), 512<<10, nil, func(c *Config) { c.IdleTimeout = time.Second })
 	srv := httptest.NewServer(f.h)
 	t.Cleanup(srv.Close)
-	slowClient(t, srv.Listener.Addr().String(), 600<<10, 1, 50*time.Millisecond)
+	conn := slowClient(t, srv.Listener.Addr().String(), 600<<10, 1, 50*time.Millisecond)
 	require.Eventually(t, func() bool { return f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit) == 1 },
 		admissionWait, time.Millisecond)
 	require.Eventually(t, func() bool { return f.budget.Reserved() <= 2*readStep },
 		admissionWait, 10*time.Millisecond, "the trickling body keeps its head start")
-	assert.Positive(t, f.budget.Reserved())
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "the trickling body is never cut")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Eventually(t, func() bool { return f.budget.Reserved() == 0 }, admissionWait, time.Millisecond)
+
+	// 600 KiB at 16 KiB every 100 ms: under readStep per interval, but
+	// readStep well within every idle_timeout.
+	slow := slowWriter(t, srv.Listener.Addr().String(), 600<<10, 16<<10, 100*time.Millisecond)
+	resp, err = http.ReadResponse(bufio.NewReader(slow), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "a slow honest body gets in")
+}
+
+// slowWriter sends a request whose body of size bytes goes out chunk bytes
+// every interval.
+func slowWriter(t *testing.T, addr string, size, chunk int, interval time.Duration) net.Conn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, admissionWait)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetDeadline(time.Now().Add(admissionWait)))
+	t.Cleanup(func() { conn.Close() })
+	head := fmt.Sprintf("POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: %d\r\n\r\n", size)
+	_, err = conn.Write([]byte(head))
+	require.NoError(t, err)
+	go func() {
+		for sent := 0; sent < size; sent += chunk {
+			if _, err := conn.Write(make([]byte, min(chunk, size-sent))); err != nil {
+				return
+			}
+			time.Sleep(interval)
+		}
+	}()
+	return conn
 }
 
 // TestHTTPPeerShare: the requests of one peer (remote IP) are admitted up
@@ -191,7 +230,7 @@ func TestHTTPPeerShare(t *testing.T) {
 	assert.Equal(t, b.peerOfRemote("[2001:db8:0:1::1]:1"), b.peerOfRemote("[2001:db8:0:1:ffff::2]:2"), "an IPv6 peer is its /64")
 	assert.Equal(t, b.peerOfRemote("192.0.2.1:1"), b.peerOfRemote("[::ffff:192.0.2.1]:2"))
 	assert.Zero(t, b.peerOfRemote("@unix"), "not an IP: no per-peer limit")
-	assert.Zero(t, NewBudget(1).peerOfRemote(peerA), "no share: no per-peer limit")
+	assert.EqualValues(t, 1<<10, NewBudget(1<<10).maxFor(b.peerOfRemote(peerA)), "no share: no per-peer limit")
 }
 
 // TestHTTPBodyWaitsForRelease: a body of unknown size (compressed, or
@@ -396,25 +435,42 @@ func TestBudgetWaitYoungestYields(t *testing.T) {
 	assert.Zero(t, b.Reserved())
 }
 
-// TestGRPCSilentStreamCancelled: a stream that sends no message within
-// idle_timeout is cancelled, which releases its reservation; a stream whose
-// message arrived in time is not, however long its handler takes.
-func TestGRPCSilentStreamCancelled(t *testing.T) {
-	const idle = 2 * time.Second
+// TestGRPCSilentStream: a stream that sends no message within idle_timeout
+// keeps only minEstimate of its reservation (issue 28 point 5: silent
+// streams reopened again and again hold next to nothing), and is cancelled
+// only after silentFactor idle timeouts; a stream whose message takes
+// longer than idle_timeout to arrive (a large batch on a slow link) is not
+// cancelled but accepted (point 6), and one whose message arrived is never
+// cut, however long its handler takes.
+func TestGRPCSilentStream(t *testing.T) {
+	const idle = time.Second
 	f := newGRPCFixture(t, NewBudget(1<<20), 0, func(c *Config) { c.IdleTimeout = idle })
 	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
 	defer cancel()
 	cs, err := f.pushStream(ctx)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return f.budget.Reserved() == DefaultUnknownSize }, admissionWait, time.Millisecond)
+	require.Eventually(t, func() bool { return f.budget.Reserved() == minEstimate }, admissionWait, time.Millisecond,
+		"trimmed once idle")
 	err = cs.RecvMsg(new(emptypb.Empty))
 	assert.Equal(t, codes.Canceled, status.Code(err), "%v", err)
+	f.requireReleased(t)
+
+	// The message comes after twice the idle timeout: charged as it
+	// arrives, and accepted.
+	late, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.budget.Reserved() == minEstimate }, admissionWait, time.Millisecond)
+	time.Sleep(idle)
+	require.NoError(t, late.SendMsg(wrapperspb.Bytes(make([]byte, 64<<10))))
+	require.NoError(t, late.CloseSend())
+	require.NoError(t, late.RecvMsg(new(emptypb.Empty)), "a slow message is not cancelled")
 	f.requireReleased(t)
 
 	f.push.hold = make(chan struct{})
 	errc := make(chan error, 1)
 	go func() { errc <- f.pushAll(ctx, 1, 10) }()
-	require.Eventually(t, func() bool { return f.push.messages.Load() == 1 }, admissionWait, time.Millisecond)
+	require.Eventually(t, func() bool { return f.push.messages.Load() == 2 }, admissionWait, time.Millisecond)
 	time.Sleep(idle + time.Second) // past idle_timeout: the stream must still be alive
 	close(f.push.hold)
 	require.NoError(t, <-errc)
@@ -440,7 +496,7 @@ func peerAtShare(ctx context.Context, t *testing.T, wait time.Duration, maxHeld 
 	b := NewBudgetWith(BudgetConfig{Max: 4000, PeerShare: 0.5, Wait: wait})
 	f := newGRPCFixture(t, b, 1000, func(c *Config) {
 		if maxHeld > 0 {
-			c.Queue = NewQueue(c.Decider, admissionWait, maxHeld, 0)
+			c.Queue = NewQueue(c.Decider, nil, admissionWait, maxHeld, 0)
 		}
 	})
 	for range 2 {
@@ -505,7 +561,7 @@ func TestGRPCWaitKeepsPeerShare(t *testing.T) {
 func TestHTTPBudgetNoWait(t *testing.T) {
 	const long = 10 * time.Second
 	b := NewBudgetWith(BudgetConfig{Max: 100, Wait: long})
-	f := newHTTPFixture(t, b, 0, nil, func(c *Config) { c.Queue = NewQueue(c.Decider, long, 8, testTick) })
+	f := newHTTPFixture(t, b, 0, nil, func(c *Config) { c.Queue = NewQueue(c.Decider, nil, long, 8, testTick) })
 	serve := func(body io.Reader) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, "/v1/traces", body)
 		req.ContentLength = 40

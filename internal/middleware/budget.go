@@ -6,9 +6,7 @@ package middleware // import "github.com/otelthrottle/throttle/internal/middlewa
 import (
 	"cmp"
 	"context"
-	"hash/maphash"
 	"net"
-	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,24 +20,19 @@ import (
 // refused client would before its retry, rather than fail and be sent again.
 const DefaultBudgetWait = BudgetRetryDelay
 
-// DefaultPeerShare is the share of the budget the admissions of one peer
-// (remote IP) may hold (admission.peer_share default): one client, or one
-// node or proxy many clients come through, can never take the whole budget
-// from the others, yet keeps half of it.
-const DefaultPeerShare = 0.5
-
-// peerSlots is the number of per-peer counters. Peers are hashed into them;
-// two peers in one slot share its limit, which errs on the safe side.
-const peerSlots = 4096
-
 // BudgetConfig configures a Budget.
 type BudgetConfig struct {
 	// Max is the size of the budget in bytes; <= 0 means no budget.
 	Max int64
 	// PeerShare is the share of Max that the admissions of one peer (remote
-	// IP address; an IPv6 address counts by its /64) may hold. Outside
-	// (0, 1) there is no per-peer limit.
+	// IP address; an IPv6 address counts by its /64) may hold while it is
+	// the only one sending; with more peers active each gets a fair share
+	// (see Peers). Outside (0, 1) there is no per-peer limit. Ignored when
+	// Peers is set.
 	PeerShare float64
+	// Peers is the peer table shared with the hold; nil: the budget makes
+	// its own from PeerShare.
+	Peers *Peers
 	// Wait bounds how long, in total, an admitted body that has outgrown
 	// its reservation waits for bytes to be released; 0 fails it at once.
 	Wait time.Duration
@@ -53,20 +46,32 @@ type BudgetConfig struct {
 // Admission is lock-free: one CAS on the peer's counter and one on the
 // budget. Only a body that has been admitted and outgrows its reservation
 // may wait (growth), and waits are served oldest body first: while bodies
-// wait, admissions leave free what the waiting bodies still need, so a body
-// that needs the whole budget stops new admissions until it has it.
+// wait, admissions leave free what the waiting bodies still need.
+//
+// No peer holds more than its share (Peers), growth included. A body whose
+// own reservation has reached its peer's share goes on in the oversize lane
+// (see acquireLane): one such body at a time, its bytes beyond the share not
+// counted against the others, so that no body, however large or slow, takes
+// the budget from the other peers. Streams that wait for a decision or for
+// bytes (gRPC) reserve their expected message in a second pool of the same
+// size, heldBytes, since grpc-go buffers their message while they wait.
 type Budget struct {
-	// max and peerMax change when the memory limit or the cores do
-	// (SetMax); peerShare is kept to derive peerMax.
-	max       atomic.Int64
-	peerMax   atomic.Int64
-	peerShare float64
-	wait      time.Duration
+	// max changes when the memory limit or the cores do (SetMax).
+	max   atomic.Int64
+	peers *Peers
+	wait  time.Duration
 	// highWater is set by tests only (WatchHighWater); nil, it costs a
 	// reservation one load of a line it reads anyway.
 	highWater atomic.Pointer[HighWater]
 
 	reserved atomic.Int64
+	// held is what waiting gRPC streams expect to buffer (reserveHeld).
+	held atomic.Int64
+	// lane is the oversize lane's token (a buffered channel of one: the
+	// waiters for it are served in order); laneBytes counts what its body
+	// read beyond its peer's share.
+	lane      chan struct{}
+	laneBytes atomic.Int64
 
 	// pending is what the waiting bodies still need; waiting counts them,
 	// so that a release takes the lock only when someone waits.
@@ -79,11 +84,6 @@ type Budget struct {
 	// when someone waits.
 	entrants []*entrant
 	entering atomic.Int32
-
-	// peers holds the bytes reserved per peer slot; nil without a per-peer
-	// limit.
-	peers []atomic.Int64
-	seed  maphash.Seed
 }
 
 // NewBudget returns a budget of maxBytes with the default wait and no
@@ -97,11 +97,9 @@ func NewBudgetWith(cfg BudgetConfig) *Budget {
 	if cfg.Max <= 0 {
 		return nil
 	}
-	b := &Budget{wait: max(cfg.Wait, 0)}
-	if cfg.PeerShare > 0 && cfg.PeerShare < 1 {
-		b.peerShare = cfg.PeerShare
-		b.peers = make([]atomic.Int64, peerSlots)
-		b.seed = maphash.MakeSeed()
+	b := &Budget{wait: max(cfg.Wait, 0), peers: cfg.Peers, lane: make(chan struct{}, 1)}
+	if b.peers == nil {
+		b.peers = NewPeers(cfg.PeerShare)
 	}
 	b.SetMax(cfg.Max)
 	return b
@@ -115,75 +113,29 @@ func (b *Budget) SetMax(maxBytes int64) {
 	if b == nil || maxBytes <= 0 {
 		return
 	}
-	peerMax := maxBytes
-	if b.peerShare > 0 {
-		peerMax = max(int64(float64(maxBytes)*b.peerShare), 1)
-	}
-	b.peerMax.Store(peerMax)
 	b.max.Store(maxBytes)
 	b.wakeAll()
 }
 
-// peer is a per-peer counter slot plus one; 0 is no peer (no per-peer
-// limit, or an address that is not IP).
-type peer uint16
-
-// peerOfAddr returns the slot of an IP address: an IPv4 address as is, an
-// IPv6 one by its /64, which is what one host or site gets, so that a
-// client cannot escape its share by changing the low bits.
-func (b *Budget) peerOfAddr(a netip.Addr) peer {
-	if b == nil || b.peers == nil || !a.IsValid() {
-		return 0
+// Peers is the budget's peer table.
+func (b *Budget) Peers() *Peers {
+	if b == nil {
+		return nil
 	}
-	var k [17]byte
-	if a = a.Unmap(); a.Is4() {
-		v := a.As4()
-		copy(k[:], v[:])
-		k[16] = 4
-	} else {
-		v := a.As16()
-		copy(k[:8], v[:8])
-		k[16] = 6
-	}
-	return peer(maphash.Bytes(b.seed, k[:])%peerSlots) + 1
+	return b.peers
 }
 
-// peerOfRemote returns the slot of an http.Request's RemoteAddr.
-func (b *Budget) peerOfRemote(remoteAddr string) peer {
-	if b == nil || b.peers == nil {
-		return 0
-	}
-	ap, err := netip.ParseAddrPort(remoteAddr)
-	if err != nil {
-		return 0
-	}
-	return b.peerOfAddr(ap.Addr())
-}
-
-// peerOfNet returns the slot of a connection's remote address.
-func (b *Budget) peerOfNet(a net.Addr) peer {
-	if b == nil || b.peers == nil {
-		return 0
-	}
-	if t, ok := a.(*net.TCPAddr); ok {
-		return b.peerOfAddr(t.AddrPort().Addr())
-	}
-	return 0
-}
-
-func (b *Budget) peerAdd(p peer, n int64) {
-	if p != 0 {
-		b.peers[p-1].Add(n)
-	}
-}
+func (b *Budget) peerOfRemote(remoteAddr string) peer { return b.Peers().ofRemote(remoteAddr) }
+func (b *Budget) peerOfNet(a net.Addr) peer           { return b.Peers().ofNet(a) }
 
 // maxFor is the largest first reservation a request of peer p can make: a
 // request larger than that starts with it and grows as it is read.
 func (b *Budget) maxFor(p peer) int64 {
+	m := b.max.Load()
 	if p == 0 {
-		return b.max.Load()
+		return m
 	}
-	return b.peerMax.Load()
+	return b.peers.limit(m)
 }
 
 // Reserve takes n bytes from the budget if they fit, leaving free what
@@ -210,21 +162,17 @@ func (b *Budget) admit(n int64, p peer) bool {
 
 // admitNow is admit regardless of the requests waiting to be admitted.
 func (b *Budget) admitNow(n int64, p peer) bool {
-	if p != 0 {
-		s := &b.peers[p-1]
-		for {
-			cur := s.Load()
-			// Written as a subtraction so a huge n cannot overflow.
-			if n > b.peerMax.Load()-cur {
-				return false
-			}
-			if s.CompareAndSwap(cur, cur+n) {
-				break
-			}
-		}
+	return b.takeFor(n, p, b.pending.Load())
+}
+
+// takeFor reserves n bytes for peer p if they fit in p's share and in the
+// budget with keep bytes left free.
+func (b *Budget) takeFor(n int64, p peer, keep int64) bool {
+	if !b.peers.reserve(p, n, b.max.Load()) {
+		return false
 	}
-	if !b.take(n, b.pending.Load()) {
-		b.peerAdd(p, -n)
+	if !b.take(n, keep) {
+		b.peers.add(p, -n)
 		return false
 	}
 	return true
@@ -262,7 +210,7 @@ func (b *Budget) charge(n int64, p peer) {
 		return
 	}
 	b.noteReserved(b.reserved.Add(n))
-	b.peerAdd(p, n)
+	b.peers.add(p, n)
 }
 
 // release returns n bytes of peer p and wakes the waiting bodies.
@@ -271,7 +219,7 @@ func (b *Budget) release(n int64, p peer) {
 		return
 	}
 	b.reserved.Add(-n)
-	b.peerAdd(p, -n)
+	b.peers.add(p, -n)
 	b.wakeAll()
 }
 
@@ -288,25 +236,23 @@ func (b *Budget) wakeAll() {
 }
 
 // tryGrow adds up to need bytes to an admitted request's reservation,
-// what is free of them, if no body is waiting (waiting bodies are served
-// first), and returns how many. Lock-free.
+// what is free of them within its peer's share, if no body is waiting
+// (waiting bodies are served first), and returns how many. Lock-free.
 func (b *Budget) tryGrow(need int64, p peer) int64 {
 	if b.waiting.Load() > 0 {
 		return 0
 	}
-	for {
-		cur := b.reserved.Load()
-		take := min(need, b.max.Load()-cur)
-		if take <= 0 {
-			return 0
-		}
-		next := cur + take
-		if b.reserved.CompareAndSwap(cur, next) {
-			b.noteReserved(next)
-			b.peerAdd(p, take)
-			return take
-		}
+	take := min(need, b.peers.room(p, b.max.Load()), b.max.Load()-b.reserved.Load())
+	if take <= 0 || !b.takeFor(take, p, 0) {
+		return 0
 	}
+	return take
+}
+
+// atShare reports whether a body of peer p that holds own bytes holds its
+// peer's whole share: it can grow only in the oversize lane.
+func (b *Budget) atShare(own int64, p peer) bool {
+	return own >= b.maxFor(p)
 }
 
 // waiter is a body waiting for its reservation to grow.
@@ -324,7 +270,9 @@ type waiter struct {
 // every request that is not waiting finished, the waiting bodies hold what
 // it needs, and the youngest of them gives up at once (returns false) so
 // that the older ones can finish. It returns whether the bytes were taken
-// and how long it waited.
+// and how long it waited. need must fit in p's share beside held (see
+// atShare): a body waits for its peer's other requests, never for bytes
+// its peer may not have.
 func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, p peer, limit time.Duration) (bool, time.Duration) {
 	if limit <= 0 {
 		return false, 0
@@ -357,8 +305,7 @@ func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, p pe
 	defer t.Stop()
 	for {
 		older, headNeed, waitHeld, youngest := b.position(w)
-		if b.take(need, older) {
-			b.peerAdd(p, need)
+		if b.takeFor(need, p, older) {
 			return true, now() - start
 		}
 		if youngest && headNeed > b.max.Load()-waitHeld {
@@ -402,6 +349,62 @@ func (b *Budget) wakeLocked() {
 		case q.wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// acquireLane takes the oversize lane for a body whose own reservation has
+// reached its peer's share, waiting at most limit, in order, while another
+// body has it. In the lane a body reads on without further charge, bounded
+// by the receiver's max_request_body_size: refusing it would be a retryable
+// error that could never succeed, so its client would retry until it drops
+// the data. Its bytes beyond the share are not counted against the other
+// peers, so it takes nothing from them; one body at a time bounds what the
+// lane adds to memory, and the minimum rate of an HTTP body (IdleTimeout)
+// bounds how long a slow one keeps it.
+func (b *Budget) acquireLane(ctx context.Context, limit time.Duration) bool {
+	select {
+	case b.lane <- struct{}{}:
+		return true
+	default:
+	}
+	if limit <= 0 {
+		return false
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case b.lane <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// releaseLane gives the lane's token back.
+func (b *Budget) releaseLane() { <-b.lane }
+
+// reserveHeld counts n bytes a waiting gRPC stream may buffer, if they fit
+// in a pool as large as the budget.
+func (b *Budget) reserveHeld(n int64) bool {
+	if b == nil || n <= 0 {
+		return true
+	}
+	for {
+		cur := b.held.Load()
+		if n > b.max.Load()-cur {
+			return false
+		}
+		if b.held.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// releaseHeld returns what reserveHeld counted.
+func (b *Budget) releaseHeld(n int64) {
+	if b != nil && n > 0 {
+		b.held.Add(-n)
 	}
 }
 
@@ -467,26 +470,30 @@ func (b *Budget) admitEntrantsLocked() {
 		}
 		// The budget, not its peer's share, is short for it: the younger
 		// ones wait behind it.
-		short = short || !b.peerFull(e.n, e.p)
+		short = short || b.peers.room(e.p, b.max.Load()) >= e.n
 		kept = append(kept, e)
 	}
 	clear(b.entrants[len(kept):])
 	b.entrants = kept
 }
 
-// peerFull reports whether n more bytes exceed peer p's share.
-func (b *Budget) peerFull(n int64, p peer) bool {
-	return p != 0 && n > b.peerMax.Load()-b.peers[p-1].Load()
-}
-
-// Reserved returns the bytes currently reserved (the inflight_bytes gauge).
-// gRPC messages larger than their estimate can take it over Max while they
-// are handled.
+// Reserved returns the bytes currently reserved (the inflight_bytes gauge):
+// the budget's reservations, gRPC messages larger than their estimate
+// (which can take it over Max while they are handled) and the oversize
+// lane's body beyond its peer's share.
 func (b *Budget) Reserved() int64 {
 	if b == nil {
 		return 0
 	}
-	return b.reserved.Load()
+	return b.reserved.Load() + b.laneBytes.Load()
+}
+
+// Held returns the bytes waiting gRPC streams are expected to buffer.
+func (b *Budget) Held() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.held.Load()
 }
 
 // Max returns the size of the budget; 0 for a nil (unlimited) budget.

@@ -6,6 +6,7 @@ package middleware
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -71,31 +72,51 @@ func TestBudgetConcurrent(t *testing.T) {
 	assert.Positive(t, hw.Load())
 }
 
+// TestRetryDelay: the hint follows why a request was refused, always in
+// whole seconds within the range: a budget refusal 1 s, a shed one a short
+// draw (up to 2 s), an Open one between half and all of how long the Open
+// has lasted, so that a client whose whole export must fit in 10 s is
+// never told to wait longer than the Open is likely to last.
 func TestRetryDelay(t *testing.T) {
-	d := NewRetryDelay(2*time.Second, 5*time.Second, nil)
-	seen := map[time.Duration]int{}
-	for range 2000 {
-		got := d.Draw(decision.DenyShed)
-		require.GreaterOrEqual(t, got, 2*time.Second)
-		require.LessOrEqual(t, got, 5*time.Second)
-		require.Zero(t, got%time.Second, "whole seconds")
-		seen[got]++
+	draws := func(d *RetryDelay, v decision.Verdict) map[time.Duration]int {
+		seen := map[time.Duration]int{}
+		for range 2000 {
+			got := d.Draw(v)
+			require.Zero(t, got%time.Second, "whole seconds")
+			seen[got]++
+		}
+		return seen
 	}
-	assert.Len(t, seen, 4, "every second of the range is drawn")
-	assert.Equal(t, 2*time.Second, d.Draw(decision.DenyBudget), "budget delay clamped up to min")
-	assert.Zero(t, d.Draw(decision.Admit))
+	keys := func(m map[time.Duration]int) []time.Duration { return slices.Sorted(maps.Keys(m)) }
+	s := time.Second
 
-	// Injected rand: the extremes map to the bounds.
-	lo := NewRetryDelay(0, 30*time.Second, func(int64) int64 { return 0 })
-	hi := NewRetryDelay(0, 30*time.Second, func(n int64) int64 { return n - 1 })
+	var open time.Duration
+	d := NewRetryDelay(DefaultRetryMin, DefaultRetryMax, func() time.Duration { return open }, nil)
+	assert.Equal(t, []time.Duration{1 * s, 2 * s}, keys(draws(d, decision.DenyShed)), "shed: short")
+	assert.Equal(t, BudgetRetryDelay, d.Draw(decision.DenyBudget))
+	assert.Zero(t, d.Draw(decision.Admit))
+	open = 300 * time.Millisecond
+	assert.Equal(t, []time.Duration{1 * s}, keys(draws(d, decision.DenyOpen)), "a new Open: the minimum")
+	open = 4 * s
+	assert.Equal(t, []time.Duration{2 * s, 3 * s, 4 * s}, keys(draws(d, decision.DenyOpen)), "half to all of its age")
+	open = time.Minute
+	assert.Equal(t, []time.Duration{3 * s, 4 * s, 5 * s}, keys(draws(d, decision.DenyOpen)), "capped at max")
+
+	// Without openFor an Open hint is drawn from the whole range; the
+	// bounds clamp every kind.
+	wide := NewRetryDelay(2*s, 30*s, nil, nil)
+	assert.Len(t, draws(wide, decision.DenyOpen), 29)
+	assert.Equal(t, []time.Duration{2 * s}, keys(draws(wide, decision.DenyShed)), "shed clamped up to min")
+	assert.Equal(t, 2*s, wide.Draw(decision.DenyBudget), "budget clamped up to min")
+	lo := NewRetryDelay(0, 30*s, nil, func(int64) int64 { return 0 })
+	hi := NewRetryDelay(0, 30*s, nil, func(n int64) int64 { return n - 1 })
 	assert.Zero(t, lo.Draw(decision.DenyOpen))
-	assert.Equal(t, 30*time.Second, hi.Draw(decision.DenyOpen))
-	assert.Equal(t, BudgetRetryDelay, hi.Draw(decision.DenyBudget))
+	assert.Equal(t, 30*s, hi.Draw(decision.DenyOpen))
 
 	// Rounding: min up, max down, max below min collapses to min.
-	r := NewRetryDelay(1500*time.Millisecond, 1700*time.Millisecond, nil)
-	assert.Equal(t, 2*time.Second, r.Draw(decision.DenyOpen))
-	z := NewRetryDelay(-time.Second, 0, nil)
+	r := NewRetryDelay(1500*time.Millisecond, 1700*time.Millisecond, nil, nil)
+	assert.Equal(t, 2*s, r.Draw(decision.DenyOpen))
+	z := NewRetryDelay(-s, 0, nil, nil)
 	assert.Zero(t, z.Draw(decision.DenyOpen))
 	assert.Zero(t, z.Draw(decision.DenyBudget), "budget delay clamped down to max")
 }

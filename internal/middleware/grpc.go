@@ -20,14 +20,15 @@ import (
 // stream's headers arrive, before any message is read (unary and streaming
 // alike), and a stats handler that learns each connection's peer, grows a
 // reservation to the size of the message once it has arrived, learns the
-// message sizes and releases the budget when the RPC ends. Build one GRPC
-// per server: the size estimate is per server.
+// message sizes of accepted calls and releases the budget when the RPC
+// ends. Build one GRPC per server: the size estimates are per server.
 type GRPC struct {
 	settings
-	// estimate learns, per signal, the largest recent message size, and
-	// wire the largest recent size as received (compressed).
-	estimate [decision.NumSignals]sizeWindow
-	wire     [decision.NumSignals]sizeWindow
+	// estimate learns, per peer and signal, the largest recent message
+	// size of an accepted call, and wire the largest recent size as
+	// received (compressed).
+	estimate peerSizes
+	wire     peerSizes
 }
 
 // maxOvercommit bounds how far below a message's decoded size its RPC's
@@ -35,8 +36,25 @@ type GRPC struct {
 const maxOvercommit = 4
 
 // minEstimate is the least an RPC reserves, so that an estimate learnt
-// from empty messages still counts every call.
+// from empty messages still counts every call, and what a call that has
+// sent no message within the idle timeout keeps.
 const minEstimate = 4 << 10
+
+// silentFactor: a call that has sent no message within this many idle
+// timeouts is cancelled. Before that it keeps only minEstimate reserved
+// after the first: a large message on a slow link is not cancelled on
+// every retry, and a silent stream holds next to nothing.
+const silentFactor = 6
+
+// deadlineShare is the part of the time a client gave a call (its
+// deadline) that the call may wait in the queue or for bytes, and
+// deadlineMargin the least it leaves for the call to be handled after:
+// admitted later, its answer could come after the client gave up and sent
+// it again (a duplicate).
+const (
+	deadlineShare  = 0.8
+	deadlineMargin = time.Second
+)
 
 // NewGRPC returns the gRPC middleware for cfg.
 func NewGRPC(cfg Config) (*GRPC, error) {
@@ -102,10 +120,9 @@ type reservation struct {
 	peer peer
 	// stop cancels the safety net; see tap.
 	stop func() bool
-	// cancel ends the stream; idle calls it for a stream that has sent
-	// nothing within the idle timeout.
+	// cancel ends the stream; the idle timer calls it for a stream that
+	// has sent nothing for silentFactor idle timeouts.
 	cancel context.CancelFunc
-	idle   *time.Timer
 	msg    atomic.Bool
 	// refused is set when a wait ended in a refusal, refusedWith (written
 	// before it) the verdict it ended with.
@@ -123,11 +140,21 @@ type reservation struct {
 	mu   sync.Mutex
 	n    int64
 	done bool
+	// idle fires IdleTimeout after the stream started (or its wait
+	// ended) without a message: the reservation shrinks to minEstimate;
+	// firing again later (silent), it cancels the stream.
+	idle   *time.Timer
+	silent bool
 	// want is what a stream admitted without its bytes (the budget was
 	// full) waits for when its handler starts; 0 otherwise. slot is the
-	// queue place a waiting stream holds.
-	want int64
-	slot *Queue
+	// queue place a waiting stream holds, heldBytes what it counts in the
+	// budget's held pool meanwhile.
+	want      int64
+	slot      *Queue
+	heldBytes int64
+	// size and wire are the largest message of the call, decoded and as
+	// received: learnt when the call ends accepted.
+	size, wire int64
 }
 
 func (r *reservation) release() {
@@ -135,18 +162,22 @@ func (r *reservation) release() {
 	n := r.n
 	first := !r.done
 	r.done = true
-	r.freeSlotLocked()
+	r.endWaitLocked()
 	r.mu.Unlock()
 	if first {
 		r.b.release(n, r.peer)
 	}
 }
 
-func (r *reservation) freeSlotLocked() {
+// endWaitLocked gives back the queue place and the held bytes of a stream
+// whose wait is over.
+func (r *reservation) endWaitLocked() {
 	if r.slot != nil {
-		r.slot.freeSlot()
+		r.slot.freeSlot(r.peer)
 		r.slot = nil
 	}
+	r.b.releaseHeld(r.heldBytes)
+	r.heldBytes = 0
 }
 
 // grow charges the reservation up to size, the size of a message that has
@@ -161,12 +192,54 @@ func (r *reservation) grow(size int64) {
 	r.n = size
 }
 
-// expire cancels a stream that has not sent a message within the idle
-// timeout: its handler's RecvMsg fails and the reservation is released.
-func (r *reservation) expire() {
-	if !r.msg.Load() {
-		r.cancel()
+// startIdle starts the idle timer of a stream that is going to read its
+// message.
+func (r *reservation) startIdle(idle time.Duration) {
+	if idle <= 0 {
+		return
 	}
+	r.mu.Lock() // expire takes it: it must see r.idle set
+	r.idle = time.AfterFunc(idle, func() { r.expire(idle) })
+	r.mu.Unlock()
+}
+
+// expire runs when a stream has sent no message within the idle timeout:
+// the first time its reservation shrinks to minEstimate (its message, when
+// it comes, is charged as it arrives), the next time, silentFactor-1 idle
+// timeouts later, the stream is cancelled.
+func (r *reservation) expire(idle time.Duration) {
+	if r.msg.Load() {
+		return
+	}
+	r.mu.Lock()
+	if r.done {
+		r.mu.Unlock()
+		return
+	}
+	if r.silent {
+		r.mu.Unlock()
+		r.cancel()
+		return
+	}
+	r.silent = true
+	excess := r.n - minEstimate
+	if excess > 0 {
+		r.n = minEstimate
+	}
+	r.idle.Reset((silentFactor - 1) * idle)
+	r.mu.Unlock()
+	if excess > 0 {
+		r.b.release(excess, r.peer)
+	}
+}
+
+// stopIdle stops the idle timer, if any.
+func (r *reservation) stopIdle() {
+	r.mu.Lock()
+	if r.idle != nil {
+		r.idle.Stop()
+	}
+	r.mu.Unlock()
 }
 
 // tap runs on the connection's reader goroutine when a stream's headers
@@ -175,32 +248,36 @@ func (r *reservation) expire() {
 func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	sig, ok := g.cls.GRPC(info.FullMethodName)
 	if !ok {
+		g.unclassified(ProtocolGRPC, info.FullMethodName)
 		return ctx, nil
 	}
 	p, _ := ctx.Value(peerKey{}).(peer)
+	t := now()
+	g.peers.touch(p, t)
 	var r *reservation
 	if v := g.dec.Decide(sig); !v.Admitted() {
 		if g.observe {
 			g.rec.Record(ProtocolGRPC, sig, v)
 			return ctx, nil
 		}
-		// A shed stream waits for a later decision when its handler
+		// A refused stream waits for a later decision when its handler
 		// starts (see await), as a held HTTP request does, rather than
 		// being refused here: a refused exporter backs off for seconds
-		// whatever RetryInfo says. Not in Open: a waiting stream buffers
-		// up to its flow-control window of message in the heap.
-		if v != decision.DenyShed || !g.queue.takeSlot() {
+		// whatever RetryInfo says, and some retry no refusal at all. It
+		// waits with a queue place and its expected message counted in
+		// the held pool, since grpc-go buffers the message meanwhile.
+		if r = g.holdAtTap(sig, p, t, g.sizeEstimate(sig, p)); r == nil {
 			return ctx, g.reject(sig, v)
 		}
-		r = &reservation{b: g.budget, held: v, slot: g.queue, sig: sig, peer: p, age: now(), cancel: func() {}}
-	} else if g.budget == nil || g.dec.Exempt(sig) {
-		// An exempt signal bypasses the budget: only the memory backstop
-		// (Decide) refuses it.
+		r.held = v
+	} else if g.budget == nil {
 		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 		return ctx, nil
 	} else if n := g.sizeEstimate(sig, p); g.budget.admit(n, p) {
+		// An exempt signal is bounded by the budget as the others are:
+		// exempt from shedding, not from the bytes in memory.
 		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
-		r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: now(), cancel: func() {}}
+		r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: t, cancel: func() {}}
 	} else {
 		if g.observe {
 			g.rec.Record(ProtocolGRPC, sig, decision.DenyBudget)
@@ -210,12 +287,15 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		// await), for the same reason. One that cannot wait in line is
 		// not held back by it (a peer whose streams fill the queue must
 		// not lock the others out): admitted if it fits now.
+		if g.budget.wait > 0 {
+			r = g.holdAtTap(sig, p, t, n)
+		}
 		switch {
-		case g.budget.wait > 0 && g.queue.takeSlot():
-			r = &reservation{b: g.budget, want: n, slot: g.queue, sig: sig, peer: p, age: now(), cancel: func() {}}
+		case r != nil:
+			r.want = n
 		case g.budget.admitNow(n, p):
 			g.rec.Record(ProtocolGRPC, sig, decision.Admit)
-			r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: now(), cancel: func() {}}
+			r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: t, cancel: func() {}}
 		default:
 			return ctx, g.reject(sig, decision.DenyBudget)
 		}
@@ -225,8 +305,8 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		ctx, r.cancel = context.WithCancel(ctx)
 	}
 	// A waiting stream starts its idle timer once its wait is over.
-	if g.idle > 0 && !waits {
-		r.idle = time.AfterFunc(g.idle, r.expire)
+	if !waits {
+		r.startIdle(g.idle)
 	}
 	// Safety net: grpc-go sends *stats.End only for RPCs that reach a
 	// registered method. A stream aborted after the tap (deadline already
@@ -240,11 +320,25 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	return context.WithValue(ctx, reservationKey{}, r), nil
 }
 
+// holdAtTap takes a queue place for a stream of peer p and counts n bytes
+// of it in the budget's held pool; nil when either is full (p at its share
+// of the places included).
+func (g *GRPC) holdAtTap(sig decision.Signal, p peer, t time.Duration, n int64) *reservation {
+	if !g.queue.takeSlot(p) {
+		return nil
+	}
+	if !g.budget.reserveHeld(n) {
+		g.queue.freeSlot(p)
+		return nil
+	}
+	return &reservation{b: g.budget, slot: g.queue, heldBytes: n, sig: sig, peer: p, age: t, cancel: func() {}}
+}
+
 // await runs when the handler of a stream that the tap let in to wait
 // starts (*stats.Begin, on the stream's goroutine: the connection's other
 // streams go on), its message unread beyond the stream's flow-control
-// window. A shed stream waits in the queue for a decision that admits it,
-// as a held HTTP request does, then for its bytes; a stream admitted
+// window. A refused stream waits in the queue for a decision that admits
+// it, as a held HTTP request does, then for its bytes; a stream admitted
 // without its bytes (the budget was full) waits for them, at most the
 // budget's wait and oldest first as a body does. Refused, the stream is
 // cancelled before its message is read, which the exporters retry
@@ -257,10 +351,11 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 	want := r.want
 	r.mu.Unlock()
 	if r.held != decision.Admit {
-		hctx, cancel := context.WithTimeout(ctx, g.waitLeft(ctx, r.age))
-		v = g.queue.hold(hctx, r.sig, r.held)
+		limit := g.waitLeft(ctx, r.age)
+		hctx, cancel := context.WithTimeout(ctx, max(limit, 0))
+		v = g.queue.hold(hctx, r.sig, r.held, limit)
 		cancel()
-		if v.Admitted() && g.budget != nil && !g.dec.Exempt(r.sig) {
+		if v.Admitted() && g.budget != nil {
 			if n := g.sizeEstimate(r.sig, r.peer); g.budget.admit(n, r.peer) {
 				r.mu.Lock()
 				r.n = n
@@ -279,7 +374,7 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 	}
 	r.mu.Lock()
 	r.want = 0
-	r.freeSlotLocked()
+	r.endWaitLocked()
 	late := want > 0 && ok && r.done
 	if want > 0 && ok && !late {
 		r.n = want
@@ -295,24 +390,25 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 		r.cancel()
 		return
 	}
-	if g.idle > 0 {
-		r.idle = time.AfterFunc(g.idle, r.expire)
-	}
+	r.startIdle(g.idle)
 }
 
-// waitLeft is how much longer a stream that arrived at arrival may wait:
-// the queue's max_wait in all, and never past half the time its client
-// gave it, so that a stream admitted late is still answered before its
-// client gives up and sends it again (a duplicate: the OTLP exporters'
-// timeout, 5 s, is the default max_wait). Its bytes it waits for at most
-// the budget's wait besides.
+// waitLeft is how much longer a stream that arrived at arrival may wait.
+// With a deadline, deadlineShare of the time its client gave it, leaving
+// at least deadlineMargin: a stream admitted later could be answered after
+// its client gave up and sent it again (a duplicate), and a client whose
+// whole export must fit in its deadline (the SDKs' 10 s) is served best by
+// a long wait, some of them retrying no refusal at all. Without one, the
+// queue's max_wait.
 func (g *GRPC) waitLeft(ctx context.Context, arrival time.Duration) time.Duration {
 	waited := now() - arrival
-	left := g.queue.maxWait - waited
-	if dl, ok := ctx.Deadline(); ok {
-		left = min(left, (time.Until(dl)+waited)/2-waited)
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return g.queue.maxWaitOr(0) - waited
 	}
-	return left
+	total := time.Until(dl) + waited
+	allowed := min(time.Duration(float64(total)*deadlineShare), total-deadlineMargin)
+	return allowed - waited
 }
 
 func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
@@ -321,33 +417,38 @@ func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
 }
 
 // sizeEstimate is what an RPC of sig from peer p reserves: the largest
-// message received for sig on this server in the last 10 to 20 seconds as
-// it came on the wire (compressed), but at least a quarter of the largest
-// decoded one (unknownSize when there was none), at least minEstimate;
-// never more than the budget or the peer's share, as an HTTP body larger
-// than that starts with it: a reservation that can never be made would
-// lock a signal out.
+// message of an accepted call of that peer and signal received on this
+// server in the last 10 to 20 seconds as it came on the wire (compressed),
+// but at least a quarter of the largest decoded one (unknownSize when
+// there was none), at least minEstimate; never more than the peer's share,
+// as an HTTP body larger than that starts with it: a reservation that can
+// never be made would lock a signal out.
 //
 // Wire size, as an HTTP body starts with its Content-Length: reserving the
 // decoded size up front admits a fifth as many of the usual gzip-compressed
 // exports, too few to keep the collector busy (design §7); the floor keeps
 // messages that decompress far more than usual from multiplying what the
-// budget admits by more than maxOvercommit. A maximum rather than an
-// average: small or empty messages cannot lower it while large ones
-// arrive. The reservation then grows to the decoded size when the message
-// has arrived (see reservation.grow), so that the budget shows a large
-// message while it is handled and refuses others. A stream holds one
+// budget admits by more than maxOvercommit. Per peer, and learnt only from
+// calls that ended accepted (after any authenticator): one peer's large or
+// amplifying messages raise only its own reservations. A maximum rather
+// than an average: small or empty messages cannot lower it while large
+// ones arrive. The reservation then grows to the decoded size when the
+// message has arrived (see reservation.grow), so that the budget shows a
+// large message while it is handled and refuses others. A stream holds one
 // reservation, of its largest message, for its whole life (its messages
 // are handled one at a time).
 func (g *GRPC) sizeEstimate(sig decision.Signal, p peer) int64 {
 	t := now()
-	n := g.estimate[sig].get(t)
+	n := g.estimate.get(p, sig, t)
 	if n == 0 {
 		n = g.unknownSize
-	} else if w := g.wire[sig].get(t); w > 0 {
+	} else if w := g.wire.get(p, sig, t); w > 0 {
 		n = max(min(w, n), n/maxOvercommit)
 	}
 	n = max(n, min(minEstimate, g.unknownSize))
+	if g.budget == nil {
+		return n
+	}
 	return min(n, g.budget.maxFor(p))
 }
 
@@ -358,7 +459,7 @@ func (grpcStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Contex
 
 // TagConn finds the connection's peer slot once, for every stream of it.
 func (h grpcStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	if p := h.g.budget.peerOfNet(info.RemoteAddr); p != 0 {
+	if p := h.g.peers.ofNet(info.RemoteAddr); p != 0 {
 		return context.WithValue(ctx, peerKey{}, p)
 	}
 	return ctx
@@ -381,24 +482,32 @@ func (h grpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 		}
 	case *stats.InPayload:
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
-			if r.msg.CompareAndSwap(false, true) && r.idle != nil {
-				r.idle.Stop()
+			if r.msg.CompareAndSwap(false, true) {
+				r.stopIdle()
 			}
 			r.grow(int64(rs.Length))
-			t := now()
-			h.g.estimate[r.sig].observe(int64(rs.Length), t)
 			wire := rs.CompressedLength
 			if wire == 0 {
 				wire = rs.Length // not filled in by older grpc-go
 			}
-			h.g.wire[r.sig].observe(int64(wire), t)
+			r.mu.Lock()
+			r.size, r.wire = max(r.size, int64(rs.Length)), max(r.wire, int64(wire))
+			r.mu.Unlock()
 		}
 	case *stats.End:
 		if r, ok := ctx.Value(reservationKey{}).(*reservation); ok {
-			r.release()
-			if r.idle != nil {
-				r.idle.Stop()
+			// Learnt before the release, so that whoever sees the bytes
+			// back also sees what the call taught.
+			if rs.Error == nil && r.msg.Load() {
+				t := now()
+				r.mu.Lock()
+				size, wire := r.size, r.wire
+				r.mu.Unlock()
+				h.g.estimate.observe(r.peer, r.sig, size, t)
+				h.g.wire.observe(r.peer, r.sig, wire, t)
 			}
+			r.release()
+			r.stopIdle()
 			r.cancel()
 		}
 	}

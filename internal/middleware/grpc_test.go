@@ -125,6 +125,13 @@ type grpcFixture struct {
 
 func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64, edit ...func(*Config)) *grpcFixture {
 	t.Helper()
+	return newGRPCFixtureWith(t, budget, unknownSize, nil, edit...)
+}
+
+// newGRPCFixtureWith is newGRPCFixture with more server options after the
+// middleware's (an authenticating interceptor, say).
+func newGRPCFixtureWith(t *testing.T, budget *Budget, unknownSize int64, extra []grpc.ServerOption, edit ...func(*Config)) *grpcFixture {
+	t.Helper()
 	f := &grpcFixture{
 		dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, highWater: budget.WatchHighWater(),
 		traces: &traceServer{}, push: &pushServer{}, payloads: &payloadCounter{},
@@ -136,7 +143,7 @@ func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64, edit ...fun
 	}})
 	cfg := Config{
 		Classifier: cls, Decider: f.dec, Budget: budget, UnknownSize: unknownSize, Recorder: f.rec,
-		Retry: NewRetryDelay(grpcRetryLow, grpcRetryHigh, nil),
+		Retry: NewRetryDelay(grpcRetryLow, grpcRetryHigh, nil, nil),
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -145,7 +152,7 @@ func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64, edit ...fun
 	require.NoError(t, err)
 	f.mw = mw
 
-	srv := grpc.NewServer(append(mw.ServerOptions(), grpc.StatsHandler(f.payloads))...)
+	srv := grpc.NewServer(append(append(mw.ServerOptions(), grpc.StatsHandler(f.payloads)), extra...)...)
 	ptraceotlp.RegisterGRPCServer(srv, f.traces)
 	srv.RegisterService(&pushDesc, f.push)
 	hs := health.NewServer()
@@ -295,19 +302,22 @@ func TestGRPCRejectStreaming(t *testing.T) {
 	assert.EqualValues(t, 2, f.rec.total())
 }
 
+// TestGRPCExempt: an exempt signal is admitted in Open (only the memory
+// backstop refuses it) but bounded by the admission budget as the others.
 func TestGRPCExempt(t *testing.T) {
-	b := NewBudget(100)
-	require.True(t, b.Reserve(100))
+	b := NewBudget(1 << 20)
 	f := newGRPCFixture(t, b, 0)
 	f.dec.setAll(decision.DenyOpen)
 	f.dec.set(decision.Traces, decision.Admit)
 	f.dec.exempt[decision.Traces].Store(true)
-	require.NoError(t, f.export(context.Background()), "an exempt signal bypasses a full budget")
+	require.NoError(t, f.export(context.Background()), "an exempt signal is admitted in Open")
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
-	assert.EqualValues(t, 100, b.Reserved())
+	f.requireReleased(t)
+	require.True(t, b.Reserve(1<<20))
+	requireRetryable(t, f.export(context.Background()), "budget", grpcRetryLow)
+	b.Release(1 << 20)
 	f.dec.set(decision.Traces, decision.DenyOpen) // the memory backstop
 	assert.Equal(t, codes.ResourceExhausted, status.Code(f.export(context.Background())))
-	b.Release(100)
 }
 
 // TestGRPCBudget: a stream that opens and sends nothing holds its
@@ -372,17 +382,21 @@ func TestGRPCUnregisteredServiceReleases(t *testing.T) {
 	f.requireReleased(t)
 }
 
-// TestGRPCEstimate: received message sizes feed the per-signal estimate
-// that later RPCs reserve.
+// loopback is the peer slot of the fixtures' clients.
+func loopback(g *GRPC) peer { return g.peers.ofRemote("127.0.0.1:1") }
+
+// TestGRPCEstimate: received message sizes of accepted calls feed the
+// per-peer, per-signal estimate that later RPCs of that peer reserve.
 func TestGRPCEstimate(t *testing.T) {
 	f := newGRPCFixture(t, NewBudget(1<<30), 0)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs, 0))
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs, loopback(f.mw)))
 	require.NoError(t, f.pushAll(context.Background(), 10, 10000))
 	f.requireReleased(t)
-	est := f.mw.sizeEstimate(decision.Logs, 0)
+	est := f.mw.sizeEstimate(decision.Logs, loopback(f.mw))
 	// 10000 bytes of payload plus a few bytes of protobuf framing.
 	assert.InDelta(t, 10000, est, 16)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces, 0), "per signal")
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces, loopback(f.mw)), "per signal")
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs, f.mw.peers.ofRemote("192.0.2.1:1")), "per peer")
 
 	// The next RPC reserves the estimate.
 	f.push.hold = make(chan struct{})
@@ -428,12 +442,16 @@ func TestGRPCObserve(t *testing.T) {
 	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: NewBudget(1 << 20), UnknownSize: 5000})
 	require.NoError(t, err)
 	h := grpcStats{mw}
-	in := func(sig decision.Signal, size int) {
+	call := func(sig decision.Signal, size int, err error) {
 		r := &reservation{b: mw.budget, sig: sig, cancel: func() {}}
-		h.HandleRPC(context.WithValue(context.Background(), reservationKey{}, r), &stats.InPayload{Length: size})
-		r.release()
+		ctx := context.WithValue(context.Background(), reservationKey{}, r)
+		h.HandleRPC(ctx, &stats.InPayload{Length: size})
+		h.HandleRPC(ctx, &stats.End{Error: err})
 	}
+	in := func(sig decision.Signal, size int) { call(sig, size, nil) }
 	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.Traces, 0), "unknown_size before any message")
+	call(decision.Traces, 900000, status.Error(codes.Unauthenticated, "no"))
+	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.Traces, 0), "a call that ended in an error teaches nothing")
 	in(decision.Traces, 8000)
 	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.Traces, 0))
 	in(decision.Traces, 1600)
@@ -506,7 +524,7 @@ func TestGRPCReservationGrowsToMessage(t *testing.T) {
 // withQueue holds what the budget cannot take yet, as the extension does
 // by default.
 func withQueue(dec Decider) func(*Config) {
-	return func(c *Config) { c.Queue = NewQueue(dec, 5*time.Second, 8, 0) }
+	return func(c *Config) { c.Queue = NewQueue(dec, nil, 5*time.Second, 8, 0) }
 }
 
 // fullBudgetFixture is a fixture with the queue on, holding for up to
@@ -518,7 +536,7 @@ func fullBudgetFixture(t *testing.T, wait time.Duration) (f *grpcFixture, releas
 	dec := &fakeDecider{}
 	f = newGRPCFixture(t, budget, 1000, func(c *Config) {
 		c.Decider = dec
-		c.Queue = NewQueue(dec, wait, 8, 0)
+		c.Queue = NewQueue(dec, nil, wait, 8, 0)
 	})
 	f.dec = dec
 	ctx, cancel := context.WithCancel(context.Background())
@@ -590,7 +608,7 @@ func TestGRPCEstimateWireSize(t *testing.T) {
 	_, _ = rand.Read(random)
 	require.NoError(t, sendOn(ctx, gz, random))
 	f.requireReleased(t)
-	assert.InDelta(t, 400<<10, f.mw.sizeEstimate(decision.Logs, 0), 1<<10)
+	assert.InDelta(t, 400<<10, f.mw.sizeEstimate(decision.Logs, loopback(f.mw)), 1<<10)
 
 	// Zeros compress a thousandfold: the floor, a quarter of the decoded size.
 	f2 := newGRPCFixture(t, NewBudget(8<<20), 4<<10)
@@ -606,7 +624,7 @@ func TestGRPCEstimateWireSize(t *testing.T) {
 	close(f2.push.hold)
 	require.NoError(t, <-errc)
 	f2.requireReleased(t)
-	assert.InDelta(t, 100<<10, f2.mw.sizeEstimate(decision.Logs, 0), 1<<10)
+	assert.InDelta(t, 100<<10, f2.mw.sizeEstimate(decision.Logs, loopback(f2.mw)), 1<<10)
 }
 
 // sendOn sends one message of the given bytes on a push stream of cc.
@@ -658,7 +676,7 @@ func TestGRPCShedWaitEnds(t *testing.T) {
 	dec := &fakeDecider{}
 	f := newGRPCFixture(t, NewBudget(1<<20), 1000, func(c *Config) {
 		c.Decider = dec
-		c.Queue = NewQueue(dec, 200*time.Millisecond, 8, 0)
+		c.Queue = NewQueue(dec, nil, 200*time.Millisecond, 8, 0)
 	})
 	dec.set(decision.Traces, decision.DenyShed)
 	err := f.export(context.Background())
@@ -674,31 +692,52 @@ func TestGRPCShedWaitEnds(t *testing.T) {
 	f.requireReleased(t)
 }
 
-// TestGRPCOpenNotHeld: in Open a gRPC RPC is refused at the tap even with
-// the queue on (a held stream buffers its message in the heap), and so is
-// a shed one when every place of the queue is taken.
-func TestGRPCOpenNotHeld(t *testing.T) {
+// TestGRPCOpenHeld: in Open a gRPC call waits for a decision that admits
+// it, as a shed one does, within its deadline: some clients (the
+// JavaScript SDK's gRPC exporter) retry no refusal at all, and the SDKs'
+// whole export, retries included, must fit in 10 s. Its expected message
+// is counted in the budget's held pool while it waits (grpc-go buffers
+// it); a call that finds every place of the queue taken, or the held pool
+// full, is refused at the tap (issue 28 point 3).
+func TestGRPCOpenHeld(t *testing.T) {
 	dec := &fakeDecider{}
-	f := newGRPCFixture(t, NewBudget(1<<20), 1000, func(c *Config) {
+	b := NewBudget(1 << 20)
+	f := newGRPCFixture(t, b, 1000, func(c *Config) {
 		c.Decider = dec
-		c.Queue = NewQueue(dec, time.Minute, 1, 0)
+		c.Queue = NewQueue(dec, nil, time.Minute, 1, 0)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	dec.set(decision.Traces, decision.DenyOpen)
-	requireRetryable(t, f.export(ctx), "open", grpcRetryHigh)
+	held := make(chan error, 1)
+	go func() { held <- f.export(ctx) }()
+	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	assert.EqualValues(t, 1000, b.Held(), "its expected message is counted while it waits")
 
 	dec.set(decision.Logs, decision.DenyShed)
-	held := make(chan error, 1)
-	go func() { held <- f.pushAll(ctx, 1, 10) }()
-	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
-	dec.set(decision.Traces, decision.DenyShed)
-	requireRetryable(t, f.export(ctx), "shed", grpcRetryHigh)
-	assert.Zero(t, f.traces.calls.Load())
+	requireRetryable(t, f.pushAll(ctx, 1, 10), "shed", grpcRetryHigh)
+	assert.Zero(t, f.push.messages.Load(), "the only place is taken: refused at the tap")
 
-	dec.set(decision.Logs, decision.Admit)
+	dec.set(decision.Traces, decision.Admit) // the Open ends
 	require.NoError(t, <-held)
-	assert.EqualValues(t, 1, f.push.messages.Load())
+	assert.EqualValues(t, 1, f.traces.calls.Load())
+	assert.Zero(t, b.Held())
+	f.requireReleased(t)
+
+	// The held pool is as large as the budget: a call whose expected
+	// message does not fit in what is left of it is refused at once.
+	f2 := newGRPCFixture(t, NewBudget(1000), 1000, func(c *Config) {
+		c.Decider = dec
+		c.Queue = NewQueue(dec, nil, time.Minute, 8, 0)
+	})
+	dec.set(decision.Traces, decision.DenyOpen)
+	go func() { held <- f2.export(ctx) }()
+	require.Eventually(t, func() bool { return f2.budget.Held() == 1000 }, 10*time.Second, time.Millisecond)
+	requireRetryable(t, f2.export(ctx), "open", grpcRetryHigh)
+	assert.EqualValues(t, 1, f2.mw.queue.Held())
+	dec.set(decision.Traces, decision.Admit)
+	require.NoError(t, <-held)
+	f2.requireReleased(t)
 }
 
 // TestGRPCShedThenBudget: a held RPC admitted by a later decision while the
@@ -724,11 +763,11 @@ func TestGRPCShedThenBudget(t *testing.T) {
 	f.requireReleased(t)
 }
 
-// TestGRPCWaitEndsBeforeDeadline: a waiting stream is refused once half of
-// the time its client gave it has passed, however long the queue's
-// max_wait, so that its client gets a refusal it retries rather than a
-// deadline it gives up on while the collector takes the data (a duplicate
-// once the client sends it again).
+// TestGRPCWaitEndsBeforeDeadline: a waiting stream is refused before the
+// time its client gave it has passed (deadlineShare of it, leaving at least
+// deadlineMargin), however long the queue's max_wait, so that its client
+// gets a refusal rather than a deadline it gives up on while the collector
+// takes the data (a duplicate once the client sends it again).
 func TestGRPCWaitEndsBeforeDeadline(t *testing.T) {
 	for _, shed := range []bool{true, false} {
 		t.Run(map[bool]string{true: "shed", false: "budget"}[shed], func(t *testing.T) {

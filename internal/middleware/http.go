@@ -26,10 +26,11 @@ const readStep = 64 << 10
 type HTTP struct {
 	settings
 	bodies *httpBodies
-	// sizes learns, per signal, the size bodies turn out to have once read
-	// (decompressed): what an admitted body of that signal reserves first.
-	sizes   [decision.NumSignals]sizeWindow
-	idleErr error
+	// sizes learns, per peer and signal, the size bodies turn out to have
+	// once read (decompressed) and accepted: what the next body of that
+	// peer and signal reserves first.
+	sizes   peerSizes
+	slowErr error
 }
 
 // NewHTTP returns the HTTP middleware for cfg.
@@ -41,7 +42,8 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 	return &HTTP{
 		settings: s,
 		bodies:   newHTTPBodies(),
-		idleErr:  fmt.Errorf("throttle: no request body received for %v; the request is dropped to free its share of the admission budget", s.idle),
+		slowErr: RetryableError(fmt.Sprintf("throttle: request body slower than %d KiB per %v; retry", readStep>>10, s.idle),
+			BudgetRetryDelay),
 	}, nil
 }
 
@@ -67,9 +69,13 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sig, ok := m.cls.HTTP(r.URL.Path)
 	if !ok {
+		m.unclassified(ProtocolHTTP, r.URL.Path)
 		h.next.ServeHTTP(w, r)
 		return
 	}
+	t := now()
+	p := m.peers.ofRemote(r.RemoteAddr)
+	m.peers.touch(p, t)
 	if v := m.dec.Decide(sig); !v.Admitted() {
 		if m.observe {
 			m.rec.Record(ProtocolHTTP, sig, v)
@@ -77,24 +83,21 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// Held, the body stays unread until a later decision admits it.
-		if v = m.queue.Wait(r.Context(), sig, v); !v.Admitted() {
+		if v = m.queue.Wait(r.Context(), sig, v, p); !v.Admitted() {
 			m.reject(w, r, sig, v)
 			return
 		}
 	}
-	// An exempt signal bypasses the budget: only the memory backstop
-	// (Decide) refuses it.
-	if m.budget == nil || r.Body == nil || r.Body == http.NoBody || m.dec.Exempt(sig) {
+	if m.budget == nil || r.Body == nil || r.Body == http.NoBody {
 		m.rec.Record(ProtocolHTTP, sig, decision.Admit)
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	t := now()
-	p := m.budget.peerOfRemote(r.RemoteAddr)
 	initial := m.initialSize(sig, r.ContentLength, p, t)
 	// An HTTP request does not wait for the budget (measured: design
 	// §12), so the requests waiting in line for it (gRPC) do not hold it
-	// back either.
+	// back either. An exempt signal is bounded by the budget as the others
+	// are: exempt from shedding, not from the bytes in memory.
 	if !m.budget.admitNow(initial, p) {
 		if m.observe {
 			m.rec.Record(ProtocolHTTP, sig, decision.DenyBudget)
@@ -114,17 +117,17 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r2 := new(http.Request)
 	*r2 = *r
 	r2.Body = body
-	h.next.ServeHTTP(w, r2)
+	h.next.ServeHTTP(&body.rw, r2)
 }
 
 // initialSize is what a body reserves when it is admitted: what bodies of
-// its signal have lately turned out to be on this server (unknown_size
-// before any), or its Content-Length if that is smaller. It is never more
-// than the budget or the peer's share: a request larger than that could
-// never be admitted, its client would retry until it dropped the data, so
-// it starts with what it can have and grows as it is read.
+// its peer and signal have lately turned out to be (unknown_size before
+// any), or its Content-Length if that is smaller. It is never more than its
+// peer's share: a request larger than that could never be admitted, its
+// client would retry until it dropped the data, so it starts with what it
+// can have and grows as it is read.
 func (m *HTTP) initialSize(sig decision.Signal, contentLength int64, p peer, t time.Duration) int64 {
-	n := m.sizes[sig].get(t)
+	n := m.sizes.get(p, sig, t)
 	if n == 0 {
 		n = m.unknownSize
 	}
@@ -147,6 +150,7 @@ func (m *HTTP) newBody(w http.ResponseWriter, r *http.Request, sig decision.Sign
 		w:            waiter{age: t},
 		reserved:     initial,
 		lastProgress: t,
+		rw:           statusWriter{ResponseWriter: w},
 	}
 	if m.idle > 0 {
 		b.ctl = http.NewResponseController(w)
@@ -170,6 +174,42 @@ func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signa
 	}
 }
 
+// statusWriter records the status the handler answers with, so that only
+// an accepted body teaches its size (a body that failed to decode, or was
+// refused by an authenticator, must not raise what the next ones reserve).
+// Unwrap keeps http.ResponseController working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush keeps the wrapped writer's flushing visible to the handler.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// accepted reports whether the handler answered with a success (no
+// answer written yet counts as one: net/http then sends 200).
+func (w *statusWriter) accepted() bool { return w.status == 0 || (w.status >= 200 && w.status < 300) }
+
 // budgetBody charges the budget for a body as it is read. The body starts
 // with the reservation it was admitted with; bytes beyond it are reserved
 // before they are read, readStep at a time: a Read never pulls more than
@@ -179,18 +219,19 @@ func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signa
 // otlpreceiver answers 429 + Retry-After. A chunked or compressed body
 // therefore cannot bypass the budget while others hold part of it.
 //
-// Slow and silent clients cannot hold the budget: once the body is older
-// than IdleTimeout it keeps at most readStep beyond what it has received,
-// and a body that receives nothing for IdleTimeout fails (its connection's
-// read deadline is moved into the past).
+// No body holds more than its peer's share: one whose own reservation has
+// reached it goes on in the budget's oversize lane (Budget.acquireLane),
+// reading on uncharged, one such body at a time, bounded by the receiver's
+// max_request_body_size rather than the budget, so that a large honest
+// batch is not refused for ever and the other peers lose nothing to it.
 //
-// A body that holds the whole budget runs alone: it is read on without
-// further charge, bounded by the receiver's max_request_body_size rather
-// than the budget. Refusing it would be a retryable error that could never
-// succeed (the body would outgrow the budget on every retry), so the
-// client would retry until it gives up and drops the data. A body known to
-// be that large asks for the whole budget at once when it first has to
-// wait, which stops new admissions until it has it.
+// Slow and silent clients cannot hold the budget or the lane: once the
+// body is older than IdleTimeout it keeps at most readStep beyond what it
+// has received, and a body that has not received readStep more within
+// IdleTimeout is cut off (its connection's read deadline is moved into the
+// past) with a retryable error, 429 + Retry-After: a byte now and then is
+// no progress, and an honest client on a slow link retries rather than
+// dropping its data on a 400.
 type budgetBody struct {
 	rc       io.ReadCloser
 	m        *HTTP
@@ -200,6 +241,7 @@ type budgetBody struct {
 	known    int64 // Content-Length; -1 when unknown
 	admitted time.Duration
 	ctl      *http.ResponseController // nil without IdleTimeout
+	rw       statusWriter
 
 	// Read's own state: Read is not called concurrently.
 	waitLeft time.Duration
@@ -213,8 +255,12 @@ type budgetBody struct {
 	reserved     int64
 	read         int64
 	lastProgress time.Duration
-	late         bool // older than IdleTimeout: no more head start
-	uncharged    bool // a pending read may return more than is reserved
+	progressAt   int64 // read when lastProgress was last moved
+	late         bool  // older than IdleTimeout: no more head start
+	uncharged    bool  // a pending read may return more than is reserved
+	lane         bool  // in the oversize lane: reads on uncharged
+	laneToken    bool  // holds the lane's token (not in observe-only mode)
+	laneRead     int64 // bytes read in the lane beyond the reservation
 	inRead       bool
 	eof          bool
 	done         bool
@@ -235,12 +281,15 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		b.trimLocked(now())
 	}
 	avail := b.reserved - b.read
-	alone := b.reserved >= b.m.budget.Max()
+	lane := b.lane
 	need := b.needLocked(len(p))
 	held := b.reserved
 	b.mu.Unlock()
 
-	if avail <= 0 && !alone {
+	if lane {
+		return b.rawRead(p)
+	}
+	if avail <= 0 {
 		// Tell the end of the body from more of it first, so that a body
 		// ending exactly at its reservation neither takes more nor waits.
 		// The probed byte is covered by the growth below.
@@ -248,15 +297,25 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		if n == 0 {
 			return 0, err
 		}
-		need = max(need, 1)
-		if err != nil {
+		switch {
+		case err != nil:
 			// The body ended with this byte: nothing to wait for.
 			need = 1
 			b.m.budget.charge(need, b.peer)
-		} else if got := b.m.budget.tryGrow(need, b.peer); got > 0 {
-			need = got
-		} else {
-			if b.m.observe {
+		case b.m.budget.atShare(held, b.peer):
+			// Its own reservation is its peer's whole share.
+			if !b.m.observe && !b.m.budget.acquireLane(b.ctx, b.waitLeft) {
+				return 0, b.m.budgetError()
+			}
+			b.enterLane(!b.m.observe)
+			p[0] = b.probe[0]
+			return 1, nil
+		default:
+			// Up to the share first; the lane only once it is all its own.
+			need = min(need, b.m.budget.maxFor(b.peer)-held)
+			if got := b.m.budget.tryGrow(need, b.peer); got > 0 {
+				need = got
+			} else if b.m.observe {
 				// Counted, never failed: the bytes are in memory anyway.
 				b.m.budget.charge(need, b.peer)
 			} else {
@@ -273,27 +332,38 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		p[0] = b.probe[0]
 		return 1, err
 	}
-	if !alone && int64(len(p)) > avail {
+	if int64(len(p)) > avail {
 		p = p[:avail]
 	}
 	return b.rawRead(p)
 }
 
-// needLocked is how much the reservation grows by before a read of want
-// bytes once it is used up: readStep at most, never beyond the whole
-// budget, nor beyond a known length. A body known to be larger than the
-// whole budget asks for all of it during its head start.
-func (b *budgetBody) needLocked(want int) int64 {
-	budgetMax := b.m.budget.Max()
-	left := budgetMax - b.reserved
-	if b.known >= budgetMax && !b.late {
-		return left
+// enterLane moves the body into the oversize lane: from here on it reads
+// uncharged. token: it holds the lane's token (not in observe-only mode,
+// which never waits for it). The probed byte that got it there is its
+// first byte in the lane.
+func (b *budgetBody) enterLane(token bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		if token {
+			b.m.budget.releaseLane()
+		}
+		return
 	}
-	n := min(int64(want), readStep, left)
+	b.lane, b.laneToken = true, token
+	b.laneRead++
+	b.m.budget.laneBytes.Add(1)
+}
+
+// needLocked is how much the reservation grows by before a read of want
+// bytes once it is used up: readStep at most, nor beyond a known length.
+func (b *budgetBody) needLocked(want int) int64 {
+	n := min(int64(want), readStep)
 	if b.known >= 0 {
 		n = min(n, b.known-b.read)
 	}
-	return n
+	return max(n, 1)
 }
 
 // trimLocked ends the head start of a body older than IdleTimeout: the
@@ -323,7 +393,8 @@ func (b *budgetBody) add(n int64) bool {
 	return true
 }
 
-// rawRead reads from the underlying body and records the progress.
+// rawRead reads from the underlying body and records the progress: at
+// least readStep more since the last progress, or the end of the body.
 func (b *budgetBody) rawRead(p []byte) (int, error) {
 	b.mu.Lock()
 	b.inRead = true
@@ -332,6 +403,12 @@ func (b *budgetBody) rawRead(p []byte) (int, error) {
 	b.mu.Lock()
 	b.inRead = false
 	b.read += int64(n)
+	if b.lane && !b.done {
+		if extra := b.read - b.reserved - b.laneRead; extra > 0 {
+			b.laneRead += extra
+			b.m.budget.laneBytes.Add(extra)
+		}
+	}
 	if b.uncharged {
 		b.uncharged = false
 		if extra := b.read - b.reserved; extra > 0 && !b.done {
@@ -339,8 +416,8 @@ func (b *budgetBody) rawRead(p []byte) (int, error) {
 			b.m.budget.charge(extra, b.peer)
 		}
 	}
-	if n > 0 && b.m.idle > 0 {
-		b.lastProgress = now()
+	if b.m.idle > 0 && (b.read-b.progressAt >= readStep || err == io.EOF) {
+		b.lastProgress, b.progressAt = now(), b.read
 	}
 	if err == io.EOF {
 		b.eof = true
@@ -348,16 +425,16 @@ func (b *budgetBody) rawRead(p []byte) (int, error) {
 	killed := b.killed
 	b.mu.Unlock()
 	if err != nil && killed && !errors.Is(err, io.EOF) {
-		err = b.m.idleErr
+		err = b.m.slowErr
 	}
 	return n, err
 }
 
 // idleCheck runs IdleTimeout after the last progress it saw. A body that
-// has received nothing for IdleTimeout while the handler waits in a read
-// is cut off by moving its connection's read deadline into the past: the
-// read fails, the handler returns and the reservation is released. (Only
-// while a read is pending: once the body has ended, net/http reads the
+// has not progressed for IdleTimeout while the handler waits in a read is
+// cut off by moving its connection's read deadline into the past: the read
+// fails, the handler returns and the reservation is released. (Only while
+// a read is pending: once the body has ended, net/http reads the
 // connection in the background and a deadline would end the connection
 // under a request still being processed.)
 func (b *budgetBody) idleCheck() {
@@ -381,7 +458,7 @@ func (b *budgetBody) idleCheck() {
 			// when it returns (see rawRead).
 			b.killed = false
 			b.late = true
-			if excess := b.reserved - b.read; excess > 0 && b.reserved < b.m.budget.Max() {
+			if excess := b.reserved - b.read; excess > 0 {
 				b.reserved = b.read
 				b.uncharged = true
 				b.m.budget.release(excess, b.peer)
@@ -396,9 +473,10 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 func (b *budgetBody) Close() error { return b.rc.Close() }
 
-// finish releases the whole reservation when the handler returns; reads
-// after it fail rather than grow an orphaned reservation. A body read to
-// its end teaches its size to the next bodies of its signal.
+// finish releases the whole reservation and the lane when the handler
+// returns; reads after it fail rather than grow an orphaned reservation. A
+// body read to its end and accepted teaches its size to the next bodies of
+// its peer and signal.
 func (b *budgetBody) finish() {
 	b.mu.Lock()
 	b.done = true
@@ -407,11 +485,18 @@ func (b *budgetBody) finish() {
 	if b.idle != nil {
 		b.idle.Stop()
 	}
-	size, eof := b.read, b.eof
+	size, eof, token, laneRead := b.read, b.eof, b.laneToken, b.laneRead
+	b.lane, b.laneToken, b.laneRead = false, false, 0
 	b.mu.Unlock()
+	// Learnt before the release, so that whoever sees the bytes back also
+	// sees what the body taught.
+	if eof && b.rw.accepted() {
+		b.m.sizes.observe(b.peer, b.sig, size, now())
+	}
 	b.m.budget.release(n, b.peer)
-	if eof {
-		b.m.sizes[b.sig].observe(size, now())
+	b.m.budget.laneBytes.Add(-laneRead)
+	if token {
+		b.m.budget.releaseLane()
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -60,10 +61,35 @@ func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.read.Add(n)
 	if err != nil {
 		h.readErr.Store(&err)
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeReadError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// writeReadError answers a failed body read as otlpreceiver does: a gRPC
+// status error by its code (RESOURCE_EXHAUSTED 429, UNAVAILABLE 503, with
+// Retry-After from its RetryInfo), anything else 400, which the OTLP
+// exporters drop.
+func writeReadError(w http.ResponseWriter, err error) {
+	st, ok := status.FromError(err)
+	if !ok {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	code := http.StatusBadRequest
+	switch st.Code() {
+	case codes.ResourceExhausted:
+		code = http.StatusTooManyRequests
+	case codes.Unavailable:
+		code = http.StatusServiceUnavailable
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(ri.GetRetryDelay().AsDuration()/time.Second), 10))
+		}
+	}
+	http.Error(w, err.Error(), code)
 }
 
 type httpFixture struct {
@@ -139,24 +165,32 @@ func TestHTTPUnclassifiedNeverRejected(t *testing.T) {
 	assert.Zero(t, f.rec.total())
 }
 
-// TestHTTPExempt: an exempt signal bypasses a full budget; only its own
-// decision (the engine's memory backstop) refuses it.
+// TestHTTPExempt: an exempt signal's own decision admits it in Open (only
+// the engine's memory backstop refuses it), but the admission budget bounds
+// its bytes as everyone's (issue 28 point 11): a metrics body of any size
+// is not let in between two samples because metrics are exempt.
 func TestHTTPExempt(t *testing.T) {
-	b := NewBudget(10)
-	require.True(t, b.Reserve(10))
+	b := NewBudget(16)
 	f := newHTTPFixture(t, b, 0, nil)
 	f.dec.setAll(decision.DenyOpen)
 	f.dec.set(decision.Metrics, decision.Admit)
 	f.dec.exempt[decision.Metrics].Store(true)
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("0123456789abcdef")))
-	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, http.StatusOK, rec.Code, "admitted in Open")
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("x")))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.Admit))
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyOpen))
-	assert.EqualValues(t, 10, b.Reserved())
+	assert.Zero(t, b.Reserved())
+
+	require.True(t, b.Reserve(16))
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("0123456789abcdef")))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "the budget bounds an exempt signal too")
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.DenyBudget))
+	b.Release(16)
 
 	f.dec.set(decision.Metrics, decision.DenyOpen) // the memory backstop
 	rec = httptest.NewRecorder()
@@ -190,9 +224,9 @@ func TestHTTPRejection(t *testing.T) {
 					// cannot be reserved until that one finishes.
 					b := NewBudget(100)
 					require.True(t, b.Reserve(1))
-					f = newHTTPFixture(t, b, 0, NewRetryDelay(0, 30*time.Second, nil))
+					f = newHTTPFixture(t, b, 0, NewRetryDelay(0, 30*time.Second, nil, nil))
 				} else {
-					f = newHTTPFixture(t, nil, 0, NewRetryDelay(0, 30*time.Second, nil))
+					f = newHTTPFixture(t, nil, 0, NewRetryDelay(0, 30*time.Second, nil, nil))
 					f.dec.set(decision.Traces, v)
 				}
 				body := &failingBody{t: t}
@@ -237,10 +271,11 @@ func TestHTTPRejection(t *testing.T) {
 }
 
 // TestHTTPRetryAfterRange draws many rejections: every Retry-After is a
-// whole number of seconds in the range and every value of the range occurs.
+// whole number of seconds in the range and every value of the range occurs
+// (Open, without an estimate of its length, draws from the whole range).
 func TestHTTPRetryAfterRange(t *testing.T) {
-	f := newHTTPFixture(t, nil, 0, NewRetryDelay(3*time.Second, 7*time.Second, nil))
-	f.dec.set(decision.Logs, decision.DenyShed)
+	f := newHTTPFixture(t, nil, 0, NewRetryDelay(3*time.Second, 7*time.Second, nil, nil))
+	f.dec.set(decision.Logs, decision.DenyOpen)
 	seen := map[int]int{}
 	for range 1000 {
 		rec := httptest.NewRecorder()
@@ -583,7 +618,7 @@ func TestHTTPChunkedCannotBypass(t *testing.T) {
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, req)
 
-	assert.Equal(t, http.StatusBadRequest, rec.Code)
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 	errp := f.next.readErr.Load()
 	require.NotNil(t, errp)
 	st, ok := status.FromError(*errp)
@@ -599,27 +634,43 @@ func TestHTTPChunkedCannotBypass(t *testing.T) {
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit), "counted once, as admitted")
 }
 
-// TestHTTPChunkedAlone: a body without Content-Length larger than the whole
-// budget, with nothing else reserved, grows to the whole budget and is then
-// read in full without further charge (it runs alone; the receiver's
-// max_request_body_size bounds it). Meanwhile nothing else is admitted, and
-// the reservation never exceeds the budget.
+// TestHTTPChunkedAlone: a body without Content-Length larger than its
+// peer's share grows to the share, then reads on in the oversize lane
+// without further charge (the receiver's max_request_body_size bounds it),
+// so that a large honest batch is not refused for ever. Meanwhile another
+// peer is admitted in the rest of the budget (issue 28 point 1: no body
+// holds the budget from the others), a second oversize body waits for the
+// lane and is refused when its wait ends, and the budget's reservations
+// never pass its size.
 func TestHTTPChunkedAlone(t *testing.T) {
 	const maxBytes = 16 << 10
 	const size = 100 << 10
-	f := newHTTPFixture(t, NewBudget(maxBytes), 4<<10, nil)
-	var peak int64
-	var inner int
+	b := NewBudgetWith(BudgetConfig{Max: maxBytes, PeerShare: 0.5, Wait: 50 * time.Millisecond})
+	f := newHTTPFixture(t, b, 4<<10, nil)
+	const peerA, peerB = "10.0.0.1:1", "10.0.0.2:1"
+	require.NotEqual(t, b.peerOfRemote(peerA), b.peerOfRemote(peerB))
+	chunked := func(remote string, n int) *http.Request {
+		req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
+		req.RemoteAddr = remote
+		req.ContentLength = -1
+		req.Body = io.NopCloser(bytes.NewReader(make([]byte, n)))
+		return req
+	}
+	var mainPeak int64
+	var other, second int
 	h := f.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		buf := make([]byte, 1000)
 		for {
 			n, err := r.Body.Read(buf)
 			f.next.read.Add(int64(n))
-			peak = max(peak, f.budget.Reserved())
+			mainPeak = max(mainPeak, b.reserved.Load())
 			if errors.Is(err, io.EOF) {
 				rec := httptest.NewRecorder()
-				f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("x")))
-				inner = rec.Code
+				f.h.ServeHTTP(rec, chunked(peerB, 4<<10))
+				other = rec.Code
+				rec = httptest.NewRecorder()
+				f.h.ServeHTTP(rec, chunked(peerB, size))
+				second = rec.Code
 				w.WriteHeader(http.StatusOK)
 				return
 			}
@@ -629,18 +680,20 @@ func TestHTTPChunkedAlone(t *testing.T) {
 			}
 		}
 	}))
-	req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
-	req.ContentLength = -1
-	req.Body = io.NopCloser(bytes.NewReader(make([]byte, size)))
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
+	h.ServeHTTP(rec, chunked(peerA, size))
 	assert.Equal(t, http.StatusOK, rec.Code)
-	assert.EqualValues(t, size, f.next.read.Load())
-	assert.EqualValues(t, maxBytes, peak, "it holds the whole budget, never more")
-	assert.EqualValues(t, maxBytes, f.highWater.Load())
-	assert.Equal(t, http.StatusTooManyRequests, inner, "nothing else runs beside it")
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
+	assert.EqualValues(t, size+4<<10+maxBytes/2, f.next.read.Load(), "the body, the other peer's, and the second up to its share")
+	assert.EqualValues(t, maxBytes/2, mainPeak, "it holds its peer's share, never more")
+	assert.Equal(t, http.StatusOK, other, "another peer is admitted beside it")
+	assert.Equal(t, http.StatusTooManyRequests, second, "one body in the lane at a time")
+	assert.LessOrEqual(t, f.highWater.Load(), int64(maxBytes))
 	assert.Zero(t, f.budget.Reserved())
+	assert.Zero(t, b.laneBytes.Load())
+
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, chunked(peerB, size))
+	assert.Equal(t, http.StatusOK, rec.Code, "the lane is free again")
 }
 
 // TestHTTPChunkedGrows: a chunked body beyond unknown_size but within the
@@ -747,7 +800,7 @@ func TestHTTPRealServerBudget(t *testing.T) {
 	}
 	assert.Equal(t, http.StatusOK, send(20<<10).StatusCode)
 	require.True(t, f.budget.Reserve(1), "another request holds part of the budget")
-	assert.Equal(t, http.StatusBadRequest, send(1<<20).StatusCode)
+	assert.Equal(t, http.StatusTooManyRequests, send(1<<20).StatusCode)
 	assert.LessOrEqual(t, f.next.read.Load(), int64(20<<10+32<<10))
 	f.budget.Release(1)
 	before := f.next.read.Load()

@@ -46,6 +46,10 @@ type Config struct {
 	// Budget bounds the bytes of admitted, unfinished requests. Nil means
 	// no budget. Share one Budget between all servers of an extension.
 	Budget *Budget
+	// Peers tells the remote peers apart for the per-peer limits of the
+	// budget and the queue. Nil means the budget's (or, without a budget,
+	// one of the middleware's own). Share one between all servers.
+	Peers *Peers
 	// UnknownSize is what a request reserves first while no size has been
 	// learnt for its signal on that server: an HTTP body of unknown length
 	// (chunked, or compressed, since confighttp drops the length when it
@@ -53,10 +57,12 @@ type Config struct {
 	// DefaultUnknownSize. It is capped at the budget's size.
 	UnknownSize int64
 	// IdleTimeout bounds how long an admitted request may hold budget
-	// without progress: an HTTP body that receives nothing for this long
-	// fails, a gRPC call that has not sent its first message by then is
-	// cancelled, and an HTTP body this old keeps at most 64 KiB reserved
-	// beyond what it has received. 0 means none of this.
+	// without progress: an HTTP body that receives less than 64 KiB in
+	// this long fails with a retryable error, an HTTP body this old keeps
+	// at most 64 KiB reserved beyond what it has received, and a gRPC call
+	// that has not sent its first message by then keeps only minEstimate
+	// reserved (and is cancelled after silentFactor times as long). 0
+	// means none of this.
 	IdleTimeout time.Duration
 	// Recorder counts every decision. Nil means NopRecorder.
 	Recorder Recorder
@@ -68,6 +74,12 @@ type Config struct {
 	// decision admits them or they have waited long enough. Nil means none.
 	// Share one Queue between all servers of an extension.
 	Queue *Queue
+	// Unclassified is told of every request whose HTTP path or gRPC method
+	// is no known signal's: such requests are let through untouched, so a
+	// receiver serving a custom path without a matching route is not
+	// protected. Nil means nothing. Called on the request path: it must not
+	// block (the extension counts and logs a bounded number of paths).
+	Unclassified func(p Protocol, path string)
 	// ObserveOnly makes and counts every decision but refuses nothing: a
 	// request the decision or the budget would refuse is counted as that
 	// denial and let in, never held, and a body is never cut off nor failed
@@ -81,6 +93,7 @@ type settings struct {
 	dec         Decider
 	retry       *RetryDelay
 	budget      *Budget
+	peers       *Peers
 	unknownSize int64
 	idle        time.Duration
 	rec         Recorder
@@ -88,6 +101,7 @@ type settings struct {
 	queue       *Queue
 	rejections  *grpcRejections
 	observe     bool
+	onUnknown   func(Protocol, string)
 }
 
 func newSettings(cfg Config) (settings, error) {
@@ -104,17 +118,25 @@ func newSettings(cfg Config) (settings, error) {
 		pacer:       cfg.Pacer,
 		queue:       cfg.Queue,
 		budget:      cfg.Budget,
+		peers:       cfg.Peers,
 		unknownSize: cfg.UnknownSize,
 		idle:        max(cfg.IdleTimeout, 0),
 		observe:     cfg.ObserveOnly,
 		rec:         cfg.Recorder,
+		onUnknown:   cfg.Unclassified,
+	}
+	if s.peers == nil {
+		s.peers = s.budget.Peers()
+	}
+	if s.peers == nil {
+		s.peers = NewPeers(DefaultPeerShare)
 	}
 	if s.observe {
 		// Cutting off an idle body and holding a request are refusals too.
 		s.idle, s.queue = 0, nil
 	}
 	if s.retry == nil {
-		s.retry = NewRetryDelay(0, DefaultRetryMax, nil)
+		s.retry = NewRetryDelay(DefaultRetryMin, DefaultRetryMax, nil, nil)
 	}
 	if s.unknownSize <= 0 {
 		s.unknownSize = DefaultUnknownSize
@@ -129,4 +151,11 @@ func newSettings(cfg Config) (settings, error) {
 	}
 	s.rejections = newGRPCRejections(s.retry)
 	return s, nil
+}
+
+// unclassified tells Config.Unclassified of a request no route matched.
+func (s *settings) unclassified(p Protocol, path string) {
+	if s.onUnknown != nil {
+		s.onUnknown(p, path)
+	}
 }

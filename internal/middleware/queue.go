@@ -45,7 +45,10 @@ type Queue struct {
 	maxHeld int64
 	tick    time.Duration
 	dec     Decider
-	held    atomic.Int64
+	// peers bounds the places of one peer to its share of maxHeld, so
+	// that a peer flooding the queue holds back no other.
+	peers *Peers
+	held  atomic.Int64
 
 	mu sync.Mutex
 	// waiting per signal, oldest first.
@@ -66,17 +69,19 @@ type heldRequest struct {
 	gone bool
 }
 
-// NewQueue returns a Queue holding at most maxHeld requests for at most
-// maxWait each, deciding them with dec every tick (DefaultQueueTick when
-// <= 0); nil when maxWait or maxHeld is not positive (off).
-func NewQueue(dec Decider, maxWait time.Duration, maxHeld int, tick time.Duration) *Queue {
+// NewQueue returns a Queue holding at most maxHeld requests (at most a
+// peer's share of them from one peer, see Peers; nil peers: no per-peer
+// limit) for at most maxWait each, deciding them with dec every tick
+// (DefaultQueueTick when <= 0); nil when maxWait or maxHeld is not
+// positive (off).
+func NewQueue(dec Decider, peers *Peers, maxWait time.Duration, maxHeld int, tick time.Duration) *Queue {
 	if maxWait <= 0 || maxHeld <= 0 || dec == nil {
 		return nil
 	}
 	if tick <= 0 {
 		tick = DefaultQueueTick
 	}
-	return &Queue{maxWait: maxWait, maxHeld: int64(maxHeld), tick: tick, dec: dec, closing: make(chan struct{})}
+	return &Queue{maxWait: maxWait, maxHeld: int64(maxHeld), tick: tick, dec: dec, peers: peers, closing: make(chan struct{})}
 }
 
 // Held returns the number of requests held now (the held_requests gauge).
@@ -87,20 +92,24 @@ func (q *Queue) Held() int64 {
 	return q.held.Load()
 }
 
-// Wait holds a request of sig that was decided v (a denial) until it is
-// admitted, ctx ends, or MaxWait passes. It returns decision.Admit, or the
-// denial to answer with. A full queue, a closed one or a nil one answers v
-// at once.
-func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdict) decision.Verdict {
-	if q == nil || sig >= decision.NumSignals || !q.takeSlot() {
+// Wait holds a request of sig from peer p that was decided v (a denial)
+// until it is admitted, ctx ends, or MaxWait passes. It returns
+// decision.Admit, or the denial to answer with. A full queue (or p at its
+// share of it), a closed one or a nil one answers v at once.
+func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdict, p peer) decision.Verdict {
+	if q == nil || sig >= decision.NumSignals || !q.takeSlot(p) {
 		return v
 	}
-	defer q.freeSlot()
-	return q.hold(ctx, sig, v)
+	defer q.freeSlot(p)
+	return q.hold(ctx, sig, v, q.maxWait)
 }
 
-// hold is Wait for a request that already holds a place (takeSlot).
-func (q *Queue) hold(ctx context.Context, sig decision.Signal, v decision.Verdict) decision.Verdict {
+// hold is Wait for a request that already holds a place (takeSlot), for at
+// most limit.
+func (q *Queue) hold(ctx context.Context, sig decision.Signal, v decision.Verdict, limit time.Duration) decision.Verdict {
+	if limit <= 0 {
+		return v
+	}
 	w := &heldRequest{admitted: make(chan struct{})}
 	q.mu.Lock()
 	if q.closed {
@@ -114,7 +123,7 @@ func (q *Queue) hold(ctx context.Context, sig decision.Signal, v decision.Verdic
 	}
 	q.mu.Unlock()
 
-	timer := time.NewTimer(q.maxWait)
+	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	last := false
 	select {
@@ -142,11 +151,12 @@ func (q *Queue) hold(ctx context.Context, sig decision.Signal, v decision.Verdic
 	return q.dec.Decide(sig)
 }
 
-// takeSlot takes one of the queue's MaxHeld places: for a held request, and
-// for a gRPC stream from the tap to the end of its wait (see GRPC), so that
-// one max_held bounds everything held and the held_requests gauge shows it.
-// False when the queue is full, closed or nil.
-func (q *Queue) takeSlot() bool {
+// takeSlot takes one of the queue's MaxHeld places for peer p: for a held
+// request, and for a gRPC stream from the tap to the end of its wait (see
+// GRPC), so that one max_held bounds everything held and the held_requests
+// gauge shows it. False when the queue is full, p holds its share of it,
+// or the queue is closed or nil.
+func (q *Queue) takeSlot(p peer) bool {
 	if q == nil {
 		return false
 	}
@@ -159,11 +169,18 @@ func (q *Queue) takeSlot() bool {
 		q.held.Add(-1)
 		return false
 	}
+	if !q.peers.takePlace(p, q.maxHeld) {
+		q.held.Add(-1)
+		return false
+	}
 	return true
 }
 
-// freeSlot gives back a place taken by takeSlot.
-func (q *Queue) freeSlot() { q.held.Add(-1) }
+// freeSlot gives back a place taken by takeSlot for p.
+func (q *Queue) freeSlot(p peer) {
+	q.peers.freePlace(p)
+	q.held.Add(-1)
+}
 
 // dispatch decides the held requests every tick until none is held. Per
 // signal, each held request draws one fresh decision, and as many as were
@@ -229,4 +246,12 @@ func (q *Queue) Close() {
 		}
 		q.waiting[s] = nil
 	}
+}
+
+// maxWaitOr is the queue's max_wait, or d when the queue is off.
+func (q *Queue) maxWaitOr(d time.Duration) time.Duration {
+	if q == nil {
+		return d
+	}
+	return q.maxWait
 }

@@ -24,10 +24,10 @@ const (
 
 func TestQueueOff(t *testing.T) {
 	dec := &fakeDecider{}
-	assert.Nil(t, NewQueue(dec, 0, 10, 0))
-	assert.Nil(t, NewQueue(dec, time.Second, 0, 0))
+	assert.Nil(t, NewQueue(dec, nil, 0, 10, 0))
+	assert.Nil(t, NewQueue(dec, nil, time.Second, 0, 0))
 	var q *Queue
-	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed))
+	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed, 0))
 	assert.Zero(t, q.Held())
 	q.Close()
 }
@@ -35,7 +35,7 @@ func TestQueueOff(t *testing.T) {
 // waitResult runs Wait for traces on its own goroutine.
 func waitResult(ctx context.Context, q *Queue, v decision.Verdict) <-chan decision.Verdict {
 	out := make(chan decision.Verdict, 1)
-	go func() { out <- q.Wait(ctx, decision.Traces, v) }()
+	go func() { out <- q.Wait(ctx, decision.Traces, v, 0) }()
 	return out
 }
 
@@ -47,7 +47,7 @@ func heldEventually(t *testing.T, q *Queue, n int64) {
 func TestQueueAdmitsWhenTheDecisionDoes(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyOpen)
-	q := NewQueue(dec, long, 10, testTick)
+	q := NewQueue(dec, nil, long, 10, testTick)
 	got := waitResult(context.Background(), q, decision.DenyOpen)
 	heldEventually(t, q, 1)
 	select {
@@ -68,12 +68,12 @@ func TestQueueAdmitsWhenTheDecisionDoes(t *testing.T) {
 func TestQueueRefusesAfterMaxWait(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyShed)
-	q := NewQueue(dec, 30*time.Millisecond, 10, testTick)
+	q := NewQueue(dec, nil, 30*time.Millisecond, 10, testTick)
 	start := time.Now()
 	// The last decision's denial is the answer: Open now, though the
 	// request was first refused for shedding.
 	dec.set(decision.Logs, decision.DenyOpen)
-	assert.Equal(t, decision.DenyOpen, q.Wait(context.Background(), decision.Logs, decision.DenyShed))
+	assert.Equal(t, decision.DenyOpen, q.Wait(context.Background(), decision.Logs, decision.DenyShed, 0))
 	assert.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
 	assert.Zero(t, q.Held())
 }
@@ -81,13 +81,13 @@ func TestQueueRefusesAfterMaxWait(t *testing.T) {
 func TestQueueFull(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyShed)
-	q := NewQueue(dec, long, 2, testTick)
+	q := NewQueue(dec, nil, long, 2, testTick)
 	ctx, cancel := context.WithCancel(context.Background())
 	a := waitResult(ctx, q, decision.DenyShed)
 	b := waitResult(ctx, q, decision.DenyShed)
 	heldEventually(t, q, 2)
 	// The third is answered at once, with the denial it came with.
-	assert.Equal(t, decision.DenyBudget, q.Wait(context.Background(), decision.Traces, decision.DenyBudget))
+	assert.Equal(t, decision.DenyBudget, q.Wait(context.Background(), decision.Traces, decision.DenyBudget, 0))
 	cancel()
 	// A client gone: the held requests stop waiting at once.
 	assert.Equal(t, decision.DenyShed, <-a)
@@ -116,13 +116,13 @@ func (*orderedDecider) Exempt(decision.Signal) bool { return false }
 func TestQueueOldestFirst(t *testing.T) {
 	dec := &orderedDecider{}
 	dec.n.Store(1 << 62) // admits nothing until n changes
-	q := NewQueue(dec, long, 10, testTick)
+	q := NewQueue(dec, nil, long, 10, testTick)
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Go(func() {
-			if q.Wait(context.Background(), decision.Metrics, decision.DenyShed) == decision.Admit {
+			if q.Wait(context.Background(), decision.Metrics, decision.DenyShed, 0) == decision.Admit {
 				mu.Lock()
 				order = append(order, i)
 				mu.Unlock()
@@ -145,7 +145,7 @@ func TestQueueOldestFirst(t *testing.T) {
 func TestQueueClose(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyOpen)
-	q := NewQueue(dec, long, 10, testTick)
+	q := NewQueue(dec, nil, long, 10, testTick)
 	a := waitResult(context.Background(), q, decision.DenyOpen)
 	heldEventually(t, q, 1)
 	q.Close()
@@ -156,6 +156,6 @@ func TestQueueClose(t *testing.T) {
 		t.Fatal("Close did not wake the held request")
 	}
 	// Closed: nothing is held any more.
-	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed))
+	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed, 0))
 	q.Close()
 }

@@ -64,7 +64,7 @@ func TestHTTPOpenKeepsHTTP2Connection(t *testing.T) {
 // message and its own delay, also beyond the table.
 func TestGRPCRejectionTable(t *testing.T) {
 	for _, r := range []struct{ lo, hi time.Duration }{{0, 30 * time.Second}, {5 * time.Second, 200 * time.Second}} {
-		tab := newGRPCRejections(NewRetryDelay(r.lo, r.hi, nil))
+		tab := newGRPCRejections(NewRetryDelay(r.lo, r.hi, nil, nil))
 		for _, v := range []decision.Verdict{decision.DenyShed, decision.DenyOpen, decision.DenyBudget} {
 			for d := r.lo; d <= r.hi; d += time.Second {
 				st, ok := status.FromError(tab.get(v, d))

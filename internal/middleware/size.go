@@ -6,6 +6,8 @@ package middleware // import "github.com/otelthrottle/throttle/internal/middlewa
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/otelthrottle/throttle/internal/decision"
 )
 
 // epoch is the origin of the monotonic clock the middleware measures ages
@@ -65,4 +67,38 @@ func (w *sizeWindow) observe(n int64, t time.Duration) {
 func (w *sizeWindow) get(t time.Duration) int64 {
 	w.roll(t)
 	return max(w.cur.Load(), w.prev.Load())
+}
+
+// peerSizes learns sizes per peer slot and signal: what one peer sends says
+// nothing of what another will, and a peer that sends large (or
+// amplifying) requests raises only its own reservations. A slot's windows
+// are allocated the first time one of its requests is learnt from; slot 0
+// (no peer: not an IP address) has its own.
+type peerSizes struct {
+	slots [peerSlots + 1]atomic.Pointer[[decision.NumSignals]sizeWindow]
+}
+
+// get returns the largest size learnt for p and sig in the current and the
+// previous window at t, 0 if none.
+func (s *peerSizes) get(p peer, sig decision.Signal, t time.Duration) int64 {
+	w := s.slots[p].Load()
+	if w == nil || sig >= decision.NumSignals {
+		return 0
+	}
+	return w[sig].get(t)
+}
+
+// observe feeds one size of p and sig at t.
+func (s *peerSizes) observe(p peer, sig decision.Signal, n int64, t time.Duration) {
+	if sig >= decision.NumSignals {
+		return
+	}
+	w := s.slots[p].Load()
+	if w == nil {
+		w = new([decision.NumSignals]sizeWindow)
+		if !s.slots[p].CompareAndSwap(nil, w) {
+			w = s.slots[p].Load()
+		}
+	}
+	w[sig].observe(n, t)
 }

@@ -71,8 +71,13 @@ type Runner struct {
 	retry      *middleware.RetryDelay
 	// pacer is shared by every HTTP server of this extension (nil = off).
 	pacer *middleware.Pacer
-	// queue is shared by every HTTP server of this extension (nil = off).
+	// queue is shared by every server of this extension (nil = off).
 	queue *middleware.Queue
+	// peers tells the remote peers apart for the per-peer limits of the
+	// budget and the queue, shared by every server.
+	peers *middleware.Peers
+	// unclassified warns of requests no route matches (unclassified.go).
+	unclassified unclassifiedWarner
 	// exempt[s]: signal s is always admitted and bypasses the budget.
 	exempt [decision.NumSignals]bool
 
@@ -146,10 +151,12 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 	if r.classifier, err = middleware.NewClassifier(cfg.Routes); err != nil {
 		return nil, err
 	}
-	r.retry = middleware.NewRetryDelay(cfg.RetryAfterMin, cfg.RetryAfterMax, nil)
+	r.retry = middleware.NewRetryDelay(cfg.RetryAfterMin, cfg.RetryAfterMax, r.open.openFor, nil)
 	r.pacer = middleware.NewPacer(cfg.PacingDelay, cfg.PacingMaxHeld)
+	r.peers = middleware.NewPeers(cfg.Admission.PeerShare)
+	r.unclassified.logger = set.Logger
 	if cfg.Enabled {
-		r.queue = middleware.NewQueue(r, cfg.QueueMaxWait, cfg.QueueMaxHeld, 0)
+		r.queue = middleware.NewQueue(r, r.peers, cfg.QueueMaxWait, cfg.QueueMaxHeld, 0)
 	}
 	if r.tel, err = newTelemetry(set, id, cfg.ObserveOnly, r.telemetrySources()); err != nil {
 		return nil, err
@@ -219,7 +226,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	if a := r.cfg.Admission; a.Budget != nil {
 		r.budget.Store(middleware.NewBudgetWith(middleware.BudgetConfig{
 			Max:       int64(a.Budget(wl.MemLimit, wl.Cores)), //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
-			PeerShare: a.PeerShare,
+			Peers:     r.peers,
 			Wait:      a.WaitTimeout,
 		}))
 	}
@@ -437,8 +444,10 @@ func (r *Runner) MiddlewareConfig() middleware.Config {
 		Classifier:  r.classifier,
 		Decider:     r,
 		Retry:       r.retry,
-		Budget:      r.budget.Load(),
-		UnknownSize: r.cfg.Admission.UnknownSize,
+		Budget:       r.budget.Load(),
+		Peers:        r.peers,
+		Unclassified: r.unclassified.warn,
+		UnknownSize:  r.cfg.Admission.UnknownSize,
 		IdleTimeout: r.cfg.Admission.IdleTimeout,
 		Recorder:    r,
 		Pacer:       r.pacer,

@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
-	"github.com/otelthrottle/throttle/internal/gomemlimit"
+	"github.com/otelthrottle/throttle/internal/softlimit"
 )
 
 // hangingSource stands in for this process's cgroup: a memory limit far
@@ -126,7 +126,7 @@ func startOwningRunner(t *testing.T, src *hangingSource) *Runner {
 	})
 	cfg := testConfig(func(c *Config) {
 		c.Sampler.Interval = 10 * time.Millisecond
-		c.GoMemLimit = gomemlimit.Config{Enabled: true, Share: gomemlimit.DefaultShare, HeapTarget: gomemlimit.DefaultHeapTarget}
+		c.GoMemLimit = softlimit.Config{Enabled: true, Share: softlimit.DefaultShare, HeapTarget: softlimit.DefaultHeapTarget}
 	})
 	r, err := New(cfg, componenttest.NewNopTelemetrySettings(), component.MustNewID("throttle"), Options{ProcessSource: src})
 	require.NoError(t, err)
@@ -134,7 +134,7 @@ func startOwningRunner(t *testing.T, src *hangingSource) *Runner {
 	require.NoError(t, r.Start(context.Background(), componenttest.NewNopHost()))
 	// The first sample, taken inside Start, set both.
 	memLimit, _ := src.Limits()
-	require.Equal(t, int64(float64(memLimit.MemLimit)*gomemlimit.DefaultShare), debug.SetMemoryLimit(-1), "the soft limit follows the source's memory limit")
+	require.Equal(t, int64(float64(memLimit.MemLimit)*softlimit.DefaultShare), debug.SetMemoryLimit(-1), "the soft limit follows the source's memory limit")
 	require.Greater(t, gcPercent(), uint64(100), "the GC percent is raised while little is live")
 	return r
 }
