@@ -17,17 +17,17 @@ import (
 // page take.
 func (cfg *Config) runnerConfig() runner.Config {
 	rc := runner.Config{
-		Enabled:       cfg.Enabled,
-		ObserveOnly:   cfg.ObserveOnly,
-		Sampler:       cfg.samplerConfig(),
-		Decision:      cfg.decisionConfig(),
-		Routes:        cfg.middlewareRoutes(),
-		RetryAfterMin: cfg.RetryAfter.Min,
-		RetryAfterMax: cfg.RetryAfter.Max,
-		PacingDelay:   cfg.Tarpit.Delay,
-		PacingMaxHeld: cfg.Tarpit.MaxRequests,
-		QueueMaxWait:  cfg.Hold.MaxWait,
-		QueueMaxHeld:  cfg.Hold.MaxRequests,
+		Enabled:           cfg.Enabled,
+		ObserveOnly:       cfg.ObserveOnly,
+		Sampler:           cfg.samplerConfig(),
+		Decision:          cfg.decisionConfig(),
+		Routes:            cfg.middlewareRoutes(),
+		RetryAfterMin:     cfg.RetryAfter.Min,
+		RetryAfterMax:     cfg.RetryAfter.Max,
+		TarpitDelay:       cfg.Tarpit.Delay,
+		TarpitMaxRequests: cfg.Tarpit.MaxRequests,
+		HoldMaxWait:       cfg.Hold.MaxWait,
+		HoldMaxRequests:   cfg.Hold.MaxRequests,
 		Admission: runner.Admission{
 			AutoBudget:  cfg.Admission.MaxInflightBytes.isAuto(),
 			PeerShare:   cfg.Admission.PeerShare,

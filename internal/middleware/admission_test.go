@@ -496,7 +496,7 @@ func peerAtShare(ctx context.Context, t *testing.T, wait time.Duration, maxHeld 
 	b := NewBudgetWith(BudgetConfig{Max: 4000, PeerShare: 0.5, Wait: wait})
 	f := newGRPCFixture(t, b, 1000, func(c *Config) {
 		if maxHeld > 0 {
-			c.Queue = NewQueue(c.Decider, nil, admissionWait, maxHeld, 0)
+			c.Hold = NewHold(c.Decider, nil, admissionWait, maxHeld, 0)
 		}
 	})
 	for range 2 {
@@ -561,7 +561,7 @@ func TestGRPCWaitKeepsPeerShare(t *testing.T) {
 func TestHTTPBudgetNoWait(t *testing.T) {
 	const long = 10 * time.Second
 	b := NewBudgetWith(BudgetConfig{Max: 100, Wait: long})
-	f := newHTTPFixture(t, b, 0, nil, func(c *Config) { c.Queue = NewQueue(c.Decider, nil, long, 8, testTick) })
+	f := newHTTPFixture(t, b, 0, nil, func(c *Config) { c.Hold = NewHold(c.Decider, nil, long, 8, testTick) })
 	serve := func(body io.Reader) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, "/v1/traces", body)
 		req.ContentLength = 40
@@ -574,7 +574,7 @@ func TestHTTPBudgetNoWait(t *testing.T) {
 	rec := serve(&failingBody{t: t})
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
-	assert.Zero(t, f.mw.queue.Held())
+	assert.Zero(t, f.mw.hold.Held())
 
 	// A request waits in line for 50 of the 30 free; the HTTP request's 30
 	// fit.
@@ -605,7 +605,7 @@ func TestGRPCFullQueueNoLockout(t *testing.T) {
 	// only place.
 	go func() { _ = f.export(ctx) }()
 	require.Eventually(t, func() bool { return b.entering.Load() == 1 }, admissionWait, time.Millisecond)
-	require.EqualValues(t, 1, f.mw.queue.Held())
+	require.EqualValues(t, 1, f.mw.hold.Held())
 
 	require.NoError(t, f.pushAllOn(ctx, grpcConnFrom(t, f.addr, otherLocal(b)), 1, 10), "another peer's stream is admitted")
 	assert.EqualValues(t, 1, b.entering.Load(), "the first peer's stream still waits")

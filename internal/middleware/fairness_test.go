@@ -168,14 +168,14 @@ func TestGRPCEstimateNotFromRefusedCalls(t *testing.T) {
 	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces, loopback(f.mw)))
 }
 
-// TestQueuePerPeerPlaces: one peer holds at most its share of the queue's
+// TestHoldPerPeerPlaces: one peer holds at most its share of the queue's
 // places, so a peer flooding the queue leaves room for the others (issue
 // 28 point 4).
-func TestQueuePerPeerPlaces(t *testing.T) {
+func TestHoldPerPeerPlaces(t *testing.T) {
 	ps := NewPeers(0.5)
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyShed)
-	q := NewQueue(dec, ps, admissionWait, 4, testTick)
+	q := NewHold(dec, ps, admissionWait, 4, testTick)
 	t.Cleanup(q.Close)
 	r := distinctRemotes(ps, 2)
 	a, b := ps.ofRemote(r[0]), ps.ofRemote(r[1])

@@ -47,7 +47,7 @@ const minEstimate = 4 << 10
 const silentFactor = 6
 
 // deadlineShare is the part of the time a client gave a call (its
-// deadline) that the call may wait in the queue or for bytes, and
+// deadline) that the call may wait in the hold or for bytes, and
 // deadlineMargin the least it leaves for the call to be handled after:
 // admitted later, its answer could come after the client gave up and sent
 // it again (a duplicate).
@@ -147,10 +147,10 @@ type reservation struct {
 	silent bool
 	// want is what a stream admitted without its bytes (the budget was
 	// full) waits for when its handler starts; 0 otherwise. slot is the
-	// queue place a waiting stream holds, heldBytes what it counts in the
+	// hold place a waiting stream holds, heldBytes what it counts in the
 	// budget's held pool meanwhile.
 	want      int64
-	slot      *Queue
+	slot      *Hold
 	heldBytes int64
 	// size and wire are the largest message of the call, decoded and as
 	// received: learnt when the call ends accepted.
@@ -169,7 +169,7 @@ func (r *reservation) release() {
 	}
 }
 
-// endWaitLocked gives back the queue place and the held bytes of a stream
+// endWaitLocked gives back the hold place and the held bytes of a stream
 // whose wait is over.
 func (r *reservation) endWaitLocked() {
 	if r.slot != nil {
@@ -264,7 +264,7 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		// starts (see await), as a held HTTP request does, rather than
 		// being refused here: a refused exporter backs off for seconds
 		// whatever RetryInfo says, and some retry no refusal at all. It
-		// waits with a queue place and its expected message counted in
+		// waits with a hold place and its expected message counted in
 		// the held pool, since grpc-go buffers the message meanwhile.
 		if r = g.holdAtTap(sig, p, t, g.sizeEstimate(sig, p)); r == nil {
 			return ctx, g.reject(sig, v)
@@ -285,7 +285,7 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		}
 		// The stream waits for its bytes when its handler starts (see
 		// await), for the same reason. One that cannot wait in line is
-		// not held back by it (a peer whose streams fill the queue must
+		// not held back by it (a peer whose streams fill the hold must
 		// not lock the others out): admitted if it fits now.
 		if g.budget.wait > 0 {
 			r = g.holdAtTap(sig, p, t, n)
@@ -320,24 +320,24 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	return context.WithValue(ctx, reservationKey{}, r), nil
 }
 
-// holdAtTap takes a queue place for a stream of peer p and counts n bytes
+// holdAtTap takes a hold place for a stream of peer p and counts n bytes
 // of it in the budget's held pool; nil when either is full (p at its share
 // of the places included).
 func (g *GRPC) holdAtTap(sig decision.Signal, p peer, t time.Duration, n int64) *reservation {
-	if !g.queue.takeSlot(p) {
+	if !g.hold.takeSlot(p) {
 		return nil
 	}
 	if !g.budget.reserveHeld(n) {
-		g.queue.freeSlot(p)
+		g.hold.freeSlot(p)
 		return nil
 	}
-	return &reservation{b: g.budget, slot: g.queue, heldBytes: n, sig: sig, peer: p, age: t, cancel: func() {}}
+	return &reservation{b: g.budget, slot: g.hold, heldBytes: n, sig: sig, peer: p, age: t, cancel: func() {}}
 }
 
 // await runs when the handler of a stream that the tap let in to wait
 // starts (*stats.Begin, on the stream's goroutine: the connection's other
 // streams go on), its message unread beyond the stream's flow-control
-// window. A refused stream waits in the queue for a decision that admits
+// window. A refused stream waits in the hold for a decision that admits
 // it, as a held HTTP request does, then for its bytes; a stream admitted
 // without its bytes (the budget was full) waits for them, at most the
 // budget's wait and oldest first as a body does. Refused, the stream is
@@ -353,7 +353,7 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 	if r.held != decision.Admit {
 		limit := g.waitLeft(ctx, r.age)
 		hctx, cancel := context.WithTimeout(ctx, max(limit, 0))
-		v = g.queue.hold(hctx, r.sig, r.held, limit)
+		v = g.hold.hold(hctx, r.sig, r.held, limit)
 		cancel()
 		if v.Admitted() && g.budget != nil {
 			if n := g.sizeEstimate(r.sig, r.peer); g.budget.admit(n, r.peer) {
@@ -399,12 +399,12 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 // its client gave up and sent it again (a duplicate), and a client whose
 // whole export must fit in its deadline (the SDKs' 10 s) is served best by
 // a long wait, some of them retrying no refusal at all. Without one, the
-// queue's max_wait.
+// hold's max_wait.
 func (g *GRPC) waitLeft(ctx context.Context, arrival time.Duration) time.Duration {
 	waited := now() - arrival
 	dl, ok := ctx.Deadline()
 	if !ok {
-		return g.queue.maxWaitOr(0) - waited
+		return g.hold.maxWaitOr(0) - waited
 	}
 	total := time.Until(dl) + waited
 	allowed := min(time.Duration(float64(total)*deadlineShare), total-deadlineMargin)

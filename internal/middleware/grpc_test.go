@@ -524,7 +524,7 @@ func TestGRPCReservationGrowsToMessage(t *testing.T) {
 // withQueue holds what the budget cannot take yet, as the extension does
 // by default.
 func withQueue(dec Decider) func(*Config) {
-	return func(c *Config) { c.Queue = NewQueue(dec, nil, 5*time.Second, 8, 0) }
+	return func(c *Config) { c.Hold = NewHold(dec, nil, 5*time.Second, 8, 0) }
 }
 
 // fullBudgetFixture is a fixture with the queue on, holding for up to
@@ -536,7 +536,7 @@ func fullBudgetFixture(t *testing.T, wait time.Duration) (f *grpcFixture, releas
 	dec := &fakeDecider{}
 	f = newGRPCFixture(t, budget, 1000, func(c *Config) {
 		c.Decider = dec
-		c.Queue = NewQueue(dec, nil, wait, 8, 0)
+		c.Hold = NewHold(dec, nil, wait, 8, 0)
 	})
 	f.dec = dec
 	ctx, cancel := context.WithCancel(context.Background())
@@ -558,7 +558,7 @@ func TestGRPCBudgetWaitsForBytes(t *testing.T) {
 
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
-	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
 	assert.Zero(t, f.traces.calls.Load(), "the waiting RPC's handler must not run before it has its bytes")
 
 	release()
@@ -566,7 +566,7 @@ func TestGRPCBudgetWaitsForBytes(t *testing.T) {
 	assert.EqualValues(t, 1, f.traces.calls.Load())
 	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
-	assert.Zero(t, f.mw.queue.Held())
+	assert.Zero(t, f.mw.hold.Held())
 	f.requireReleased(t)
 }
 
@@ -584,7 +584,7 @@ func TestGRPCBudgetWaitEnds(t *testing.T) {
 	assert.Zero(t, f.traces.calls.Load())
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
 	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
-	assert.Zero(t, f.mw.queue.Held())
+	assert.Zero(t, f.mw.hold.Held())
 	require.Eventually(t, func() bool { return f.budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond, "only the idle stream's bytes")
 
 	release()
@@ -654,7 +654,7 @@ func TestGRPCShedWaitsForDecision(t *testing.T) {
 
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
-	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
 	assert.Zero(t, f.traces.calls.Load(), "a held RPC's handler must not run")
 	assert.Zero(t, f.payloads.in.Load(), "a held RPC's message is not read")
 	assert.Zero(t, budget.Reserved(), "a held RPC holds no budget")
@@ -664,7 +664,7 @@ func TestGRPCShedWaitsForDecision(t *testing.T) {
 	assert.EqualValues(t, 1, f.traces.calls.Load())
 	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
-	assert.Zero(t, f.mw.queue.Held())
+	assert.Zero(t, f.mw.hold.Held())
 	assert.EqualValues(t, 1000, f.highWater.Load(), "admitted, it reserves as at the tap")
 	f.requireReleased(t)
 }
@@ -676,7 +676,7 @@ func TestGRPCShedWaitEnds(t *testing.T) {
 	dec := &fakeDecider{}
 	f := newGRPCFixture(t, NewBudget(1<<20), 1000, func(c *Config) {
 		c.Decider = dec
-		c.Queue = NewQueue(dec, nil, 200*time.Millisecond, 8, 0)
+		c.Hold = NewHold(dec, nil, 200*time.Millisecond, 8, 0)
 	})
 	dec.set(decision.Traces, decision.DenyShed)
 	err := f.export(context.Background())
@@ -688,7 +688,7 @@ func TestGRPCShedWaitEnds(t *testing.T) {
 	assert.Zero(t, f.traces.calls.Load())
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
 	assert.EqualValues(t, 1, f.rec.total())
-	assert.Zero(t, f.mw.queue.Held())
+	assert.Zero(t, f.mw.hold.Held())
 	f.requireReleased(t)
 }
 
@@ -704,14 +704,14 @@ func TestGRPCOpenHeld(t *testing.T) {
 	b := NewBudget(1 << 20)
 	f := newGRPCFixture(t, b, 1000, func(c *Config) {
 		c.Decider = dec
-		c.Queue = NewQueue(dec, nil, time.Minute, 1, 0)
+		c.Hold = NewHold(dec, nil, time.Minute, 1, 0)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	dec.set(decision.Traces, decision.DenyOpen)
 	held := make(chan error, 1)
 	go func() { held <- f.export(ctx) }()
-	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
 	assert.EqualValues(t, 1000, b.Held(), "its expected message is counted while it waits")
 
 	dec.set(decision.Logs, decision.DenyShed)
@@ -728,13 +728,13 @@ func TestGRPCOpenHeld(t *testing.T) {
 	// message does not fit in what is left of it is refused at once.
 	f2 := newGRPCFixture(t, NewBudget(1000), 1000, func(c *Config) {
 		c.Decider = dec
-		c.Queue = NewQueue(dec, nil, time.Minute, 8, 0)
+		c.Hold = NewHold(dec, nil, time.Minute, 8, 0)
 	})
 	dec.set(decision.Traces, decision.DenyOpen)
 	go func() { held <- f2.export(ctx) }()
 	require.Eventually(t, func() bool { return f2.budget.Held() == 1000 }, 10*time.Second, time.Millisecond)
 	requireRetryable(t, f2.export(ctx), "open", grpcRetryHigh)
-	assert.EqualValues(t, 1, f2.mw.queue.Held())
+	assert.EqualValues(t, 1, f2.mw.hold.Held())
 	dec.set(decision.Traces, decision.Admit)
 	require.NoError(t, <-held)
 	f2.requireReleased(t)
@@ -748,18 +748,18 @@ func TestGRPCShedThenBudget(t *testing.T) {
 	dec.set(decision.Traces, decision.DenyShed)
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
-	require.Eventually(t, func() bool { return f.mw.queue.Held() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
 	dec.set(decision.Traces, decision.Admit)
 	// Admitted by the decision, it now waits for the budget, still held.
 	require.Never(t, func() bool { return f.traces.calls.Load() > 0 }, 300*time.Millisecond, 10*time.Millisecond)
-	assert.EqualValues(t, 1, f.mw.queue.Held())
+	assert.EqualValues(t, 1, f.mw.hold.Held())
 
 	release()
 	require.NoError(t, <-errc)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
 	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
 	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
-	assert.Zero(t, f.mw.queue.Held())
+	assert.Zero(t, f.mw.hold.Held())
 	f.requireReleased(t)
 }
 
@@ -782,7 +782,7 @@ func TestGRPCWaitEndsBeforeDeadline(t *testing.T) {
 			require.Error(t, err)
 			assert.NotEqual(t, codes.DeadlineExceeded, status.Code(err), "refused before the client's deadline: %v", err)
 			assert.Zero(t, f.traces.calls.Load())
-			assert.Zero(t, f.mw.queue.Held())
+			assert.Zero(t, f.mw.hold.Held())
 		})
 	}
 }

@@ -83,7 +83,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// Held, the body stays unread until a later decision admits it.
-		if v = m.queue.Wait(r.Context(), sig, v, p); !v.Admitted() {
+		if v = m.hold.Wait(r.Context(), sig, v, p); !v.Admitted() {
 			m.reject(w, r, sig, v)
 			return
 		}
@@ -165,7 +165,7 @@ func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signa
 	m.rec.Record(ProtocolHTTP, sig, v)
 	read := false
 	if v != decision.DenyOpen {
-		read = m.pacer.Hold(r) // nil-safe; see Pacer for why and for what is held
+		read = m.tarpit.Hold(r) // nil-safe; see Tarpit for why and for what is held
 	}
 	closeConn := !read && closesConnection(r, v)
 	writeHTTPRejection(w, r, m.bodies, v, m.retry.Draw(v), closeConn)

@@ -47,7 +47,7 @@ type Config struct {
 	// no budget. Share one Budget between all servers of an extension.
 	Budget *Budget
 	// Peers tells the remote peers apart for the per-peer limits of the
-	// budget and the queue. Nil means the budget's (or, without a budget,
+	// budget and the hold. Nil means the budget's (or, without a budget,
 	// one of the middleware's own). Share one between all servers.
 	Peers *Peers
 	// UnknownSize is what a request reserves first while no size has been
@@ -66,14 +66,14 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Recorder counts every decision. Nil means NopRecorder.
 	Recorder Recorder
-	// Pacer holds HTTP shed and budget rejections before they are
-	// answered. Nil means none. Share one Pacer between all servers of an
+	// Tarpit holds HTTP shed and budget rejections before they are
+	// answered. Nil means none. Share one Tarpit between all servers of an
 	// extension.
-	Pacer *Pacer
-	// Queue holds HTTP requests the decision refuses, until a later
+	Tarpit *Tarpit
+	// Hold holds HTTP requests the decision refuses, until a later
 	// decision admits them or they have waited long enough. Nil means none.
-	// Share one Queue between all servers of an extension.
-	Queue *Queue
+	// Share one Hold between all servers of an extension.
+	Hold *Hold
 	// Unclassified is told of every request whose HTTP path or gRPC method
 	// is no known signal's: such requests are let through untouched, so a
 	// receiver serving a custom path without a matching route is not
@@ -97,8 +97,8 @@ type settings struct {
 	unknownSize int64
 	idle        time.Duration
 	rec         Recorder
-	pacer       *Pacer
-	queue       *Queue
+	tarpit      *Tarpit
+	hold        *Hold
 	rejections  *grpcRejections
 	observe     bool
 	onUnknown   func(Protocol, string)
@@ -115,8 +115,8 @@ func newSettings(cfg Config) (settings, error) {
 		cls:         cfg.Classifier,
 		dec:         cfg.Decider,
 		retry:       cfg.Retry,
-		pacer:       cfg.Pacer,
-		queue:       cfg.Queue,
+		tarpit:      cfg.Tarpit,
+		hold:        cfg.Hold,
 		budget:      cfg.Budget,
 		peers:       cfg.Peers,
 		unknownSize: cfg.UnknownSize,
@@ -133,7 +133,7 @@ func newSettings(cfg Config) (settings, error) {
 	}
 	if s.observe {
 		// Cutting off an idle body and holding a request are refusals too.
-		s.idle, s.queue = 0, nil
+		s.idle, s.hold = 0, nil
 	}
 	if s.retry == nil {
 		s.retry = NewRetryDelay(DefaultRetryMin, DefaultRetryMax, nil, nil)

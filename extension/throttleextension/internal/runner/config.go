@@ -33,14 +33,14 @@ type Config struct {
 	// RetryAfterMin and RetryAfterMax bound the delay a rejected client is
 	// asked to wait.
 	RetryAfterMin, RetryAfterMax time.Duration
-	// PacingDelay and PacingMaxHeld configure the HTTP pacer (0: off).
-	PacingDelay   time.Duration
-	PacingMaxHeld int
-	// QueueMaxWait and QueueMaxHeld configure the HTTP queue (0: off).
-	QueueMaxWait time.Duration
-	QueueMaxHeld int
-	Admission    Admission
-	GoMemLimit   softlimit.Config
+	// TarpitDelay and TarpitMaxRequests configure the HTTP tarpit (0: off).
+	TarpitDelay       time.Duration
+	TarpitMaxRequests int
+	// HoldMaxWait and HoldMaxRequests configure the hold (0: off).
+	HoldMaxWait     time.Duration
+	HoldMaxRequests int
+	Admission       Admission
+	GoMemLimit      softlimit.Config
 	// StaleAfter is how old the water level may get before decisions fall
 	// back to admitting (0: hold the last level).
 	StaleAfter time.Duration

@@ -69,12 +69,12 @@ type Runner struct {
 	tel        *telemetry
 	classifier *middleware.Classifier
 	retry      *middleware.RetryDelay
-	// pacer is shared by every HTTP server of this extension (nil = off).
-	pacer *middleware.Pacer
-	// queue is shared by every server of this extension (nil = off).
-	queue *middleware.Queue
+	// tarpit is shared by every HTTP server of this extension (nil = off).
+	tarpit *middleware.Tarpit
+	// hold is shared by every server of this extension (nil = off).
+	hold *middleware.Hold
 	// peers tells the remote peers apart for the per-peer limits of the
-	// budget and the queue, shared by every server.
+	// budget and the hold, shared by every server.
 	peers *middleware.Peers
 	// unclassified warns of requests no route matches (unclassified.go).
 	unclassified unclassifiedWarner
@@ -152,11 +152,11 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 		return nil, err
 	}
 	r.retry = middleware.NewRetryDelay(cfg.RetryAfterMin, cfg.RetryAfterMax, r.open.openFor, nil)
-	r.pacer = middleware.NewPacer(cfg.PacingDelay, cfg.PacingMaxHeld)
+	r.tarpit = middleware.NewTarpit(cfg.TarpitDelay, cfg.TarpitMaxRequests)
 	r.peers = middleware.NewPeers(cfg.Admission.PeerShare)
 	r.unclassified.logger = set.Logger
 	if cfg.Enabled {
-		r.queue = middleware.NewQueue(r, r.peers, cfg.QueueMaxWait, cfg.QueueMaxHeld, 0)
+		r.hold = middleware.NewHold(r, r.peers, cfg.HoldMaxWait, cfg.HoldMaxRequests, 0)
 	}
 	if r.tel, err = newTelemetry(set, id, cfg.ObserveOnly, r.telemetrySources()); err != nil {
 		return nil, err
@@ -225,9 +225,9 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	wl := r.sampler.Load()
 	if a := r.cfg.Admission; a.Budget != nil {
 		r.budget.Store(middleware.NewBudgetWith(middleware.BudgetConfig{
-			Max:       int64(a.Budget(wl.MemLimit, wl.Cores)), //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
-			Peers:     r.peers,
-			Wait:      a.WaitTimeout,
+			Max:   int64(a.Budget(wl.MemLimit, wl.Cores)), //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
+			Peers: r.peers,
+			Wait:  a.WaitTimeout,
 		}))
 	}
 	goLimit := r.memLimit.Limit()
@@ -275,7 +275,7 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 	if !r.stopped {
 		r.stopped = true
 		r.closed.Store(true)
-		r.queue.Close()
+		r.hold.Close()
 		err = r.status.shutdown(ctx)
 		r.stale.stop()
 		// A late sample's updates are no-ops once these are released.
@@ -437,22 +437,22 @@ func (r *Runner) Record(p middleware.Protocol, s decision.Signal, v decision.Ver
 }
 
 // MiddlewareConfig is the configuration of one server's middleware: every
-// server of the extension shares the runner's classifier, budget, pacer
-// and queue. The budget is the one Start sized (nil before Start).
+// server of the extension shares the runner's classifier, budget, tarpit
+// and hold. The budget is the one Start sized (nil before Start).
 func (r *Runner) MiddlewareConfig() middleware.Config {
 	return middleware.Config{
-		Classifier:  r.classifier,
-		Decider:     r,
-		Retry:       r.retry,
+		Classifier:   r.classifier,
+		Decider:      r,
+		Retry:        r.retry,
 		Budget:       r.budget.Load(),
 		Peers:        r.peers,
 		Unclassified: r.unclassified.warn,
 		UnknownSize:  r.cfg.Admission.UnknownSize,
-		IdleTimeout: r.cfg.Admission.IdleTimeout,
-		Recorder:    r,
-		Pacer:       r.pacer,
-		Queue:       r.queue,
-		ObserveOnly: r.cfg.ObserveOnly,
+		IdleTimeout:  r.cfg.Admission.IdleTimeout,
+		Recorder:     r,
+		Tarpit:       r.tarpit,
+		Hold:         r.hold,
+		ObserveOnly:  r.cfg.ObserveOnly,
 	}
 }
 
@@ -471,8 +471,8 @@ func (r *Runner) Level() *sampler.WaterLevel {
 // and when it is off.
 func (r *Runner) Budget() *middleware.Budget { return r.budget.Load() }
 
-// Queue is the HTTP queue shared by every server; nil when it is off.
-func (r *Runner) Queue() *middleware.Queue { return r.queue }
+// Hold is the hold shared by every server; nil when it is off.
+func (r *Runner) Hold() *middleware.Hold { return r.hold }
 
 // Engine is the decision engine.
 func (r *Runner) Engine() *decision.Engine { return r.engine }
@@ -505,7 +505,7 @@ func (r *Runner) telemetrySources() telemetrySources {
 		state:      r.State,
 		budget:     r.budgetValues,
 		stale:      r.engine.Stale,
-		held:       func() int64 { return r.pacer.Held() + r.queue.Held() },
+		held:       func() int64 { return r.tarpit.Held() + r.hold.Held() },
 		goMemLimit: func() int64 { return goMemLimitBytes(softlimit.Current()) },
 		gcPercent:  softlimit.CurrentGCPercent,
 		openFor:    r.open.openFor,

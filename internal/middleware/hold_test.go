@@ -22,32 +22,32 @@ const (
 	long = 10 * time.Second
 )
 
-func TestQueueOff(t *testing.T) {
+func TestHoldOff(t *testing.T) {
 	dec := &fakeDecider{}
-	assert.Nil(t, NewQueue(dec, nil, 0, 10, 0))
-	assert.Nil(t, NewQueue(dec, nil, time.Second, 0, 0))
-	var q *Queue
+	assert.Nil(t, NewHold(dec, nil, 0, 10, 0))
+	assert.Nil(t, NewHold(dec, nil, time.Second, 0, 0))
+	var q *Hold
 	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed, 0))
 	assert.Zero(t, q.Held())
 	q.Close()
 }
 
 // waitResult runs Wait for traces on its own goroutine.
-func waitResult(ctx context.Context, q *Queue, v decision.Verdict) <-chan decision.Verdict {
+func waitResult(ctx context.Context, q *Hold, v decision.Verdict) <-chan decision.Verdict {
 	out := make(chan decision.Verdict, 1)
 	go func() { out <- q.Wait(ctx, decision.Traces, v, 0) }()
 	return out
 }
 
-func heldEventually(t *testing.T, q *Queue, n int64) {
+func heldEventually(t *testing.T, q *Hold, n int64) {
 	t.Helper()
 	require.Eventually(t, func() bool { return q.Held() == n }, long, time.Millisecond, "held %d, want %d", q.Held(), n)
 }
 
-func TestQueueAdmitsWhenTheDecisionDoes(t *testing.T) {
+func TestHoldAdmitsWhenTheDecisionDoes(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyOpen)
-	q := NewQueue(dec, nil, long, 10, testTick)
+	q := NewHold(dec, nil, long, 10, testTick)
 	got := waitResult(context.Background(), q, decision.DenyOpen)
 	heldEventually(t, q, 1)
 	select {
@@ -65,10 +65,10 @@ func TestQueueAdmitsWhenTheDecisionDoes(t *testing.T) {
 	heldEventually(t, q, 0)
 }
 
-func TestQueueRefusesAfterMaxWait(t *testing.T) {
+func TestHoldRefusesAfterMaxWait(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyShed)
-	q := NewQueue(dec, nil, 30*time.Millisecond, 10, testTick)
+	q := NewHold(dec, nil, 30*time.Millisecond, 10, testTick)
 	start := time.Now()
 	// The last decision's denial is the answer: Open now, though the
 	// request was first refused for shedding.
@@ -78,10 +78,10 @@ func TestQueueRefusesAfterMaxWait(t *testing.T) {
 	assert.Zero(t, q.Held())
 }
 
-func TestQueueFull(t *testing.T) {
+func TestHoldFull(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyShed)
-	q := NewQueue(dec, nil, long, 2, testTick)
+	q := NewHold(dec, nil, long, 2, testTick)
 	ctx, cancel := context.WithCancel(context.Background())
 	a := waitResult(ctx, q, decision.DenyShed)
 	b := waitResult(ctx, q, decision.DenyShed)
@@ -111,12 +111,12 @@ func (d *orderedDecider) Decide(decision.Signal) decision.Verdict {
 
 func (*orderedDecider) Exempt(decision.Signal) bool { return false }
 
-// TestQueueOldestFirst: requests are admitted in the order they arrived,
+// TestHoldOldestFirst: requests are admitted in the order they arrived,
 // whichever of their draws admitted.
-func TestQueueOldestFirst(t *testing.T) {
+func TestHoldOldestFirst(t *testing.T) {
 	dec := &orderedDecider{}
 	dec.n.Store(1 << 62) // admits nothing until n changes
-	q := NewQueue(dec, nil, long, 10, testTick)
+	q := NewHold(dec, nil, long, 10, testTick)
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup
@@ -142,10 +142,10 @@ func TestQueueOldestFirst(t *testing.T) {
 	assert.Equal(t, []int{0, 1, 2, 3}, order)
 }
 
-func TestQueueClose(t *testing.T) {
+func TestHoldClose(t *testing.T) {
 	dec := &fakeDecider{}
 	dec.setAll(decision.DenyOpen)
-	q := NewQueue(dec, nil, long, 10, testTick)
+	q := NewHold(dec, nil, long, 10, testTick)
 	a := waitResult(context.Background(), q, decision.DenyOpen)
 	heldEventually(t, q, 1)
 	q.Close()

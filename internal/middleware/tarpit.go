@@ -12,21 +12,21 @@ import (
 	"time"
 )
 
-// MaxPacedBody is the largest request body a paced rejection reads: the
+// MaxTarpitBody is the largest request body a tarpitted rejection reads: the
 // amount net/http itself reads and discards from an unread body to keep the
 // connection (maxPostHandlerReadBytes in net/http). A larger body, or one of
 // unknown length (chunked, or compressed: confighttp then drops the length
 // and hands over a decompressing reader, which reading would decompress), is
-// answered at once, as without pacing.
-const MaxPacedBody = 256 << 10
+// answered at once, as without the tarpit.
+const MaxTarpitBody = 256 << 10
 
-// paceBufSize is the read size of the drain: larger than net/http's own
+// tarpitBufSize is the read size of the drain: larger than net/http's own
 // discard, so a body takes fewer reads, and no larger, as the reads then
 // only catch up with the sender and wait (docs/design.md §7). A buffer is
 // taken only while a body is read.
-const paceBufSize = 16 << 10
+const tarpitBufSize = 16 << 10
 
-// Pacer holds shed and budget rejections of HTTP requests for a delay before
+// Tarpit holds shed and budget rejections of HTTP requests for a delay before
 // they are answered, a bounded number at a time.
 //
 // Why: an early 429 is cheap but not free. The request pays for its
@@ -44,36 +44,36 @@ const paceBufSize = 16 << 10
 // for Open rejections (which close the connection and should cost the least
 // possible), the answer goes out at once.
 //
-// The cost of pacing falls on clients that share request slots between
+// The cost of the tarpit falls on clients that share request slots between
 // signals: held rejections of one signal occupy slots another (even an
-// exempt one) would use. That, and compressed bodies not being paced, is why
+// exempt one) would use. That, and compressed bodies not being tarpitted, is why
 // it is off by default.
 //
-// One Pacer is shared by every HTTP server of an extension. Its methods are
+// One Tarpit is shared by every HTTP server of an extension. Its methods are
 // safe for concurrent use.
-type Pacer struct {
+type Tarpit struct {
 	delay   time.Duration
 	maxHeld int64
 	held    atomic.Int64
 	bufs    sync.Pool
 }
 
-// NewPacer returns a Pacer that holds rejections for delay, at most maxHeld
-// at a time, or nil (no pacing) when either is <= 0.
-func NewPacer(delay time.Duration, maxHeld int) *Pacer {
+// NewTarpit returns a Tarpit that holds rejections for delay, at most maxHeld
+// at a time, or nil (no tarpit) when either is <= 0.
+func NewTarpit(delay time.Duration, maxHeld int) *Tarpit {
 	if delay <= 0 || maxHeld <= 0 {
 		return nil
 	}
-	p := &Pacer{delay: delay, maxHeld: int64(maxHeld)}
+	p := &Tarpit{delay: delay, maxHeld: int64(maxHeld)}
 	p.bufs.New = func() any {
-		b := make([]byte, paceBufSize)
+		b := make([]byte, tarpitBufSize)
 		return &b
 	}
 	return p
 }
 
 // Held returns the number of rejections being held now. Nil-safe.
-func (p *Pacer) Held() int64 {
+func (p *Tarpit) Held() int64 {
 	if p == nil {
 		return 0
 	}
@@ -84,11 +84,11 @@ func (p *Pacer) Held() int64 {
 // request's context ends, whichever comes first, and reports whether it read
 // the body (the connection can then be kept). It returns false at once,
 // without reading anything, when p is nil, when MaxHeld requests are
-// already held, when the body is not a known length of at most MaxPacedBody
+// already held, when the body is not a known length of at most MaxTarpitBody
 // bytes (a compressed body is of unknown length by then), or when the client
 // waits for "100 Continue".
-func (p *Pacer) Hold(r *http.Request) bool {
-	if p == nil || r.Body == nil || r.Body == http.NoBody || r.ContentLength < 0 || r.ContentLength > MaxPacedBody {
+func (p *Tarpit) Hold(r *http.Request) bool {
+	if p == nil || r.Body == nil || r.Body == http.NoBody || r.ContentLength < 0 || r.ContentLength > MaxTarpitBody {
 		return false
 	}
 	// A client waiting for "100 Continue" has not sent its body and costs

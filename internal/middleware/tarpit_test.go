@@ -42,7 +42,7 @@ func pacedRequest(ctx context.Context, size int) (*http.Request, *countingBody) 
 
 // holdAsync runs p.Hold(r) in a goroutine and returns a channel closed when
 // it returns.
-func holdAsync(p *Pacer, r *http.Request) <-chan struct{} {
+func holdAsync(p *Tarpit, r *http.Request) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -51,21 +51,21 @@ func holdAsync(p *Pacer, r *http.Request) <-chan struct{} {
 	return done
 }
 
-func TestNewPacerOff(t *testing.T) {
-	assert.Nil(t, NewPacer(0, 10), "no delay")
-	assert.Nil(t, NewPacer(time.Second, 0), "no room")
-	var p *Pacer
+func TestNewTarpitOff(t *testing.T) {
+	assert.Nil(t, NewTarpit(0, 10), "no delay")
+	assert.Nil(t, NewTarpit(time.Second, 0), "no room")
+	var p *Tarpit
 	r, body := pacedRequest(context.Background(), 100)
 	assert.False(t, p.Hold(r)) // nil-safe, reads nothing
 	assert.Zero(t, body.read.Load())
 	assert.Zero(t, p.Held())
 }
 
-// TestPacerHolds: a held rejection has had its body read and discarded, is
+// TestTarpitHolds: a held rejection has had its body read and discarded, is
 // counted in Held while it waits, and ends with the request's context (the
 // client went away) without waiting for the rest of the delay.
-func TestPacerHolds(t *testing.T) {
-	p := NewPacer(time.Hour, 4)
+func TestTarpitHolds(t *testing.T) {
+	p := NewTarpit(time.Hour, 4)
 	ctx, cancel := context.WithCancel(context.Background())
 	const size = 200 << 10
 	r, body := pacedRequest(ctx, size)
@@ -84,10 +84,10 @@ func TestPacerHolds(t *testing.T) {
 	assert.Zero(t, p.Held())
 }
 
-// TestPacerDelayEnds: without the context ending, Hold returns after the
+// TestTarpitDelayEnds: without the context ending, Hold returns after the
 // delay (a short one here; no upper bound is asserted).
-func TestPacerDelayEnds(t *testing.T) {
-	p := NewPacer(20*time.Millisecond, 1)
+func TestTarpitDelayEnds(t *testing.T) {
+	p := NewTarpit(20*time.Millisecond, 1)
 	r, body := pacedRequest(context.Background(), 1000)
 	start := time.Now()
 	assert.True(t, p.Hold(r), "the body was read")
@@ -96,11 +96,11 @@ func TestPacerDelayEnds(t *testing.T) {
 	assert.Zero(t, p.Held())
 }
 
-// TestPacerAnswersAtOnce lists what is never held: requests beyond
-// max_held, bodies over MaxPacedBody or of unknown length, no body. None of
+// TestTarpitAnswersAtOnce lists what is never held: requests beyond
+// max_held, bodies over MaxTarpitBody or of unknown length, no body. None of
 // them is read.
-func TestPacerAnswersAtOnce(t *testing.T) {
-	p := NewPacer(time.Hour, 1)
+func TestTarpitAnswersAtOnce(t *testing.T) {
+	p := NewTarpit(time.Hour, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first, _ := pacedRequest(ctx, 10)
@@ -113,10 +113,10 @@ func TestPacerAnswersAtOnce(t *testing.T) {
 	cancel()
 	<-firstDone
 
-	p = NewPacer(time.Hour, 10)
-	big, bigBody := pacedRequest(context.Background(), MaxPacedBody+1)
+	p = NewTarpit(time.Hour, 10)
+	big, bigBody := pacedRequest(context.Background(), MaxTarpitBody+1)
 	assert.False(t, p.Hold(big))
-	assert.Zero(t, bigBody.read.Load(), "over MaxPacedBody: net/http closes rather than drains it")
+	assert.Zero(t, bigBody.read.Load(), "over MaxTarpitBody: net/http closes rather than drains it")
 
 	unknown, unknownBody := pacedRequest(context.Background(), 10)
 	unknown.ContentLength = -1
@@ -128,10 +128,10 @@ func TestPacerAnswersAtOnce(t *testing.T) {
 	assert.Zero(t, p.Held())
 }
 
-// TestPacerExpectContinue: a client waiting for "100 Continue" has not sent
+// TestTarpitExpectContinue: a client waiting for "100 Continue" has not sent
 // its body; it is answered at once, without asking for the body.
-func TestPacerExpectContinue(t *testing.T) {
-	p := NewPacer(time.Hour, 1)
+func TestTarpitExpectContinue(t *testing.T) {
+	p := NewTarpit(time.Hour, 1)
 	r := httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t})
 	r.ContentLength = 1000
 	r.Header.Set("Expect", "100-continue")
@@ -139,14 +139,14 @@ func TestPacerExpectContinue(t *testing.T) {
 	assert.Zero(t, p.Held())
 }
 
-// TestHTTPPacedRejection runs the middleware on a real server: a shed
+// TestHTTPTarpitRejection runs the middleware on a real server: a shed
 // request is answered 429 only after its hold (it is counted as held while
 // the client waits), an Open one at once, and a held client that gives up
 // frees its place.
-func TestHTTPPacedRejection(t *testing.T) {
-	p := NewPacer(time.Hour, 8)
+func TestHTTPTarpitRejection(t *testing.T) {
+	p := NewTarpit(time.Hour, 8)
 	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, next: &countingHandler{}}
-	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: f.dec, Recorder: f.rec, Pacer: p})
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: f.dec, Recorder: f.rec, Tarpit: p})
 	require.NoError(t, err)
 	srv := httptest.NewServer(mw.Wrap(f.next))
 	defer srv.Close()

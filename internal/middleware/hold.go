@@ -12,13 +12,15 @@ import (
 	"github.com/otelthrottle/throttle/internal/decision"
 )
 
-// DefaultQueueTick is how often held requests are decided again.
-const DefaultQueueTick = 100 * time.Millisecond
+// DefaultHoldTick is how often held requests are decided again.
+const DefaultHoldTick = 100 * time.Millisecond
 
-// Queue holds requests the throttle would refuse, before their body is read
-// (HTTP requests, and shed gRPC streams before their message is read), and
+// Hold holds requests the throttle would refuse, before their body is read
+// (HTTP requests, and refused gRPC streams, whose message waits in their
+// flow-control window), and
 // decides them again every tick, oldest first, until they are admitted or
-// have waited MaxWait; only then are they refused.
+// have waited MaxWait (a gRPC stream: most of its deadline); only then are
+// they refused.
 //
 // Why: the OTLP exporters that send to a collector (agents, SDKs) work
 // through a fixed number of concurrent requests (sending_queue
@@ -38,15 +40,15 @@ const DefaultQueueTick = 100 * time.Millisecond
 // controller, which integrates, settles on a higher drop probability for
 // it, and the memory lines still refuse everything in Open.
 //
-// One Queue is shared by every server of an extension. A nil *Queue holds
+// One Hold is shared by every server of an extension. A nil *Hold holds
 // nothing.
-type Queue struct {
+type Hold struct {
 	maxWait time.Duration
 	maxHeld int64
 	tick    time.Duration
 	dec     Decider
 	// peers bounds the places of one peer to its share of maxHeld, so
-	// that a peer flooding the queue holds back no other.
+	// that a peer flooding the hold holds back no other.
 	peers *Peers
 	held  atomic.Int64
 
@@ -69,23 +71,23 @@ type heldRequest struct {
 	gone bool
 }
 
-// NewQueue returns a Queue holding at most maxHeld requests (at most a
+// NewHold returns a Hold holding at most maxHeld requests (at most a
 // peer's share of them from one peer, see Peers; nil peers: no per-peer
 // limit) for at most maxWait each, deciding them with dec every tick
-// (DefaultQueueTick when <= 0); nil when maxWait or maxHeld is not
+// (DefaultHoldTick when <= 0); nil when maxWait or maxHeld is not
 // positive (off).
-func NewQueue(dec Decider, peers *Peers, maxWait time.Duration, maxHeld int, tick time.Duration) *Queue {
+func NewHold(dec Decider, peers *Peers, maxWait time.Duration, maxHeld int, tick time.Duration) *Hold {
 	if maxWait <= 0 || maxHeld <= 0 || dec == nil {
 		return nil
 	}
 	if tick <= 0 {
-		tick = DefaultQueueTick
+		tick = DefaultHoldTick
 	}
-	return &Queue{maxWait: maxWait, maxHeld: int64(maxHeld), tick: tick, dec: dec, peers: peers, closing: make(chan struct{})}
+	return &Hold{maxWait: maxWait, maxHeld: int64(maxHeld), tick: tick, dec: dec, peers: peers, closing: make(chan struct{})}
 }
 
 // Held returns the number of requests held now (the held_requests gauge).
-func (q *Queue) Held() int64 {
+func (q *Hold) Held() int64 {
 	if q == nil {
 		return 0
 	}
@@ -94,9 +96,9 @@ func (q *Queue) Held() int64 {
 
 // Wait holds a request of sig from peer p that was decided v (a denial)
 // until it is admitted, ctx ends, or MaxWait passes. It returns
-// decision.Admit, or the denial to answer with. A full queue (or p at its
+// decision.Admit, or the denial to answer with. A full hold (or p at its
 // share of it), a closed one or a nil one answers v at once.
-func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdict, p peer) decision.Verdict {
+func (q *Hold) Wait(ctx context.Context, sig decision.Signal, v decision.Verdict, p peer) decision.Verdict {
 	if q == nil || sig >= decision.NumSignals || !q.takeSlot(p) {
 		return v
 	}
@@ -106,7 +108,7 @@ func (q *Queue) Wait(ctx context.Context, sig decision.Signal, v decision.Verdic
 
 // hold is Wait for a request that already holds a place (takeSlot), for at
 // most limit.
-func (q *Queue) hold(ctx context.Context, sig decision.Signal, v decision.Verdict, limit time.Duration) decision.Verdict {
+func (q *Hold) hold(ctx context.Context, sig decision.Signal, v decision.Verdict, limit time.Duration) decision.Verdict {
 	if limit <= 0 {
 		return v
 	}
@@ -151,12 +153,12 @@ func (q *Queue) hold(ctx context.Context, sig decision.Signal, v decision.Verdic
 	return q.dec.Decide(sig)
 }
 
-// takeSlot takes one of the queue's MaxHeld places for peer p: for a held
+// takeSlot takes one of the hold's MaxHeld places for peer p: for a held
 // request, and for a gRPC stream from the tap to the end of its wait (see
 // GRPC), so that one max_held bounds everything held and the held_requests
-// gauge shows it. False when the queue is full, p holds its share of it,
-// or the queue is closed or nil.
-func (q *Queue) takeSlot(p peer) bool {
+// gauge shows it. False when the hold is full, p holds its share of it,
+// or the hold is closed or nil.
+func (q *Hold) takeSlot(p peer) bool {
 	if q == nil {
 		return false
 	}
@@ -177,7 +179,7 @@ func (q *Queue) takeSlot(p peer) bool {
 }
 
 // freeSlot gives back a place taken by takeSlot for p.
-func (q *Queue) freeSlot(p peer) {
+func (q *Hold) freeSlot(p peer) {
 	q.peers.freePlace(p)
 	q.held.Add(-1)
 }
@@ -186,7 +188,7 @@ func (q *Queue) freeSlot(p peer) {
 // signal, each held request draws one fresh decision, and as many as were
 // admitted go on, oldest first: the same share goes on as if each kept its
 // own draw, and no request is overtaken by a younger one.
-func (q *Queue) dispatch() {
+func (q *Hold) dispatch() {
 	t := time.NewTicker(q.tick)
 	defer t.Stop()
 	for range t.C {
@@ -229,7 +231,7 @@ func (q *Queue) dispatch() {
 
 // Close refuses every held request at once and holds no more: the
 // receivers are shutting down.
-func (q *Queue) Close() {
+func (q *Hold) Close() {
 	if q == nil {
 		return
 	}
@@ -248,8 +250,8 @@ func (q *Queue) Close() {
 	}
 }
 
-// maxWaitOr is the queue's max_wait, or d when the queue is off.
-func (q *Queue) maxWaitOr(d time.Duration) time.Duration {
+// maxWaitOr is the hold's max_wait, or d when the hold is off.
+func (q *Hold) maxWaitOr(d time.Duration) time.Duration {
 	if q == nil {
 		return d
 	}
