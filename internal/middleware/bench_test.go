@@ -26,6 +26,7 @@ type nopWriter struct{ h http.Header }
 func (w *nopWriter) Header() http.Header         { return w.h }
 func (w *nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *nopWriter) WriteHeader(int)             {}
+func (w *nopWriter) Flush()                      {} // as net/http's own writer
 
 var sinkInt int
 

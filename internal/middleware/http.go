@@ -168,6 +168,9 @@ func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signa
 		read = m.tarpit.Hold(r) // nil-safe; see Tarpit for why and for what is held
 	}
 	closeConn := !read && closesConnection(r, v)
+	if !read && !closeConn {
+		boundDrain(w, r)
+	}
 	writeHTTPRejection(w, r, m.bodies, v, m.retry.Draw(v), closeConn)
 	if closeConn {
 		closeUnread(w)

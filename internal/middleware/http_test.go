@@ -810,3 +810,45 @@ func TestHTTPRealServerBudget(t *testing.T) {
 	assert.Zero(t, f.budget.Reserved())
 	assert.LessOrEqual(t, f.highWater.Load(), int64(32<<10))
 }
+
+// TestHTTPRejectionHeldBackBody: a client that sends its headers and holds
+// back a small body still gets its 429 (net/http reads an unread body of a
+// kept connection before it writes the answer, and would wait on it for
+// ever), and the connection is closed after it; a client that does send its
+// small body keeps its connection for the next request.
+func TestHTTPRejectionHeldBackBody(t *testing.T) {
+	f := newHTTPFixture(t, nil, 0, nil)
+	f.dec.set(decision.Traces, decision.DenyShed)
+	srv := httptest.NewServer(f.h)
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(20*time.Second)))
+	_, err = conn.Write([]byte("POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"))
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err, "no answer while the body is held back")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	rest, err := io.ReadAll(br)
+	assert.NoError(t, err)
+	assert.Empty(t, string(rest), "the connection whose body never came is closed")
+
+	kept, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer kept.Close()
+	require.NoError(t, kept.SetDeadline(time.Now().Add(20*time.Second)))
+	kr := bufio.NewReader(kept)
+	for range 2 {
+		_, err = kept.Write(append([]byte("POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"), make([]byte, 1000)...))
+		require.NoError(t, err)
+		resp, err = http.ReadResponse(kr, nil)
+		require.NoError(t, err, "a sent body keeps the connection")
+		resp.Body.Close()
+		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+		time.Sleep(2 * drainTimeout) // past the drain's deadline: net/http must have set another
+	}
+}

@@ -87,6 +87,29 @@ const drainMax = 64 << 10
 // socket keeps what arrives of the body in kernel memory until it closes.
 const closeLinger = 100 * time.Millisecond
 
+// drainTimeout bounds how long net/http may wait for the unread body of a
+// rejection whose connection is kept: it reads that body before it writes
+// the answer, and a client that sent its headers and holds its body back
+// would otherwise keep the 429, its goroutine and its connection for ever.
+const drainTimeout = time.Second
+
+// boundDrain gives the drain of a kept HTTP/1.x connection's unread body at
+// most drainTimeout. A body that does not come in time fails the drain, and
+// net/http closes the connection after the answer. net/http sets the read
+// deadline again for the connection's next request, so nothing is left to
+// clear.
+func boundDrain(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor != 1 || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return
+	}
+	d := time.Now().Add(drainTimeout)
+	if rd, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok {
+		_ = rd.SetReadDeadline(d) // net/http's own writer: no controller to allocate
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(d)
+}
+
 // closesConnection reports whether the rejection of r closes its connection
 // instead of keeping it: an HTTP/1.x request in Open (a flood should not
 // keep idle sockets and their buffers alive), or a plaintext one whose body
@@ -137,6 +160,9 @@ func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodi
 	_, _ = w.Write(body)
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
+	} else {
+		// Through any wrapper that unwraps (confighttp's instrumentation).
+		_ = http.NewResponseController(w).Flush()
 	}
 }
 
