@@ -352,16 +352,20 @@ func (b *Budget) wakeLocked() {
 	}
 }
 
-// acquireLane takes the oversize lane for a body whose own reservation has
-// reached its peer's share, waiting at most limit, in order, while another
-// body has it. In the lane a body reads on without further charge, bounded
+// acquireLane takes the oversize lane for a body of peer p whose own
+// reservation has reached its peer's share, waiting at most limit, in
+// order, while another body has it; at once false while p has not paid off
+// its earlier bodies in the lane (see laneWindow). In the lane a body reads on without further charge, bounded
 // by the receiver's max_request_body_size: refusing it would be a retryable
 // error that could never succeed, so its client would retry until it drops
 // the data. Its bytes beyond the share are not counted against the other
 // peers, so it takes nothing from them; one body at a time bounds what the
 // lane adds to memory, and the minimum rate of an HTTP body (IdleTimeout)
 // bounds how long a slow one keeps it.
-func (b *Budget) acquireLane(ctx context.Context, limit time.Duration) bool {
+func (b *Budget) acquireLane(ctx context.Context, p peer, limit time.Duration) bool {
+	if !b.peers.laneAllowed(p, now()) {
+		return false
+	}
 	select {
 	case b.lane <- struct{}{}:
 		return true
@@ -381,8 +385,20 @@ func (b *Budget) acquireLane(ctx context.Context, limit time.Duration) bool {
 	return false
 }
 
-// releaseLane gives the lane's token back.
-func (b *Budget) releaseLane() { <-b.lane }
+// releaseLane gives the lane's token back; its body of peer p read n
+// bytes there, which p pays off over time (Peers.laneAllowed).
+func (b *Budget) releaseLane(p peer, n int64) {
+	b.peers.laneRead(p, n, b.max.Load(), now())
+	<-b.lane
+}
+
+// laneIndebted reports whether peer p has read more in the oversize lane
+// than it has paid off: its requests that may need the lane (of unknown or
+// more than its share's length) are refused at once rather than
+// decompressed up to its share first.
+func (b *Budget) laneIndebted(p peer, t time.Duration) bool {
+	return b != nil && !b.peers.laneAllowed(p, t)
+}
 
 // reserveHeld counts n bytes a waiting gRPC stream may buffer, if they fit
 // in a pool as large as the budget.

@@ -94,6 +94,12 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	initial := m.initialSize(sig, r.ContentLength, p, t)
+	// A peer that owes the oversize lane is refused at once what may need
+	// it, before it is decompressed up to its share.
+	if (r.ContentLength < 0 || r.ContentLength > m.budget.maxFor(p)) && m.budget.laneIndebted(p, t) && !m.observe {
+		m.reject(w, r, sig, decision.DenyBudget)
+		return
+	}
 	// An HTTP request does not wait for the budget (measured: design
 	// §12), so the requests waiting in line for it (gRPC) do not hold it
 	// back either. An exempt signal is bounded by the budget as the others
@@ -307,7 +313,7 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 			b.m.budget.charge(need, b.peer)
 		case b.m.budget.atShare(held, b.peer):
 			// Its own reservation is its peer's whole share.
-			if !b.m.observe && !b.m.budget.acquireLane(b.ctx, b.waitLeft) {
+			if !b.m.observe && !b.m.budget.acquireLane(b.ctx, b.peer, b.waitLeft) {
 				return 0, b.m.budgetError()
 			}
 			b.enterLane(!b.m.observe)
@@ -350,7 +356,7 @@ func (b *budgetBody) enterLane(token bool) {
 	defer b.mu.Unlock()
 	if b.done {
 		if token {
-			b.m.budget.releaseLane()
+			b.m.budget.releaseLane(b.peer, 0)
 		}
 		return
 	}
@@ -499,7 +505,7 @@ func (b *budgetBody) finish() {
 	b.m.budget.release(n, b.peer)
 	b.m.budget.laneBytes.Add(-laneRead)
 	if token {
-		b.m.budget.releaseLane()
+		b.m.budget.releaseLane(b.peer, laneRead)
 	}
 }
 

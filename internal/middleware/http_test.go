@@ -694,6 +694,20 @@ func TestHTTPChunkedAlone(t *testing.T) {
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, chunked(peerB, size))
 	assert.Equal(t, http.StatusOK, rec.Code, "the lane is free again")
+
+	// Peer A read several budgets' worth in the lane: until that is paid
+	// off (a budget per laneWindow) what may need the lane is refused at
+	// once, unread, while a request of known small length still goes in.
+	before := f.next.read.Load()
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, chunked(peerA, size))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "peer A owes the lane")
+	assert.Equal(t, before, f.next.read.Load(), "refused before anything was read")
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, 1<<10)))
+	req.RemoteAddr = peerA
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusOK, rec.Code, "a small request of peer A")
 }
 
 // TestHTTPChunkedGrows: a chunked body beyond unknown_size but within the

@@ -63,6 +63,9 @@ type peerSlot struct {
 	reserved atomic.Int64 // bytes of the admission budget
 	held     atomic.Int32 // places in the hold
 	seen     atomic.Int64 // now() of the last request
+	// laneDue is when what the peer's bodies read in the oversize lane is
+	// paid off (now() units), see laneAllowed.
+	laneDue atomic.Int64
 }
 
 // NewPeers returns the peer table for a configured peer share; share >= 1
@@ -248,5 +251,38 @@ func (ps *Peers) takePlace(p peer, maxPlaces int64) bool {
 func (ps *Peers) freePlace(p peer) {
 	if s := ps.slot(p); s != nil {
 		s.held.Add(-1)
+	}
+}
+
+// laneWindow is how long a peer takes to pay off a budget's worth of bytes
+// read in the oversize lane: beyond its share a peer may read at most the
+// budget's size per laneWindow, in a burst of one budget. A peer sending
+// bodies larger than its share back to back would otherwise keep the
+// collector decompressing and decoding for it alone; an honest client
+// with a batch larger than its share gets one in every few seconds (and
+// its operator a reason to raise max_inflight_bytes).
+const laneWindow = 10 * time.Second
+
+// laneAllowed reports whether peer p may take the oversize lane at t: what
+// it read there is paid off to less than one budget.
+func (ps *Peers) laneAllowed(p peer, t time.Duration) bool {
+	s := ps.slot(p)
+	return s == nil || time.Duration(s.laneDue.Load())-t < laneWindow
+}
+
+// laneRead records that a body of p read n bytes in the lane of a budget
+// of total bytes at t.
+func (ps *Peers) laneRead(p peer, n, total int64, t time.Duration) {
+	s := ps.slot(p)
+	if s == nil || n <= 0 || total <= 0 {
+		return
+	}
+	cost := time.Duration(float64(laneWindow) * float64(n) / float64(total))
+	for {
+		due := s.laneDue.Load()
+		next := max(time.Duration(due), t) + cost
+		if s.laneDue.CompareAndSwap(due, int64(next)) {
+			return
+		}
 	}
 }
