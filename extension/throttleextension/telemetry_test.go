@@ -178,6 +178,10 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	metadatatest.AssertEqualThrottleGcPercent(t, tt, []metricdata.DataPoint[int64]{
 		{Attributes: attribute.NewSet(idAttr), Value: int64(gcPercent())},
 	}, metricdatatest.IgnoreTimestamp())
+	// The demand signal is reported (its arithmetic: runner's TestDemand).
+	metadatatest.AssertEqualThrottleDemand(t, tt, []metricdata.DataPoint[float64]{
+		{Attributes: attribute.NewSet(idAttr)},
+	}, metricdatatest.IgnoreTimestamp(), metricdatatest.IgnoreValue())
 	for _, s := range allSignals {
 		seenReserved = -1
 		require.Equal(t, http.StatusOK, post(paths[s], 1000), s.String())

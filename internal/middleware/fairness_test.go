@@ -216,3 +216,37 @@ func TestHTTPUnclassifiedReported(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"http /custom/traces"}, seen)
 }
+
+// TestInflightCounts: the admitted, unfinished requests are counted over
+// HTTP and gRPC (the demand signal sets the held ones against them); held
+// or refused ones are not.
+func TestInflightCounts(t *testing.T) {
+	in := &Inflight{}
+	f := newHTTPFixture(t, NewBudget(1<<20), 0, nil, func(c *Config) { c.Inflight = in })
+	entered, hold := make(chan struct{}), make(chan struct{})
+	h := f.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		entered <- struct{}{}
+		<-hold
+	}))
+	go h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader([]byte("x"))))
+	<-entered
+	assert.EqualValues(t, 1, in.Load())
+	f.dec.set(decision.Logs, decision.DenyOpen)
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/logs", bytes.NewReader([]byte("x"))))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.EqualValues(t, 1, in.Load(), "a refusal is not in flight")
+	close(hold)
+	require.Eventually(t, func() bool { return in.Load() == 0 }, admissionWait, time.Millisecond)
+
+	g := newGRPCFixture(t, NewBudget(1<<20), 0, func(c *Config) { c.Inflight = in })
+	g.push.hold = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- g.pushAll(context.Background(), 1, 10) }()
+	require.Eventually(t, func() bool { return g.push.messages.Load() == 1 }, admissionWait, time.Millisecond)
+	assert.EqualValues(t, 1, in.Load())
+	close(g.push.hold)
+	require.NoError(t, <-errc)
+	g.requireReleased(t)
+	assert.Zero(t, in.Load())
+}

@@ -155,6 +155,19 @@ type reservation struct {
 	// size and wire are the largest message of the call, decoded and as
 	// received: learnt when the call ends accepted.
 	size, wire int64
+	// inflight counts the call while it is admitted and not finished.
+	inflight *Inflight
+	counted  bool
+}
+
+// admitted counts the call in flight; its release uncounts it.
+func (r *reservation) admitted(c *Inflight) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done && !r.counted {
+		r.inflight, r.counted = c, true
+		c.add(1)
+	}
 }
 
 func (r *reservation) release() {
@@ -163,6 +176,10 @@ func (r *reservation) release() {
 	first := !r.done
 	r.done = true
 	r.endWaitLocked()
+	if r.counted {
+		r.counted = false
+		r.inflight.add(-1)
+	}
 	r.mu.Unlock()
 	if first {
 		r.b.release(n, r.peer)
@@ -278,6 +295,7 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		// exempt from shedding, not from the bytes in memory.
 		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 		r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: t, cancel: func() {}}
+		r.admitted(g.inflight)
 	} else {
 		if g.observe {
 			g.rec.Record(ProtocolGRPC, sig, decision.DenyBudget)
@@ -296,6 +314,7 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		case g.budget.admitNow(n, p):
 			g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 			r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: t, cancel: func() {}}
+			r.admitted(g.inflight)
 		default:
 			return ctx, g.reject(sig, decision.DenyBudget)
 		}
@@ -390,6 +409,7 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 		r.cancel()
 		return
 	}
+	r.admitted(g.inflight)
 	r.startIdle(g.idle)
 }
 

@@ -90,6 +90,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if m.budget == nil || r.Body == nil || r.Body == http.NoBody {
 		m.rec.Record(ProtocolHTTP, sig, decision.Admit)
+		m.inflight.add(1)
+		defer m.inflight.add(-1)
 		h.next.ServeHTTP(w, r)
 		return
 	}
@@ -114,6 +116,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.rec.Record(ProtocolHTTP, sig, decision.Admit)
+	m.inflight.add(1)
+	defer m.inflight.add(-1)
 	body := m.newBody(w, r, sig, p, initial, t)
 	// A deferred finish also runs while a panic unwinds, so a panicking
 	// handler returns its bytes and the panic carries on unchanged.

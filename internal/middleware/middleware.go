@@ -50,6 +50,9 @@ type Config struct {
 	// budget and the hold. Nil means the budget's (or, without a budget,
 	// one of the middleware's own). Share one between all servers.
 	Peers *Peers
+	// Inflight counts the admitted, unfinished requests. Nil means none.
+	// Share one between all servers.
+	Inflight *Inflight
 	// UnknownSize is what a request reserves first while no size has been
 	// learnt for its signal on that server: an HTTP body of unknown length
 	// (chunked, or compressed, since confighttp drops the length when it
@@ -94,6 +97,7 @@ type settings struct {
 	retry       *RetryDelay
 	budget      *Budget
 	peers       *Peers
+	inflight    *Inflight
 	unknownSize int64
 	idle        time.Duration
 	rec         Recorder
@@ -119,6 +123,7 @@ func newSettings(cfg Config) (settings, error) {
 		hold:        cfg.Hold,
 		budget:      cfg.Budget,
 		peers:       cfg.Peers,
+		inflight:    cfg.Inflight,
 		unknownSize: cfg.UnknownSize,
 		idle:        max(cfg.IdleTimeout, 0),
 		observe:     cfg.ObserveOnly,

@@ -28,6 +28,7 @@ type TelemetryBuilder struct {
 	meter                   metric.Meter
 	mu                      sync.Mutex
 	registrations           []metric.Registration
+	ThrottleDemand          metric.Float64ObservableGauge
 	ThrottleGcPercent       metric.Int64ObservableGauge
 	ThrottleGoMemoryLimit   metric.Int64ObservableGauge
 	ThrottleHeldRequests    metric.Int64ObservableGauge
@@ -51,6 +52,21 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterThrottleDemandCallback sets callback for observable ThrottleDemand metric.
+func (builder *TelemetryBuilder) RegisterThrottleDemandCallback(cb metric.Float64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerFloat64{inst: builder.ThrottleDemand, obs: o})
+		return nil
+	}, builder.ThrottleDemand)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
 }
 
 // RegisterThrottleGcPercentCallback sets callback for observable ThrottleGcPercent metric.
@@ -226,6 +242,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.ThrottleDemand, err = builder.meter.Float64ObservableGauge(
+		"otelcol_throttle_demand",
+		metric.WithDescription("The load offered to the collector against what it can take, for an autoscaler: the larger of the slow CPU level and the memory level, times (admitted + refused) / admitted requests over the last 10 s, times 1 + held / in-flight requests; smoothed over 5 s, at most 10. 1 is the collector's capacity: scale out above your target (e.g. 0.8). Unlike CPU, which the throttle holds near its enter line, it goes on rising with the work refused or held. [Alpha]"),
+		metric.WithUnit("1"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ThrottleGcPercent, err = builder.meter.Int64ObservableGauge(
 		"otelcol_throttle_gc_percent",
 		metric.WithDescription("The Go garbage collector's pace in force (GOGC, raised by the throttle while little is live, or set by the environment); 0 when the collector is off (GOGC=off). [Alpha]"),

@@ -21,6 +21,20 @@ func NewSettings(tt *componenttest.Telemetry) extension.Settings {
 	return set
 }
 
+func AssertEqualThrottleDemand(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[float64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_throttle_demand",
+		Description: "The load offered to the collector against what it can take, for an autoscaler: the larger of the slow CPU level and the memory level, times (admitted + refused) / admitted requests over the last 10 s, times 1 + held / in-flight requests; smoothed over 5 s, at most 10. 1 is the collector's capacity: scale out above your target (e.g. 0.8). Unlike CPU, which the throttle holds near its enter line, it goes on rising with the work refused or held. [Alpha]",
+		Unit:        "1",
+		Data: metricdata.Gauge[float64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_throttle_demand")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualThrottleGcPercent(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_gc_percent",

@@ -76,6 +76,10 @@ type Runner struct {
 	// peers tells the remote peers apart for the per-peer limits of the
 	// budget and the hold, shared by every server.
 	peers *middleware.Peers
+	// inflight counts the admitted, unfinished requests of every server;
+	// demand is the demand signal computed from it (demand.go).
+	inflight *middleware.Inflight
+	demand   demandMeter
 	// unclassified warns of requests no route matches (unclassified.go).
 	unclassified unclassifiedWarner
 	// exempt[s]: signal s is always admitted and bypasses the budget.
@@ -154,6 +158,7 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 	r.retry = middleware.NewRetryDelay(cfg.RetryAfterMin, cfg.RetryAfterMax, r.open.openFor, nil)
 	r.tarpit = middleware.NewTarpit(cfg.TarpitDelay, cfg.TarpitMaxRequests)
 	r.peers = middleware.NewPeers(cfg.Admission.PeerShare)
+	r.inflight = &middleware.Inflight{}
 	r.unclassified.logger = set.Logger
 	if cfg.Enabled {
 		r.hold = middleware.NewHold(r, r.peers, cfg.HoldMaxWait, cfg.HoldMaxRequests, 0)
@@ -350,6 +355,8 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 	r.pace.Update(wl.MemLimit, r.memLimit.Limit(), wl.WorkingSet, r.heapView.Last())
 	r.resizeBudget(wl)
 	r.engine.Observe(wl)
+	admitted, refused := decisionTotals(&r.tel.counts)
+	r.demand.observe(wl, admitted, refused, r.inflight.Load(), r.hold.Held())
 	if started, ended := r.open.observe(r.engine.State(decision.Traces) == decision.Open); started {
 		r.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until memory falls",
 			zap.Float64("mem", wl.Mem),
@@ -446,6 +453,7 @@ func (r *Runner) MiddlewareConfig() middleware.Config {
 		Retry:        r.retry,
 		Budget:       r.budget.Load(),
 		Peers:        r.peers,
+		Inflight:     r.inflight,
 		Unclassified: r.unclassified.warn,
 		UnknownSize:  r.cfg.Admission.UnknownSize,
 		IdleTimeout:  r.cfg.Admission.IdleTimeout,
@@ -509,6 +517,7 @@ func (r *Runner) telemetrySources() telemetrySources {
 		goMemLimit: func() int64 { return goMemLimitBytes(softlimit.Current()) },
 		gcPercent:  softlimit.CurrentGCPercent,
 		openFor:    r.open.openFor,
+		demand:     r.demand.load,
 		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
 		cpuEnabled: c.CPU.Enabled,
 		memEnabled: c.Mem.Enabled,

@@ -37,6 +37,8 @@ type telemetrySources struct {
 	gcPercent func() int64
 	// openFor is how long the state machine has been Open, 0 when not.
 	openFor func() time.Duration
+	// demand is the demand signal (demand.go).
+	demand func() float64
 	// lines are cpu enter/exit/hard, mem enter/exit/hard (0 for a disabled slot).
 	lines [6]float64
 	// cpuEnabled and memEnabled say whether a slot's lines are reported.
@@ -204,6 +206,15 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 	err = tb.RegisterThrottleOpenDurationCallback(func(_ context.Context, o metric.Float64Observer) error {
 		if src.openFor != nil {
 			o.Observe(src.openFor().Seconds(), plainObserve)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = tb.RegisterThrottleDemandCallback(func(_ context.Context, o metric.Float64Observer) error {
+		if src.demand != nil {
+			o.Observe(src.demand(), plainObserve)
 		}
 		return nil
 	})

@@ -1,0 +1,102 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package runner // import "github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// The demand signal (design §9): the load offered to the collector against
+// what it can take, for an autoscaler. The throttle holds CPU near its
+// enter line and memory under its lines by refusing and holding work, so
+// utilisation alone understates what was turned away:
+//
+//	demand = level × (admitted + refused) / admitted × (1 + held / in flight)
+//
+// level is the larger of the slow CPU level and the memory level (1 = the
+// container's limit); the refusal factor is over the last demandWindow
+// (open-loop clients that are refused send more than is admitted); the hold
+// factor is how much longer than needed the clients wait (closed-loop
+// clients, whose fixed number of requests wait in the hold: by Little's
+// law, held / in flight is the time they wait over the time they are
+// served). It is smoothed over demandSmoothing and at most demandMax.
+const (
+	demandWindow    = 10 * time.Second
+	demandSmoothing = 5 * time.Second
+	demandMax       = 10
+)
+
+// demandMeter computes the demand signal on the sampler goroutine and
+// publishes it for the gauge.
+type demandMeter struct {
+	// totals of admitted and refused decisions at each sample of the last
+	// demandWindow, oldest first.
+	marks []demandMark
+	value atomic.Uint64 // float64 bits
+	init  bool
+}
+
+type demandMark struct {
+	at                time.Time
+	admitted, refused uint64
+}
+
+// decisionTotals sums the counts: what was admitted and what was refused
+// (or would have been, in observe_only) over every protocol and signal.
+func decisionTotals(c *decisionCounts) (admitted, refused uint64) {
+	for p := range middleware.NumProtocols {
+		for s := range decision.NumSignals {
+			for v := range decision.NumVerdicts {
+				n := c.loadProtocol(p, s, v)
+				if v == decision.Admit {
+					admitted += n
+				} else {
+					refused += n
+				}
+			}
+		}
+	}
+	return admitted, refused
+}
+
+// observe takes one sample: the water level, the decision totals so far,
+// the admitted requests in flight and the held ones.
+func (d *demandMeter) observe(wl *sampler.WaterLevel, admitted, refused uint64, inflight, held int64) {
+	d.marks = append(d.marks, demandMark{at: wl.At, admitted: admitted, refused: refused})
+	for len(d.marks) > 1 && wl.At.Sub(d.marks[0].at) > demandWindow {
+		d.marks = d.marks[1:]
+	}
+	first := d.marks[0]
+	da, dr := admitted-first.admitted, refused-first.refused
+	refusal := 1.0
+	if da+dr > 0 {
+		refusal = float64(da+dr) / float64(max(da, 1))
+	}
+	hold := 1 + float64(max(held, 0))/float64(max(inflight, 1))
+	level := 0.0
+	if wl.CPUValid {
+		level = wl.CPUSlow
+	}
+	if wl.MemValid {
+		level = max(level, wl.Mem)
+	}
+	raw := min(level*refusal*hold, demandMax)
+	v := raw
+	if d.init && len(d.marks) > 1 {
+		dt := wl.At.Sub(d.marks[len(d.marks)-2].at)
+		beta := math.Exp(-dt.Seconds() / demandSmoothing.Seconds())
+		v = beta*math.Float64frombits(d.value.Load()) + (1-beta)*raw
+	}
+	d.init = true
+	d.value.Store(math.Float64bits(v))
+}
+
+// load is the last demand published; 0 before the first sample.
+func (d *demandMeter) load() float64 { return math.Float64frombits(d.value.Load()) }
