@@ -138,6 +138,16 @@ func (b *Budget) maxFor(p peer) int64 {
 	return b.peers.limit(m)
 }
 
+// growFor is the most peer p may hold by growing its bodies now (see
+// Peers.growLimit).
+func (b *Budget) growFor(p peer) int64 {
+	m := b.max.Load()
+	if p == 0 {
+		return m
+	}
+	return b.peers.growLimit(m, now())
+}
+
 // Reserve takes n bytes from the budget if they fit, leaving free what
 // waiting bodies need, and reports whether they did. It never blocks.
 // n <= 0 always fits and reserves nothing.
@@ -162,13 +172,13 @@ func (b *Budget) admit(n int64, p peer) bool {
 
 // admitNow is admit regardless of the requests waiting to be admitted.
 func (b *Budget) admitNow(n int64, p peer) bool {
-	return b.takeFor(n, p, b.pending.Load())
+	return b.takeFor(n, p, b.pending.Load(), b.maxFor(p))
 }
 
-// takeFor reserves n bytes for peer p if they fit in p's share and in the
-// budget with keep bytes left free.
-func (b *Budget) takeFor(n int64, p peer, keep int64) bool {
-	if !b.peers.reserve(p, n, b.max.Load()) {
+// takeFor reserves n bytes for peer p if they fit in lim, the most p may
+// hold, and in the budget with keep bytes left free.
+func (b *Budget) takeFor(n int64, p peer, keep, lim int64) bool {
+	if !b.peers.reserve(p, n, lim) {
 		return false
 	}
 	if !b.take(n, keep) {
@@ -242,17 +252,18 @@ func (b *Budget) tryGrow(need int64, p peer) int64 {
 	if b.waiting.Load() > 0 {
 		return 0
 	}
-	take := min(need, b.peers.room(p, b.max.Load()), b.max.Load()-b.reserved.Load())
-	if take <= 0 || !b.takeFor(take, p, 0) {
+	lim := b.growFor(p)
+	take := min(need, b.peers.room(p, lim), b.max.Load()-b.reserved.Load())
+	if take <= 0 || !b.takeFor(take, p, 0, lim) {
 		return 0
 	}
 	return take
 }
 
-// atShare reports whether a body of peer p that holds own bytes holds its
-// peer's whole share: it can grow only in the oversize lane.
+// atShare reports whether a body of peer p that holds own bytes holds all
+// its peer may grow to: it can grow only in the oversize lane.
 func (b *Budget) atShare(own int64, p peer) bool {
-	return own >= b.maxFor(p)
+	return own >= b.growFor(p)
 }
 
 // waiter is a body waiting for its reservation to grow.
@@ -305,7 +316,7 @@ func (b *Budget) waitGrow(ctx context.Context, w *waiter, need, held int64, p pe
 	defer t.Stop()
 	for {
 		older, headNeed, waitHeld, youngest := b.position(w)
-		if b.takeFor(need, p, older) {
+		if b.takeFor(need, p, older, b.growFor(p)) {
 			return true, now() - start
 		}
 		if youngest && headNeed > b.max.Load()-waitHeld {
@@ -486,7 +497,7 @@ func (b *Budget) admitEntrantsLocked() {
 		}
 		// The budget, not its peer's share, is short for it: the younger
 		// ones wait behind it.
-		short = short || b.peers.room(e.p, b.max.Load()) >= e.n
+		short = short || b.peers.room(e.p, b.maxFor(e.p)) >= e.n
 		kept = append(kept, e)
 	}
 	clear(b.entrants[len(kept):])

@@ -40,10 +40,12 @@ func distinctRemotes(ps *Peers, n int) []string {
 	return out
 }
 
-// TestPeersFairShare: while n peers are active each may hold max(1/n, 1/8)
-// of the budget, never more than peer_share: two peers can no longer take
-// the whole budget from a third (issue 28 point 5). A peer stays active
-// for peerActiveFor after its last request, and while it holds bytes.
+// TestPeersFairShare: while n peers are active each is admitted up to
+// max(1/n, 1/8) of the budget, never more than peer_share, and its bodies
+// grow beyond that (to peer_share) only while nobody is refused for the
+// budget: two peers can no longer take the whole budget from a third
+// (issue 28 point 5). A peer stays active for peerActiveFor after its last
+// request, and while it holds bytes.
 func TestPeersFairShare(t *testing.T) {
 	ps := NewPeers(0.5)
 	b := NewBudgetWith(BudgetConfig{Max: 1200, Peers: ps})
@@ -67,6 +69,10 @@ func TestPeersFairShare(t *testing.T) {
 	require.True(t, b.admit(400, p(1)))
 	assert.False(t, b.admit(1, p(0)), "at its share")
 	assert.True(t, b.admit(400, p(2)), "the third peer still has its share")
+	assert.EqualValues(t, 600, b.peers.growLimit(1200, at), "uncontended, a body grows to peer_share")
+	b.peers.refused(at)
+	assert.EqualValues(t, 400, b.peers.growLimit(1200, at), "while a peer is refused for the budget, to its fair share")
+	assert.EqualValues(t, 600, b.peers.growLimit(1200, at+contendedFor), "and no longer once that is past")
 	for i := range 12 {
 		touch(i)
 	}

@@ -389,6 +389,7 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 		ok = g.budget.waitAdmit(ctx, want, r.peer, min(g.budget.wait, g.waitLeft(ctx, r.age)))
 		if !ok {
 			v = decision.DenyBudget
+			g.peers.refused(now())
 		}
 	}
 	r.mu.Lock()
@@ -433,6 +434,9 @@ func (g *GRPC) waitLeft(ctx context.Context, arrival time.Duration) time.Duratio
 
 func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
 	g.rec.Record(ProtocolGRPC, sig, v)
+	if v == decision.DenyBudget {
+		g.peers.refused(now())
+	}
 	return g.rejections.get(v, g.retry.Draw(v))
 }
 

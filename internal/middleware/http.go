@@ -173,6 +173,9 @@ func (m *HTTP) newBody(w http.ResponseWriter, r *http.Request, sig decision.Sign
 
 func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signal, v decision.Verdict) {
 	m.rec.Record(ProtocolHTTP, sig, v)
+	if v == decision.DenyBudget {
+		m.peers.refused(now())
+	}
 	read := false
 	if v != decision.DenyOpen {
 		read = m.tarpit.Hold(r) // nil-safe; see Tarpit for why and for what is held
@@ -325,7 +328,7 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 			return 1, nil
 		default:
 			// Up to the share first; the lane only once it is all its own.
-			need = min(need, b.m.budget.maxFor(b.peer)-held)
+			need = min(need, b.m.budget.growFor(b.peer)-held)
 			if got := b.m.budget.tryGrow(need, b.peer); got > 0 {
 				need = got
 			} else if b.m.observe {
@@ -518,5 +521,6 @@ func (b *budgetBody) finish() {
 // what otlpreceiver understands: it answers it 429 with Retry-After, so the
 // client retries instead of dropping the data as it would on a 400.
 func (m *HTTP) budgetError() error {
+	m.peers.refused(now())
 	return m.rejections.get(decision.DenyBudget, m.retry.Draw(decision.DenyBudget))
 }

@@ -57,6 +57,10 @@ type Peers struct {
 	fraction  atomic.Uint64
 	recounted atomic.Int64 // now() of the last count
 	active    atomic.Int32
+	// refusedAt is now() of the last request refused for the budget: while
+	// it is recent the budget is contended, and a body grows only within
+	// its peer's fair share.
+	refusedAt atomic.Int64
 }
 
 type peerSlot struct {
@@ -184,8 +188,13 @@ func (ps *Peers) recount(t time.Duration) {
 	ps.fraction.Store(math.Float64bits(ps.fractionFor(n)))
 }
 
-// limit is the most that one peer may hold of total now: total itself
-// without per-peer limits, at least 1.
+// contendedFor is how long after a budget refusal the budget counts as
+// contended.
+const contendedFor = 2 * time.Second
+
+// limit is the most that one peer's requests may take of total when they
+// are admitted: its fair share, total itself without per-peer limits, at
+// least 1.
 func (ps *Peers) limit(total int64) int64 {
 	f := ps.Fraction()
 	if f >= 1 {
@@ -194,15 +203,35 @@ func (ps *Peers) limit(total int64) int64 {
 	return max(int64(float64(total)*f), 1)
 }
 
-// reserve adds n bytes to p's reservation if they fit in its share of a
-// budget of total bytes; lock-free.
-func (ps *Peers) reserve(p peer, n, total int64) bool {
+// growLimit is the most that one peer may hold of total by growing its
+// bodies at t: peer_share while nobody is refused for the budget (a large
+// body of an honest client grows into room nobody wants), its fair share
+// while the budget is contended (the others keep theirs).
+func (ps *Peers) growLimit(total int64, t time.Duration) int64 {
+	if !ps.limited() {
+		return total
+	}
+	if t-time.Duration(ps.refusedAt.Load()) < contendedFor {
+		return ps.limit(total)
+	}
+	return max(int64(float64(total)*ps.share), 1)
+}
+
+// refused notes a request refused for the budget at t.
+func (ps *Peers) refused(t time.Duration) {
+	if ps != nil && time.Duration(ps.refusedAt.Load()) < t {
+		ps.refusedAt.Store(int64(t))
+	}
+}
+
+// reserve adds n bytes to p's reservation if they fit in lim, the most one
+// peer may hold; lock-free.
+func (ps *Peers) reserve(p peer, n, lim int64) bool {
 	s := ps.slot(p)
 	if s == nil || !ps.limited() {
 		ps.add(p, n)
 		return true
 	}
-	lim := ps.limit(total)
 	for {
 		cur := s.reserved.Load()
 		// Written as a subtraction so a huge n cannot overflow.
@@ -215,14 +244,14 @@ func (ps *Peers) reserve(p peer, n, total int64) bool {
 	}
 }
 
-// room is what p may still take of a budget of total bytes; total without
-// per-peer limits.
-func (ps *Peers) room(p peer, total int64) int64 {
+// room is what p may still take of lim, the most one peer may hold; lim
+// without per-peer limits.
+func (ps *Peers) room(p peer, lim int64) int64 {
 	s := ps.slot(p)
 	if s == nil || !ps.limited() {
-		return total
+		return lim
 	}
-	return max(ps.limit(total)-s.reserved.Load(), 0)
+	return max(lim-s.reserved.Load(), 0)
 }
 
 // add counts n bytes (negative: released) for p, unconditionally.
@@ -261,7 +290,7 @@ func (ps *Peers) freePlace(p peer) {
 // collector decompressing and decoding for it alone; an honest client
 // with a batch larger than its share gets one in every few seconds (and
 // its operator a reason to raise max_inflight_bytes).
-const laneWindow = 10 * time.Second
+const laneWindow = 2 * time.Second
 
 // laneAllowed reports whether peer p may take the oversize lane at t: what
 // it read there is paid off to less than one budget.
