@@ -211,7 +211,7 @@ func (ps *Peers) growLimit(total int64, t time.Duration) int64 {
 	if !ps.limited() {
 		return total
 	}
-	if t-time.Duration(ps.refusedAt.Load()) < contendedFor {
+	if at := ps.refusedAt.Load(); at != 0 && t-time.Duration(at) < contendedFor {
 		return ps.limit(total)
 	}
 	return max(int64(float64(total)*ps.share), 1)
