@@ -374,7 +374,7 @@ func TestCreateDefaultConfig(t *testing.T) {
 	assert.Equal(t, RetryAfterConfig{Min: time.Second, Max: 5 * time.Second}, cfg.RetryAfter)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
 	assert.Equal(t, TarpitConfig{MaxRequests: 512}, cfg.Tarpit)
-	assert.Equal(t, HoldConfig{MaxWait: 5 * time.Second, MaxRequests: 256}, cfg.Hold)
+	assert.Equal(t, HoldConfig{MaxWait: 8 * time.Second, MaxRequests: 256}, cfg.Hold)
 	assert.Equal(t, 5*time.Second, cfg.StaleAfter)
 	assert.True(t, cfg.Admission.MaxInflightBytes.isAuto())
 	assert.Equal(t, mib, cfg.Admission.UnknownSize)

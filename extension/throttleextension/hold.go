@@ -12,14 +12,15 @@ import (
 // HoldConfig is the hold section: requests the throttle would refuse are
 // held, unread, and decided again until they are admitted or have waited
 // MaxWait (the middleware's hold says why). A gRPC request waits on its own
-// goroutine once its handler starts, its message unread: a shed one for a
-// decision that admits it, one that finds the admission budget full for
-// its bytes (up to admission.wait_timeout); in Open a gRPC request is
-// refused at once (a waiting stream buffers its message in the heap).
+// goroutine once its handler starts, its message unread and counted in the
+// held pool, for most of its deadline rather than MaxWait: for a decision
+// that admits it, then for its bytes (up to admission.wait_timeout).
 type HoldConfig struct {
-	// MaxWait is the longest a request is held before it is refused; 0
-	// turns holding off (refuse at once). Keep it well under the clients'
-	// request timeout (the OTLP exporters' default is 30s). Default 5s; at
+	// MaxWait is the longest an HTTP request (or a gRPC request without a
+	// deadline) is held before it is refused; 0 turns holding off (refuse
+	// at once). Under the SDKs' 10 s export budget, so that a request held
+	// to the end is still answered within it, and long enough that their
+	// fixed retries spread over a long Open (design §7). Default 8s; at
 	// most 30s.
 	MaxWait time.Duration `mapstructure:"max_wait"`
 	// MaxRequests is how many requests are held at once (each costs its
@@ -58,7 +59,7 @@ type TarpitConfig struct {
 }
 
 const (
-	defaultHoldMaxWait     = 5 * time.Second
+	defaultHoldMaxWait     = 8 * time.Second
 	defaultHoldMaxRequests = 256
 	maxHoldMaxWait         = 30 * time.Second
 
