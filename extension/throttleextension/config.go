@@ -432,7 +432,7 @@ func createDefaultConfig() component.Config {
 				DropMax: ptrTo(builtinRule.DropMax),
 			},
 		},
-		RetryAfter:   RetryAfterConfig{Min: middleware.DefaultRetryMin, Max: middleware.DefaultRetryMax},
+		RetryAfter:   RetryAfterConfig{Min: middleware.DefaultRetryFloor, Max: middleware.DefaultRetryCeiling},
 		RecoveryRamp: engine.RecoveryRamp,
 		Admission: AdmissionConfig{
 			MaxInflightBytes: autoInflightBudget(),

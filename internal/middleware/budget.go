@@ -6,7 +6,6 @@ package middleware // import "github.com/otelthrottle/throttle/internal/middlewa
 import (
 	"cmp"
 	"context"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -126,7 +125,6 @@ func (b *Budget) Peers() *Peers {
 }
 
 func (b *Budget) peerOfRemote(remoteAddr string) peer { return b.Peers().ofRemote(remoteAddr) }
-func (b *Budget) peerOfNet(a net.Addr) peer           { return b.Peers().ofNet(a) }
 
 // maxFor is the largest first reservation a request of peer p can make: a
 // request larger than that starts with it and grows as it is read.

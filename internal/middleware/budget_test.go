@@ -91,7 +91,7 @@ func TestRetryDelay(t *testing.T) {
 	s := time.Second
 
 	var open time.Duration
-	d := NewRetryDelay(DefaultRetryMin, DefaultRetryMax, func() time.Duration { return open }, nil)
+	d := NewRetryDelay(DefaultRetryFloor, DefaultRetryCeiling, func() time.Duration { return open }, nil)
 	assert.Equal(t, []time.Duration{1 * s, 2 * s}, keys(draws(d, decision.DenyShed)), "shed: short")
 	assert.Equal(t, BudgetRetryDelay, d.Draw(decision.DenyBudget))
 	assert.Zero(t, d.Draw(decision.Admit))

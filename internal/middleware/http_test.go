@@ -848,7 +848,7 @@ func TestHTTPRejectionHeldBackBody(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	rest, err := io.ReadAll(br)
-	assert.NoError(t, err)
+	require.NoError(t, err)
 	assert.Empty(t, string(rest), "the connection whose body never came is closed")
 
 	kept, err := net.Dial("tcp", srv.Listener.Addr().String())

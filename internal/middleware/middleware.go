@@ -41,7 +41,7 @@ type Config struct {
 	// Decider decides for classified, non-exempt requests. Required.
 	Decider Decider
 	// Retry draws the announced retry delays. Nil means 0s to
-	// DefaultRetryMax.
+	// DefaultRetryCeiling.
 	Retry *RetryDelay
 	// Budget bounds the bytes of admitted, unfinished requests. Nil means
 	// no budget. Share one Budget between all servers of an extension.
@@ -141,7 +141,7 @@ func newSettings(cfg Config) (settings, error) {
 		s.idle, s.hold = 0, nil
 	}
 	if s.retry == nil {
-		s.retry = NewRetryDelay(DefaultRetryMin, DefaultRetryMax, nil, nil)
+		s.retry = NewRetryDelay(DefaultRetryFloor, DefaultRetryCeiling, nil, nil)
 	}
 	if s.unknownSize <= 0 {
 		s.unknownSize = DefaultUnknownSize

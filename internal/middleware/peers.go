@@ -184,7 +184,7 @@ func (ps *Peers) recount(t time.Duration) {
 			n++
 		}
 	}
-	ps.active.Store(int32(min(n, math.MaxInt32))) //nolint:gosec // G115: at most peerSlots
+	ps.active.Store(int32(min(n, math.MaxInt32)))
 	ps.fraction.Store(math.Float64bits(ps.fractionFor(n)))
 }
 
@@ -268,7 +268,7 @@ func (ps *Peers) takePlace(p peer, maxPlaces int64) bool {
 	if s == nil {
 		return true
 	}
-	lim := int32(min(max(int64(float64(maxPlaces)*ps.Fraction()), 1), math.MaxInt32)) //nolint:gosec // G115: bounded above
+	lim := int32(min(max(int64(float64(maxPlaces)*ps.Fraction()), 1), math.MaxInt32))
 	if s.held.Add(1) > lim {
 		s.held.Add(-1)
 		return false

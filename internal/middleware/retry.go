@@ -16,7 +16,7 @@ import (
 // second, so the client should come back soon.
 const BudgetRetryDelay = time.Second
 
-// DefaultRetryMin and DefaultRetryMax are retry_after's defaults. The
+// DefaultRetryFloor and DefaultRetryCeiling are retry_after's defaults. The
 // longest hint stays well inside the shortest common client budget, the
 // SDKs' 10 s for a whole export with its retries: a client told to wait
 // longer than it has left drops the batch instead of waiting. 0 is no
@@ -24,8 +24,8 @@ const BudgetRetryDelay = time.Second
 // exporters wait max(back-off, hint), so a short hint costs them nothing
 // (docs/clients.md has what each client does).
 const (
-	DefaultRetryMin = time.Second
-	DefaultRetryMax = 5 * time.Second
+	DefaultRetryFloor   = time.Second
+	DefaultRetryCeiling = 5 * time.Second
 )
 
 // shedRetryDelay is the longest hint of a shed refusal (clamped to the
