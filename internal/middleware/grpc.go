@@ -358,8 +358,8 @@ func (g *GRPC) holdAtTap(sig decision.Signal, p peer, t time.Duration, n int64) 
 // streams go on), its message unread beyond the stream's flow-control
 // window. A refused stream waits in the hold for a decision that admits
 // it, as a held HTTP request does, then for its bytes; a stream admitted
-// without its bytes (the budget was full) waits for them, at most the
-// budget's wait and oldest first as a body does. Refused, the stream is
+// without its bytes (the budget was full) waits for them, oldest first, for
+// as long as it may wait (waitLeft). Refused, the stream is
 // cancelled before its message is read, which the exporters retry
 // (CANCELLED); if the message had already arrived, the gate refuses it
 // before the handler runs (RESOURCE_EXHAUSTED with RetryInfo, as at the
@@ -386,7 +386,9 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 	}
 	ok := true
 	if want > 0 {
-		ok = g.budget.waitAdmit(ctx, want, r.peer, min(g.budget.wait, g.waitLeft(ctx, r.age)))
+		// As long as it may wait at all (most of its deadline): a stream
+		// refused for bytes is lost to a client that retries no refusal.
+		ok = g.budget.waitAdmit(ctx, want, r.peer, g.waitLeft(ctx, r.age))
 		if !ok {
 			v = decision.DenyBudget
 			g.peers.refused(now())

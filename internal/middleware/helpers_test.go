@@ -20,6 +20,7 @@ func TestMain(m *testing.M) {
 type fakeDecider struct {
 	verdict [decision.NumSignals]atomic.Uint32
 	exempt  [decision.NumSignals]atomic.Bool
+	pressed atomic.Bool
 	decides atomic.Int64
 }
 
@@ -37,6 +38,26 @@ func (f *fakeDecider) Decide(s decision.Signal) decision.Verdict {
 }
 
 func (f *fakeDecider) Exempt(s decision.Signal) bool { return f.exempt[s].Load() }
+
+// State follows the verdict set for s: Open for DenyOpen, Shedding for
+// DenyShed, Normal otherwise.
+// (or Shedding while pressed is set, whatever the verdict).
+func (f *fakeDecider) State(s decision.Signal) decision.State {
+	if f.pressed.Load() {
+		return decision.Shedding
+	}
+	return stateOf(decision.Verdict(f.verdict[s].Load()))
+}
+
+func stateOf(v decision.Verdict) decision.State {
+	switch v {
+	case decision.DenyOpen:
+		return decision.Open
+	case decision.DenyShed:
+		return decision.Shedding
+	}
+	return decision.Normal
+}
 
 // countingRecorder counts Record calls per (protocol, signal, verdict).
 type countingRecorder struct {

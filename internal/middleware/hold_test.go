@@ -111,6 +111,8 @@ func (d *orderedDecider) Decide(decision.Signal) decision.Verdict {
 
 func (*orderedDecider) Exempt(decision.Signal) bool { return false }
 
+func (*orderedDecider) State(decision.Signal) decision.State { return decision.Shedding }
+
 // TestHoldOldestFirst: requests are admitted in the order they arrived,
 // whichever of their draws admitted.
 func TestHoldOldestFirst(t *testing.T) {

@@ -695,9 +695,11 @@ func TestHTTPChunkedAlone(t *testing.T) {
 	f.h.ServeHTTP(rec, chunked(peerB, size))
 	assert.Equal(t, http.StatusOK, rec.Code, "the lane is free again")
 
-	// Peer A read several budgets' worth in the lane: until that is paid
-	// off (a budget per laneWindow) what may need the lane is refused at
-	// once, unread, while a request of known small length still goes in.
+	// Peer A read several budgets' worth in the lane: while the collector
+	// is under pressure, until that is paid off (a budget per laneWindow),
+	// what may need the lane is refused at once, unread, while a request
+	// of known small length still goes in.
+	f.dec.pressed.Store(true)
 	before := f.next.read.Load()
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, chunked(peerA, size))
@@ -708,6 +710,10 @@ func TestHTTPChunkedAlone(t *testing.T) {
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, req)
 	assert.Equal(t, http.StatusOK, rec.Code, "a small request of peer A")
+	f.dec.pressed.Store(false)
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, chunked(peerA, size))
+	assert.Equal(t, http.StatusOK, rec.Code, "with room, peer A's next large batch goes through")
 }
 
 // TestHTTPChunkedGrows: a chunked body beyond unknown_size but within the

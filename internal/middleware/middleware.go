@@ -32,6 +32,9 @@ type Decider interface {
 	// bypasses the admission budget; Decide admits it except at the memory
 	// backstop.
 	Exempt(s decision.Signal) bool
+	// State is signal s's state: the oversize lane is paid off only while
+	// it is not Normal (see Peers.laneAllowed).
+	State(s decision.Signal) decision.State
 }
 
 // Config configures the HTTP and gRPC middleware.

@@ -284,16 +284,17 @@ func (ps *Peers) freePlace(p peer) {
 }
 
 // laneWindow is how long a peer takes to pay off a budget's worth of bytes
-// read in the oversize lane: beyond its share a peer may read at most the
-// budget's size per laneWindow, in a burst of one budget. A peer sending
-// bodies larger than its share back to back would otherwise keep the
-// collector decompressing and decoding for it alone; an honest client
-// with a batch larger than its share gets one in every few seconds (and
-// its operator a reason to raise max_inflight_bytes).
+// read in the oversize lane. While the collector is under pressure (its
+// signal not Normal) a peer may take the lane only once it has paid off its
+// earlier bodies to less than one budget: beyond its share it may then
+// read at most the budget's size per laneWindow. A peer sending bodies
+// larger than its share back to back would otherwise keep the collector
+// decompressing and decoding for it alone; while the collector has room,
+// large honest batches go through as fast as they come.
 const laneWindow = 2 * time.Second
 
-// laneAllowed reports whether peer p may take the oversize lane at t: what
-// it read there is paid off to less than one budget.
+// laneAllowed reports whether peer p has paid off what it read in the lane
+// to less than one budget at t.
 func (ps *Peers) laneAllowed(p peer, t time.Duration) bool {
 	s := ps.slot(p)
 	return s == nil || time.Duration(s.laneDue.Load())-t < laneWindow
