@@ -191,8 +191,8 @@ type Config struct {
 	// (enabled: true, drop_min: 0, drop_max: 1) field by field.
 	Rules RulesConfig `mapstructure:"rules"`
 
-	// RetryAfter is the range the delay asked of rejected clients is drawn
-	// from (uniformly, so they do not retry in lockstep). Default 0s to 30s.
+	// RetryAfter bounds the delay asked of rejected clients, chosen by why
+	// they were refused (design §7). Default 1s to 5s.
 	RetryAfter RetryAfterConfig `mapstructure:"retry_after"`
 
 	// RecoveryRamp is how long, after a signal leaves Open, the drop
@@ -362,7 +362,9 @@ type AdmissionConfig struct {
 	PeerShare float64 `mapstructure:"peer_share"`
 	// WaitTimeout is how long, in total, an admitted HTTP body that
 	// outgrows its reservation waits for bytes to be released before it
-	// fails (429). Default 1s; 0 = fail at once; at most 10s.
+	// fails (429). A gRPC stream that finds the budget full waits for most
+	// of its deadline instead, unless this is 0 (refused at once). Default
+	// 1s; at most 10s.
 	WaitTimeout time.Duration `mapstructure:"wait_timeout"`
 
 	// prevent unkeyed literal initialization

@@ -262,7 +262,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ThrottleHeldRequests, err = builder.meter.Int64ObservableGauge(
 		"otelcol_throttle_held_requests",
-		metric.WithDescription("HTTP requests being held, by the queue (unread, waiting to be admitted) or by pacing (rejected, before their 429 is written). [Alpha]"),
+		metric.WithDescription("Requests being held, by the hold (HTTP requests unread and gRPC streams, waiting to be admitted) or by the tarpit (rejected, before their 429 is written). [Alpha]"),
 		metric.WithUnit("{request}"),
 	)
 	errs = errors.Join(errs, err)
@@ -306,7 +306,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ThrottleSamplerStale, err = builder.meter.Int64ObservableGauge(
 		"otelcol_throttle_sampler_stale",
-		metric.WithDescription("1 while the water level is stale (no fresh sample for stale_after intervals) and decisions fall back to admitting, else 0. [Alpha]"),
+		metric.WithDescription("1 while the water level is stale (no fresh sample for stale_after) and decisions fall back to admitting, else 0. [Alpha]"),
 		metric.WithUnit("1"),
 	)
 	errs = errors.Join(errs, err)

@@ -66,7 +66,7 @@ func AssertEqualThrottleGoMemoryLimit(t *testing.T, tt *componenttest.Telemetry,
 func AssertEqualThrottleHeldRequests(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_held_requests",
-		Description: "HTTP requests being held, by the queue (unread, waiting to be admitted) or by pacing (rejected, before their 429 is written). [Alpha]",
+		Description: "Requests being held, by the hold (HTTP requests unread and gRPC streams, waiting to be admitted) or by the tarpit (rejected, before their 429 is written). [Alpha]",
 		Unit:        "{request}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
@@ -170,7 +170,7 @@ func AssertEqualThrottleSamplerInterval(t *testing.T, tt *componenttest.Telemetr
 func AssertEqualThrottleSamplerStale(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_sampler_stale",
-		Description: "1 while the water level is stale (no fresh sample for stale_after intervals) and decisions fall back to admitting, else 0. [Alpha]",
+		Description: "1 while the water level is stale (no fresh sample for stale_after) and decisions fall back to admitting, else 0. [Alpha]",
 		Unit:        "1",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
