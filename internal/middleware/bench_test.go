@@ -37,7 +37,7 @@ type constDecider decision.Verdict
 
 func (c constDecider) Decide(decision.Signal) decision.Verdict { return decision.Verdict(c) }
 func (constDecider) Exempt(decision.Signal) bool               { return false }
-func (c constDecider) State(decision.Signal) decision.State    { return stateOf(decision.Verdict(c)) }
+func (c constDecider) Pressed(decision.Signal) bool            { return decision.Verdict(c) != decision.Admit }
 
 func bareHandler() http.Handler {
 	return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { sinkInt += int(r.ContentLength) })

@@ -364,8 +364,8 @@ func (b *Budget) wakeLocked() {
 // acquireLane takes the oversize lane for a body of peer p whose own
 // reservation has reached its peer's share, waiting at most limit, in
 // order, while another body has it; at once false when pressed (the
-// collector is not Normal) while p has not paid off its earlier bodies in
-// the lane (see laneWindow). In the lane a body reads on without further charge, bounded
+// collector is under pressure, Decider.Pressed) while p has not paid off
+// its earlier bodies in the lane (see laneWindow). In the lane a body reads on without further charge, bounded
 // by the receiver's max_request_body_size: refusing it would be a retryable
 // error that could never succeed, so its client would retry until it drops
 // the data. Its bytes beyond the share are not counted against the other
@@ -455,6 +455,9 @@ func (b *Budget) waitAdmit(ctx context.Context, n int64, p peer, limit time.Dura
 	if limit <= 0 {
 		return false
 	}
+	// Someone waits for bytes: the budget is contended, and bodies grow
+	// only within their fair shares until it is over.
+	b.peers.refused(now())
 	e := &entrant{n: n, p: p, admitted: make(chan struct{})}
 	b.mu.Lock()
 	b.entrants = append(b.entrants, e)

@@ -39,14 +39,10 @@ func (f *fakeDecider) Decide(s decision.Signal) decision.Verdict {
 
 func (f *fakeDecider) Exempt(s decision.Signal) bool { return f.exempt[s].Load() }
 
-// State follows the verdict set for s: Open for DenyOpen, Shedding for
-// DenyShed, Normal otherwise.
-// (or Shedding while pressed is set, whatever the verdict).
-func (f *fakeDecider) State(s decision.Signal) decision.State {
-	if f.pressed.Load() {
-		return decision.Shedding
-	}
-	return stateOf(decision.Verdict(f.verdict[s].Load()))
+// Pressed is true while pressed is set or the verdict set for s is a
+// denial.
+func (f *fakeDecider) Pressed(s decision.Signal) bool {
+	return f.pressed.Load() || stateOf(decision.Verdict(f.verdict[s].Load())) != decision.Normal
 }
 
 func stateOf(v decision.Verdict) decision.State {

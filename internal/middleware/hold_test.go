@@ -111,7 +111,7 @@ func (d *orderedDecider) Decide(decision.Signal) decision.Verdict {
 
 func (*orderedDecider) Exempt(decision.Signal) bool { return false }
 
-func (*orderedDecider) State(decision.Signal) decision.State { return decision.Shedding }
+func (*orderedDecider) Pressed(decision.Signal) bool { return true }
 
 // TestHoldOldestFirst: requests are admitted in the order they arrived,
 // whichever of their draws admitted.

@@ -99,7 +99,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Under pressure, a peer that owes the oversize lane is refused at once
 	// what may need it, before it is decompressed up to its share.
 	if (r.ContentLength < 0 || r.ContentLength > m.budget.maxFor(p)) && !m.observe &&
-		m.budget.laneIndebted(p, t) && m.dec.State(sig) != decision.Normal {
+		m.budget.laneIndebted(p, t) && m.dec.Pressed(sig) {
 		m.reject(w, r, sig, decision.DenyBudget)
 		return
 	}
@@ -321,7 +321,7 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 			b.m.budget.charge(need, b.peer)
 		case b.m.budget.atShare(held, b.peer):
 			// Its own reservation is its peer's whole share.
-			if !b.m.observe && !b.m.budget.acquireLane(b.ctx, b.peer, b.m.dec.State(b.sig) != decision.Normal, b.waitLeft) {
+			if !b.m.observe && !b.m.budget.acquireLane(b.ctx, b.peer, b.m.dec.Pressed(b.sig), b.waitLeft) {
 				return 0, b.m.budgetError()
 			}
 			b.enterLane(!b.m.observe)

@@ -32,9 +32,11 @@ type Decider interface {
 	// bypasses the admission budget; Decide admits it except at the memory
 	// backstop.
 	Exempt(s decision.Signal) bool
-	// State is signal s's state: the oversize lane is paid off only while
-	// it is not Normal (see Peers.laneAllowed).
-	State(s decision.Signal) decision.State
+	// Pressed reports whether the collector is under pressure for signal
+	// s: not Normal, or a water level past its exit line. The oversize
+	// lane is paid off only then (see Peers.laneAllowed). Called off the
+	// decision path, once per body that needs the lane.
+	Pressed(s decision.Signal) bool
 }
 
 // Config configures the HTTP and gRPC middleware.

@@ -57,9 +57,9 @@ type Peers struct {
 	fraction  atomic.Uint64
 	recounted atomic.Int64 // now() of the last count
 	active    atomic.Int32
-	// refusedAt is now() of the last request refused for the budget: while
-	// it is recent the budget is contended, and a body grows only within
-	// its peer's fair share.
+	// refusedAt is now() of the last request refused for the budget, or
+	// made to wait for it: while it is recent the budget is contended, and
+	// a body grows only within its peer's fair share.
 	refusedAt atomic.Int64
 }
 
@@ -217,7 +217,8 @@ func (ps *Peers) growLimit(total int64, t time.Duration) int64 {
 	return max(int64(float64(total)*ps.share), 1)
 }
 
-// refused notes a request refused for the budget at t.
+// refused notes a request refused for the budget at t, or made to wait
+// for it.
 func (ps *Peers) refused(t time.Duration) {
 	if ps != nil && time.Duration(ps.refusedAt.Load()) < t {
 		ps.refusedAt.Store(int64(t))
@@ -284,14 +285,14 @@ func (ps *Peers) freePlace(p peer) {
 }
 
 // laneWindow is how long a peer takes to pay off a budget's worth of bytes
-// read in the oversize lane. While the collector is under pressure (its
-// signal not Normal) a peer may take the lane only once it has paid off its
+// read in the oversize lane. While the collector is under pressure (not
+// Normal, or a level past its exit line) a peer may take the lane only once it has paid off its
 // earlier bodies to less than one budget: beyond its share it may then
 // read at most the budget's size per laneWindow. A peer sending bodies
 // larger than its share back to back would otherwise keep the collector
 // decompressing and decoding for it alone; while the collector has room,
 // large honest batches go through as fast as they come.
-const laneWindow = 2 * time.Second
+const laneWindow = 10 * time.Second
 
 // laneAllowed reports whether peer p has paid off what it read in the lane
 // to less than one budget at t.

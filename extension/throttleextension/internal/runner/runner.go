@@ -427,6 +427,18 @@ func (r *Runner) Exempt(s decision.Signal) bool {
 // State is the current state of signal s's state machine.
 func (r *Runner) State(s decision.Signal) decision.State { return r.engine.State(s) }
 
+// Pressed implements middleware.Decider: s is not Normal, or a water level
+// is past its exit line (the state has not changed yet, but a burst that
+// costs more would take it there).
+func (r *Runner) Pressed(s decision.Signal) bool {
+	if r.engine.State(s) != decision.Normal {
+		return true
+	}
+	wl := r.engine.Level()
+	c := &r.cfg.Decision
+	return (c.CPU.Enabled && wl.CPUValid && wl.CPUSlow >= c.CPU.Exit) || (c.Mem.Enabled && wl.MemValid && wl.Mem >= c.Mem.Exit)
+}
+
 // RetryDelay draws the delay a client rejected with v is asked to wait.
 func (r *Runner) RetryDelay(v decision.Verdict) time.Duration { return r.retry.Draw(v) }
 
