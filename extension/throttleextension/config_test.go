@@ -724,6 +724,9 @@ func TestConfigResolveBudget(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, tc.budget.resolve(tc.memLimit, tc.cores), tc.name)
 	}
+	// The held pool is the memory part alone: a held stream does no work.
+	assert.EqualValues(t, 25<<20, heldPool(300<<20), "300MiB, whatever the cores")
+	assert.EqualValues(t, 32<<20, heldPool(0), "no limit")
 	assert.True(t, fixedInflightBudget(0).isOff())
 	assert.True(t, InflightBudget{}.isOff(), "the zero value is off")
 	assert.False(t, auto.isOff())

@@ -42,6 +42,7 @@ func (cfg *Config) runnerConfig() runner.Config {
 	}
 	if !cfg.Admission.MaxInflightBytes.isOff() {
 		rc.Admission.Budget = cfg.Admission.MaxInflightBytes.resolve
+		rc.Admission.HeldPool = heldPool
 	}
 	if cfg.Status.HasValue() {
 		status := *cfg.Status.Get() // ToServer fills in defaults; keep the config as loaded

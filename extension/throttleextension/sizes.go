@@ -234,6 +234,13 @@ func (b InflightBudget) resolve(memLimit uint64, cores float64) uint64 {
 	return min(max(min(byMem, byCPU), minAutoBudget), maxAutoBudget)
 }
 
+// heldPool is the size of the pool that counts what waiting gRPC streams
+// may buffer for a memory limit of memLimit bytes: the memory part of the
+// "auto" budget (memLimit/12, 32 MiB without a limit, within [1 MiB,
+// 256 MiB]), without its per-core bound, which is about CPU work in
+// progress: a held stream does no work.
+func heldPool(memLimit uint64) uint64 { return autoInflightBudget().resolve(memLimit, 0) }
+
 // String is "auto", "0" or the size.
 func (b InflightBudget) String() string {
 	if b.auto {

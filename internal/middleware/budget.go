@@ -64,8 +64,10 @@ type Budget struct {
 	highWater atomic.Pointer[HighWater]
 
 	reserved atomic.Int64
-	// held is what waiting gRPC streams expect to buffer (reserveHeld).
-	held atomic.Int64
+	// held is what waiting gRPC streams expect to buffer (reserveHeld), in
+	// a pool of heldMax bytes, at least max.
+	held    atomic.Int64
+	heldMax atomic.Int64
 	// lane is the oversize lane's token (a buffered channel of one: the
 	// waiters for it are served in order); laneBytes counts what its body
 	// read beyond its peer's share.
@@ -410,15 +412,24 @@ func (b *Budget) laneIndebted(p peer, t time.Duration) bool {
 	return b != nil && !b.peers.laneAllowed(p, t)
 }
 
+// SetHeldMax sizes the pool of what waiting gRPC streams may buffer;
+// never below the budget's size.
+func (b *Budget) SetHeldMax(n int64) {
+	if b != nil {
+		b.heldMax.Store(n)
+	}
+}
+
 // reserveHeld counts n bytes a waiting gRPC stream may buffer, if they fit
-// in a pool as large as the budget.
+// in the held pool (SetHeldMax, at least the budget's size).
 func (b *Budget) reserveHeld(n int64) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
+	pool := max(b.heldMax.Load(), b.max.Load())
 	for {
 		cur := b.held.Load()
-		if n > b.max.Load()-cur {
+		if n > pool-cur {
 			return false
 		}
 		if b.held.CompareAndSwap(cur, cur+n) {

@@ -735,8 +735,15 @@ func TestGRPCOpenHeld(t *testing.T) {
 	require.Eventually(t, func() bool { return f2.budget.Held() == 1000 }, 10*time.Second, time.Millisecond)
 	requireRetryable(t, f2.export(ctx), "open", grpcRetryHigh)
 	assert.EqualValues(t, 1, f2.mw.hold.Held())
+	// The pool may be larger than the budget (the runner sizes it by the
+	// memory limit): then a second call waits too.
+	f2.budget.SetHeldMax(2000)
+	held2 := make(chan error, 1)
+	go func() { held2 <- f2.export(ctx) }()
+	require.Eventually(t, func() bool { return f2.budget.Held() == 2000 }, 10*time.Second, time.Millisecond)
 	dec.set(decision.Traces, decision.Admit)
 	require.NoError(t, <-held)
+	require.NoError(t, <-held2)
 	f2.requireReleased(t)
 }
 

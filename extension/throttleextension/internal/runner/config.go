@@ -60,6 +60,9 @@ type Admission struct {
 	// Budget sizes the budget for a memory limit and a number of cores;
 	// nil turns the budget off.
 	Budget func(memLimit uint64, cores float64) uint64
+	// HeldPool sizes the pool of what waiting gRPC streams may buffer for
+	// a memory limit (at least the budget); nil: the budget's size.
+	HeldPool func(memLimit uint64) uint64
 	// AutoBudget resizes the budget whenever the memory limit or the cores
 	// change.
 	AutoBudget  bool

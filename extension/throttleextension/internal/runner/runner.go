@@ -234,6 +234,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 			Peers: r.peers,
 			Wait:  a.WaitTimeout,
 		}))
+		r.resizeBudget(wl)
 	}
 	goLimit := r.memLimit.Limit()
 	r.status.goRuntimeSetBy(r.memLimit.Status().String(), r.pace.String())
@@ -322,7 +323,13 @@ func (r *Runner) stopSampler(stopped chan<- struct{}) {
 // in-place pod resize, a move to another cgroup).
 func (r *Runner) resizeBudget(wl *sampler.WaterLevel) {
 	b := r.budget.Load()
-	if b == nil || !r.cfg.Admission.AutoBudget {
+	if b == nil {
+		return
+	}
+	if pool := r.cfg.Admission.HeldPool; pool != nil {
+		b.SetHeldMax(int64(pool(wl.MemLimit))) //nolint:gosec // G115: at most 256 MiB
+	}
+	if !r.cfg.Admission.AutoBudget {
 		return
 	}
 	if want := int64(r.cfg.Admission.Budget(wl.MemLimit, wl.Cores)); want != b.Max() { //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
