@@ -74,6 +74,10 @@ func (f *fakeSource) Describe() string { return "fake source (test)" }
 func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 	cfg := createDefaultConfig().(*Config)
 	cfg.CheckInterval = 10 * time.Millisecond
+	// Three checks for the CPU and one for memory, as the engine's own
+	// tests: at the shipped 750ms and 250ms every flap would take a second.
+	cfg.CPU.BreachDuration = 3 * cfg.CheckInterval
+	cfg.Memory.BreachDuration = cfg.CheckInterval
 	cfg.RecoveryRamp = 0
 	cfg.StaleAfter = 0
 	cfg.Rules["metrics"] = RuleConfig{Enabled: ptrTo(false)}
