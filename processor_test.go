@@ -284,7 +284,7 @@ func TestProcessorFollowsItsSignalRule(t *testing.T) {
 		t.Cleanup(func() { require.NoError(t, c.Shutdown(ctx)) })
 	}
 
-	rt.src.workingSet.Store(fakeShedding)
+	rt.src.SetWorkingSet(fakeShedding)
 	rt.waitState(t, decision.Shedding)
 	code, _ := retryInfo(t, sendTraces(ctx, 3))
 	assert.Equal(t, codes.ResourceExhausted, code)

@@ -6,7 +6,6 @@ package throttleprocessor
 import (
 	"context"
 	"maps"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,30 +17,19 @@ import (
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/testseam"
+	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
-// fakeSource is the resource source of a real throttle extension in tests:
-// no CPU used, a working set the test sets, against a fixed memory limit.
-type fakeSource struct {
-	workingSet atomic.Uint64
-}
-
+// The working sets of the real throttle extension's source in tests
+// (testutil.Source: no CPU used), against a fixed memory limit.
 const (
 	fakeMemLimit   = 1000
 	fakeCalm       = 100 // 0.10 of the limit: under every memory line
 	fakeOverloaded = 950 // 0.95: over mem hard (0.92), Open in one sample
 	fakeShedding   = 880 // 0.88: between mem enter (0.85) and hard
 )
-
-var _ sampler.Source = (*fakeSource)(nil)
-
-func (*fakeSource) CPUTime() (time.Duration, error) { return 0, nil }
-func (s *fakeSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
-func (*fakeSource) Limits() (cgroup.Limits, error)  { return cgroup.Limits{MemLimit: fakeMemLimit}, nil }
-func (*fakeSource) Describe() string                { return "fake source (test)" }
 
 // Retry range of the real extension in tests: short, so that clients retry
 // soon, and at least one second so that Retry-After (whole seconds) is not 0.
@@ -55,7 +43,7 @@ const (
 type realThrottle struct {
 	throttleapi.Throttle
 	ext component.Component
-	src *fakeSource
+	src *testutil.Source
 	tel *componenttest.Telemetry
 }
 
@@ -65,8 +53,8 @@ type realThrottle struct {
 // keys replace the defaults above). It is shut down when the test ends.
 func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
 	tb.Helper()
-	src := &fakeSource{}
-	src.workingSet.Store(fakeCalm)
+	src := testutil.NewSource(cgroup.Limits{MemLimit: fakeMemLimit})
+	src.SetWorkingSet(fakeCalm)
 
 	f := testseam.ExtensionFactory(src)
 	cfg := f.CreateDefaultConfig()
@@ -111,14 +99,14 @@ func (rt *realThrottle) host() component.Host {
 // until the traces state machine says so.
 func (rt *realThrottle) overload(tb testing.TB) {
 	tb.Helper()
-	rt.src.workingSet.Store(fakeOverloaded)
+	rt.src.SetWorkingSet(fakeOverloaded)
 	rt.waitState(tb, decision.Open)
 }
 
 // calm brings the memory level under every line and waits for Normal.
 func (rt *realThrottle) calm(tb testing.TB) {
 	tb.Helper()
-	rt.src.workingSet.Store(fakeCalm)
+	rt.src.SetWorkingSet(fakeCalm)
 	rt.waitState(tb, decision.Normal)
 }
 

@@ -31,8 +31,10 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
 
+	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
+	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
@@ -62,7 +64,7 @@ const e2eWait = 30 * time.Second
 // e2eEnv is a started throttle extension and a started otlpreceiver (gRPC
 // and HTTP, both with middlewares: [{id: throttle}]) feeding sinks.
 type e2eEnv struct {
-	src *fakeSource
+	src *testutil.Source
 	th  throttleapi.Throttle
 	tel *componenttest.Telemetry
 
@@ -102,14 +104,14 @@ func startE2E(tb testing.TB, conf map[string]any) *e2eEnv {
 	tb.Helper()
 	ctx := context.Background()
 	env := &e2eEnv{
-		src:      &fakeSource{memLimit: e2eMemLimit},
+		src:      testutil.NewSource(cgroup.Limits{MemLimit: e2eMemLimit}),
 		tel:      componenttest.NewTelemetry(),
 		traces:   new(consumertest.TracesSink),
 		metrics:  new(consumertest.MetricsSink),
 		logs:     new(consumertest.LogsSink),
 		profiles: new(consumertest.ProfilesSink),
 	}
-	env.src.setLevel(e2eCalm)
+	env.src.SetMemoryShare(e2eCalm)
 	tb.Cleanup(func() { require.NoError(tb, env.tel.Shutdown(ctx)) })
 	ext, th := startThrottle(tb, env.src, e2eThrottleConfig(conf), env.tel)
 	env.th = th
@@ -176,7 +178,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
 // signal shares them) are in want.
 func (env *e2eEnv) setLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
-	env.src.setLevel(level)
+	env.src.SetMemoryShare(level)
 	waitState(tb, env.th, want, e2eWait)
 }
 

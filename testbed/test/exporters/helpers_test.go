@@ -16,9 +16,7 @@ package exporters
 
 import (
 	"context"
-	"math"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,10 +27,9 @@ import (
 	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.uber.org/goleak"
 
-	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/testseam"
+	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
@@ -40,30 +37,11 @@ import (
 // outlives the tests.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeSource is the resource source of the extension under test: no CPU
-// used, a working set the test sets against a fixed memory limit.
-type fakeSource struct {
-	memLimit   uint64
-	workingSet atomic.Uint64
-}
-
-var _ sampler.Source = (*fakeSource)(nil)
-
-func (*fakeSource) CPUTime() (time.Duration, error)  { return 0, nil }
-func (s *fakeSource) WorkingSet() (uint64, error)    { return s.workingSet.Load(), nil }
-func (s *fakeSource) Limits() (cgroup.Limits, error) { return cgroup.Limits{MemLimit: s.memLimit}, nil }
-func (*fakeSource) Describe() string                 { return "fake source (test)" }
-
-// setLevel sets the working set to level times the memory limit.
-func (s *fakeSource) setLevel(level float64) {
-	s.workingSet.Store(uint64(math.Round(level * float64(s.memLimit))))
-}
-
 // startThrottle creates the throttle extension with the extension's own
 // factory, reading src, configured with conf (keys of the throttle
 // configuration) and counting into tel (no-op telemetry when nil), and
 // starts it; it is shut down when the test ends.
-func startThrottle(tb testing.TB, src *fakeSource, conf map[string]any, tel *componenttest.Telemetry) (component.Component, throttleapi.Throttle) {
+func startThrottle(tb testing.TB, src *testutil.Source, conf map[string]any, tel *componenttest.Telemetry) (component.Component, throttleapi.Throttle) {
 	tb.Helper()
 	ctx := context.Background()
 	f := testseam.ExtensionFactory(src)

@@ -17,7 +17,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
@@ -77,7 +79,7 @@ const (
 type realThrottle struct {
 	throttleapi.Throttle
 	ext component.Component
-	src *fakeSource
+	src *testutil.Source
 }
 
 // startRealThrottle creates and starts a throttle extension with a 10ms
@@ -86,8 +88,8 @@ type realThrottle struct {
 // keys replace the defaults above). It is shut down when the test ends.
 func startRealThrottle(tb testing.TB, extra ...map[string]any) *realThrottle {
 	tb.Helper()
-	src := &fakeSource{memLimit: fakeMemLimit}
-	src.setLevel(fakeCalm)
+	src := testutil.NewSource(cgroup.Limits{MemLimit: fakeMemLimit})
+	src.SetMemoryShare(fakeCalm)
 	conf := map[string]any{
 		"check_interval": "10ms",
 		"recovery_ramp":  "0s",
@@ -115,14 +117,14 @@ func (rt *realThrottle) host() component.Host {
 // until the state machines say so.
 func (rt *realThrottle) overload(tb testing.TB) {
 	tb.Helper()
-	rt.src.setLevel(fakeOverloaded)
+	rt.src.SetMemoryShare(fakeOverloaded)
 	rt.waitState(tb, decision.Open)
 }
 
 // calm brings the memory level under every line and waits for Normal.
 func (rt *realThrottle) calm(tb testing.TB) {
 	tb.Helper()
-	rt.src.setLevel(fakeCalm)
+	rt.src.SetMemoryShare(fakeCalm)
 	rt.waitState(tb, decision.Normal)
 }
 
