@@ -158,7 +158,7 @@ soak: $(OTELCOL)
 # The fleet benchmark (testbed/bench/fleet): stock collectors as agents and
 # sink, the gateway under test in a cgroup. Peers are built from manifests in
 # testbed/bench/fleet: otelcol-stock (no throttle code, this collector release) and
-# otelcol-mlext (core's memory_limiter extension, only served up to v0.149.0,
+# otelcol-mlext (core's memory_limiter extension, only served up to v0.159.0,
 # so built with that release's ocb).
 
 ## otelcol-stock, otelcol-mlext: build the fleet benchmark's peer distributions.
