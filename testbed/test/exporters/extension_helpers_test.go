@@ -36,6 +36,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/internal/throttleapi"
+	"github.com/otelthrottle/throttle/internal/throttletest"
 )
 
 // e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
@@ -113,7 +114,7 @@ func startE2E(tb testing.TB, conf map[string]any) *e2eEnv {
 	}
 	env.src.SetMemoryShare(e2eCalm)
 	tb.Cleanup(func() { require.NoError(tb, env.tel.Shutdown(ctx)) })
-	ext, th := startThrottle(tb, env.src, e2eThrottleConfig(conf), env.tel)
+	ext, th := throttletest.Start(tb, env.src, e2eThrottleConfig(conf), env.tel)
 	env.th = th
 
 	// A free port can be taken by another test between freeAddr and the
@@ -158,7 +159,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
 	pr, err := rf.(xreceiver.Factory).CreateProfiles(ctx, rset, rcfg, env.profiles)
 	require.NoError(tb, err)
 	rcvs := []component.Component{tr, mr, lr, pr}
-	host := hostWith(component.MustNewID("throttle"), ext)
+	host := throttletest.HostWith(component.MustNewID("throttle"), ext)
 	var started []component.Component
 	tb.Cleanup(func() {
 		for _, r := range started {
@@ -179,7 +180,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
 func (env *e2eEnv) setLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
 	env.src.SetMemoryShare(level)
-	waitState(tb, env.th, want, e2eWait)
+	throttletest.WaitState(tb, env.th, want, e2eWait)
 }
 
 // requests is the throttle_requests counter for one protocol, signal and
