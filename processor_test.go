@@ -86,26 +86,6 @@ func retryInfo(t *testing.T, err error) (codes.Code, time.Duration) {
 	return 0, 0
 }
 
-// outcomePoints are the expected data points of one processor's counters.
-func outcomePoints(sig decision.Signal, values map[string]int64) []metricdata.DataPoint[int64] {
-	var dps []metricdata.DataPoint[int64]
-	for _, o := range outcomeNames {
-		v, ok := values[o]
-		if !ok {
-			continue
-		}
-		dps = append(dps, metricdata.DataPoint[int64]{
-			Attributes: attribute.NewSet(
-				attribute.String("processor", "throttle"),
-				attribute.String("signal", sig.String()),
-				attribute.String("outcome", o),
-			),
-			Value: v,
-		})
-	}
-	return dps
-}
-
 func TestProcessorDecisions(t *testing.T) {
 	const delay = 7 * time.Second
 	for _, h := range signalHarnesses {
@@ -172,10 +152,10 @@ func TestProcessorDecisions(t *testing.T) {
 					}, fake.Recorded())
 
 					metadatatest.AssertEqualProcessorThrottleItems(t, tel,
-						outcomePoints(h.signal, map[string]int64{"passed": 8, rejected: 11}),
+						throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 8, rejected: 11}),
 						metricdatatest.IgnoreTimestamp())
 					metadatatest.AssertEqualProcessorThrottleBatches(t, tel,
-						outcomePoints(h.signal, map[string]int64{"passed": 3, rejected: 2}),
+						throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 3, rejected: 2}),
 						metricdatatest.IgnoreTimestamp())
 				})
 			}
@@ -250,10 +230,10 @@ func TestProcessorWithThrottleExtension(t *testing.T) {
 			assert.Equal(t, 10, received())
 
 			metadatatest.AssertEqualProcessorThrottleItems(t, tel,
-				outcomePoints(h.signal, map[string]int64{"passed": 10, "refused": 5}),
+				throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 10, "refused": 5}),
 				metricdatatest.IgnoreTimestamp())
 			metadatatest.AssertEqualProcessorThrottleBatches(t, tel,
-				outcomePoints(h.signal, map[string]int64{"passed": 2, "refused": 1}),
+				throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 2, "refused": 1}),
 				metricdatatest.IgnoreTimestamp())
 
 			// Every decision is counted in the extension's requests metric

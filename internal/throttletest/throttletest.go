@@ -4,7 +4,8 @@
 // Package throttletest holds the throttles that this repository's tests
 // outside the extension run the processor and the receivers against: Fake,
 // whose verdicts the test sets, and the real extension, built by its own
-// factory over a testutil.Source (Start, StartReal). It is apart from
+// factory over a testutil.Source (Start, StartReal); and the data points the
+// processor's counter should show (ProcessorOutcomePoints). It is apart from
 // internal/testutil because it imports the decision package and the
 // extension, whose own tests use testutil.
 package throttletest // import "github.com/otelthrottle/throttle/internal/throttletest"
@@ -22,6 +23,8 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
@@ -216,4 +219,26 @@ func (r *Real) SetLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
 	r.Src.SetMemoryShare(level)
 	WaitState(tb, r, want, 10*time.Second)
+}
+
+// ProcessorOutcomePoints are the expected data points of the throttle
+// processor's item counter for one signal: values by outcome ("passed",
+// "refused", "dropped"); an outcome left out has no point.
+func ProcessorOutcomePoints(sig decision.Signal, values map[string]int64) []metricdata.DataPoint[int64] {
+	var dps []metricdata.DataPoint[int64]
+	for _, o := range []string{"passed", "refused", "dropped"} {
+		v, ok := values[o]
+		if !ok {
+			continue
+		}
+		dps = append(dps, metricdata.DataPoint[int64]{
+			Attributes: attribute.NewSet(
+				attribute.String("processor", "throttle"),
+				attribute.String("signal", sig.String()),
+				attribute.String("outcome", o),
+			),
+			Value: v,
+		})
+	}
+	return dps
 }

@@ -292,10 +292,10 @@ func TestEndToEndDrop(t *testing.T) {
 			assert.Zero(t, logs.FilterMessage(retryLogMessage).Len())
 
 			metadatatest.AssertEqualProcessorThrottleItems(t, p.tel,
-				outcomePoints(decision.Traces, map[string]int64{"passed": 16, "dropped": int64(sentWhileOpen)}),
+				throttletest.ProcessorOutcomePoints(decision.Traces, map[string]int64{"passed": 16, "dropped": int64(sentWhileOpen)}),
 				metricdatatest.IgnoreTimestamp())
 			metadatatest.AssertEqualProcessorThrottleBatches(t, p.tel,
-				outcomePoints(decision.Traces, map[string]int64{"passed": 2, "dropped": 4}),
+				throttletest.ProcessorOutcomePoints(decision.Traces, map[string]int64{"passed": 2, "dropped": 4}),
 				metricdatatest.IgnoreTimestamp())
 		})
 	}
