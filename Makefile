@@ -20,6 +20,18 @@ test:
 	$(GO) test $(GOTEST_FLAGS) ./...
 	cd $(TESTBED) && $(GO) test $(GOTEST_FLAGS) ./...
 
+## unit: the unit and component tests of both modules, without root, a browser
+## or a distribution build: go test -short skips the browser test, the
+## distribution tests and the cgroup load tests, which `make test` runs. The
+## two modules run side by side, each module's output printed when it ends.
+.PHONY: unit unit-component unit-testbed
+unit:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target unit-component unit-testbed
+unit-component:
+	$(GO) test -short $(GOTEST_FLAGS) ./...
+unit-testbed:
+	cd $(TESTBED) && $(GO) test -short $(GOTEST_FLAGS) ./...
+
 ## bench: run the Go benchmarks (request path, engine, sampler; both modules).
 .PHONY: bench
 bench:
@@ -146,7 +158,7 @@ soak: $(OTELCOL)
 # The fleet benchmark (testbed/bench/fleet): stock collectors as agents and
 # sink, the gateway under test in a cgroup. Peers are built from manifests in
 # testbed/bench/fleet: otelcol-stock (no throttle code, this collector release) and
-# otelcol-mlext (core's memory_limiter extension, only served up to v0.149.0,
+# otelcol-mlext (core's memory_limiter extension, only served up to v0.159.0,
 # so built with that release's ocb).
 
 ## otelcol-stock, otelcol-mlext: build the fleet benchmark's peer distributions.

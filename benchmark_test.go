@@ -22,6 +22,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/metadata"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/throttletest"
 )
 
 // admitThrottle admits everything and records nothing: it isolates the
@@ -74,12 +75,12 @@ func BenchmarkProcessor(b *testing.B) {
 			runTracesBenchmark(b, p, td)
 		})
 		b.Run(tl.name+"/throttle_admit_fake", func(b *testing.B) {
-			p := startBenchProcessor(b, tl.set(b), hostWith(defaultExtensionID, admitThrottle{}))
+			p := startBenchProcessor(b, tl.set(b), throttletest.HostWith(defaultExtensionID, admitThrottle{}))
 			runTracesBenchmark(b, p, td)
 		})
 		b.Run(tl.name+"/throttle_extension", func(b *testing.B) {
-			rt := startRealThrottle(b)
-			p := startBenchProcessor(b, tl.set(b), rt.host())
+			rt := throttletest.StartReal(b)
+			p := startBenchProcessor(b, tl.set(b), throttletest.HostWith(defaultExtensionID, rt.Ext))
 			runTracesBenchmark(b, p, td)
 		})
 	}

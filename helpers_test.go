@@ -5,10 +5,7 @@ package throttleprocessor
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
@@ -18,77 +15,7 @@ import (
 
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
-	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
-
-// testHost is a component.Host holding the given extensions.
-type testHost struct {
-	extensions map[component.ID]component.Component
-}
-
-func (h testHost) GetExtensions() map[component.ID]component.Component { return h.extensions }
-
-func hostWith(id component.ID, ext component.Component) component.Host {
-	return testHost{extensions: map[component.ID]component.Component{id: ext}}
-}
-
-// fakeThrottle is a throttle extension whose verdicts the test sets. It
-// records every call the processor makes.
-type fakeThrottle struct {
-	component.StartFunc
-	component.ShutdownFunc
-
-	verdicts [decision.NumSignals]atomic.Uint32
-	delay    time.Duration
-	decides  [decision.NumSignals]atomic.Int64
-	observe  atomic.Bool
-
-	mu       sync.Mutex
-	recorded []recordedDecision
-}
-
-type recordedDecision struct {
-	signal  decision.Signal
-	verdict decision.Verdict
-}
-
-var _ throttleapi.Throttle = (*fakeThrottle)(nil)
-
-func newFakeThrottle(delay time.Duration) *fakeThrottle {
-	return &fakeThrottle{delay: delay}
-}
-
-func (f *fakeThrottle) set(s decision.Signal, v decision.Verdict) {
-	f.verdicts[s].Store(uint32(v))
-}
-
-func (f *fakeThrottle) Decide(s decision.Signal) decision.Verdict {
-	f.decides[s].Add(1)
-	return decision.Verdict(f.verdicts[s].Load())
-}
-
-func (f *fakeThrottle) RetryDelay(decision.Verdict) time.Duration { return f.delay }
-
-func (f *fakeThrottle) State(s decision.Signal) decision.State {
-	if decision.Verdict(f.verdicts[s].Load()) == decision.DenyOpen {
-		return decision.Open
-	}
-	return decision.Normal
-}
-
-func (f *fakeThrottle) ObserveOnly() bool { return f.observe.Load() }
-
-func (f *fakeThrottle) RecordProcessorDecision(s decision.Signal, v decision.Verdict) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.recorded = append(f.recorded, recordedDecision{s, v})
-}
-
-func (f *fakeThrottle) recordedDecisions() []recordedDecision {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]recordedDecision(nil), f.recorded...)
-}
 
 // notThrottle is an extension of another kind.
 type notThrottle struct {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/throttletest"
 )
 
 func TestStartFindsExtension(t *testing.T) {
@@ -40,17 +41,17 @@ func TestStartFindsExtension(t *testing.T) {
 		},
 		{
 			name:    "other ID",
-			host:    hostWith(component.MustNewID("throttle"), newFakeThrottle(0)),
+			host:    throttletest.HostWith(component.MustNewID("throttle"), throttletest.NewFake(0)),
 			wantErr: `throttle processor: extension "throttle/edge" not found; add it under extensions: and list it in service.extensions`,
 		},
 		{
 			name:    "wrong type",
-			host:    hostWith(edge, notThrottle{}),
+			host:    throttletest.HostWith(edge, notThrottle{}),
 			wantErr: `throttle processor: extension "throttle/edge" is a throttleprocessor.notThrottle, not a throttle extension; set the processor's extension: to the ID of a throttle extension`,
 		},
 		{
 			name: "found",
-			host: hostWith(edge, newFakeThrottle(0)),
+			host: throttletest.HostWith(edge, throttletest.NewFake(0)),
 		},
 	}
 	for _, tt := range tests {
@@ -85,26 +86,6 @@ func retryInfo(t *testing.T, err error) (codes.Code, time.Duration) {
 	return 0, 0
 }
 
-// outcomePoints are the expected data points of one processor's counters.
-func outcomePoints(sig decision.Signal, values map[string]int64) []metricdata.DataPoint[int64] {
-	var dps []metricdata.DataPoint[int64]
-	for _, o := range outcomeNames {
-		v, ok := values[o]
-		if !ok {
-			continue
-		}
-		dps = append(dps, metricdata.DataPoint[int64]{
-			Attributes: attribute.NewSet(
-				attribute.String("processor", "throttle"),
-				attribute.String("signal", sig.String()),
-				attribute.String("outcome", o),
-			),
-			Value: v,
-		})
-	}
-	return dps
-}
-
 func TestProcessorDecisions(t *testing.T) {
 	const delay = 7 * time.Second
 	for _, h := range signalHarnesses {
@@ -113,10 +94,10 @@ func TestProcessorDecisions(t *testing.T) {
 				t.Run(string(onReject), func(t *testing.T) {
 					tel := componenttest.NewTelemetry()
 					t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
-					fake := newFakeThrottle(delay)
+					fake := throttletest.NewFake(delay)
 					cfg := &Config{Extension: defaultExtensionID, OnReject: onReject}
 					c, send, received := h.create(t, metadatatest.NewSettings(tel), cfg)
-					require.NoError(t, c.Start(context.Background(), hostWith(defaultExtensionID, fake)))
+					require.NoError(t, c.Start(context.Background(), throttletest.HostWith(defaultExtensionID, fake)))
 					t.Cleanup(func() { require.NoError(t, c.Shutdown(context.Background())) })
 
 					// Normal: 2 batches pass.
@@ -125,15 +106,15 @@ func TestProcessorDecisions(t *testing.T) {
 					assert.Equal(t, 7, received())
 
 					// Open: 5 items rejected.
-					fake.set(h.signal, decision.DenyOpen)
+					fake.Set(h.signal, decision.DenyOpen)
 					errOpen := send(context.Background(), 5)
 					// Shedding, and the draw fell under p_drop: 6 items rejected.
-					fake.set(h.signal, decision.DenyShed)
+					fake.Set(h.signal, decision.DenyShed)
 					errShed := send(context.Background(), 6)
 					assert.Equal(t, 7, received(), "a rejected batch must not reach the next consumer")
 
 					// Back to Normal.
-					fake.set(h.signal, decision.Admit)
+					fake.Set(h.signal, decision.Admit)
 					require.NoError(t, send(context.Background(), 1))
 					assert.Equal(t, 8, received())
 
@@ -155,26 +136,26 @@ func TestProcessorDecisions(t *testing.T) {
 					}
 
 					// One decision per batch, for this signal only, each recorded.
-					for s := range fake.decides {
+					for s := range decision.NumSignals {
 						want := int64(0)
-						if decision.Signal(s) == h.signal {
+						if s == h.signal {
 							want = 5
 						}
-						assert.Equal(t, want, fake.decides[s].Load(), "decisions for %v", decision.Signal(s))
+						assert.Equal(t, want, fake.Decides(s), "decisions for %v", s)
 					}
-					assert.Equal(t, []recordedDecision{
-						{h.signal, decision.Admit},
-						{h.signal, decision.Admit},
-						{h.signal, decision.DenyOpen},
-						{h.signal, decision.DenyShed},
-						{h.signal, decision.Admit},
-					}, fake.recordedDecisions())
+					assert.Equal(t, []throttletest.Recorded{
+						{Signal: h.signal, Verdict: decision.Admit},
+						{Signal: h.signal, Verdict: decision.Admit},
+						{Signal: h.signal, Verdict: decision.DenyOpen},
+						{Signal: h.signal, Verdict: decision.DenyShed},
+						{Signal: h.signal, Verdict: decision.Admit},
+					}, fake.Recorded())
 
 					metadatatest.AssertEqualProcessorThrottleItems(t, tel,
-						outcomePoints(h.signal, map[string]int64{"passed": 8, rejected: 11}),
+						throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 8, rejected: 11}),
 						metricdatatest.IgnoreTimestamp())
 					metadatatest.AssertEqualProcessorThrottleBatches(t, tel,
-						outcomePoints(h.signal, map[string]int64{"passed": 3, rejected: 2}),
+						throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 3, rejected: 2}),
 						metricdatatest.IgnoreTimestamp())
 				})
 			}
@@ -186,11 +167,11 @@ func TestProcessorDecisions(t *testing.T) {
 // through the wrappers the service puts around errors on the way back
 // (consumererror.NewDownstream in its pipeline instrumentation, or any %w).
 func TestRefusalSurvivesWrapping(t *testing.T) {
-	fake := newFakeThrottle(1500 * time.Millisecond)
-	fake.set(decision.Logs, decision.DenyOpen)
+	fake := throttletest.NewFake(1500 * time.Millisecond)
+	fake.Set(decision.Logs, decision.DenyOpen)
 	c, send, _ := signalHarnesses[decision.Logs].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
-	require.NoError(t, c.Start(context.Background(), hostWith(defaultExtensionID, fake)))
+	require.NoError(t, c.Start(context.Background(), throttletest.HostWith(defaultExtensionID, fake)))
 	defer func() { require.NoError(t, c.Shutdown(context.Background())) }()
 	err := send(context.Background(), 1)
 	require.Error(t, err)
@@ -225,34 +206,34 @@ func TestProcessorWithThrottleExtension(t *testing.T) {
 	for _, h := range signalHarnesses {
 		t.Run(h.signal.String(), func(t *testing.T) {
 			ctx := context.Background()
-			rt := startRealThrottle(t)
+			rt := throttletest.StartReal(t)
 			tel := componenttest.NewTelemetry()
 			t.Cleanup(func() { require.NoError(t, tel.Shutdown(ctx)) })
 			c, send, received := h.create(t, metadatatest.NewSettings(tel), createDefaultConfig())
-			require.NoError(t, c.Start(ctx, rt.host()))
+			require.NoError(t, c.Start(ctx, throttletest.HostWith(defaultExtensionID, rt.Ext)))
 			t.Cleanup(func() { require.NoError(t, c.Shutdown(ctx)) })
 
 			require.NoError(t, send(ctx, 4))
 			assert.Equal(t, 4, received())
 
-			rt.overload(t)
+			rt.SetLevel(t, throttletest.Overloaded, decision.Open)
 			err := send(ctx, 5)
 			code, delay := retryInfo(t, err)
 			assert.Equal(t, codes.ResourceExhausted, code)
-			assert.GreaterOrEqual(t, delay, testMinRetry)
-			assert.LessOrEqual(t, delay, testMaxRetry)
+			assert.GreaterOrEqual(t, delay, throttletest.MinRetry)
+			assert.LessOrEqual(t, delay, throttletest.MaxRetry)
 			assert.Contains(t, err.Error(), "(open)")
 			assert.Equal(t, 4, received())
 
-			rt.calm(t)
+			rt.SetLevel(t, throttletest.Calm, decision.Normal)
 			require.NoError(t, send(ctx, 6))
 			assert.Equal(t, 10, received())
 
 			metadatatest.AssertEqualProcessorThrottleItems(t, tel,
-				outcomePoints(h.signal, map[string]int64{"passed": 10, "refused": 5}),
+				throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 10, "refused": 5}),
 				metricdatatest.IgnoreTimestamp())
 			metadatatest.AssertEqualProcessorThrottleBatches(t, tel,
-				outcomePoints(h.signal, map[string]int64{"passed": 2, "refused": 1}),
+				throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 2, "refused": 1}),
 				metricdatatest.IgnoreTimestamp())
 
 			// Every decision is counted in the extension's requests metric
@@ -269,7 +250,7 @@ func TestProcessorWithThrottleExtension(t *testing.T) {
 // backstop, the hard line).
 func TestProcessorFollowsItsSignalRule(t *testing.T) {
 	ctx := context.Background()
-	rt := startRealThrottle(t, map[string]any{
+	rt := throttletest.StartReal(t, map[string]any{
 		"rules": map[string]any{
 			"default": map[string]any{"drop_min": 1},
 			"metrics": map[string]any{"enabled": false},
@@ -280,12 +261,11 @@ func TestProcessorFollowsItsSignalRule(t *testing.T) {
 	metrics, sendMetrics, metricsReceived := signalHarnesses[decision.Metrics].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
 	for _, c := range []component.Component{traces, metrics} {
-		require.NoError(t, c.Start(ctx, rt.host()))
+		require.NoError(t, c.Start(ctx, throttletest.HostWith(defaultExtensionID, rt.Ext)))
 		t.Cleanup(func() { require.NoError(t, c.Shutdown(ctx)) })
 	}
 
-	rt.src.workingSet.Store(fakeShedding)
-	rt.waitState(t, decision.Shedding)
+	rt.SetLevel(t, throttletest.Shedding, decision.Shedding)
 	code, _ := retryInfo(t, sendTraces(ctx, 3))
 	assert.Equal(t, codes.ResourceExhausted, code)
 	require.NoError(t, sendMetrics(ctx, 3))
@@ -295,9 +275,9 @@ func TestProcessorFollowsItsSignalRule(t *testing.T) {
 
 // extensionRequests sums the extension's otelcol_throttle_requests points of
 // the processor protocol for signal, decision and reason ("" = no reason).
-func extensionRequests(t *testing.T, rt *realThrottle, sig decision.Signal, decision, reason string) int64 {
+func extensionRequests(t *testing.T, rt *throttletest.Real, sig decision.Signal, decision, reason string) int64 {
 	t.Helper()
-	m, err := rt.tel.GetMetric("otelcol_throttle_requests")
+	m, err := rt.Tel.GetMetric("otelcol_throttle_requests")
 	require.NoError(t, err)
 	sum, ok := m.Data.(metricdata.Sum[int64])
 	require.True(t, ok, "otelcol_throttle_requests is a %T", m.Data)

@@ -18,10 +18,8 @@ import (
 	"errors"
 	"io"
 	"maps"
-	"math"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -47,6 +45,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
+	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
@@ -74,21 +73,6 @@ const (
 // e2eWait bounds every wait of the tests.
 const e2eWait = 30 * time.Second
 
-// e2eSource is the resource source of the extension under test: no CPU,
-// and a working set the test sets against a fixed limit.
-type e2eSource struct{ workingSet atomic.Uint64 }
-
-var _ resourceSource = (*e2eSource)(nil)
-
-func (*e2eSource) CPUTime() (time.Duration, error) { return 0, nil }
-func (s *e2eSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
-func (*e2eSource) Limits() (cgroup.Limits, error)  { return cgroup.Limits{MemLimit: e2eMemLimit}, nil }
-func (*e2eSource) Describe() string                { return "e2e fake source" }
-
-func (s *e2eSource) setLevel(level float64) {
-	s.workingSet.Store(uint64(math.Round(level * e2eMemLimit)))
-}
-
 // e2eHost is the host the receiver starts with: it holds the throttle
 // extension, which is all confighttp and configgrpc need to resolve the
 // middlewares.
@@ -101,7 +85,7 @@ func (h e2eHost) GetExtensions() map[component.ID]component.Component { return h
 // e2eEnv is a started throttle extension and a started otlpreceiver (gRPC
 // and HTTP, both with middlewares: [{id: throttle}]) feeding sinks.
 type e2eEnv struct {
-	src *e2eSource
+	src *testutil.Source
 	ext component.Component
 	th  throttleapi.Throttle
 	tel *componenttest.Telemetry
@@ -171,14 +155,14 @@ func startE2EThrottle(tb testing.TB, opts e2eOptions) *e2eEnv {
 	tb.Helper()
 	ctx := context.Background()
 	env := &e2eEnv{
-		src:      &e2eSource{},
+		src:      testutil.NewSource(cgroup.Limits{MemLimit: e2eMemLimit}),
 		tel:      componenttest.NewTelemetry(),
 		traces:   new(consumertest.TracesSink),
 		metrics:  new(consumertest.MetricsSink),
 		logs:     new(consumertest.LogsSink),
 		profiles: new(consumertest.ProfilesSink),
 	}
-	env.src.setLevel(e2eCalm)
+	env.src.SetMemoryShare(e2eCalm)
 	tb.Cleanup(func() { require.NoError(tb, env.tel.Shutdown(ctx)) })
 
 	// The extension, created by the public factory with the test seam.
@@ -278,7 +262,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, opts e2eOptions) error {
 // signal shares them) are in want.
 func (env *e2eEnv) setLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
-	env.src.setLevel(level)
+	env.src.SetMemoryShare(level)
 	require.Eventuallyf(tb, func() bool {
 		for s := range decision.Profiles + 1 {
 			if env.th.State(s) != want {

@@ -5,7 +5,6 @@ package throttleextension
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,48 +24,20 @@ import (
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 // testMemLimit is the memory limit the fake source reports.
 const testMemLimit = 100 << 20
 
-// fakeSource is a resourceSource whose memory working set the test sets.
-// CPU time is constant, so the CPU level is 0 once valid and only memory
-// drives the state; memory breaches in one check, so one tick makes a change.
-type fakeSource struct {
-	ws    atomic.Uint64
-	cores float64
-	// wsErrors is how many more WorkingSet calls fail.
-	wsErrors atomic.Int64
-	wsCalls  atomic.Int64
+// newFakeSource is a source at pct percent of testMemLimit that uses no CPU,
+// so the CPU level is 0 once valid and only memory drives the state; memory
+// breaches in one check (testConfig), so one tick makes a change.
+func newFakeSource(pct uint64) *testutil.Source {
+	src := testutil.NewSource(cgroup.Limits{MemLimit: testMemLimit})
+	src.SetMemoryShare(float64(pct) / 100)
+	return src
 }
-
-var errFakeRead = errors.New("fake: memory.usage_in_bytes: read failed")
-
-func newFakeSource(pct uint64) *fakeSource {
-	f := &fakeSource{}
-	f.setMem(pct)
-	return f
-}
-
-// setMem sets the working set to pct percent of the limit.
-func (f *fakeSource) setMem(pct uint64) { f.ws.Store(pct * testMemLimit / 100) }
-
-func (f *fakeSource) CPUTime() (time.Duration, error) { return time.Second, nil }
-
-func (f *fakeSource) WorkingSet() (uint64, error) {
-	f.wsCalls.Add(1)
-	if f.wsErrors.Load() > 0 && f.wsErrors.Add(-1) >= 0 {
-		return 0, errFakeRead
-	}
-	return f.ws.Load(), nil
-}
-
-func (f *fakeSource) Limits() (cgroup.Limits, error) {
-	return cgroup.Limits{QuotaCores: f.cores, MemLimit: testMemLimit}, nil
-}
-
-func (f *fakeSource) Describe() string { return "fake source (test)" }
 
 // testConfig is the default configuration with a 10ms interval, no recovery
 // ramp, metrics exempt (rules.metrics.enabled: false) and no stale-level
@@ -74,6 +45,10 @@ func (f *fakeSource) Describe() string { return "fake source (test)" }
 func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 	cfg := createDefaultConfig().(*Config)
 	cfg.CheckInterval = 10 * time.Millisecond
+	// Three checks for the CPU and one for memory, as the engine's own
+	// tests: at the shipped 750ms and 250ms every flap would take a second.
+	cfg.CPU.BreachDuration = 3 * cfg.CheckInterval
+	cfg.Memory.BreachDuration = cfg.CheckInterval
 	cfg.RecoveryRamp = 0
 	cfg.StaleAfter = 0
 	cfg.Rules["metrics"] = RuleConfig{Enabled: ptrTo(false)}
@@ -127,7 +102,10 @@ func waitValid(tb testing.TB, e *throttleExtension, mem float64) {
 	}, 10*time.Second, time.Millisecond)
 }
 
-var allSignals = []decision.Signal{decision.Traces, decision.Metrics, decision.Logs, decision.Profiles}
+var (
+	allSignals = []decision.Signal{decision.Traces, decision.Metrics, decision.Logs, decision.Profiles}
+	allStates  = []decision.State{decision.Normal, decision.Shedding, decision.Open}
+)
 
 func TestLifecycle(t *testing.T) {
 	ctx := context.Background()
@@ -162,11 +140,11 @@ func TestLifecycle(t *testing.T) {
 		e := newTestExtension(t, src, testConfig(t), nopSettings())
 		require.NoError(t, e.Start(ctx, host))
 		require.NoError(t, e.Shutdown(ctx))
-		calls := src.wsCalls.Load()
+		calls := src.Reads(testutil.WorkingSet)
 		ignore := goleak.IgnoreCurrent()
 		require.NoError(t, e.Start(ctx, host))
 		goleak.VerifyNone(t, ignore)
-		assert.Equal(t, calls, src.wsCalls.Load(), "Start after Shutdown must not sample")
+		assert.Equal(t, calls, src.Reads(testutil.WorkingSet), "Start after Shutdown must not sample")
 		require.NoError(t, e.Shutdown(ctx))
 	})
 	t.Run("disabled_starts_no_sampler_and_admits", func(t *testing.T) {
@@ -177,7 +155,7 @@ func TestLifecycle(t *testing.T) {
 		require.NoError(t, e.Start(ctx, host))
 		goleak.VerifyNone(t, ignore)
 		assert.Nil(t, e.runner.Sampler())
-		assert.Zero(t, src.wsCalls.Load(), "a disabled throttle must not read resources")
+		assert.Zero(t, src.Reads(testutil.WorkingSet), "a disabled throttle must not read resources")
 		for _, s := range allSignals {
 			assert.Equal(t, decision.Admit, e.Decide(s), s.String())
 			assert.True(t, e.runner.Exempt(s), s.String())
@@ -235,7 +213,7 @@ func TestStateThroughSeam(t *testing.T) {
 	}
 
 	// 95% is over mem hard (0.92): Open in one tick (one check breaches).
-	src.setMem(95)
+	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.Open)
 	for _, s := range allSignals {
 		// rules.metrics.enabled: false, but memory is at its hard line:
@@ -249,7 +227,7 @@ func TestStateThroughSeam(t *testing.T) {
 	assert.Equal(t, [decision.NumSignals]bool{false, true, false, false}, exempt)
 
 	// Back to 50% with recovery_ramp 0: Normal and admitting at once.
-	src.setMem(50)
+	src.SetMemoryShare(0.5)
 	waitState(t, e, decision.Normal)
 	for _, s := range allSignals {
 		assert.Equal(t, decision.Admit, e.Decide(s), s.String())
@@ -257,7 +235,7 @@ func TestStateThroughSeam(t *testing.T) {
 
 	// 87% lies between mem enter (0.85) and hard (0.92): Shedding with
 	// p_drop = (0.87-0.85)/(0.92-0.85) under the default rule 0..1.
-	src.setMem(87)
+	src.SetMemoryShare(0.87)
 	waitState(t, e, decision.Shedding)
 	wantP := (0.87 - 0.85) / (0.92 - 0.85)
 	st := e.runner.Engine().Stat()
@@ -278,7 +256,7 @@ func TestStateThroughSeam(t *testing.T) {
 	// Binomial(4000, 0.286): the standard deviation is 0.7%; allow 6.
 	assert.InDelta(t, wantP, float64(denied)/n, 0.045, "denied %d of %d", denied, n)
 
-	src.setMem(50)
+	src.SetMemoryShare(0.5)
 	waitState(t, e, decision.Normal)
 }
 
@@ -289,9 +267,9 @@ func TestRecoveryRampAfterOpen(t *testing.T) {
 	// An hour-long ramp keeps p_drop within 1e-5 of 1 for the whole test.
 	e := startTestExtension(t, src, testConfig(t, func(c *Config) { c.RecoveryRamp = time.Hour }), nopSettings())
 	waitValid(t, e, 0.5)
-	src.setMem(95)
+	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.Open)
-	src.setMem(50)
+	src.SetMemoryShare(0.5)
 	waitState(t, e, decision.Normal)
 
 	shed := 0
@@ -322,7 +300,7 @@ func TestRetryDelay(t *testing.T) {
 // TestShutdownClosesOwnedSource checks that a source the extension created
 // itself is closed, and an injected one is left to its owner.
 func TestShutdownClosesOwnedSource(t *testing.T) {
-	src := &closeCountingSource{fakeSource: newFakeSource(50)}
+	src := &closeCountingSource{Source: newFakeSource(50)}
 	e := startTestExtension(t, src, testConfig(t), nopSettings())
 	require.NoError(t, e.Shutdown(context.Background()))
 	assert.Zero(t, src.closed.Load(), "an injected source belongs to the caller")
@@ -334,7 +312,7 @@ func TestShutdownClosesOwnedSource(t *testing.T) {
 }
 
 type closeCountingSource struct {
-	*fakeSource
+	*testutil.Source
 	closed atomic.Int64
 }
 

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 // Sampler faults seen from the extension (issue 8 item 1): whatever the
@@ -36,58 +36,28 @@ import (
 // nothing panics. The sampler-level outcomes (frame skipped, signal invalid)
 // are in internal/sampler/faults_test.go.
 
-// faultSource is a reader seam whose faults the test switches on and off.
-type faultSource struct {
-	ws        atomic.Uint64
-	cpu       atomic.Int64
-	cpuFail   atomic.Bool
-	wsFail    atomic.Bool
-	limitFail atomic.Bool
-	// backwards makes every CPU reading lower than the one before (a counter
-	// that keeps resetting).
-	backwards atomic.Bool
-	reads     atomic.Int64 // WorkingSet calls: one per tick
+// The faults the tests switch on and off, worded as the cgroup reader's.
+var (
+	errCPUFault    = fmt.Errorf("read cpu.stat: %w", fs.ErrNotExist)
+	errMemoryFault = errors.New("parse memory.current: invalid syntax (content \"garb\")")
+	errLimitsFault = errors.New("read cpu.max: is a directory")
+)
+
+// newFaultSource is a one-core source at pct percent of testMemLimit whose
+// CPU counter stands at an hour, so that it can go backwards.
+func newFaultSource(pct uint64) *testutil.Source {
+	src := testutil.NewSource(cgroup.Limits{QuotaCores: 1, MemLimit: testMemLimit})
+	src.SetMemoryShare(float64(pct) / 100)
+	src.SetCPUTime(time.Hour)
+	return src
 }
 
-func newFaultSource(pct uint64) *faultSource {
-	f := &faultSource{}
-	f.ws.Store(pct * testMemLimit / 100)
-	f.cpu.Store(int64(time.Hour))
-	return f
-}
-
-func (f *faultSource) CPUTime() (time.Duration, error) {
-	if f.cpuFail.Load() {
-		return 0, fmt.Errorf("read cpu.stat: %w", fs.ErrNotExist)
-	}
-	if f.backwards.Load() {
-		return time.Duration(f.cpu.Add(-int64(time.Millisecond))), nil
-	}
-	return time.Duration(f.cpu.Load()), nil
-}
-
-func (f *faultSource) WorkingSet() (uint64, error) {
-	f.reads.Add(1)
-	if f.wsFail.Load() {
-		return 0, errors.New("parse memory.current: invalid syntax (content \"garb\")")
-	}
-	return f.ws.Load(), nil
-}
-
-func (f *faultSource) Limits() (cgroup.Limits, error) {
-	if f.limitFail.Load() {
-		return cgroup.Limits{}, errors.New("read cpu.max: is a directory")
-	}
-	return cgroup.Limits{QuotaCores: 1, MemLimit: testMemLimit}, nil
-}
-
-func (*faultSource) Describe() string { return "fault source (test)" }
-
-// waitTicks waits for n more ticks of the sampler reading f.
-func (f *faultSource) waitTicks(t *testing.T, n int64) {
+// waitTicks waits for n more ticks of the sampler reading src (one working
+// set read a tick).
+func waitTicks(t *testing.T, src *testutil.Source, n int) {
 	t.Helper()
-	target := f.reads.Load() + n
-	require.Eventually(t, func() bool { return f.reads.Load() >= target }, 30*time.Second, time.Millisecond)
+	target := src.Reads(testutil.WorkingSet) + n
+	require.Eventually(t, func() bool { return src.Reads(testutil.WorkingSet) >= target }, 30*time.Second, time.Millisecond)
 }
 
 // samplerErrors returns throttle_sampler_errors by resource.
@@ -137,9 +107,9 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 	waitState(t, e, decision.Open)
 	require.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
 
-	src.cpuFail.Store(true)
-	src.wsFail.Store(true)
-	src.waitTicks(t, 50)
+	src.Fail(testutil.CPUTime, errCPUFault)
+	src.Fail(testutil.WorkingSet, errMemoryFault)
+	waitTicks(t, src, 50)
 	waitState(t, e, decision.Normal)
 	assert.Equal(t, decision.Admit, e.Decide(decision.Traces), "an unreadable level fails open")
 	wl := e.runner.Level()
@@ -152,11 +122,11 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 	assert.Equal(t, map[string]int{"cpu": 1, "mem": 1}, samplerWarns(logs),
 		"one Warn per resource per 30s, not one per tick")
 
-	src.cpuFail.Store(false)
-	src.wsFail.Store(false)
+	src.Fail(testutil.CPUTime, nil)
+	src.Fail(testutil.WorkingSet, nil)
 	waitState(t, e, decision.Open)
 	assert.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
-	src.waitTicks(t, 5)
+	waitTicks(t, src, 5)
 	assert.Equal(t, map[string]int{"cpu": 1, "mem": 1}, samplerWarns(logs))
 	require.NoError(t, e.Shutdown(context.Background()))
 }
@@ -167,9 +137,10 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 func TestFaultsLimitsUnreadableFromStart(t *testing.T) {
 	verifyNoLeaks(t)
 	src := newFaultSource(95)
-	src.limitFail.Store(true)
+	src.SetLimits(cgroup.Limits{}) // none known
+	src.Fail(testutil.Limits, errLimitsFault)
 	e, tel, logs := faultExtension(t, src)
-	src.waitTicks(t, 10)
+	waitTicks(t, src, 10)
 	assert.False(t, e.runner.Level().MemValid)
 	assert.Equal(t, decision.Admit, e.Decide(decision.Traces))
 	assert.Equal(t, decision.Normal, e.State(decision.Traces))
@@ -184,27 +155,27 @@ func TestFaultsLimitsUnreadableFromStart(t *testing.T) {
 func TestFaultsCounterKeepsResetting(t *testing.T) {
 	verifyNoLeaks(t)
 	src := newFaultSource(50)
-	src.backwards.Store(true)
+	src.SetCPUStep(-time.Millisecond) // a counter that keeps resetting
 	e, tel, logs := faultExtension(t, src)
-	src.waitTicks(t, 30)
+	waitTicks(t, src, 30)
 	assert.GreaterOrEqual(t, samplerErrors(t, tel)["cpu"], int64(28))
 	assert.Equal(t, map[string]int{"cpu": 1}, samplerWarns(logs))
 	assert.False(t, e.runner.Level().CPUValid, "no window was ever valid")
 
-	src.ws.Store(95 * testMemLimit / 100)
+	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.Open)
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 
 // slowSource takes longer than the sample interval to read the CPU time.
 type slowSource struct {
-	*faultSource
+	*testutil.Source
 	delay time.Duration
 }
 
 func (s *slowSource) CPUTime() (time.Duration, error) {
 	time.Sleep(s.delay) // the simulated slow read, not a synchronisation
-	return s.faultSource.CPUTime()
+	return s.Source.CPUTime()
 }
 
 // TestFaultsSlowTicks: every read takes twice the interval. Ticks do not
@@ -213,15 +184,15 @@ func (s *slowSource) CPUTime() (time.Duration, error) {
 // returns.
 func TestFaultsSlowTicks(t *testing.T) {
 	verifyNoLeaks(t)
-	src := &slowSource{faultSource: newFaultSource(50), delay: 20 * time.Millisecond}
+	src := &slowSource{Source: newFaultSource(50), delay: 20 * time.Millisecond}
 	e, tel, logs := faultExtension(t, src)
-	src.waitTicks(t, 10)
+	waitTicks(t, src.Source, 10)
 	assert.GreaterOrEqual(t, samplerErrors(t, tel)["cpu"], int64(9))
 	assert.Equal(t, map[string]int{"cpu": 1}, samplerWarns(logs))
 	warn := logs.FilterMessageSnippet(samplerWarn).All()[0]
 	assert.Contains(t, warn.ContextMap()["error"], sampler.ErrSlowRead.Error())
 
-	src.ws.Store(95 * testMemLimit / 100)
+	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.Open)
 	require.NoError(t, e.Shutdown(context.Background()))
 }

@@ -31,6 +31,7 @@ import (
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 // Lifecycle (issue 8 item 3): Start and Shutdown in any order and more than
@@ -340,10 +341,10 @@ func TestSharedByManyServers(t *testing.T) {
 
 	waitValid(t, e, 0.5)
 	check(http.StatusOK, codes.OK, decision.Admit)
-	src.setMem(95)
+	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.Open)
 	check(http.StatusTooManyRequests, codes.ResourceExhausted, decision.DenyOpen)
-	src.setMem(50)
+	src.SetMemoryShare(0.5)
 	waitState(t, e, decision.Normal)
 	check(http.StatusOK, codes.OK, decision.Admit)
 	assert.Equal(t, int64(40), rcv.accepted.Load())
@@ -371,7 +372,7 @@ func TestTwoThrottleExtensions(t *testing.T) {
 
 	type inst struct {
 		id  component.ID
-		src *fakeSource
+		src *testutil.Source
 		cfg *Config
 		e   *throttleExtension
 	}
@@ -448,9 +449,9 @@ func TestTwoThrottleExtensions(t *testing.T) {
 	assert.Equal(t, map[string]int64{"throttle": int64(decision.Open), "throttle/2": int64(decision.Normal)}, got)
 
 	// Moving one source moves only its extension.
-	insts[1].src.setMem(99)
+	insts[1].src.SetMemoryShare(0.99)
 	waitState(t, b, decision.Open)
-	insts[0].src.setMem(50)
+	insts[0].src.SetMemoryShare(0.5)
 	waitState(t, a, decision.Normal)
 
 	// Shut down concurrently, twice each, in random order.

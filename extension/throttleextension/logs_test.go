@@ -5,7 +5,6 @@ package throttleextension
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,16 +14,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
-)
-
-// The collector's default log sampling (service telemetry
-// logs.sampling in otelconftelemetry's default config): per 10s tick, the
-// first 10 entries of a message, then 1 in 100.
-const (
-	collectorSamplingTick       = 10 * time.Second
-	collectorSamplingInitial    = 10
-	collectorSamplingThereafter = 100
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 // What the runner's transition log promises
@@ -36,30 +28,12 @@ const (
 	transitionSummaryMessage = "throttle: state changes not logged individually (more than 5 of a signal in 10s); counts per signal and the state now"
 )
 
-// sampledLogger wraps an observer core the way the collector wraps its
-// core, and counts what the sampler drops.
-func sampledLogger(opts ...zap.Option) (*zap.Logger, *observer.ObservedLogs, *atomic.Int64) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	var dropped atomic.Int64
-	sampled := zapcore.NewSamplerWithOptions(core, collectorSamplingTick, collectorSamplingInitial, collectorSamplingThereafter,
-		zapcore.SamplerHook(func(_ zapcore.Entry, d zapcore.SamplingDecision) {
-			if d&zapcore.LogDropped != 0 {
-				dropped.Add(1)
-			}
-		}))
-	return zap.New(sampled, opts...), logs, &dropped
-}
-
-func transitionMessage(s decision.Signal, from, to decision.State) string {
-	return "throttle " + s.String() + ": " + from.String() + " -> " + to.String()
-}
-
 func TestLogTransitionsAndStartup(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	set := nopSettings()
 	set.Logger = zap.New(core)
 	src := newFakeSource(50)
-	src.cores = 2
+	src.SetLimits(cgroup.Limits{QuotaCores: 2, MemLimit: testMemLimit})
 	e := startTestExtension(t, src, testConfig(t), set)
 
 	started := logs.FilterMessage("throttle started").All()
@@ -71,16 +45,16 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 	assert.Equal(t, zapcore.InfoLevel, started[0].Level)
 
 	waitValid(t, e, 0.5)
-	src.setMem(95)
+	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.Open)
-	src.setMem(50)
+	src.SetMemoryShare(0.5)
 	waitState(t, e, decision.Normal)
 	// The engine publishes a state before it reports the change, so the
 	// line may still be being written: stop the sampler to have them all.
 	require.NoError(t, e.Shutdown(context.Background()))
 
 	for _, s := range allSignals {
-		open := logs.FilterMessage(transitionMessage(s, decision.Normal, decision.Open)).All()
+		open := logs.FilterMessage(testutil.TransitionMessage(s, decision.Normal, decision.Open)).All()
 		require.Len(t, open, 1, s.String())
 		f := open[0].ContextMap()
 		assert.Equal(t, zapcore.InfoLevel, open[0].Level)
@@ -92,7 +66,7 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 		assert.Equal(t, 0.0, f["cpu_fast"])
 		assert.Equal(t, 0.0, f["cpu_slow"])
 
-		back := logs.FilterMessage(transitionMessage(s, decision.Open, decision.Normal)).All()
+		back := logs.FilterMessage(testutil.TransitionMessage(s, decision.Open, decision.Normal)).All()
 		require.Len(t, back, 1, s.String())
 		assert.Equal(t, 0.5, back[0].ContextMap()["mem"])
 	}
@@ -100,56 +74,12 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 	assert.Zero(t, logs.FilterMessage(transitionSummaryMessage).Len(), "nothing to summarise")
 }
 
-// logAccount adds up, per signal, the changes the log shows: each
-// individual line, plus the counts of the summary lines. last is the state
-// the log last reports for the signal.
-type logAccount struct {
-	lines, summarised [decision.NumSignals]int
-	last              [decision.NumSignals]string
-}
-
-func accountLogs(t *testing.T, entries []observer.LoggedEntry) logAccount {
-	var a logAccount
-	for _, en := range entries {
-		f := en.ContextMap()
-		switch {
-		case en.Message == transitionSummaryMessage:
-			for _, s := range allSignals {
-				v, ok := f[s.String()]
-				if !ok {
-					continue
-				}
-				m := v.(map[string]any)
-				a.summarised[s] += m["changes"].(int)
-				a.last[s] = m["state"].(string)
-			}
-		case f["from"] != nil:
-			s, ok := decision.ParseSignal(f["signal"].(string))
-			require.True(t, ok)
-			require.Equal(t, transitionMessage(s, parseState(t, f["from"]), parseState(t, f["to"])), en.Message)
-			a.lines[s]++
-			a.last[s] = f["to"].(string)
-		}
-	}
-	return a
-}
-
-func parseState(t *testing.T, v any) decision.State {
-	for st := decision.Normal; st <= decision.Open; st++ {
-		if st.String() == v {
-			return st
-		}
-	}
-	t.Fatalf("unknown state %v", v)
-	return 0
-}
-
 // TestTransitionsSurviveLogSampling flaps the state 40 times (80 changes
 // per signal, well within 10s) under the collector's default sampling: the
 // sampler must drop nothing, and the log must account for every change,
 // individually or in the summary, and end on the current state.
 func TestTransitionsSurviveLogSampling(t *testing.T) {
-	logger, logs, dropped := sampledLogger()
+	logger, logs, dropped := testutil.SampledLogger()
 	set := nopSettings()
 	set.Logger = logger
 	src := newFakeSource(50)
@@ -159,28 +89,28 @@ func TestTransitionsSurviveLogSampling(t *testing.T) {
 	const cycles = 40
 	start := time.Now()
 	for range cycles {
-		src.setMem(95)
+		src.SetMemoryShare(0.95)
 		waitState(t, e, decision.Open)
-		src.setMem(50)
+		src.SetMemoryShare(0.5)
 		waitState(t, e, decision.Normal)
 	}
 	// Shutdown writes the summary of the window still open.
 	require.NoError(t, e.Shutdown(context.Background()))
 
 	assert.Zero(t, dropped.Load(), "the collector's sampler dropped state-change lines")
-	a := accountLogs(t, logs.All())
+	a := testutil.CountTransitions(t, logs.All(), transitionSummaryMessage, allSignals, allStates)
 	for _, s := range allSignals {
-		assert.Equal(t, 2*cycles, a.lines[s]+a.summarised[s], "%s: every change is in the log", s)
-		assert.LessOrEqual(t, a.lines[s], 2*cycles)
-		assert.Positive(t, a.lines[s], s.String())
-		assert.Equal(t, "normal", a.last[s], "%s: the log ends on the current state", s)
+		assert.Equal(t, 2*cycles, a.Lines[s]+a.Summarised[s], "%s: every change is in the log", s)
+		assert.LessOrEqual(t, a.Lines[s], 2*cycles)
+		assert.Positive(t, a.Lines[s], s.String())
+		assert.Equal(t, "normal", a.Last[s], "%s: the log ends on the current state", s)
 	}
 	// Bounded volume: per 10s window at most 5 lines per signal and one
 	// summary (normally the whole run is one window).
 	windows := 1 + int(time.Since(start)/transitionLogWindow)
 	assert.LessOrEqual(t, logs.FilterMessage(transitionSummaryMessage).Len(), windows)
 	for _, s := range allSignals {
-		assert.LessOrEqual(t, a.lines[s], windows*transitionLinesPerWindow, s.String())
+		assert.LessOrEqual(t, a.Lines[s], windows*transitionLinesPerWindow, s.String())
 	}
 }
 

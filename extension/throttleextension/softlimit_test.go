@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,31 +15,16 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
-// resizableSource is a container whose memory limit and cores can change
-// while the collector runs (an in-place pod resize).
-type resizableSource struct {
-	ws    atomic.Uint64
-	limit atomic.Uint64
-	cores atomic.Uint64 // millicores
+// newResizableSource is a container with memory limit limit and one core,
+// a tenth of it used; SetLimits resizes it in place (an in-place pod resize).
+func newResizableSource(limit uint64) *testutil.Source {
+	src := testutil.NewSource(cgroup.Limits{MemLimit: limit, QuotaCores: 1})
+	src.SetWorkingSet(limit / 10)
+	return src
 }
-
-// newResizableSource starts with memory limit limit and one core.
-func newResizableSource(limit uint64) *resizableSource {
-	s := &resizableSource{}
-	s.limit.Store(limit)
-	s.cores.Store(1000)
-	s.ws.Store(limit / 10)
-	return s
-}
-
-func (*resizableSource) CPUTime() (time.Duration, error) { return 0, nil }
-func (s *resizableSource) WorkingSet() (uint64, error)   { return s.ws.Load(), nil }
-func (s *resizableSource) Limits() (cgroup.Limits, error) {
-	return cgroup.Limits{MemLimit: s.limit.Load(), QuotaCores: float64(s.cores.Load()) / 1000}, nil
-}
-func (*resizableSource) Describe() string { return "resizable fake source" }
 
 // fakeMemoryLimit stands in for debug.SetMemoryLimit and records every set.
 type fakeMemoryLimit struct {
@@ -74,7 +58,7 @@ func (f *fakeMemoryLimit) setCount() int {
 	return len(f.sets)
 }
 
-func startResizable(t *testing.T, src *resizableSource, ml *fakeMemoryLimit, mutate ...func(*Config)) (*throttleExtension, *observer.ObservedLogs) {
+func startResizable(t *testing.T, src *testutil.Source, ml *fakeMemoryLimit, mutate ...func(*Config)) (*throttleExtension, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zap.InfoLevel)
 	set := nopSettings()
@@ -103,7 +87,7 @@ func TestGoMemLimitFollowsTheContainer(t *testing.T) {
 	assert.Equal(t, "owned by throttle", started[0].ContextMap()["go_memory_limit"])
 	assert.Equal(t, int64(80<<20), started[0].ContextMap()["go_memory_limit_bytes"])
 
-	src.limit.Store(200 << 20)
+	src.SetLimits(cgroup.Limits{MemLimit: 200 << 20, QuotaCores: 1})
 	require.Eventually(t, func() bool { return ml.get() == 160<<20 }, 10*time.Second, time.Millisecond, "follows a resize")
 	require.Eventually(t, func() bool {
 		return logs.FilterMessage("throttle: the Go soft memory limit follows the memory limit").Len() == 1
@@ -140,10 +124,10 @@ func TestAutoBudgetFollowsTheContainer(t *testing.T) {
 	src := newResizableSource(300 << 20)
 	e, _ := startResizable(t, src, newFakeMemoryLimit())
 	require.EqualValues(t, 10<<20, e.runner.Budget().Max(), "1 core: 10 MiB")
-	src.cores.Store(4000)
+	src.SetLimits(cgroup.Limits{MemLimit: 300 << 20, QuotaCores: 4})
 	require.Eventually(t, func() bool { return e.runner.Budget().Max() == 25<<20 }, 10*time.Second, time.Millisecond,
 		"4 cores: the memory limit's share, 300 MiB / 12")
-	src.limit.Store(120 << 20)
+	src.SetLimits(cgroup.Limits{MemLimit: 120 << 20, QuotaCores: 4})
 	require.Eventually(t, func() bool { return e.runner.Budget().Max() == 10<<20 }, 10*time.Second, time.Millisecond,
 		"a smaller limit: 120 MiB / 12")
 }

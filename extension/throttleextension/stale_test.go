@@ -5,7 +5,6 @@ package throttleextension
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,64 +21,13 @@ import (
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
-
-// blockingSource is a fakeSource whose CPUTime blocks while a gate is set,
-// as a read stuck in the kernel would.
-type blockingSource struct {
-	*fakeSource
-	mu      sync.Mutex
-	gate    chan struct{}
-	blocked chan struct{} // one send when a read starts blocking
-}
-
-func newBlockingSource(pct uint64) *blockingSource {
-	return &blockingSource{fakeSource: newFakeSource(pct), blocked: make(chan struct{}, 1)}
-}
-
-func (b *blockingSource) CPUTime() (time.Duration, error) {
-	b.mu.Lock()
-	g := b.gate
-	b.mu.Unlock()
-	if g != nil {
-		select {
-		case b.blocked <- struct{}{}:
-		default:
-		}
-		<-g
-	}
-	return b.fakeSource.CPUTime()
-}
-
-// block makes the next CPUTime block and waits until the sampler is stuck in
-// it; the returned func releases it (idempotent).
-func (b *blockingSource) block(t *testing.T) (release func()) {
-	gate := make(chan struct{})
-	b.mu.Lock()
-	b.gate = gate
-	b.mu.Unlock()
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			b.mu.Lock()
-			b.gate = nil
-			b.mu.Unlock()
-			close(gate)
-		})
-	}
-	t.Cleanup(release) // before Shutdown, which waits for the sampler
-	select {
-	case <-b.blocked:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sampler never read the CPU time")
-	}
-	return release
-}
 
 // waitTicksBlocked lets a few more watchdog ticks pass while the sampler is
 // blocked, so that a Warn per tick would show. There is nothing to wait on
 // in a ticker that must not fire, so this one sleeps.
-func (b *blockingSource) waitTicksBlocked(*testing.T) { time.Sleep(100 * time.Millisecond) }
+func waitTicksBlocked() { time.Sleep(100 * time.Millisecond) }
 
 // staleGauge reads throttle_sampler_stale (-1 when not reported).
 func staleGauge(t *testing.T, tel *componenttest.Telemetry) int64 {
@@ -111,7 +59,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	logs, logger := observedSettings(zapcore.InfoLevel)
 	set.Logger = logger()
 
-	src := newBlockingSource(95) // over mem hard: Open
+	src := newFakeSource(95) // over mem hard: Open
 	// The shortest stale_after there is: short for the test, long enough
 	// that a sampler starved by a loaded -race run does not start a second
 	// episode after the release.
@@ -122,7 +70,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	require.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
 	require.Equal(t, int64(0), staleGauge(t, tel))
 
-	release := src.block(t)
+	release := src.BlockCPUTime(t)
 	require.Eventually(t, func() bool { return e.Decide(decision.Traces) == decision.Admit }, 10*time.Second, time.Millisecond,
 		"a blocked sampler must not hold Open for ever")
 	assert.True(t, e.runner.Engine().Stale())
@@ -136,7 +84,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	// The Warn follows the fallback on the watchdog's goroutine.
 	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("no fresh water level").Len() > 0 },
 		10*time.Second, time.Millisecond)
-	src.waitTicksBlocked(t)
+	waitTicksBlocked()
 	warns := logs.FilterMessageSnippet("no fresh water level").All()
 	require.Len(t, warns, 1, "one Warn per stale episode, not one per tick")
 	assert.Equal(t, zapcore.WarnLevel, warns[0].Level)
@@ -160,11 +108,11 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 // holds the last level however long the sampler is stuck.
 func TestStaleAfterZeroHolds(t *testing.T) {
 	verifyNoLeaks(t)
-	src := newBlockingSource(95)
+	src := newFakeSource(95)
 	e := startTestExtension(t, src, testConfig(t), nopSettings()) // testConfig: 0
 	require.False(t, e.runner.Watchdog(), "no stale watchdog")
 	waitState(t, e, decision.Open)
-	release := src.block(t)
+	release := src.BlockCPUTime(t)
 	// Longer than the shortest stale_after there is.
 	assert.Never(t, func() bool { return e.Decide(decision.Traces) != decision.DenyOpen }, minStaleAfter+200*time.Millisecond, 5*time.Millisecond)
 	assert.False(t, e.runner.Engine().Stale())
@@ -185,9 +133,9 @@ func TestStaleWatchdogStopsAtShutdown(t *testing.T) {
 // TestShutdownDoesNotHangOnABlockedRead: a source read stuck in the kernel
 // must not hang the collector's shutdown past its context.
 func TestShutdownDoesNotHangOnABlockedRead(t *testing.T) {
-	src := newBlockingSource(10)
+	src := newFakeSource(10)
 	e := startTestExtension(t, src, testConfig(t), nopSettings())
-	release := src.block(t)
+	release := src.BlockCPUTime(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -205,18 +153,18 @@ func TestShutdownDoesNotHangOnABlockedRead(t *testing.T) {
 // stale level, the reported status follows at once, without waiting for a
 // sample that a stuck sampler will not publish.
 func TestStaleFallbackReportsStatus(t *testing.T) {
-	src := newBlockingSource(95) // over mem hard: Open
+	src := newFakeSource(95) // over mem hard: Open
 	cfg := testConfig(t, func(c *Config) {
 		c.StaleAfter = minStaleAfter
 		c.ReportStatus = true
 	})
 	e := newTestExtension(t, src, cfg, nopSettings())
-	host := newStatusHost()
+	host := testutil.NewStatusHost()
 	require.NoError(t, e.Start(context.Background(), host))
-	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status())
+	require.Equal(t, componentstatus.StatusRecoverableError, host.Next(t).Status())
 
-	release := src.block(t)
-	require.Equal(t, componentstatus.StatusOK, host.next(t).Status(), "stale fallback admits: OK")
+	release := src.BlockCPUTime(t)
+	require.Equal(t, componentstatus.StatusOK, host.Next(t).Status(), "stale fallback admits: OK")
 	release()
-	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status(), "fresh level, Open again")
+	require.Equal(t, componentstatus.StatusRecoverableError, host.Next(t).Status(), "fresh level, Open again")
 }

@@ -11,8 +11,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,72 +26,29 @@ import (
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
-// statusTestSource drives the water level: no CPU used, a working set the
-// test sets, against a fixed memory limit.
-type statusTestSource struct{ workingSet atomic.Uint64 }
-
+// The status tests' source (newStatusTestSource) uses no CPU; the test
+// sets its working set against a fixed memory limit.
 const (
 	statusTestLimit = 1000
 	statusTestCalm  = 500 // 0.50: under every memory line
 	statusTestOver  = 950 // 0.95: over mem hard (0.92, one check breaches): Open in one sample
 )
 
-func (*statusTestSource) CPUTime() (time.Duration, error) { return 0, nil }
-func (s *statusTestSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
-func (*statusTestSource) Limits() (cgroup.Limits, error) {
-	return cgroup.Limits{MemLimit: statusTestLimit}, nil
-}
-func (*statusTestSource) Describe() string { return "status test source" }
-
-// statusHost is a host that records the component status events reported to
-// it, as the service's host does.
-type statusHost struct {
-	component.Host
-	mu     sync.Mutex
-	events []*componentstatus.Event
-	ch     chan *componentstatus.Event
-}
-
-var _ componentstatus.Reporter = (*statusHost)(nil)
-
-func newStatusHost() *statusHost {
-	return &statusHost{Host: componenttest.NewNopHost(), ch: make(chan *componentstatus.Event, 100)}
-}
-
-func (h *statusHost) Report(ev *componentstatus.Event) {
-	h.mu.Lock()
-	h.events = append(h.events, ev)
-	h.mu.Unlock()
-	h.ch <- ev
-}
-
-func (h *statusHost) recorded() []*componentstatus.Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]*componentstatus.Event(nil), h.events...)
-}
-
-// next waits for the next reported event; the timeout only bounds a failing
-// test.
-func (h *statusHost) next(t *testing.T) *componentstatus.Event {
-	t.Helper()
-	select {
-	case ev := <-h.ch:
-		return ev
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "no component status event reported")
-		return nil
-	}
+// newStatusTestSource is a source at statusTestCalm.
+func newStatusTestSource() *testutil.Source {
+	src := testutil.NewSource(cgroup.Limits{MemLimit: statusTestLimit})
+	src.SetWorkingSet(statusTestCalm)
+	return src
 }
 
 // startStatusExtension creates the extension through its factory with a 10ms
 // sample interval and no CPU slot plus the extra keys, and starts it on host.
-func startStatusExtension(t *testing.T, host component.Host, extra map[string]any) (*throttleExtension, *statusTestSource) {
+func startStatusExtension(t *testing.T, host component.Host, extra map[string]any) (*throttleExtension, *testutil.Source) {
 	t.Helper()
-	src := &statusTestSource{}
-	src.workingSet.Store(statusTestCalm)
+	src := newStatusTestSource()
 	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	conf := map[string]any{
@@ -179,7 +134,7 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 	e.runner.Record(middleware.ProtocolGRPC, decision.Metrics, decision.DenyBudget)
 
 	doc := getStatus(t, c, base)
-	assert.Equal(t, "status test source", doc.Source)
+	assert.Equal(t, testutil.SourceDescription, doc.Source)
 	assert.NotZero(t, doc.Time)
 	assert.True(t, doc.Level.MemValid)
 	assert.InDelta(t, 0.5, doc.Level.Mem, 1e-9)
@@ -202,7 +157,7 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 	assert.Positive(t, doc.History.Length, "the ring holds the samples taken so far")
 
 	// Overload: the page follows the state machines within a few samples.
-	src.workingSet.Store(statusTestOver)
+	src.SetWorkingSet(statusTestOver)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		d := getStatus(ct, c, base)
 		assert.InDelta(ct, 0.95, d.Level.Mem, 1e-9)
@@ -270,7 +225,7 @@ func TestStatusPageEndpointInUse(t *testing.T) {
 	require.NoError(t, err)
 	defer busy.Close()
 
-	src := &statusTestSource{}
+	src := newStatusTestSource()
 	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	require.NoError(t, confmap.NewFromStringMap(map[string]any{
@@ -284,33 +239,33 @@ func TestStatusPageEndpointInUse(t *testing.T) {
 }
 
 func TestReportStatusOpenAndRecovery(t *testing.T) {
-	host := newStatusHost()
+	host := testutil.NewStatusHost()
 	e, src := startStatusExtension(t, host, map[string]any{
 		"report_status": true,
 		// An exempt signal rejects nothing in Open, so it is not named.
 		"rules": map[string]any{"logs": map[string]any{"enabled": false}},
 	})
 
-	src.workingSet.Store(statusTestOver)
-	ev := host.next(t)
+	src.SetWorkingSet(statusTestOver)
+	ev := host.Next(t)
 	require.Equal(t, componentstatus.StatusRecoverableError, ev.Status())
 	require.EqualError(t, ev.Err(), "throttle: traces, metrics, profiles open (collector overloaded); rejecting requests")
 	assert.Equal(t, decision.Open, e.State(decision.Traces))
 
-	src.workingSet.Store(statusTestCalm)
-	ev = host.next(t)
+	src.SetWorkingSet(statusTestCalm)
+	ev = host.Next(t)
 	require.Equal(t, componentstatus.StatusOK, ev.Status())
 	require.NoError(t, ev.Err())
 	assert.NotEqual(t, decision.Open, e.State(decision.Traces))
 
 	// Twice more, to see that only transitions are reported.
-	src.workingSet.Store(statusTestOver)
-	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status())
-	src.workingSet.Store(statusTestCalm)
-	require.Equal(t, componentstatus.StatusOK, host.next(t).Status())
+	src.SetWorkingSet(statusTestOver)
+	require.Equal(t, componentstatus.StatusRecoverableError, host.Next(t).Status())
+	src.SetWorkingSet(statusTestCalm)
+	require.Equal(t, componentstatus.StatusOK, host.Next(t).Status())
 
 	require.NoError(t, e.Shutdown(context.Background()))
-	got := host.recorded()
+	got := host.Recorded()
 	statuses := make([]componentstatus.Status, len(got))
 	for i, ev := range got {
 		statuses[i] = ev.Status()
@@ -324,9 +279,9 @@ func TestReportStatusOpenAndRecovery(t *testing.T) {
 // The first sample is taken inside Start: an extension that starts already
 // overloaded reports the error too.
 func TestReportStatusOpenAtStart(t *testing.T) {
-	host := newStatusHost()
-	src := &statusTestSource{}
-	src.workingSet.Store(statusTestOver)
+	host := testutil.NewStatusHost()
+	src := newStatusTestSource()
+	src.SetWorkingSet(statusTestOver)
 	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig()
 	require.NoError(t, confmap.NewFromStringMap(map[string]any{
@@ -336,18 +291,18 @@ func TestReportStatusOpenAtStart(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ext.Start(context.Background(), host))
 	defer func() { require.NoError(t, ext.Shutdown(context.Background())) }()
-	ev := host.next(t)
+	ev := host.Next(t)
 	assert.Equal(t, componentstatus.StatusRecoverableError, ev.Status())
 	assert.EqualError(t, ev.Err(), "throttle: traces, metrics, logs, profiles open (collector overloaded); rejecting requests")
 }
 
 func TestReportStatusOffByDefault(t *testing.T) {
-	host := newStatusHost()
+	host := testutil.NewStatusHost()
 	e, src := startStatusExtension(t, host, nil)
-	src.workingSet.Store(statusTestOver)
+	src.SetWorkingSet(statusTestOver)
 	require.Eventually(t, func() bool { return e.State(decision.Traces) == decision.Open }, 10*time.Second, 5*time.Millisecond)
-	src.workingSet.Store(statusTestCalm)
+	src.SetWorkingSet(statusTestCalm)
 	require.Eventually(t, func() bool { return e.State(decision.Traces) != decision.Open }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, e.Shutdown(context.Background()))
-	assert.Empty(t, host.recorded())
+	assert.Empty(t, host.Recorded())
 }

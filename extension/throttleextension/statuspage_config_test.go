@@ -22,8 +22,7 @@ import (
 // back as a configuration, it is the one the extension runs with, defaults
 // and all.
 func TestStatusPageShowsEffectiveConfig(t *testing.T) {
-	src := &statusTestSource{}
-	src.workingSet.Store(statusTestCalm)
+	src := newStatusTestSource()
 	f := newFactory(factoryOptions{source: src})
 	cfg := f.CreateDefaultConfig().(*Config)
 	require.NoError(t, confmap.NewFromStringMap(map[string]any{

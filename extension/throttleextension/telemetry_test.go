@@ -5,6 +5,7 @@ package throttleextension
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 // idAttr is the component ID attribute metadatatest.NewSettings gives.
@@ -196,7 +198,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 
 	// Step 2: Open at 95%.
-	src.setMem(95)
+	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.Open)
 	waitValid(t, e, 0.95)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Open), metricdatatest.IgnoreTimestamp())
@@ -214,7 +216,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	assertRequests()
 
 	// Step 3: Shedding at 87% (below hard, above exit).
-	src.setMem(87)
+	src.SetMemoryShare(0.87)
 	waitState(t, e, decision.Shedding)
 	waitValid(t, e, 0.87)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Shedding), metricdatatest.IgnoreTimestamp())
@@ -230,7 +232,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	// the handler here reads nothing), also when it is larger than the
 	// budget and another request holds part of it; it is denied by the
 	// budget when the rest is held; nothing stays reserved.
-	src.setMem(50)
+	src.SetMemoryShare(0.5)
 	waitState(t, e, decision.Normal)
 	waitValid(t, e, 0.5)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Normal), metricdatatest.IgnoreTimestamp())
@@ -318,6 +320,9 @@ func TestTelemetryDisabledSlot(t *testing.T) {
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines, levels...), metricdatatest.IgnoreTimestamp())
 }
 
+// errFakeRead is the memory read failure of TestSamplerErrors.
+var errFakeRead = errors.New("fake: memory.usage_in_bytes: read failed")
+
 // TestSamplerErrors makes the memory read fail three times: each failure
 // is counted with resource=mem, and logged once.
 func TestSamplerErrors(t *testing.T) {
@@ -326,7 +331,7 @@ func TestSamplerErrors(t *testing.T) {
 	set := metadatatest.NewSettings(tt)
 	set.Logger = zap.New(core)
 	src := newFakeSource(50)
-	src.wsErrors.Store(3)
+	src.FailNext(testutil.WorkingSet, 3, errFakeRead)
 	e := startTestExtension(t, src, testConfig(t), set)
 
 	memErrors := func() int64 {

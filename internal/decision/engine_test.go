@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -36,12 +37,8 @@ func (f frame) level() *sampler.WaterLevel {
 func cpuOnly(slow, fast float64) frame { return frame{slow, fast, -1} }
 func memOnly(mem float64) frame        { return frame{-1, -1, mem} }
 
-// fakeClock is a manual clock.
-type fakeClock struct{ t time.Time }
-
-func newFakeClock() *fakeClock               { return &fakeClock{t: time.Unix(1_000_000, 0)} }
-func (c *fakeClock) Now() time.Time          { return c.t }
-func (c *fakeClock) Advance(d time.Duration) { c.t = c.t.Add(d) }
+// newClock is a manual clock for the engine's Now.
+func newClock() *testutil.Clock { return testutil.NewClock(time.Unix(1_000_000, 0)) }
 
 // fixedRand returns a Rand that always draws r.
 func fixedRand(r float64) func() float64 { return func() float64 { return r } }
@@ -533,7 +530,7 @@ func TestCPUShare(t *testing.T) {
 	})
 
 	t.Run("kept through the stale fallback", func(t *testing.T) {
-		clock := newFakeClock()
+		clock := newClock()
 		e := New(testConfig(1, 1), Options{Now: clock.Now})
 		feed(e, repeat(cpuOnly(0.85, 0.88), 4)...)
 		clock.Advance(time.Minute)
@@ -567,7 +564,7 @@ func runCPUModel(t *testing.T, cfg Config) (meanCPU, pDrop float64, opens int) {
 		frames     = 480  // 2 minutes of 250 ms frames
 		settled    = 160  // after 40 s
 	)
-	e := New(cfg, Options{Now: newFakeClock().Now})
+	e := New(cfg, Options{Now: newClock().Now})
 	noise := uint64(12345)
 	var fast, slow, sumCPU float64
 	for i := range frames {
@@ -619,7 +616,7 @@ func TestCPUShedCapped(t *testing.T) {
 	assert.Greater(t, mean, 0.97, "CPU at the quota")
 
 	// The cap is on CPU only: memory over its enter line still sheds more.
-	e := New(DefaultConfig(), Options{Now: newFakeClock().Now, RelieveMemory: func() {}})
+	e := New(DefaultConfig(), Options{Now: newClock().Now, RelieveMemory: func() {}})
 	e.Observe(&sampler.WaterLevel{CPU: 2, CPUFast: 2, CPUSlow: 2, CPUValid: true, Mem: 0.91, MemValid: true})
 	assert.Greater(t, e.Stat().Signals[Traces].DropProbability, 0.5)
 }
@@ -671,7 +668,7 @@ func TestDropMaxZeroShedsNothingButOpens(t *testing.T) {
 	cfg := testConfig(1, 1)
 	cfg.RecoveryRamp = 5 * time.Second
 	cfg.Rules[Metrics] = Rule{Enabled: true, DropMax: 0}
-	clock := newFakeClock()
+	clock := newClock()
 	e := New(cfg, Options{Rand: fixedRand(0), Now: clock.Now})
 
 	e.Observe(memOnly(0.91).level())
@@ -699,7 +696,7 @@ func TestRecoveryRamp(t *testing.T) {
 	cfg.Rules[Logs] = Rule{Enabled: false, DropMax: 1}
 	cfg.Rules[Profiles] = Rule{Enabled: true, DropMax: 0}
 
-	clock := newFakeClock()
+	clock := newClock()
 	e := New(cfg, Options{Now: clock.Now})
 	probabilities := func() [NumSignals]float64 {
 		var out [NumSignals]float64
@@ -746,7 +743,7 @@ func TestRecoveryRamp(t *testing.T) {
 	}
 
 	t.Run("decided with the ramp", func(t *testing.T) {
-		clock := newFakeClock()
+		clock := newClock()
 		var draw float64
 		e := New(cfg, Options{Now: clock.Now, Rand: func() float64 { return draw }})
 		e.Observe(memOnly(0.95).level())
@@ -762,7 +759,7 @@ func TestRecoveryRamp(t *testing.T) {
 	})
 
 	t.Run("restarts after another Open", func(t *testing.T) {
-		clock := newFakeClock()
+		clock := newClock()
 		e := New(cfg, Options{Now: clock.Now})
 		e.Observe(memOnly(0.95).level())
 		e.Observe(memOnly(0.5).level())
@@ -775,7 +772,7 @@ func TestRecoveryRamp(t *testing.T) {
 
 	t.Run("zero disables it", func(t *testing.T) {
 		cfg := testConfig(1, 1)
-		e := New(cfg, Options{Now: newFakeClock().Now})
+		e := New(cfg, Options{Now: newClock().Now})
 		e.Observe(memOnly(0.95).level())
 		e.Observe(memOnly(0.5).level())
 		assert.Zero(t, e.Stat().Signals[Traces].DropProbability)
@@ -783,7 +780,7 @@ func TestRecoveryRamp(t *testing.T) {
 }
 
 func TestMemoryRelief(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	var freedAt []time.Duration
 	start := clock.Now()
 	cfg := testConfig(1, 1)
@@ -852,7 +849,7 @@ func TestBurstReplay(t *testing.T) {
 	var transitions []Transition
 	cfg := linesConfig()
 	e := New(cfg, Options{
-		Now:           newFakeClock().Now,
+		Now:           newClock().Now,
 		RelieveMemory: func() {},
 		OnTransition:  func(tr Transition) { transitions = append(transitions, tr) },
 	})
@@ -1035,7 +1032,7 @@ func BenchmarkDecideParallel(b *testing.B) {
 
 func BenchmarkObserve(b *testing.B) {
 	b.Run("steady", func(b *testing.B) {
-		e := New(linesConfig(), Options{Now: newFakeClock().Now})
+		e := New(linesConfig(), Options{Now: newClock().Now})
 		wl := calm.level()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -1044,7 +1041,7 @@ func BenchmarkObserve(b *testing.B) {
 	})
 	b.Run("changing", func(b *testing.B) {
 		// Every frame changes p_drop: one snapshot published per signal.
-		e := New(testConfig(1, 1), Options{Now: newFakeClock().Now})
+		e := New(testConfig(1, 1), Options{Now: newClock().Now})
 		wls := []*sampler.WaterLevel{memOnly(0.86).level(), memOnly(0.87).level()}
 		b.ReportAllocs()
 		i := 0
@@ -1071,7 +1068,7 @@ func TestRecoveryRampFollowsMemoryOpenOnly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(1, 1)
 			cfg.RecoveryRamp = 5 * time.Second
-			clock := newFakeClock()
+			clock := newClock()
 			e := New(cfg, Options{Now: clock.Now})
 			e.Observe(tc.open.level())
 			require.Equal(t, Open, e.State(Traces))
@@ -1085,7 +1082,7 @@ func TestRecoveryRampFollowsMemoryOpenOnly(t *testing.T) {
 	// hard line during the episode.
 	cfg := testConfig(1, 1)
 	cfg.RecoveryRamp = 5 * time.Second
-	clock := newFakeClock()
+	clock := newClock()
 	e := New(cfg, Options{Now: clock.Now})
 	e.Observe(cpuOnly(0.95, 0.95).level())
 	e.Observe(frame{0.95, 0.95, 0.95}.level())
@@ -1098,7 +1095,7 @@ func TestRecoveryRampFollowsMemoryOpenOnly(t *testing.T) {
 // repeats the last reading; it must not advance a breach_n streak, or one
 // measurement over the hard line followed by two skipped frames would Open.
 func TestCarriedCPUFramesDoNotCount(t *testing.T) {
-	e := New(testConfig(3, 1), Options{Now: newFakeClock().Now})
+	e := New(testConfig(3, 1), Options{Now: newClock().Now})
 	carried := func(f frame) *sampler.WaterLevel {
 		wl := f.level()
 		wl.CPUCarried = true

@@ -14,7 +14,7 @@ import (
 
 func TestExpire(t *testing.T) {
 	const maxAge = 5 * time.Second
-	clock := newFakeClock()
+	clock := newClock()
 	var transitions []Transition
 	e := New(testConfig(1, 1), Options{
 		Now:           clock.Now,
@@ -59,7 +59,7 @@ func TestExpire(t *testing.T) {
 }
 
 func TestExpireRecoversToTheFrameState(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	e := New(testConfig(1, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
 	e.Observe(memOnly(0.95).level())
 	clock.Advance(time.Minute)
@@ -71,7 +71,7 @@ func TestExpireRecoversToTheFrameState(t *testing.T) {
 }
 
 func TestExpireBreaksStreaks(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	e := New(testConfig(3, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
 	assert.Equal(t, "NN", feed(e, cpuEnter, cpuEnter))
 	clock.Advance(time.Minute)
@@ -81,7 +81,7 @@ func TestExpireBreaksStreaks(t *testing.T) {
 }
 
 func TestExpireDisabled(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	e := New(testConfig(1, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
 	e.Observe(memOnly(0.95).level())
 	clock.Advance(24 * time.Hour)
@@ -91,7 +91,7 @@ func TestExpireDisabled(t *testing.T) {
 }
 
 func TestExpireBeforeFirstObserve(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	e := New(linesConfig(), Options{Now: clock.Now})
 	assert.False(t, e.Expire(time.Second))
 	clock.Advance(time.Second)
@@ -129,7 +129,7 @@ func TestExpireConcurrentWithObserve(t *testing.T) {
 }
 
 func BenchmarkDecideAfterExpire(b *testing.B) {
-	clock := newFakeClock()
+	clock := newClock()
 	e := New(testConfig(1, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
 	e.Observe(memOnly(0.95).level())
 	clock.Advance(time.Minute)

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 // Fault injection (issue 8 item 1). The documented outcomes:
@@ -37,11 +38,11 @@ func TestReadErrorClassification(t *testing.T) {
 	boom := errors.New("boom")
 	tests := []struct {
 		resource string
-		set      func(*fakeSource)
+		set      func(*testutil.Source)
 	}{
-		{"cpu", func(f *fakeSource) { f.cpuErr = boom }},
-		{"mem", func(f *fakeSource) { f.wsErr = boom }},
-		{"limits", func(f *fakeSource) { f.limitsErr = boom }},
+		{"cpu", func(f *testutil.Source) { f.Fail(testutil.CPUTime, boom) }},
+		{"mem", func(f *testutil.Source) { f.Fail(testutil.WorkingSet, boom) }},
+		{"limits", func(f *testutil.Source) { f.Fail(testutil.Limits, boom) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.resource, func(t *testing.T) {
@@ -61,9 +62,9 @@ func TestReadErrorClassification(t *testing.T) {
 
 	t.Run("skipped windows are not ReadErrors", func(t *testing.T) {
 		h := newHarness(Config{}, oneCore())
-		h.src.setCPU(time.Second)
+		h.src.SetCPUTime(time.Second)
 		h.step(0, 0)
-		h.src.setCPU(0)
+		h.src.SetCPUTime(0)
 		h.step(interval, 0)
 		require.Len(t, h.errs, 1)
 		var re *ReadError
@@ -82,18 +83,16 @@ func TestReadErrorClassification(t *testing.T) {
 
 // TestVanishingReadings: the source's files disappear and come back.
 func TestVanishingReadings(t *testing.T) {
-	src := &fakeSource{ws: 500, limits: cgroup.Limits{QuotaCores: 1, MemLimit: 1000}}
+	src := newSource(500, cgroup.Limits{QuotaCores: 1, MemLimit: 1000})
 	h := newHarness(Config{LimitsEvery: interval}, src)
 	h.step(0, 0)
 	seeded := h.step(interval, interval/2)
 	require.True(t, seeded.CPUValid)
 	require.True(t, seeded.MemValid)
 
-	src.mu.Lock()
-	src.cpuErr = fs.ErrNotExist
-	src.wsErr = fs.ErrNotExist
-	src.limitsErr = fs.ErrNotExist
-	src.mu.Unlock()
+	for _, r := range []testutil.Reading{testutil.CPUTime, testutil.WorkingSet, testutil.Limits} {
+		src.Fail(r, fs.ErrNotExist)
+	}
 	for range 10 {
 		wl := h.step(interval, interval)
 		assert.False(t, wl.CPUValid)
@@ -108,9 +107,9 @@ func TestVanishingReadings(t *testing.T) {
 	}
 	assert.Len(t, h.levels, 12, "every frame is published")
 
-	src.mu.Lock()
-	src.cpuErr, src.wsErr, src.limitsErr = nil, nil, nil
-	src.mu.Unlock()
+	for _, r := range []testutil.Reading{testutil.CPUTime, testutil.WorkingSet, testutil.Limits} {
+		src.Fail(r, nil)
+	}
 	wl := h.step(interval, interval)
 	assert.True(t, wl.CPUValid, "the baseline is the last good reading")
 	assert.True(t, wl.MemValid)
@@ -122,14 +121,14 @@ func TestVanishingReadings(t *testing.T) {
 // zero (a container restarted within the same cgroup) and counts on.
 func TestContainerRestartCounterReset(t *testing.T) {
 	h := newHarness(Config{}, oneCore())
-	h.src.setCPU(time.Hour)
+	h.src.SetCPUTime(time.Hour)
 	h.step(0, 0)
 	for range 5 {
 		h.step(interval, interval/2)
 	}
 	before := h.s.Load()
 
-	h.src.setCPU(10 * time.Millisecond)
+	h.src.SetCPUTime(10 * time.Millisecond)
 	wl := h.step(interval, 0)
 	require.Len(t, h.errs, 1)
 	require.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
@@ -151,13 +150,13 @@ func TestContainerRestartCounterReset(t *testing.T) {
 // hard (Open) for seconds.
 func TestPartialReadLooksLikeAReset(t *testing.T) {
 	h := newHarness(Config{}, oneCore())
-	h.src.setCPU(time.Hour)
+	h.src.SetCPUTime(time.Hour)
 	h.step(0, 0)
 	before := h.step(interval, interval/2)
 
-	h.src.setCPU(12 * time.Microsecond) // the cut-short reading
+	h.src.SetCPUTime(12 * time.Microsecond) // the cut-short reading
 	h.step(interval, 0)
-	h.src.setCPU(time.Hour + interval) // the real counter again
+	h.src.SetCPUTime(time.Hour + interval) // the real counter again
 	wl := h.step(interval, 0)
 	require.Len(t, h.errs, 2)
 	require.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
@@ -172,7 +171,7 @@ func TestPartialReadLooksLikeAReset(t *testing.T) {
 
 func TestImpossibleCPUCeiling(t *testing.T) {
 	cores := float64(max(runtime.NumCPU(), 4))
-	src := &fakeSource{limits: cgroup.Limits{QuotaCores: 1, CPUSetCores: int(cores)}}
+	src := newSource(0, cgroup.Limits{QuotaCores: 1, CPUSetCores: int(cores)})
 	h := newHarness(Config{}, src)
 	h.step(0, 0)
 	// Every CPU busy for the whole window: a real (burst) reading of
@@ -205,14 +204,14 @@ func TestWallClockJump(t *testing.T) {
 		h := newHarness(Config{LimitsEvery: time.Second}, oneCore())
 		h.step(0, 0)
 		before := h.step(interval, interval/2)
-		calls := h.src.limitsCalls
+		calls := h.src.Reads(testutil.Limits)
 
 		wl := h.step(-time.Hour, interval/2)
 		require.Len(t, h.errs, 1)
 		require.ErrorIs(t, h.errs[0], ErrShortWindow)
 		assert.Contains(t, h.errs[0].Error(), "clock went back")
 		assert.Equal(t, before.CPUSlow, wl.CPUSlow)
-		assert.Equal(t, calls+1, h.src.limitsCalls, "limits re-read at once, not an hour later")
+		assert.Equal(t, calls+1, h.src.Reads(testutil.Limits), "limits re-read at once, not an hour later")
 
 		wl = h.step(interval, interval/4)
 		assert.InDelta(t, 0.25, wl.CPU, 1e-12, "measured again from the next tick")
@@ -232,22 +231,22 @@ func TestWallClockJump(t *testing.T) {
 
 // slowCPUSource advances the fake clock while the CPU counter is read.
 type slowCPUSource struct {
-	*fakeSource
-	clock *fakeClock
+	*testutil.Source
+	clock *testutil.Clock
 	cost  time.Duration
 }
 
 func (s *slowCPUSource) CPUTime() (time.Duration, error) {
 	s.clock.Advance(s.cost)
-	return s.fakeSource.CPUTime()
+	return s.Source.CPUTime()
 }
 
 // TestSlowRead: a CPU read that takes longer than a quarter of the interval
 // (here longer than the interval itself) makes the counter's instant
 // uncertain by as much: the frame is skipped and the baseline dropped.
 func TestSlowRead(t *testing.T) {
-	clock := newFakeClock()
-	src := &slowCPUSource{fakeSource: oneCore(), clock: clock}
+	clock := newClock()
+	src := &slowCPUSource{Source: oneCore(), clock: clock}
 	var errs []error
 	var tooks []time.Duration
 	s := New(src, Config{Interval: interval}, Options{
@@ -257,7 +256,7 @@ func TestSlowRead(t *testing.T) {
 	})
 	step := func(wall, cpu time.Duration) *WaterLevel {
 		clock.Advance(wall)
-		src.addCPU(cpu)
+		src.AddCPUTime(cpu)
 		s.Tick()
 		return s.Load()
 	}
@@ -283,36 +282,13 @@ func TestSlowRead(t *testing.T) {
 	assert.Len(t, errs, 1)
 }
 
-// blockingSource blocks CPUTime while gate is held, as a read stuck in the
-// kernel would.
-type blockingSource struct {
-	*fakeSource
-	mu      sync.Mutex
-	gate    chan struct{} // nil: not blocking
-	blocked chan struct{} // receives when a read starts blocking
-}
-
-func (b *blockingSource) CPUTime() (time.Duration, error) {
-	b.mu.Lock()
-	g := b.gate
-	b.mu.Unlock()
-	if g != nil {
-		select {
-		case b.blocked <- struct{}{}:
-		default:
-		}
-		<-g
-	}
-	return b.fakeSource.CPUTime()
-}
-
 // TestTickLongerThanInterval: on the real ticker, a tick that blocks for
 // many intervals does not queue ticks up (time.Ticker drops them), the
 // first window after it is skipped as a slow read, ticking resumes, and Stop
 // returns once the read does.
 func TestTickLongerThanInterval(t *testing.T) {
 	const iv = 5 * time.Millisecond
-	src := &blockingSource{fakeSource: oneCore(), blocked: make(chan struct{}, 1)}
+	src := oneCore()
 	var mu sync.Mutex
 	var errs []error
 	samples := make(chan *WaterLevel, 64)
@@ -329,16 +305,9 @@ func TestTickLongerThanInterval(t *testing.T) {
 	defer s.Stop()
 	<-samples
 
-	gate := make(chan struct{})
-	src.mu.Lock()
-	src.gate = gate
-	src.mu.Unlock()
-	<-src.blocked
+	release := src.BlockCPUTime(t)
 	time.Sleep(10 * iv) // the simulated stall, not a synchronisation
-	src.mu.Lock()
-	src.gate = nil
-	src.mu.Unlock()
-	close(gate)
+	release()
 
 	// Drain and wait for a few more samples: ticking resumed.
 	drain := func() {
@@ -373,7 +342,7 @@ func TestCgroupLevelBadFromStart(t *testing.T) {
 	r, err := cgroup.NewReader(filepath.Join("..", "cgroup", "testdata", "v2-bad-level"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
-	clock := newFakeClock()
+	clock := newClock()
 	var errs []error
 	s := New(r, Config{Interval: interval, LimitsEvery: interval}, Options{
 		Now:     clock.Now,
@@ -406,7 +375,7 @@ type cgroupHarness struct {
 	t     *testing.T
 	dir   string // the cgroup directory in the copy
 	r     *cgroup.Reader
-	clock *fakeClock
+	clock *testutil.Clock
 	s     *Sampler
 	errs  []error
 }
@@ -416,7 +385,7 @@ func newCgroupHarness(t *testing.T) *cgroupHarness {
 	r, err := cgroup.NewReader(root)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
-	h := &cgroupHarness{t: t, dir: filepath.Join(root, "sys", "fs", "cgroup"), r: r, clock: newFakeClock()}
+	h := &cgroupHarness{t: t, dir: filepath.Join(root, "sys", "fs", "cgroup"), r: r, clock: newClock()}
 	h.s = New(r, Config{Interval: interval, LimitsEvery: interval}, Options{
 		Now:     h.clock.Now,
 		OnError: func(err error) { h.errs = append(h.errs, err) },

@@ -20,60 +20,27 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fakeSource is a Source whose readings the test sets. It is goroutine-safe
-// so the Start/Stop test can use it too.
-type fakeSource struct {
-	mu          sync.Mutex
-	cpu         time.Duration
-	cpuErr      error
-	ws          uint64
-	wsErr       error
-	limits      cgroup.Limits
-	limitsErr   error
-	limitsCalls int
+// newSource is a fake source with working set ws and these limits.
+func newSource(ws uint64, limits cgroup.Limits) *testutil.Source {
+	src := testutil.NewSource(limits)
+	src.SetWorkingSet(ws)
+	return src
 }
 
-func (f *fakeSource) CPUTime() (time.Duration, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.cpu, f.cpuErr
-}
-
-func (f *fakeSource) WorkingSet() (uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.ws, f.wsErr
-}
-
-func (f *fakeSource) Limits() (cgroup.Limits, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.limitsCalls++
-	return f.limits, f.limitsErr
-}
-
-func (*fakeSource) Describe() string { return "fake" }
-
-// fakeClock is a manual clock: it only moves when the test advances it.
-type fakeClock struct{ t time.Time }
-
-func newFakeClock() *fakeClock                  { return &fakeClock{t: time.Unix(1_000_000, 0)} }
-func (c *fakeClock) Now() time.Time             { return c.t }
-func (c *fakeClock) Advance(d time.Duration)    { c.t = c.t.Add(d) }
-func (f *fakeSource) addCPU(d time.Duration)    { f.mu.Lock(); f.cpu += d; f.mu.Unlock() }
-func (f *fakeSource) setCPU(d time.Duration)    { f.mu.Lock(); f.cpu = d; f.mu.Unlock() }
-func (f *fakeSource) setLimits(l cgroup.Limits) { f.mu.Lock(); f.limits = l; f.mu.Unlock() }
+// newClock is a manual clock for the sampler's Now.
+func newClock() *testutil.Clock { return testutil.NewClock(time.Unix(1_000_000, 0)) }
 
 // harness wires a Sampler to a fake source and clock and records errors.
 type harness struct {
-	src    *fakeSource
-	clock  *fakeClock
+	src    *testutil.Source
+	clock  *testutil.Clock
 	s      *Sampler
 	errs   []error
 	levels []*WaterLevel
@@ -81,8 +48,8 @@ type harness struct {
 
 const interval = 250 * time.Millisecond
 
-func newHarness(cfg Config, src *fakeSource) *harness {
-	h := &harness{src: src, clock: newFakeClock()}
+func newHarness(cfg Config, src *testutil.Source) *harness {
+	h := &harness{src: src, clock: newClock()}
 	if cfg.Interval == 0 {
 		cfg.Interval = interval
 	}
@@ -97,12 +64,12 @@ func newHarness(cfg Config, src *fakeSource) *harness {
 // step advances the clock by wall and the CPU counter by cpu, then ticks.
 func (h *harness) step(wall, cpu time.Duration) *WaterLevel {
 	h.clock.Advance(wall)
-	h.src.addCPU(cpu)
+	h.src.AddCPUTime(cpu)
 	h.s.Tick()
 	return h.s.Load()
 }
 
-func oneCore() *fakeSource { return &fakeSource{limits: cgroup.Limits{QuotaCores: 1}} }
+func oneCore() *testutil.Source { return newSource(0, cgroup.Limits{QuotaCores: 1}) }
 
 func TestLoadBeforeFirstTick(t *testing.T) {
 	s := New(oneCore(), Config{}, Options{})
@@ -169,7 +136,7 @@ func TestEWMABeta(t *testing.T) {
 }
 
 func TestCPUNormalisedByFractionalCores(t *testing.T) {
-	h := newHarness(Config{}, &fakeSource{limits: cgroup.Limits{QuotaCores: 1.5, CPUSetCores: 4}})
+	h := newHarness(Config{}, newSource(0, cgroup.Limits{QuotaCores: 1.5, CPUSetCores: 4}))
 	h.step(0, 0)
 	wl := h.step(time.Second, 750*time.Millisecond)
 	assert.Equal(t, 1.5, wl.Cores)
@@ -188,11 +155,11 @@ func TestCPUAboveOneIsKept(t *testing.T) {
 
 func TestCounterBackwardsSkipsFrame(t *testing.T) {
 	h := newHarness(Config{}, oneCore())
-	h.src.setCPU(10 * time.Second)
+	h.src.SetCPUTime(10 * time.Second)
 	h.step(0, 0)
 	before := h.step(interval, interval/2)
 
-	h.src.setCPU(time.Second)
+	h.src.SetCPUTime(time.Second)
 	wl := h.step(interval, 0)
 	require.Len(t, h.errs, 1)
 	require.ErrorIs(t, h.errs[0], ErrCPUCounterBackwards)
@@ -257,7 +224,7 @@ func TestMemory(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := &fakeSource{ws: tt.ws, limits: cgroup.Limits{MemLimit: tt.srcLimit}}
+			src := newSource(tt.ws, cgroup.Limits{MemLimit: tt.srcLimit})
 			h := newHarness(Config{MemoryLimit: tt.override}, src)
 			wl := h.step(0, 0)
 			assert.Equal(t, tt.wantValid, wl.MemValid)
@@ -273,8 +240,8 @@ func TestMemory(t *testing.T) {
 // and again when the container's limit changes.
 func TestMemoryOverrideOverTheLimitWarns(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	src := &fakeSource{ws: 500 << 20, limits: cgroup.Limits{MemLimit: 1 << 30}}
-	clock := newFakeClock()
+	src := newSource(500<<20, cgroup.Limits{MemLimit: 1 << 30})
+	clock := newClock()
 	s := New(src, Config{Interval: interval, MemoryLimit: 2 << 30, LimitsEvery: time.Second}, Options{Now: clock.Now, Logger: zap.New(core)})
 	for range 3 {
 		s.Tick()
@@ -286,12 +253,12 @@ func TestMemoryOverrideOverTheLimitWarns(t *testing.T) {
 	assert.Equal(t, uint64(2048), warns[0].ContextMap()["memory_limit_mib"])
 	assert.Equal(t, uint64(1<<30), warns[0].ContextMap()["container_memory_limit_bytes"])
 
-	src.setLimits(cgroup.Limits{MemLimit: 1536 << 20}) // resized, still under the override
+	src.SetLimits(cgroup.Limits{MemLimit: 1536 << 20}) // resized, still under the override
 	s.Tick()
 	assert.Equal(t, uint64(1536<<20), s.Load().MemLimit)
 	assert.Equal(t, 2, logs.FilterMessageSnippet("memory::limit_mib").Len())
 
-	src.setLimits(cgroup.Limits{MemLimit: 4 << 30}) // over the override: the override binds
+	src.SetLimits(cgroup.Limits{MemLimit: 4 << 30}) // over the override: the override binds
 	clock.Advance(time.Second)
 	s.Tick()
 	assert.Equal(t, uint64(2<<30), s.Load().MemLimit)
@@ -308,7 +275,7 @@ func (h fakeHeap) Read() (spare, heldBack uint64) { return h.spare, h.heldBack }
 func TestMemoryHeapCorrections(t *testing.T) {
 	f := func(ws uint64, heap fakeHeap, wantMem float64, wantSpare uint64) {
 		t.Helper()
-		src := &fakeSource{ws: ws, limits: cgroup.Limits{MemLimit: 1000}}
+		src := newSource(ws, cgroup.Limits{MemLimit: 1000})
 		s := New(src, Config{Interval: interval}, Options{Heap: heap})
 		s.Tick()
 		wl := s.Load()
@@ -329,34 +296,32 @@ func TestMemoryHeapCorrections(t *testing.T) {
 }
 
 func TestMemoryIsNotSmoothed(t *testing.T) {
-	src := &fakeSource{ws: 900, limits: cgroup.Limits{MemLimit: 1000}}
+	src := newSource(900, cgroup.Limits{MemLimit: 1000})
 	h := newHarness(Config{}, src)
 	assert.InDelta(t, 0.9, h.step(0, 0).Mem, 1e-12)
-	src.mu.Lock()
-	src.ws = 100
-	src.mu.Unlock()
+	src.SetWorkingSet(100)
 	assert.InDelta(t, 0.1, h.step(interval, 0).Mem, 1e-12)
 }
 
 func TestLimitsReadAtFirstTickAndEveryLimitsEvery(t *testing.T) {
-	src := &fakeSource{ws: 100, limits: cgroup.Limits{QuotaCores: 2, MemLimit: 1000}}
+	src := newSource(100, cgroup.Limits{QuotaCores: 2, MemLimit: 1000})
 	h := newHarness(Config{LimitsEvery: time.Second}, src)
 
 	wl := h.step(0, 0)
-	assert.Equal(t, 1, src.limitsCalls)
+	assert.Equal(t, 1, src.Reads(testutil.Limits))
 	assert.Equal(t, 2.0, wl.Cores)
 
 	// A change is not seen before the slow cadence comes round.
-	src.setLimits(cgroup.Limits{QuotaCores: 1, MemLimit: 500})
+	src.SetLimits(cgroup.Limits{QuotaCores: 1, MemLimit: 500})
 	for range 3 {
 		wl = h.step(interval, 0)
 	}
-	assert.Equal(t, 1, src.limitsCalls)
+	assert.Equal(t, 1, src.Reads(testutil.Limits))
 	assert.Equal(t, 2.0, wl.Cores)
 	assert.InDelta(t, 0.1, wl.Mem, 1e-12)
 
 	wl = h.step(interval, 0) // 1s after the first read
-	assert.Equal(t, 2, src.limitsCalls)
+	assert.Equal(t, 2, src.Reads(testutil.Limits))
 	assert.Equal(t, 1.0, wl.Cores)
 	assert.Equal(t, uint64(500), wl.MemLimit)
 	assert.InDelta(t, 0.2, wl.Mem, 1e-12)
@@ -364,7 +329,7 @@ func TestLimitsReadAtFirstTickAndEveryLimitsEvery(t *testing.T) {
 	for range 4 {
 		h.step(interval, 0)
 	}
-	assert.Equal(t, 3, src.limitsCalls)
+	assert.Equal(t, 3, src.Reads(testutil.Limits))
 }
 
 func TestDefaultLimitsEvery(t *testing.T) {
@@ -374,9 +339,9 @@ func TestDefaultLimitsEvery(t *testing.T) {
 	for range 39 {
 		h.step(interval, 0)
 	}
-	assert.Equal(t, 1, src.limitsCalls, "9.75s after the first read")
+	assert.Equal(t, 1, src.Reads(testutil.Limits), "9.75s after the first read")
 	h.step(interval, 0)
-	assert.Equal(t, 2, src.limitsCalls, "10s after the first read")
+	assert.Equal(t, 2, src.Reads(testutil.Limits), "10s after the first read")
 }
 
 func TestReadErrors(t *testing.T) {
@@ -387,18 +352,14 @@ func TestReadErrors(t *testing.T) {
 		h.step(0, 0)
 		seeded := h.step(interval, interval/2)
 
-		h.src.mu.Lock()
-		h.src.cpuErr = boom
-		h.src.mu.Unlock()
+		h.src.Fail(testutil.CPUTime, boom)
 		wl := h.step(interval, interval)
 		require.Len(t, h.errs, 1)
 		require.ErrorIs(t, h.errs[0], boom)
 		assert.False(t, wl.CPUValid)
 		assert.Equal(t, seeded.CPUSlow, wl.CPUSlow, "EWMA state kept")
 
-		h.src.mu.Lock()
-		h.src.cpuErr = nil
-		h.src.mu.Unlock()
+		h.src.Fail(testutil.CPUTime, nil)
 		// The baseline is the last good reading: this window spans 500ms
 		// with 250ms+250ms of CPU, so x = 1, folded into the kept EWMAs.
 		wl = h.step(interval, interval)
@@ -410,12 +371,10 @@ func TestReadErrors(t *testing.T) {
 	})
 
 	t.Run("working set", func(t *testing.T) {
-		src := &fakeSource{ws: 500, limits: cgroup.Limits{MemLimit: 1000}}
+		src := newSource(500, cgroup.Limits{MemLimit: 1000})
 		h := newHarness(Config{}, src)
 		require.True(t, h.step(0, 0).MemValid)
-		src.mu.Lock()
-		src.wsErr = boom
-		src.mu.Unlock()
+		src.Fail(testutil.WorkingSet, boom)
 		wl := h.step(interval, 0)
 		assert.False(t, wl.MemValid)
 		require.Len(t, h.errs, 1)
@@ -426,13 +385,11 @@ func TestReadErrors(t *testing.T) {
 	t.Run("limits returned with an error are used", func(t *testing.T) {
 		// The source returns the best limits it knows along with the error
 		// (cgroup.Reader: what the readable levels say).
-		src := &fakeSource{ws: 500, limits: cgroup.Limits{QuotaCores: 2, MemLimit: 1000}}
+		src := newSource(500, cgroup.Limits{QuotaCores: 2, MemLimit: 1000})
 		h := newHarness(Config{LimitsEvery: interval}, src)
 		h.step(0, 0)
-		src.mu.Lock()
-		src.limits = cgroup.Limits{QuotaCores: 3, MemLimit: 800}
-		src.limitsErr = boom
-		src.mu.Unlock()
+		src.SetLimits(cgroup.Limits{QuotaCores: 3, MemLimit: 800})
+		src.Fail(testutil.Limits, boom)
 		wl := h.step(interval, 0)
 		require.Len(t, h.errs, 1)
 		require.ErrorIs(t, h.errs[0], boom)
@@ -442,7 +399,8 @@ func TestReadErrors(t *testing.T) {
 	})
 
 	t.Run("limits never read", func(t *testing.T) {
-		src := &fakeSource{ws: 500, limitsErr: boom}
+		src := newSource(500, cgroup.Limits{})
+		src.Fail(testutil.Limits, boom)
 		h := newHarness(Config{FallbackCores: 3}, src)
 		wl := h.step(0, 0)
 		require.Len(t, h.errs, 1)
@@ -452,9 +410,9 @@ func TestReadErrors(t *testing.T) {
 }
 
 func TestOnSampleReportsTook(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	var took time.Duration
-	src := &slowSource{fakeSource: oneCore(), clock: clock, cost: 3 * time.Millisecond}
+	src := &slowSource{Source: oneCore(), clock: clock, cost: 3 * time.Millisecond}
 	s := New(src, Config{}, Options{
 		Now:      clock.Now,
 		OnSample: func(_ *WaterLevel, d time.Duration) { took = d },
@@ -465,14 +423,14 @@ func TestOnSampleReportsTook(t *testing.T) {
 
 // slowSource advances the fake clock while reading memory, as a slow file read would.
 type slowSource struct {
-	*fakeSource
-	clock *fakeClock
+	*testutil.Source
+	clock *testutil.Clock
 	cost  time.Duration
 }
 
 func (s *slowSource) WorkingSet() (uint64, error) {
 	s.clock.Advance(s.cost)
-	return s.fakeSource.WorkingSet()
+	return s.Source.WorkingSet()
 }
 
 func TestEffectiveCores(t *testing.T) {
@@ -562,7 +520,7 @@ func TestStartStop(t *testing.T) {
 // benchSource advances a fake clock and the CPU counter on every read, as a
 // real tick would, without allocating.
 type benchSource struct {
-	clock *fakeClock
+	clock *testutil.Clock
 	cpu   time.Duration
 }
 
@@ -584,7 +542,7 @@ func (*benchSource) Limits() (cgroup.Limits, error) {
 func (*benchSource) Describe() string { return "bench" }
 
 func BenchmarkTick(b *testing.B) {
-	clock := newFakeClock()
+	clock := newClock()
 	s := New(&benchSource{clock: clock}, Config{}, Options{Now: clock.Now})
 	s.Tick()
 	b.ReportAllocs()
@@ -603,7 +561,7 @@ func BenchmarkTickCgroupFixture(b *testing.B) {
 		b.Run(tree, func(b *testing.B) {
 			r, err := cgroup.NewReader("../cgroup/testdata/" + tree)
 			require.NoError(b, err)
-			clock := newFakeClock()
+			clock := newClock()
 			s := New(r, Config{}, Options{Now: clock.Now})
 			s.Tick()
 			b.ReportAllocs()

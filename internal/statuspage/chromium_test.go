@@ -36,9 +36,13 @@ const chromiumInstall = "apt-get update && apt-get install -y --no-install-recom
 
 // findChromium returns the browser binary: $THROTTLE_CHROMIUM, else the first
 // of the usual names on PATH. Without one the test is skipped locally and
-// fails in CI (CI set), where .ci/run installs it.
+// fails in CI (CI set), where .ci/run installs it. With -short (make unit)
+// it is skipped before looking.
 func findChromium(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the browser test runs headless Chromium (make test runs it)")
+	}
 	if p := os.Getenv("THROTTLE_CHROMIUM"); p != "" {
 		return p
 	}

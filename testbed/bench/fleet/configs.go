@@ -13,7 +13,7 @@ import (
 const (
 	gwStock         = "stock"          // otelcol-stock, no protection
 	gwMemoryLimiter = "memory_limiter" // otelcol-stock, memory_limiter processor first in the pipeline
-	gwMLExt         = "mlext"          // otelcol-mlext (v0.149.0), memory_limiter extension as middleware
+	gwMLExt         = "mlext"          // otelcol-mlext (v0.159.0), memory_limiter extension as middleware
 	gwThrottle      = "throttle"       // otelcol-throttle, throttle extension as middleware
 )
 

@@ -27,7 +27,7 @@
 // Scenarios (-scenarios): reference (the stock gateway with 1 GiB; see
 // referenceScenario), stock (no protection), memory_limiter (the
 // processor), mlext (core's memory_limiter extension as middleware, built
-// from v0.149.0), throttle (the shipped defaults); each also with the suffix
+// from v0.159.0), throttle (the shipped defaults); each also with the suffix
 // +gomemlimit, which sets GOMEMLIMIT to -gomemlimit-pct of the memory limit
 // as the Helm chart does.
 //

@@ -67,7 +67,7 @@ var (
 	stock = distribution{name: "otelcol-stock", manifest: "testbed/bench/fleet/otelcol-stock.yaml", ocb: "v0.165.0"}
 	// mlext is a stock collector with core's memory_limiter extension, at
 	// the last release that serves it (the manifest says why).
-	mlext = distribution{name: "otelcol-mlext", manifest: "testbed/bench/fleet/otelcol-mlext.yaml", ocb: "v0.149.0"}
+	mlext = distribution{name: "otelcol-mlext", manifest: "testbed/bench/fleet/otelcol-mlext.yaml", ocb: "v0.159.0"}
 )
 
 // Names are the distributions Build knows.

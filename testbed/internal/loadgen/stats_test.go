@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 func ms(v ...int) []time.Duration {
@@ -40,14 +42,9 @@ func TestPercentile(t *testing.T) {
 	assert.Equal(t, 5*time.Millisecond, Percentile(ms(3, 1, 2, 10, 9, 8, 7, 6, 5, 4), 50))
 }
 
-// fakeClock is advanced by the test.
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time { return c.t }
-
 func TestRecorder(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1000, 0)}
-	r := NewRecorder(clk.now)
+	clk := testutil.NewClock(time.Unix(1000, 0))
+	r := NewRecorder(clk.Now)
 	tr := &Payload{Signal: Traces, Items: 10, Body: make([]byte, 100)}
 	mt := &Payload{Signal: Metrics, Items: 5, Body: make([]byte, 50)}
 
@@ -63,7 +60,7 @@ func TestRecorder(t *testing.T) {
 	assert.Equal(t, Counts{Sent: 3, OK: 1, Rejected: 1, SentItems: 25, AcceptedItems: 10, SentBytes: 250}, s.Total)
 	assert.Equal(t, Counts{Sent: 1, SentItems: 5, SentBytes: 50}, s.PerSignal[Metrics])
 
-	clk.t = clk.t.Add(1500 * time.Millisecond) // second 1
+	clk.Advance(1500 * time.Millisecond) // second 1
 	r.Done(w, Metrics, Result{Class: ClassError, Latency: time.Second})
 	b := r.StartPhase("burst")
 	r.Sent(b, tr)

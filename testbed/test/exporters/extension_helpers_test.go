@@ -31,9 +31,12 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
 
+	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
+	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/internal/throttleapi"
+	"github.com/otelthrottle/throttle/internal/throttletest"
 )
 
 // e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
@@ -62,7 +65,7 @@ const e2eWait = 30 * time.Second
 // e2eEnv is a started throttle extension and a started otlpreceiver (gRPC
 // and HTTP, both with middlewares: [{id: throttle}]) feeding sinks.
 type e2eEnv struct {
-	src *fakeSource
+	src *testutil.Source
 	th  throttleapi.Throttle
 	tel *componenttest.Telemetry
 
@@ -102,16 +105,16 @@ func startE2E(tb testing.TB, conf map[string]any) *e2eEnv {
 	tb.Helper()
 	ctx := context.Background()
 	env := &e2eEnv{
-		src:      &fakeSource{memLimit: e2eMemLimit},
+		src:      testutil.NewSource(cgroup.Limits{MemLimit: e2eMemLimit}),
 		tel:      componenttest.NewTelemetry(),
 		traces:   new(consumertest.TracesSink),
 		metrics:  new(consumertest.MetricsSink),
 		logs:     new(consumertest.LogsSink),
 		profiles: new(consumertest.ProfilesSink),
 	}
-	env.src.setLevel(e2eCalm)
+	env.src.SetMemoryShare(e2eCalm)
 	tb.Cleanup(func() { require.NoError(tb, env.tel.Shutdown(ctx)) })
-	ext, th := startThrottle(tb, env.src, e2eThrottleConfig(conf), env.tel)
+	ext, th := throttletest.Start(tb, env.src, e2eThrottleConfig(conf), env.tel)
 	env.th = th
 
 	// A free port can be taken by another test between freeAddr and the
@@ -156,7 +159,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
 	pr, err := rf.(xreceiver.Factory).CreateProfiles(ctx, rset, rcfg, env.profiles)
 	require.NoError(tb, err)
 	rcvs := []component.Component{tr, mr, lr, pr}
-	host := hostWith(component.MustNewID("throttle"), ext)
+	host := throttletest.HostWith(component.MustNewID("throttle"), ext)
 	var started []component.Component
 	tb.Cleanup(func() {
 		for _, r := range started {
@@ -176,8 +179,8 @@ func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
 // signal shares them) are in want.
 func (env *e2eEnv) setLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
-	env.src.setLevel(level)
-	waitState(tb, env.th, want, e2eWait)
+	env.src.SetMemoryShare(level)
+	throttletest.WaitState(tb, env.th, want, e2eWait)
 }
 
 // requests is the throttle_requests counter for one protocol, signal and

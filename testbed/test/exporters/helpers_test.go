@@ -15,99 +15,17 @@ package exporters
 // through a fake resource source, a host holding it, and payloads.
 
 import (
-	"context"
-	"math"
 	"net"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/confmap"
-	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.uber.org/goleak"
-
-	"github.com/otelthrottle/throttle/internal/cgroup"
-	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/sampler"
-	"github.com/otelthrottle/throttle/internal/testseam"
-	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
 // TestMain checks, as the components' own tests do, that no goroutine
 // outlives the tests.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// fakeSource is the resource source of the extension under test: no CPU
-// used, a working set the test sets against a fixed memory limit.
-type fakeSource struct {
-	memLimit   uint64
-	workingSet atomic.Uint64
-}
-
-var _ sampler.Source = (*fakeSource)(nil)
-
-func (*fakeSource) CPUTime() (time.Duration, error)  { return 0, nil }
-func (s *fakeSource) WorkingSet() (uint64, error)    { return s.workingSet.Load(), nil }
-func (s *fakeSource) Limits() (cgroup.Limits, error) { return cgroup.Limits{MemLimit: s.memLimit}, nil }
-func (*fakeSource) Describe() string                 { return "fake source (test)" }
-
-// setLevel sets the working set to level times the memory limit.
-func (s *fakeSource) setLevel(level float64) {
-	s.workingSet.Store(uint64(math.Round(level * float64(s.memLimit))))
-}
-
-// startThrottle creates the throttle extension with the extension's own
-// factory, reading src, configured with conf (keys of the throttle
-// configuration) and counting into tel (no-op telemetry when nil), and
-// starts it; it is shut down when the test ends.
-func startThrottle(tb testing.TB, src *fakeSource, conf map[string]any, tel *componenttest.Telemetry) (component.Component, throttleapi.Throttle) {
-	tb.Helper()
-	ctx := context.Background()
-	f := testseam.ExtensionFactory(src)
-	cfg := f.CreateDefaultConfig()
-	require.NoError(tb, confmap.NewFromStringMap(conf).Unmarshal(cfg))
-	require.NoError(tb, confmap.Validate(cfg))
-	set := extensiontest.NewNopSettings(f.Type())
-	set.ID = component.NewID(f.Type())
-	if tel != nil {
-		set.TelemetrySettings = tel.NewTelemetrySettings()
-	}
-	ext, err := f.Create(ctx, set, cfg)
-	require.NoError(tb, err)
-	th, ok := ext.(throttleapi.Throttle)
-	require.Truef(tb, ok, "the extension (%T) does not implement throttleapi.Throttle", ext)
-	require.NoError(tb, ext.Start(ctx, componenttest.NewNopHost()))
-	tb.Cleanup(func() { require.NoError(tb, ext.Shutdown(ctx)) })
-	return ext, th
-}
-
-// waitState waits until every signal's state machine is in want.
-func waitState(tb testing.TB, th throttleapi.Throttle, want decision.State, wait time.Duration) {
-	tb.Helper()
-	require.Eventuallyf(tb, func() bool {
-		for s := range decision.Profiles + 1 {
-			if th.State(s) != want {
-				return false
-			}
-		}
-		return true
-	}, wait, time.Millisecond, "waiting for every signal to be %v", want)
-}
-
-// testHost is a component.Host holding the given extensions: all that
-// confighttp, configgrpc and the processor need to find the throttle.
-type testHost struct {
-	extensions map[component.ID]component.Component
-}
-
-func (h testHost) GetExtensions() map[component.ID]component.Component { return h.extensions }
-
-func hostWith(id component.ID, ext component.Component) component.Host {
-	return testHost{extensions: map[component.ID]component.Component{id: ext}}
-}
 
 // defaultExtensionID is the ID of the throttle extension the processor
 // follows by default.

@@ -43,6 +43,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/throttletest"
 )
 
 // throttleDriver puts the throttle the processor follows in Open and back.
@@ -54,42 +55,47 @@ type throttleDriver interface {
 	retryRange() (minDelay, maxDelay time.Duration)
 }
 
-// fakeDriver drives a fakeThrottle: it checks the wiring even without the
-// extension's sampler and state machines.
-type fakeDriver struct{ fake *fakeThrottle }
+// fakeDriver drives a throttletest.Fake: it checks the wiring even without
+// the extension's sampler and state machines.
+type fakeDriver struct{ fake *throttletest.Fake }
 
 const fakeDriverDelay = 1500 * time.Millisecond
 
 func newFakeDriver(*testing.T) throttleDriver {
-	return fakeDriver{fake: newFakeThrottle(fakeDriverDelay)}
+	return fakeDriver{fake: throttletest.NewFake(fakeDriverDelay)}
 }
 
-func (d fakeDriver) host() component.Host { return hostWith(defaultExtensionID, d.fake) }
+func (d fakeDriver) host() component.Host { return throttletest.HostWith(defaultExtensionID, d.fake) }
 
-func (d fakeDriver) overload(testing.TB) {
-	for s := range decision.Profiles + 1 {
-		d.fake.set(s, decision.DenyOpen)
-	}
-}
+func (d fakeDriver) overload(testing.TB) { d.fake.SetAll(decision.DenyOpen) }
 
-func (d fakeDriver) calm(testing.TB) {
-	for s := range decision.Profiles + 1 {
-		d.fake.set(s, decision.Admit)
-	}
-}
+func (d fakeDriver) calm(testing.TB) { d.fake.SetAll(decision.Admit) }
 
 func (fakeDriver) retryRange() (time.Duration, time.Duration) {
 	return fakeDriverDelay, fakeDriverDelay
 }
 
-func (*realThrottle) retryRange() (time.Duration, time.Duration) { return testMinRetry, testMaxRetry }
+// realDriver drives the real extension through its water level.
+type realDriver struct{ rt *throttletest.Real }
+
+func (d realDriver) host() component.Host { return throttletest.HostWith(defaultExtensionID, d.rt.Ext) }
+
+func (d realDriver) overload(tb testing.TB) {
+	d.rt.SetLevel(tb, throttletest.Overloaded, decision.Open)
+}
+
+func (d realDriver) calm(tb testing.TB) { d.rt.SetLevel(tb, throttletest.Calm, decision.Normal) }
+
+func (realDriver) retryRange() (time.Duration, time.Duration) {
+	return throttletest.MinRetry, throttletest.MaxRetry
+}
 
 var drivers = []struct {
 	name  string
 	start func(t *testing.T) throttleDriver
 }{
 	{"fake_throttle", newFakeDriver},
-	{"throttle_extension", func(t *testing.T) throttleDriver { return startRealThrottle(t) }},
+	{"throttle_extension", func(t *testing.T) throttleDriver { return realDriver{throttletest.StartReal(t)} }},
 }
 
 // e2ePipeline is otlpreceiver (HTTP, no middleware) -> throttle processor ->
@@ -286,10 +292,10 @@ func TestEndToEndDrop(t *testing.T) {
 			assert.Zero(t, logs.FilterMessage(retryLogMessage).Len())
 
 			metadatatest.AssertEqualProcessorThrottleItems(t, p.tel,
-				outcomePoints(decision.Traces, map[string]int64{"passed": 16, "dropped": int64(sentWhileOpen)}),
+				throttletest.ProcessorOutcomePoints(decision.Traces, map[string]int64{"passed": 16, "dropped": int64(sentWhileOpen)}),
 				metricdatatest.IgnoreTimestamp())
 			metadatatest.AssertEqualProcessorThrottleBatches(t, p.tel,
-				outcomePoints(decision.Traces, map[string]int64{"passed": 2, "dropped": 4}),
+				throttletest.ProcessorOutcomePoints(decision.Traces, map[string]int64{"passed": 2, "dropped": 4}),
 				metricdatatest.IgnoreTimestamp())
 		})
 	}

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +39,7 @@ import (
 	throttleprocessor "github.com/otelthrottle/throttle"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/testseam"
+	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/testbed/test/internal/e2e"
 )
 
@@ -49,19 +49,13 @@ func TestMain(m *testing.M) {
 
 const memLimit = 100 << 20 // the fake source's memory limit: 100 MiB
 
-// fakeSource is the resource source of the extension under test: no CPU
-// used, a 100 MiB memory limit and a working set the test sets.
-type fakeSource struct {
-	workingSet atomic.Uint64
+// newFakeSource is the resource source of the extension under test: no CPU
+// used, one CPU, a memory limit of memLimit and a working set at share of it.
+func newFakeSource(share float64) *testutil.Source {
+	src := testutil.NewSource(cgroup.Limits{MemLimit: memLimit, CPUSetCores: 1})
+	src.SetMemoryShare(share)
+	return src
 }
-
-func (*fakeSource) CPUTime() (time.Duration, error) { return 0, nil }
-func (s *fakeSource) WorkingSet() (uint64, error)   { return s.workingSet.Load(), nil }
-func (*fakeSource) Limits() (cgroup.Limits, error) {
-	return cgroup.Limits{MemLimit: memLimit, CPUSetCores: 1}, nil
-}
-func (*fakeSource) Describe() string       { return "fake (test)" }
-func (s *fakeSource) setMem(share float64) { s.workingSet.Store(uint64(share * memLimit)) }
 
 // yamlProvider serves one rendered config under the "test:" scheme.
 type yamlProvider struct{ yaml []byte }
@@ -90,7 +84,7 @@ func newTelemetryFactory(logs zapcore.Core, reader sdkmetric.Reader) telemetry.F
 	)
 }
 
-func factories(src *fakeSource, tel telemetry.Factory) func() (otelcol.Factories, error) {
+func factories(src *testutil.Source, tel telemetry.Factory) func() (otelcol.Factories, error) {
 	return func() (otelcol.Factories, error) {
 		var f otelcol.Factories
 		var err error
@@ -117,8 +111,7 @@ func factories(src *fakeSource, tel telemetry.Factory) func() (otelcol.Factories
 // recovery; every decision counted on the collector's metrics endpoint; a
 // clean shutdown with no goroutine left.
 func TestCollectorInProcess(t *testing.T) {
-	src := &fakeSource{}
-	src.setMem(0.10)
+	src := newFakeSource(0.10)
 	ports := e2e.FreePorts(t)
 	provider := &yamlProvider{yaml: e2e.Render(t, filepath.Join("testdata", "config.yaml.tmpl"), ports)}
 
@@ -205,7 +198,7 @@ func TestCollectorInProcess(t *testing.T) {
 
 	// Open: memory over the hard line (0.92); one sample is enough
 	// (one check breaches). Requests are refused at the entrance.
-	src.setMem(0.97)
+	src.SetMemoryShare(0.97)
 	require.Eventually(t, func() bool {
 		code, _, err := e2e.PostTraces(ctx, httpAddr, e2e.Traces(1))
 		return err == nil && code == http.StatusTooManyRequests
@@ -257,7 +250,7 @@ func TestCollectorInProcess(t *testing.T) {
 	assert.Equal(t, spansInOpen, exportedSpans(observed), "nothing goes in while Open")
 
 	// Recovery: below exit (0.78), recovery_ramp 0s.
-	src.setMem(0.10)
+	src.SetMemoryShare(0.10)
 	require.NoError(t, <-heldErr, "the call held through the Open")
 	require.Eventually(t, func() bool {
 		code, _, err := e2e.PostTraces(ctx, httpAddr, e2e.Traces(1))

@@ -34,7 +34,7 @@ func collectorConfig(t *testing.T, yaml string) (*otelcol.Config, otelcol.Factor
 	})
 	require.NoError(t, err)
 	core, _ := observer.New(zapcore.InfoLevel)
-	f, err := factories(&fakeSource{}, newTelemetryFactory(core, sdkmetric.NewManualReader()))()
+	f, err := factories(newFakeSource(0), newTelemetryFactory(core, sdkmetric.NewManualReader()))()
 	require.NoError(t, err)
 	cfg, err := cp.Get(context.Background(), f)
 	return cfg, f, err

@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,85 +20,31 @@ import (
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/softlimit"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 // hangingSource stands in for this process's cgroup: a memory limit far
 // above anything the test allocates, so the soft limit it leads to never
 // binds, and a CPU time read that hangs, as one stuck in the kernel would,
-// once hang has been called. It records Close.
+// once BlockCPUTime has been called. It records Close.
 type hangingSource struct {
-	mu      sync.Mutex
-	gate    chan struct{} // non-nil: reads wait for it
-	reading bool          // a read is in progress
-	blocked chan struct{} // one send when a read starts waiting
-	closed  atomic.Bool
+	*testutil.Source
+	closed atomic.Bool
 	// closedReading: Close ran while a read was in progress.
 	closedReading atomic.Bool
 }
 
-func newHangingSource() *hangingSource { return &hangingSource{blocked: make(chan struct{}, 1)} }
-
-func (h *hangingSource) CPUTime() (time.Duration, error) {
-	h.mu.Lock()
-	g := h.gate
-	h.reading = true
-	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		h.reading = false
-		h.mu.Unlock()
-	}()
-	if g != nil {
-		select {
-		case h.blocked <- struct{}{}:
-		default:
-		}
-		<-g
-	}
-	return time.Second, nil
+func newHangingSource() *hangingSource {
+	src := testutil.NewSource(cgroup.Limits{QuotaCores: 1, MemLimit: 1 << 40})
+	src.SetWorkingSet(64 << 20)
+	src.SetCPUTime(time.Second)
+	return &hangingSource{Source: src}
 }
-
-func (h *hangingSource) WorkingSet() (uint64, error) { return 64 << 20, nil }
-
-func (h *hangingSource) Limits() (cgroup.Limits, error) {
-	return cgroup.Limits{QuotaCores: 1, MemLimit: 1 << 40}, nil
-}
-
-func (h *hangingSource) Describe() string { return "hanging source (test)" }
 
 func (h *hangingSource) Close() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.closedReading.Store(h.reading)
+	h.closedReading.Store(h.ReadingCPUTime())
 	h.closed.Store(true)
 	return nil
-}
-
-// hang makes the next CPU time read wait and returns once the sampler is
-// waiting in it; the returned func lets it return (idempotent, and run at
-// cleanup too, before the runner's Shutdown).
-func (h *hangingSource) hang(t *testing.T) (release func()) {
-	t.Helper()
-	gate := make(chan struct{})
-	h.mu.Lock()
-	h.gate = gate
-	h.mu.Unlock()
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			h.mu.Lock()
-			h.gate = nil
-			h.mu.Unlock()
-			close(gate)
-		})
-	}
-	t.Cleanup(release)
-	select {
-	case <-h.blocked:
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "the sampler never read the CPU time")
-	}
-	return release
 }
 
 // gcPercent is the GC percent in force (GOGC).
@@ -147,7 +92,7 @@ func startOwningRunner(t *testing.T, src *hangingSource) *Runner {
 func TestShutdownTimeoutReleases(t *testing.T) {
 	src := newHangingSource()
 	r := startOwningRunner(t, src)
-	release := src.hang(t)
+	release := src.BlockCPUTime(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -173,7 +118,7 @@ func TestShutdownTimeoutReleases(t *testing.T) {
 func TestSecondShutdownCompletes(t *testing.T) {
 	src := newHangingSource()
 	r := startOwningRunner(t, src)
-	release := src.hang(t)
+	release := src.BlockCPUTime(t)
 
 	shutdownWithin := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)

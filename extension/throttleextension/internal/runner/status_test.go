@@ -9,7 +9,6 @@ import (
 	"math"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/statuspage"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
 // testConfig is the runner's configuration for the extension's defaults,
@@ -76,47 +76,6 @@ func newStartedRunner(t *testing.T, set component.TelemetrySettings, cfg Config,
 	return r, logs
 }
 
-// statusHost is a host that records the component status events reported to
-// it, as the service's host does.
-type statusHost struct {
-	component.Host
-	mu     sync.Mutex
-	events []*componentstatus.Event
-	ch     chan *componentstatus.Event
-}
-
-var _ componentstatus.Reporter = (*statusHost)(nil)
-
-func newStatusHost() *statusHost {
-	return &statusHost{Host: componenttest.NewNopHost(), ch: make(chan *componentstatus.Event, 100)}
-}
-
-func (h *statusHost) Report(ev *componentstatus.Event) {
-	h.mu.Lock()
-	h.events = append(h.events, ev)
-	h.mu.Unlock()
-	h.ch <- ev
-}
-
-func (h *statusHost) recorded() []*componentstatus.Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]*componentstatus.Event(nil), h.events...)
-}
-
-// next waits for the next reported event; the timeout only bounds a failing
-// test.
-func (h *statusHost) next(t *testing.T) *componentstatus.Event {
-	t.Helper()
-	select {
-	case ev := <-h.ch:
-		return ev
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "no component status event reported")
-		return nil
-	}
-}
-
 func TestStatusPageOff(t *testing.T) {
 	r := newTestRunner(t, testConfig())
 	assert.Nil(t, r.status.ring)
@@ -146,12 +105,12 @@ func TestStatusRecordDoesNotAllocate(t *testing.T) {
 // admits everything must not keep the component in error.
 func TestReportStatusStaleFallback(t *testing.T) {
 	r := newTestRunner(t, testConfig(func(c *Config) { c.ReportStatus = true }))
-	host := newStatusHost()
+	host := testutil.NewStatusHost()
 	r.status.host = host // as Start does; the engine is driven by hand below
 
 	r.engine.Observe(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()})
 	r.status.reportChange()
-	require.Equal(t, componentstatus.StatusRecoverableError, host.next(t).Status())
+	require.Equal(t, componentstatus.StatusRecoverableError, host.Next(t).Status())
 	r.status.reportChange() // no change, no report
 
 	require.Eventually(t, func() bool { return r.engine.Expire(time.Nanosecond) }, 10*time.Second, time.Millisecond)
@@ -162,13 +121,13 @@ func TestReportStatusStaleFallback(t *testing.T) {
 		assert.Zero(t, s.DropProbability)
 	}
 	r.status.reportChange()
-	require.Equal(t, componentstatus.StatusOK, host.next(t).Status())
+	require.Equal(t, componentstatus.StatusOK, host.Next(t).Status())
 
 	// Once Shutdown has begun nothing is reported (the host is Stopping).
 	r.engine.Observe(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()})
 	require.NoError(t, r.Shutdown(context.Background()))
 	r.status.reportChange()
-	assert.Len(t, host.recorded(), 2)
+	assert.Len(t, host.Recorded(), 2)
 }
 
 // statusPageConfig turns the status page on (its server is not started

@@ -6,133 +6,41 @@ package runner
 import (
 	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
-var allSignals = []decision.Signal{decision.Traces, decision.Metrics, decision.Logs, decision.Profiles}
-
-// The collector's default log sampling (service telemetry
-// logs.sampling in otelconftelemetry's default config): per 10s tick, the
-// first 10 entries of a message, then 1 in 100.
-const (
-	collectorSamplingTick       = 10 * time.Second
-	collectorSamplingInitial    = 10
-	collectorSamplingThereafter = 100
+var (
+	allSignals = []decision.Signal{decision.Traces, decision.Metrics, decision.Logs, decision.Profiles}
+	allStates  = []decision.State{decision.Normal, decision.Shedding, decision.Open}
 )
-
-// sampledLogger wraps an observer core the way the collector wraps its
-// core, and counts what the sampler drops.
-func sampledLogger(opts ...zap.Option) (*zap.Logger, *observer.ObservedLogs, *atomic.Int64) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	var dropped atomic.Int64
-	sampled := zapcore.NewSamplerWithOptions(core, collectorSamplingTick, collectorSamplingInitial, collectorSamplingThereafter,
-		zapcore.SamplerHook(func(_ zapcore.Entry, d zapcore.SamplingDecision) {
-			if d&zapcore.LogDropped != 0 {
-				dropped.Add(1)
-			}
-		}))
-	return zap.New(sampled, opts...), logs, &dropped
-}
-
-func transitionMessage(s decision.Signal, from, to decision.State) string {
-	return "throttle " + s.String() + ": " + from.String() + " -> " + to.String()
-}
 
 // TestSamplingDropsRepeatedMessages is the premise: under the collector's
 // default sampling a message logged more than 10 times in 10s loses lines.
 func TestSamplingDropsRepeatedMessages(t *testing.T) {
-	logger, logs, dropped := sampledLogger()
+	logger, logs, dropped := testutil.SampledLogger()
 	for range 80 {
-		logger.Info(transitionMessage(decision.Traces, decision.Normal, decision.Open))
+		logger.Info(testutil.TransitionMessage(decision.Traces, decision.Normal, decision.Open))
 	}
 	assert.Equal(t, 10, logs.Len())
 	assert.Equal(t, int64(70), dropped.Load())
 }
-
-// logAccount adds up, per signal, the changes the log shows: each
-// individual line, plus the counts of the summary lines. last is the state
-// the log last reports for the signal.
-type logAccount struct {
-	lines, summarised [decision.NumSignals]int
-	last              [decision.NumSignals]string
-}
-
-func accountLogs(t *testing.T, entries []observer.LoggedEntry) logAccount {
-	var a logAccount
-	for _, en := range entries {
-		f := en.ContextMap()
-		switch {
-		case en.Message == transitionSummaryMessage:
-			for _, s := range allSignals {
-				v, ok := f[s.String()]
-				if !ok {
-					continue
-				}
-				m := v.(map[string]any)
-				a.summarised[s] += m["changes"].(int)
-				a.last[s] = m["state"].(string)
-			}
-		case f["from"] != nil:
-			s, ok := decision.ParseSignal(f["signal"].(string))
-			require.True(t, ok)
-			require.Equal(t, transitionMessage(s, parseState(t, f["from"]), parseState(t, f["to"])), en.Message)
-			a.lines[s]++
-			a.last[s] = f["to"].(string)
-		}
-	}
-	return a
-}
-
-func parseState(t *testing.T, v any) decision.State {
-	for st := decision.Normal; st <= decision.Open; st++ {
-		if st.String() == v {
-			return st
-		}
-	}
-	t.Fatalf("unknown state %v", v)
-	return 0
-}
-
-// fakeClock is a zapcore.Clock and the transitionLog's clock at once, so the
-// collector's sampler and the extension's window see the same time.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) NewTicker(d time.Duration) *time.Ticker { return time.NewTicker(d) }
 
 // TestTransitionLogUnderSamplingLongRun replays half an hour of a flapping
 // state at random rates against the collector's sampler on a fake clock:
 // nothing is ever dropped, every change is accounted for, the summaries
 // come at most once per window and within one sample of the window's end.
 func TestTransitionLogUnderSamplingLongRun(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	logger, logs, dropped := sampledLogger(zap.WithClock(clock))
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	logger, logs, dropped := testutil.SampledLogger(zap.WithClock(clock))
 	l := newTransitionLog(logger, clock.Now)
 	rng := rand.New(rand.NewPCG(1, 2))
 
@@ -141,7 +49,7 @@ func TestTransitionLogUnderSamplingLongRun(t *testing.T) {
 	state := decision.Normal
 	end := clock.Now().Add(30 * time.Minute)
 	for clock.Now().Before(end) {
-		clock.advance(interval)
+		clock.Advance(interval)
 		// Bursts of flapping (a change every tick) alternate with calm.
 		if (clock.Now().Unix()/45)%2 == 0 || rng.IntN(20) == 0 {
 			next := decision.State(rng.IntN(3))
@@ -158,11 +66,11 @@ func TestTransitionLogUnderSamplingLongRun(t *testing.T) {
 	l.flush()
 
 	assert.Zero(t, dropped.Load())
-	a := accountLogs(t, logs.All())
+	a := testutil.CountTransitions(t, logs.All(), transitionSummaryMessage, allSignals, allStates)
 	for _, s := range allSignals {
-		assert.Equal(t, changes[s], a.lines[s]+a.summarised[s], s.String())
-		assert.Equal(t, state.String(), a.last[s], s.String())
-		assert.Positive(t, a.summarised[s], "the replay must exercise the summary")
+		assert.Equal(t, changes[s], a.Lines[s]+a.Summarised[s], s.String())
+		assert.Equal(t, state.String(), a.Last[s], s.String())
+		assert.Positive(t, a.Summarised[s], "the replay must exercise the summary")
 	}
 	var prev time.Time
 	summaries := logs.FilterMessage(transitionSummaryMessage).All()
@@ -195,7 +103,7 @@ func TestLogMessagesHaveDistinctSamplerKeys(t *testing.T) {
 		for from := decision.Normal; from <= decision.Open; from++ {
 			for to := decision.Normal; to <= decision.Open; to++ {
 				if from != to {
-					info = append(info, transitionMessage(s, from, to))
+					info = append(info, testutil.TransitionMessage(s, from, to))
 				}
 			}
 		}

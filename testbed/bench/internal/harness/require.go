@@ -12,9 +12,13 @@ import (
 
 // RequireCgroups skips the test, saying why, where this harness cannot
 // create a limited cgroup: not Linux, not root, or no writable cgroup with
-// the cpu and memory controllers.
+// the cpu and memory controllers; and with -short (make unit), which runs
+// no load test.
 func RequireCgroups(tb testing.TB) {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("-short: a load test in a limited cgroup, as root (make test runs it)")
+	}
 	if runtime.GOOS != "linux" {
 		tb.Skipf("needs Linux cgroups (GOOS=%s)", runtime.GOOS)
 	}
