@@ -79,6 +79,7 @@ type options struct {
 	out                             string
 	scenarios                       string
 	protocol                        string
+	agentCompression                string
 	agents                          int
 	distinctAddrs                   bool
 	cpus                            float64
@@ -101,6 +102,8 @@ type options struct {
 	// profileAt into the burst (0: none).
 	profile, profileAt time.Duration
 	report             string
+	// bench names the benchmark in the names of its cgroups.
+	bench string
 }
 
 // defaultOptions are the flags' defaults, also used by the tests.
@@ -111,6 +114,7 @@ func defaultOptions() options {
 		capStart: 4000, capGrowth: 1.25, capMaxSteps: 14, capStep: 10 * time.Second, factor: 2,
 		warmup: 5 * time.Second, burst: 60 * time.Second, drainMax: 6 * time.Minute, settle: 10 * time.Second,
 		spans: 200, attrSize: 256, restartDelay: time.Second, interval: 250 * time.Millisecond, gomemlimitPct: 80,
+		bench: "fleet",
 	}
 }
 
@@ -123,6 +127,7 @@ func main() {
 	flag.StringVar(&o.scenarios, "scenarios", o.scenarios, "comma-separated scenarios: stock, memory_limiter, mlext, throttle, each optionally with +gomemlimit, and reference (stock with 1 GiB, the capacity measurement's memory); all = every one of them")
 	flag.StringVar(&o.protocol, "protocol", o.protocol, "the agents' exporter: http (otlp_http) or grpc (otlp_grpc)")
 	flag.IntVar(&o.agents, "agents", o.agents, "number of agents")
+	flag.StringVar(&o.agentCompression, "agent-compression", "", "the agents' exporter compression (default: the exporter's, gzip; none: uncompressed)")
 	flag.BoolVar(&o.distinctAddrs, "distinct-addresses", false, "each agent reaches the gateway from its own loopback address (127.0.0.11, .12, ...) through a relay, one peer per agent as on distinct nodes; default: all from 127.0.0.1, one peer, as behind one sidecar or proxy")
 	flag.Float64Var(&o.cpus, "cpus", o.cpus, "CPU quota of the gateway's cgroup, cores")
 	flag.Uint64Var(&o.memMiB, "mem-mib", o.memMiB, "memory limit of the gateway's cgroup, MiB")
