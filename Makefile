@@ -174,3 +174,15 @@ FLEET_FLAGS ?=
 .PHONY: fleet
 fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
+
+## tier: the tier benchmark (Linux, root, haproxy; about 45 minutes a
+## protocol): the capacity of each replica size, then, round by round, a
+## replica set of the stock gateway, memory_limiter and throttle (0.2, 0.2
+## and 0.1 CPU, 150 MiB each) behind HAProxy (TCP, round-robin) through a
+## 60 s burst at 1x and 1.5x the summed capacity and the drain
+## (testbed/bench/fleet, -tier). Results in bench/runs/<date>-tier-<protocol>.
+## e.g. make tier TIER_FLAGS='-protocol grpc -scenarios stock,throttle,throttle+age=30s'
+TIER_FLAGS ?=
+.PHONY: tier
+tier: $(OTELCOL) $(OTELCOL_STOCK) bench-bin
+	$(CURDIR)/bin/fleet -tier 3 -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) $(TIER_FLAGS)

@@ -46,14 +46,22 @@
 // stops what it started, by PID, and removes its cgroups, also on error or
 // Ctrl-C.
 //
+// With -tier N it runs the tier instead (tier.go): N gateways of each
+// kind behind HAProxy in TCP mode with round-robin, as a replica set
+// behind a Kubernetes Service, one of them with half the CPU of the
+// others, against the summed capacity of the replicas, round by round.
+//
 // Its default paths are relative to the repository root: make fleet builds
-// it into bin/fleet and runs it there.
+// it into bin/fleet and runs it there (make tier with -tier 3).
 //
 //	make fleet                                   # everything, over HTTP
 //	make fleet FLEET_FLAGS='-protocol grpc'      # agents exporting over gRPC
 //	bin/fleet -scenarios throttle -capacity 30000
 //	bin/fleet -scenarios throttle -capacity 30000 -distinct-addresses
 //	bin/fleet -report bench/results/<run>
+//	make tier                                    # the tier, over HTTP
+//	make tier TIER_FLAGS='-protocol grpc -scenarios throttle,throttle+age=30s'
+//	bin/fleet -tier 3 -tier-capacity 13000,13000,6500 -rounds 1 -factor 1.5
 package main
 
 import (
@@ -66,6 +74,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -102,8 +111,13 @@ type options struct {
 	// profileAt into the burst (0: none).
 	profile, profileAt time.Duration
 	report             string
-	// bench names the benchmark in the names of its cgroups.
+	// factors is -factor as given (the fleet takes one, the tier a list).
+	factors []float64
+	// bench names the benchmark in the names of its cgroups: fleet or tier.
 	bench string
+	tier  tierOptions
+	// set lists the flags given on the command line.
+	set []string
 }
 
 // defaultOptions are the flags' defaults, also used by the tests.
@@ -114,7 +128,7 @@ func defaultOptions() options {
 		capStart: 4000, capGrowth: 1.25, capMaxSteps: 14, capStep: 10 * time.Second, factor: 2,
 		warmup: 5 * time.Second, burst: 60 * time.Second, drainMax: 6 * time.Minute, settle: 10 * time.Second,
 		spans: 200, attrSize: 256, restartDelay: time.Second, interval: 250 * time.Millisecond, gomemlimitPct: 80,
-		bench: "fleet",
+		bench: "fleet", tier: defaultTierOptions(),
 	}
 }
 
@@ -136,7 +150,10 @@ func main() {
 	flag.Float64Var(&o.capGrowth, "capacity-growth", o.capGrowth, "factor between two steps of the capacity measurement")
 	flag.IntVar(&o.capMaxSteps, "capacity-max-steps", o.capMaxSteps, "most steps of the capacity measurement")
 	flag.DurationVar(&o.capStep, "capacity-step", o.capStep, "duration of each capacity step")
-	flag.Float64Var(&o.factor, "factor", o.factor, "burst rate as a multiple of the capacity")
+	flag.Func("factor", "burst rate as a multiple of the capacity (default 2); with -tier a list, every factor a run of each scenario per round (default 1,1.5)", func(s string) (err error) {
+		o.factors, err = parseList(s, "-factor", strconv.ParseFloat)
+		return err
+	})
 	flag.DurationVar(&o.warmup, "warmup", o.warmup, "warmup at a fifth of the capacity before the burst")
 	flag.DurationVar(&o.burst, "burst", o.burst, "duration of the burst")
 	flag.DurationVar(&o.drainMax, "drain-max", o.drainMax, "longest drain after the burst (the exporters give up after 5 min)")
@@ -150,7 +167,9 @@ func main() {
 	flag.DurationVar(&o.profileAt, "profile-at", 20*time.Second, "when in the burst the -profile starts")
 	flag.StringVar(&o.report, "report", "", "only (re)generate the report of this results folder, and exit")
 	throttleFile := flag.String("throttle-config", "", "YAML file with the throttle extension's settings (default: none, the shipped defaults), for experiments")
+	tierFlags(&o.tier)
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { o.set = append(o.set, f.Name) })
 	if *throttleFile != "" {
 		b, err := os.ReadFile(*throttleFile)
 		if err != nil {
@@ -168,10 +187,56 @@ func main() {
 		fmt.Printf("report: %s %v\n", files.Markdown, files.PNG)
 		return
 	}
-	if err := run(o); err != nil {
+	runBench := run
+	if o.tier.replicas > 0 {
+		runBench = runTier
+	}
+	if err := runBench(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
+}
+
+// checkCommon checks what the fleet and the tier need alike.
+func checkCommon(o options) error {
+	if runtime.GOOS != "linux" {
+		return errors.New("needs Linux cgroups")
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("needs root to create cgroups")
+	}
+	if o.protocol != "http" && o.protocol != "grpc" {
+		return fmt.Errorf("-protocol %q: want http or grpc", o.protocol)
+	}
+	if o.agents < 1 {
+		return errors.New("-agents must be >= 1")
+	}
+	if o.distinctAddrs && o.agents > 200 {
+		return errors.New("-distinct-addresses gives each agent an address from 127.0.0.11: at most 200 agents")
+	}
+	return nil
+}
+
+// checkCapacitySearch checks the capacity measurement's flags.
+func checkCapacitySearch(o options) error {
+	if o.capStart <= 0 || o.capGrowth <= 1 || o.capMaxSteps < 1 || o.capStep <= 0 {
+		return errors.New("-capacity-start, -capacity-step and -capacity-max-steps must be > 0 and -capacity-growth > 1")
+	}
+	return nil
+}
+
+// parseList parses a comma-separated list of values with parse (a
+// strconv.Parse* taking a bit size), naming the flag in its errors.
+func parseList[T any](s, flagName string, parse func(string, int) (T, error)) ([]T, error) {
+	var out []T
+	for _, f := range strings.Split(s, ",") {
+		v, err := parse(strings.TrimSpace(f), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q: %w", flagName, f, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 func logf(format string, args ...any) {
@@ -243,27 +308,24 @@ func (o options) binFor(kind string) string {
 }
 
 func run(o options) error {
-	if runtime.GOOS != "linux" {
-		return errors.New("needs Linux cgroups")
+	if err := checkCommon(o); err != nil {
+		return err
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("needs root to create cgroups")
-	}
-	if o.protocol != "http" && o.protocol != "grpc" {
-		return fmt.Errorf("-protocol %q: want http or grpc", o.protocol)
-	}
-	if o.agents < 1 {
-		return errors.New("-agents must be >= 1")
-	}
-	if o.distinctAddrs && o.agents > 200 {
-		return errors.New("-distinct-addresses gives each agent an address from 127.0.0.11: at most 200 agents")
+	switch len(o.factors) {
+	case 0:
+	case 1:
+		o.factor = o.factors[0]
+	default:
+		return errors.New("-factor: the fleet takes one factor (a list is for -tier)")
 	}
 	scens, err := parseScenarios(o.scenarios)
 	if err != nil {
 		return err
 	}
-	if o.capacity <= 0 && (o.capStart <= 0 || o.capGrowth <= 1 || o.capMaxSteps < 1 || o.capStep <= 0) {
-		return errors.New("-capacity-start, -capacity-step and -capacity-max-steps must be > 0 and -capacity-growth > 1")
+	if o.capacity <= 0 {
+		if err := checkCapacitySearch(o); err != nil {
+			return err
+		}
 	}
 	bins := map[string]bool{o.stockBin: true}
 	for _, s := range scens {
