@@ -163,8 +163,9 @@ type serverStats struct {
 	// Status is the replica's health (UP, DOWN, ...).
 	Status string
 	// Conns is the connections open to it now, ConnsTotal all it was
-	// given, BytesIn the bytes the clients sent it.
-	Conns, ConnsTotal, BytesIn float64
+	// given. (Its byte counts are left out: HAProxy adds a connection's
+	// bytes when it ends, and a gRPC agent's lasts the whole run.)
+	Conns, ConnsTotal float64
 }
 
 // stats reads the statistics of the agents' backend's servers from the
@@ -196,7 +197,7 @@ func parseStats(r io.Reader, backend string) (map[string]serverStats, error) {
 	for i, h := range head {
 		col[strings.TrimSpace(strings.TrimPrefix(h, "#"))] = i
 	}
-	for _, need := range []string{"pxname", "svname", "status", "scur", "stot", "bin"} {
+	for _, need := range []string{"pxname", "svname", "status", "scur", "stot"} {
 		if _, ok := col[need]; !ok {
 			return nil, fmt.Errorf("balancer stats: no %s column", need)
 		}
@@ -223,7 +224,7 @@ func parseStats(r io.Reader, backend string) (map[string]serverStats, error) {
 			v, _ := strconv.ParseFloat(cell(name), 64)
 			return v
 		}
-		out[cell("svname")] = serverStats{Status: cell("status"), Conns: num("scur"), ConnsTotal: num("stot"), BytesIn: num("bin")}
+		out[cell("svname")] = serverStats{Status: cell("status"), Conns: num("scur"), ConnsTotal: num("stot")}
 	}
 	return out, nil
 }

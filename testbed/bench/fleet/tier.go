@@ -63,6 +63,14 @@ const (
 	tierInterval = time.Second
 	// tierCPUs is a replica's default CPU quota; the last has half.
 	tierCPUs = 0.2
+	// tierAgentCompression: the agents send uncompressed. Compressing
+	// costs an agent about what it costs the gateway (gzip is about three
+	// quarters of a gateway's CPU, docs/results.md), and the agents take
+	// in 1.5 times what the tier can take: with gzip, the agents, the
+	// sink and the load generator would need the rest of this 2-core
+	// machine at the tier's summed capacity; uncompressed, about as much
+	// again as the replicas' quotas.
+	tierAgentCompression = "none"
 )
 
 // tierFactors are the default burst factors of the tier: about the summed
@@ -145,6 +153,9 @@ func setupTier(o options) (options, error) {
 	}
 	if !slices.Contains(o.set, "interval") {
 		o.interval = tierInterval
+	}
+	if !slices.Contains(o.set, "agent-compression") {
+		o.agentCompression = tierAgentCompression
 	}
 	if err := checkCommon(o); err != nil {
 		return o, err

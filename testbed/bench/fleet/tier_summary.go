@@ -32,8 +32,9 @@ type tierSummary struct {
 	// Lost is what the replicas acknowledged and never delivered
 	// (AgentSent - SinkSpans, when positive); Duplicates the reverse.
 	Lost, Duplicates int64
-	// BurstSinkRate is the sink's rate during the burst, spans/s, and its
-	// share of the summed capacity.
+	// BurstSinkRate is the sink's rate during the burst (between the
+	// points closest to its start and end), spans/s, and its share of the
+	// summed capacity.
 	BurstSinkRate, BurstPctCapacity float64
 	// DrainSeconds: from the end of the burst until drained; negative when
 	// not within -drain-max.
@@ -63,8 +64,11 @@ type replicaSummary struct {
 	// Share their share of the tier's, %; RefusedSpans the spans its
 	// receiver refused.
 	Accepted, Share, RefusedSpans float64
-	// The throttle's decisions, in requests (NaN without a throttle).
+	// The throttle's decisions, in requests (NaN without a throttle), and
+	// SentShare the replica's share of all the requests the replicas
+	// decided, %: of the requests the agents sent the tier.
 	Allowed, DeniedShed, DeniedOpen, DeniedBudget float64
+	SentShare                                     float64
 	// HeldMean and HeldPeak are the requests it held (NaN without a
 	// throttle).
 	HeldMean, HeldPeak           float64
@@ -74,9 +78,9 @@ type replicaSummary struct {
 	OOMKills              uint64
 	Restarts              int
 	MeanCPUPct, PeakWSPct float64
-	// ConnsOpened is the connections the balancer gave it, BytesShare its
-	// share of the bytes the agents sent through the balancer, %.
-	ConnsOpened, BytesShare float64
+	// ConnsOpened is the connections the balancer gave it, ConnsMean the
+	// mean of those open (NaN: unknown).
+	ConnsOpened, ConnsMean float64
 }
 
 // increase is how much a cumulative counter grew over vals, in order:
@@ -157,7 +161,7 @@ func summarizeTier(o options, t *tier, reps []*loadgen.Report, burstEnd time.Tim
 	burstStart := burstEnd.Add(-o.burst)
 	from, to := burstWindow(pts, t.rec.start, burstStart, burstEnd)
 	if to > from {
-		s.BurstSinkRate = (pts[to].sinkSpans - pts[from].sinkSpans) / o.burst.Seconds()
+		s.BurstSinkRate = (pts[to].sinkSpans - pts[from].sinkSpans) / (pts[to].t - pts[from].t).Seconds()
 		if capacity > 0 {
 			s.BurstPctCapacity = 100 * s.BurstSinkRate / capacity
 		}
@@ -180,7 +184,7 @@ func summarizeTier(o options, t *tier, reps []*loadgen.Report, burstEnd time.Tim
 			weak = i
 		}
 	}
-	var accepted, bytesIn float64
+	var accepted, decided float64
 	for i, r := range t.replicas {
 		rs := summarizeReplica(pts, i, from, to)
 		rs.Name, rs.CPUs, rs.Capacity = r.name, r.cpus, r.capacity
@@ -188,7 +192,7 @@ func summarizeTier(o options, t *tier, reps []*loadgen.Report, burstEnd time.Tim
 			rs.CapShare = 100 * r.capacity / capacity
 		}
 		accepted += rs.Accepted
-		bytesIn += rs.BytesShare // the bytes, until divided below
+		decided += rs.decided()
 		s.OOMKills += rs.OOMKills
 		s.Restarts += rs.Restarts
 		s.Reps = append(s.Reps, rs)
@@ -197,19 +201,23 @@ func summarizeTier(o options, t *tier, reps []*loadgen.Report, burstEnd time.Tim
 		if accepted > 0 {
 			s.Reps[i].Share = 100 * s.Reps[i].Accepted / accepted
 		}
-		if bytesIn > 0 {
-			s.Reps[i].BytesShare = 100 * s.Reps[i].BytesShare / bytesIn
-		} else {
-			s.Reps[i].BytesShare = math.NaN()
+		s.Reps[i].SentShare = math.NaN()
+		if decided > 0 {
+			s.Reps[i].SentShare = 100 * s.Reps[i].decided() / decided
 		}
 	}
 	s.WeakReplica, s.WeakShare, s.WeakCapShare = s.Reps[weak].Name, s.Reps[weak].Share, s.Reps[weak].CapShare
 	return s
 }
 
+// decided is the requests the replica's throttle decided (NaN without
+// one).
+func (r replicaSummary) decided() float64 {
+	return r.Allowed + r.DeniedShed + r.DeniedOpen + r.DeniedBudget
+}
+
 // summarizeReplica summarizes replica i of pts, its counters over the
-// points from..to (the burst). BytesShare is left as the bytes the agents
-// sent it, for the caller to turn into a share.
+// points from..to (the burst). Share is left for the caller.
 func summarizeReplica(pts []tierPoint, i, from, to int) replicaSummary {
 	rs := replicaSummary{MaxState: math.NaN()}
 	series := func(v func(replicaPoint) float64) []float64 {
@@ -250,7 +258,7 @@ func summarizeReplica(pts []tierPoint, i, from, to int) replicaSummary {
 		}
 	}
 	rs.ConnsOpened = increase(series(func(r replicaPoint) float64 { return lbValue(r, r.lb.ConnsTotal) }))
-	rs.BytesShare = increase(series(func(r replicaPoint) float64 { return lbValue(r, r.lb.BytesIn) }))
+	rs.ConnsMean = mean(series(func(r replicaPoint) float64 { return lbValue(r, r.lb.Conns) }))
 	var cpu float64
 	n := 0
 	if to > from {
@@ -297,6 +305,22 @@ func summarizeReplica(pts []tierPoint, i, from, to int) replicaSummary {
 	return rs
 }
 
+// mean is the mean of the values of l that are not NaN (NaN: none).
+func mean(l []float64) float64 {
+	var total float64
+	n := 0
+	for _, v := range l {
+		if !math.IsNaN(v) {
+			total += v
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return total / float64(n)
+}
+
 // lbValue is v when the balancer's statistics of r were read, else NaN.
 func lbValue(r replicaPoint, v float64) float64 {
 	if !r.lbOK {
@@ -327,18 +351,18 @@ func (s *tierSummary) row() []string {
 
 var replicaSummaryHeader = []string{
 	"scenario", "round", "factor", "replica", "cpus", "capacity_spans_s", "capacity_share_pct",
-	"accepted_spans", "share_pct", "refused_spans", "req_allowed", "req_denied_shed", "req_denied_open", "req_denied_budget",
+	"accepted_spans", "share_pct", "refused_spans", "sent_share_pct", "req_allowed", "req_denied_shed", "req_denied_open", "req_denied_budget",
 	"held_mean", "held_peak", "shedding_s", "open_s", "max_state", "oom_kills", "restarts", "mean_cpu_pct", "peak_ws_pct",
-	"lb_conns_opened", "lb_bytes_share_pct",
+	"lb_conns_opened", "lb_conns_mean",
 }
 
 func (r replicaSummary) row(s *tierSummary) []string {
 	return []string{
 		s.Scenario, strconv.Itoa(s.Round), f64(s.Factor, 2), r.Name, f64(r.CPUs, 3), f64(r.Capacity, 0), f64(r.CapShare, 1),
-		f64(r.Accepted, 0), f64(r.Share, 1), f64(r.RefusedSpans, 0), opt(r.Allowed, 0), opt(r.DeniedShed, 0), opt(r.DeniedOpen, 0), opt(r.DeniedBudget, 0),
+		f64(r.Accepted, 0), f64(r.Share, 1), f64(r.RefusedSpans, 0), opt(r.SentShare, 1), opt(r.Allowed, 0), opt(r.DeniedShed, 0), opt(r.DeniedOpen, 0), opt(r.DeniedBudget, 0),
 		opt(r.HeldMean, 1), opt(r.HeldPeak, 0), f64(r.SheddingSeconds, 0), f64(r.OpenSeconds, 0), opt(r.MaxState, 0),
 		strconv.FormatUint(r.OOMKills, 10), strconv.Itoa(r.Restarts), f64(r.MeanCPUPct, 1), f64(r.PeakWSPct, 1),
-		f64(r.ConnsOpened, 0), opt(r.BytesShare, 1),
+		f64(r.ConnsOpened, 0), opt(r.ConnsMean, 1),
 	}
 }
 
@@ -386,8 +410,8 @@ func printTierSummaries(w io.Writer, o options, caps []float64, sums []*tierSumm
 		len(caps), joinFloats(o.tier.cpus, 2), o.memMiB, o.agents, o.protocol, compressionName(o.agentCompression), o.spans, o.attrSize, o.burst, o.tier.rounds)
 	fmt.Fprintf(w, "Capacity of the replicas (spans/s): %s; summed %.0f.\n\n", joinFloats(caps, 0), sum(caps))
 
-	fmt.Fprintln(w, "| round | factor | gateway | delivered (sink / accepted by agents) | acknowledged, never delivered | OOM kills (restarts) | burst: spans/s to the sink (% of summed capacity) | burst vs the stock tier | weakest replica: share of admitted / of capacity | drained | machine's CPU busy (burst) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| round | factor | gateway | delivered (sink / accepted by agents) | acknowledged, never delivered | agents: enqueue / send failures (spans) | OOM kills (restarts) | burst: spans/s to the sink (% of summed capacity) | burst vs the stock tier | weakest replica: share of admitted / of capacity | drained | machine's CPU busy (burst) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range sums {
 		vsStock := "n/a"
 		if st := stockRate(sums, s); st > 0 && s.Scenario != gwStock {
@@ -401,30 +425,29 @@ func printTierSummaries(w io.Writer, o options, caps []float64, sums []*tierSumm
 		if s.DrainSeconds >= 0 {
 			drain = fmt.Sprintf("%.0f s", s.DrainSeconds)
 		}
-		fmt.Fprintf(w, "| %d | %g | %s | %.1f%% (%d of %d) | %d | %d (%d) | %.0f (%.0f%%) | %s | %s: %.0f%% / %.0f%% | %s | %s |\n",
-			s.Round, s.Factor, s.Scenario, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.Lost, s.OOMKills, s.Restarts,
+		fmt.Fprintf(w, "| %d | %g | %s | %.1f%% (%d of %d) | %d | %d / %d | %d (%d) | %.0f (%.0f%%) | %s | %s: %.0f%% / %.0f%% | %s | %s |\n",
+			s.Round, s.Factor, s.Scenario, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.Lost, s.AgentEnqueueFailed, s.AgentSendFailed, s.OOMKills, s.Restarts,
 			s.BurstSinkRate, s.BurstPctCapacity, vsStock, s.WeakReplica, s.WeakShare, s.WeakCapShare, drain, host)
 	}
 
 	fmt.Fprintln(w, "\nPer replica, during the burst (Shedding / Open: over the whole scenario):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| round | factor | gateway | replica (CPU) | admitted spans: share (capacity share) | refused requests: shed / open / budget | refused spans | held requests: mean / peak | Shedding / Open | OOM kills | CPU (% of quota) | peak working set | connections from the balancer | bytes from the balancer |")
+	fmt.Fprintln(w, "| round | factor | gateway | replica (CPU) | admitted spans: share (capacity share) | requests sent to it: share | refused requests: shed / open / budget | refused spans | held requests: mean / peak | Shedding / Open | OOM kills | CPU (% of quota) | peak working set | connections from the balancer: opened / open (mean) |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range sums {
 		for _, r := range s.Reps {
-			refused, held, states := "n/a", "n/a", "n/a"
+			sent, refused, held, states := "n/a", "n/a", "n/a", "n/a"
+			if !math.IsNaN(r.SentShare) {
+				sent = fmt.Sprintf("%.0f%%", r.SentShare)
+			}
 			if !math.IsNaN(r.Allowed) {
 				refused = fmt.Sprintf("%.0f / %.0f / %.0f", r.DeniedShed, r.DeniedOpen, r.DeniedBudget)
 				held = fmt.Sprintf("%.1f / %.0f", r.HeldMean, r.HeldPeak)
 				states = fmt.Sprintf("%.0f s / %.0f s", r.SheddingSeconds, r.OpenSeconds)
 			}
-			bytes := "n/a"
-			if !math.IsNaN(r.BytesShare) {
-				bytes = fmt.Sprintf("%.0f%%", r.BytesShare)
-			}
-			fmt.Fprintf(w, "| %d | %g | %s | %s (%g) | %.0f%% (%.0f%%) | %s | %.0f | %s | %s | %d | %.0f%% | %.0f%% | %.0f | %s |\n",
-				s.Round, s.Factor, s.Scenario, r.Name, r.CPUs, r.Share, r.CapShare, refused, r.RefusedSpans, held, states,
-				r.OOMKills, r.MeanCPUPct, r.PeakWSPct, r.ConnsOpened, bytes)
+			fmt.Fprintf(w, "| %d | %g | %s | %s (%g) | %.0f%% (%.0f%%) | %s | %s | %.0f | %s | %s | %d | %.0f%% | %.0f%% | %.0f / %.1f |\n",
+				s.Round, s.Factor, s.Scenario, r.Name, r.CPUs, r.Share, r.CapShare, sent, refused, r.RefusedSpans, held, states,
+				r.OOMKills, r.MeanCPUPct, r.PeakWSPct, r.ConnsOpened, r.ConnsMean)
 		}
 	}
 

@@ -33,16 +33,16 @@ var tierTimelineHeader = slices.Concat([]string{"scenario", "round", "factor", "
 // level) and lines, its admission decisions (cumulative requests, by
 // decision and reason), the requests it holds, its receiver's and
 // exporter's spans; then what the balancer counts of it (lb_conns: open
-// connections, lb_conns_total: every connection it was given, lb_bytes_in:
-// bytes the agents sent it). The autoscaling signal is computed from these:
-// the levels, and the admitted and refused requests over a window.
+// connections, lb_conns_total: every connection it was given). The
+// autoscaling signal is computed from these: the levels, and the admitted
+// and refused requests over a window.
 var replicaTimelineHeader = []string{
 	"scenario", "round", "factor", "t_s", "unix_ms", "phase", "replica", "cpus",
 	"alive", "restarts", "oom_kills", "ws_bytes", "limit_bytes", "ws_pct", "cpu_s", "cpu_pct",
 	"scrape_age_ms", "state", "wl_cpu", "wl_cpu_slow", "wl_cpu_fast", "wl_memory", "cpu_enter", "memory_enter", "memory_hard",
 	"req_allowed", "req_denied_shed", "req_denied_open", "req_denied_budget", "held_requests",
 	"accepted_spans", "refused_spans", "sent_spans", "send_failed_spans", "enqueue_failed_spans", "queue_size",
-	"lb_status", "lb_conns", "lb_conns_total", "lb_bytes_in",
+	"lb_status", "lb_conns", "lb_conns_total",
 }
 
 // tierPoint is what the summary and the drain need of one interval.
@@ -156,9 +156,9 @@ func (r *tierRecorder) sample(now time.Time, interval time.Duration, prev []cpuM
 			if rp.lb.Status == "UP" {
 				lbUp++
 			}
-			row = append(row, rp.lb.Status, f64(rp.lb.Conns, 0), f64(rp.lb.ConnsTotal, 0), f64(rp.lb.BytesIn, 0))
+			row = append(row, rp.lb.Status, f64(rp.lb.Conns, 0), f64(rp.lb.ConnsTotal, 0))
 		} else {
-			row = append(row, "", "", "", "")
+			row = append(row, "", "", "")
 		}
 		p.reps = append(p.reps, rp)
 		rows = append(rows, slices.Concat(head, row))
