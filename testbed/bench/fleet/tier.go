@@ -338,7 +338,8 @@ func joinFloats(l []float64, prec int) string {
 func measureTierCapacities(ctx context.Context, o options, sizes []float64) ([]float64, error) {
 	bySize := map[float64]float64{}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Capacity of each replica size: the stock gateway alone with memory enough not to matter, %d agents over %s sending to it directly, measured as the fleet measures its gateway (steps in each capacity-<cpus>cpu/capacity.md).\n\n", o.agents, o.protocol)
+	fmt.Fprintf(&b, "Capacity of each replica size: the stock gateway alone with memory enough not to matter, %d agents over %s (compression: %s) sending to it directly, measured as the fleet measures its gateway (steps in each capacity-<cpus>cpu/capacity.md).\n\n",
+		o.agents, o.protocol, compressionName(o.agentCompression))
 	fmt.Fprintf(&b, "| replica CPU | capacity, spans/s |\n|---|---|\n")
 	for _, c := range sizes {
 		oc := o
