@@ -176,7 +176,8 @@ fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
 
 ## tier: the tier benchmark (Linux, root, haproxy; about 45 minutes a
-## protocol): the capacity of each replica size, then, round by round, a
+## protocol): the capacity of the largest replica size (the others' scaled
+## by their CPU), then, round by round, a
 ## replica set of the stock gateway, memory_limiter and throttle (0.2, 0.2
 ## and 0.1 CPU, 150 MiB each) behind HAProxy (TCP, round-robin) through a
 ## 60 s burst at 1x and 1.5x the summed capacity and the drain

@@ -32,10 +32,11 @@ import (
 //	                                                   one frontend per      cgroup, -tier-cpus,
 //	                                                   protocol)             -mem-mib)
 //
-// First the capacity of every replica size (each distinct -tier-cpus),
-// measured as the fleet measures one gateway's (measureCapacity, on a
-// fleet of its own in a subfolder capacity-<cpus>cpu); the tier's summed
-// capacity is the sum over its replicas. Then -rounds rounds; in each, for
+// First the capacity of the largest replica size, measured as the fleet
+// measures one gateway's (measureCapacity, on a fleet of its own in a
+// subfolder capacity-<cpus>cpu), the smaller sizes' scaled by their CPU
+// (or each measured, -tier-capacity-each); the tier's summed capacity is
+// the sum over its replicas. Then -rounds rounds; in each, for
 // every -factor, every scenario on a fresh tier: a warmup at a fifth of
 // the summed capacity, a burst at the factor times it for -burst, and the
 // drain. A round runs every scenario once, so the machine's noise falls on
@@ -48,8 +49,11 @@ type tierOptions struct {
 	// cpus is each replica's CPU quota; capacities each replica's capacity
 	// in spans/s (nil: measured).
 	cpus, capacities []float64
-	rounds           int
-	haproxy          string
+	// capacityEach measures every replica size's capacity, not only the
+	// largest's.
+	capacityEach bool
+	rounds       int
+	haproxy      string
 	// connAgeGrace is max_connection_age_grace of the +age= scenarios.
 	connAgeGrace time.Duration
 }
@@ -88,10 +92,11 @@ func tierFlags(t *tierOptions) {
 		t.cpus, err = parseList(s, "-tier-cpus", strconv.ParseFloat)
 		return err
 	})
-	flag.Func("tier-capacity", "tier: capacity of each replica in spans/s, comma-separated (default: measured for each CPU size)", func(s string) (err error) {
+	flag.Func("tier-capacity", "tier: capacity of each replica in spans/s, comma-separated (default: measured)", func(s string) (err error) {
 		t.capacities, err = parseList(s, "-tier-capacity", strconv.ParseFloat)
 		return err
 	})
+	flag.BoolVar(&t.capacityEach, "tier-capacity-each", false, "tier: measure the capacity of every replica size (default: the largest's, the others' scaled by their CPU)")
 	flag.IntVar(&t.rounds, "rounds", t.rounds, "tier: rounds; each runs every scenario at every -factor once")
 	flag.StringVar(&t.haproxy, "haproxy", t.haproxy, "tier: the HAProxy binary (Debian: apt-get install haproxy)")
 	flag.DurationVar(&t.connAgeGrace, "max-connection-age-grace", 0, "tier: max_connection_age_grace of the gRPC servers of the +age= scenarios (0: gRPC's default, unbounded)")
@@ -231,7 +236,10 @@ func runTier(o options) error {
 	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	sizes := distinct(o.tier.cpus)
+	sizes := []float64{slices.Max(o.tier.cpus)}
+	if o.tier.capacityEach {
+		sizes = distinct(o.tier.cpus)
+	}
 	budget := time.Minute
 	if o.tier.capacities == nil {
 		budget += time.Duration(len(sizes)) * (time.Duration(o.capMaxSteps)*(o.capStep+5*time.Second) + remeasureLength(o) + 2*time.Minute)
@@ -332,15 +340,19 @@ func joinFloats(l []float64, prec int) string {
 	return strings.Join(s, ",")
 }
 
-// measureTierCapacities measures the capacity of each replica size as the
-// fleet measures its gateway's (a fleet of the stock gateway of that size,
-// in a subfolder), writes capacity.md, and returns each replica's.
+// measureTierCapacities measures the capacity of each replica size in
+// sizes as the fleet measures its gateway's (a fleet of the stock gateway
+// of that size, in a subfolder), writes capacity.md, and returns each
+// replica's: its size's, or, for a size not measured, the largest size's
+// scaled by its CPU. Why scaled by default: a replica's work is CPU-bound,
+// and on a busy 2-core machine the smaller size's measurement is the
+// noisier one: the same noise is a larger share of its rate.
 func measureTierCapacities(ctx context.Context, o options, sizes []float64) ([]float64, error) {
 	bySize := map[float64]float64{}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Capacity of each replica size: the stock gateway alone with memory enough not to matter, %d agents over %s (compression: %s) sending to it directly, measured as the fleet measures its gateway (steps in each capacity-<cpus>cpu/capacity.md).\n\n",
+	fmt.Fprintf(&b, "Capacity of a replica: the stock gateway of its size alone with memory enough not to matter, %d agents over %s (compression: %s) sending to it directly, measured as the fleet measures its gateway (steps in capacity-<cpus>cpu/capacity.md); a size not measured has the largest size's capacity scaled by its CPU.\n\n",
 		o.agents, o.protocol, compressionName(o.agentCompression))
-	fmt.Fprintf(&b, "| replica CPU | capacity, spans/s |\n|---|---|\n")
+	fmt.Fprintf(&b, "| replica | CPU | capacity, spans/s |\n|---|---|---|\n")
 	for _, c := range sizes {
 		oc := o
 		oc.cpus = c
@@ -358,14 +370,32 @@ func measureTierCapacities(ctx context.Context, o options, sizes []float64) ([]f
 			return nil, fmt.Errorf("%g CPU: %w", c, err)
 		}
 		bySize[c] = capacity
-		fmt.Fprintf(&b, "| %g | %.0f |\n", c, capacity)
 	}
-	caps := make([]float64, len(o.tier.cpus))
+	caps, hows := replicaCapacities(o.tier.cpus, bySize)
 	for i, c := range o.tier.cpus {
-		caps[i] = bySize[c]
+		fmt.Fprintf(&b, "| r%d | %g | %.0f (%s) |\n", i+1, c, caps[i], hows[i])
 	}
-	fmt.Fprintf(&b, "\nSummed capacity of the tier (%s CPU): %.0f spans/s.\n", joinFloats(o.tier.cpus, 2), sum(caps))
+	fmt.Fprintf(&b, "\nSummed capacity of the tier: %.0f spans/s.\n", sum(caps))
 	return caps, os.WriteFile(filepath.Join(o.out, "capacity.md"), []byte(b.String()), 0o644)
+}
+
+// replicaCapacities returns the capacity of each replica of cpus from the
+// capacities measured by size, and how each was had: a size not measured
+// has the largest measured size's scaled by its CPU.
+func replicaCapacities(cpus []float64, bySize map[float64]float64) (caps []float64, hows []string) {
+	largest := 0.0
+	for c := range bySize {
+		largest = max(largest, c)
+	}
+	for _, c := range cpus {
+		if v, ok := bySize[c]; ok {
+			caps, hows = append(caps, v), append(hows, "measured")
+			continue
+		}
+		caps = append(caps, bySize[largest]*c/largest)
+		hows = append(hows, fmt.Sprintf("the %g CPU's × %g / %g", largest, c, largest))
+	}
+	return caps, hows
 }
 
 func sum(l []float64) float64 {

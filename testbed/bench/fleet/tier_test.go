@@ -196,6 +196,14 @@ func TestSetupTier(t *testing.T) {
 	}
 }
 
+func TestReplicaCapacities(t *testing.T) {
+	caps, hows := replicaCapacities([]float64{0.2, 0.2, 0.1}, map[float64]float64{0.2: 16000})
+	assert.Equal(t, []float64{16000, 16000, 8000}, caps, "the smaller size scaled by its CPU")
+	assert.Equal(t, []string{"measured", "measured", "the 0.2 CPU's × 0.1 / 0.2"}, hows)
+	caps, _ = replicaCapacities([]float64{0.2, 0.2, 0.1}, map[float64]float64{0.2: 16000, 0.1: 7000})
+	assert.Equal(t, []float64{16000, 16000, 7000}, caps, "each size measured")
+}
+
 func TestIncrease(t *testing.T) {
 	nan := math.NaN()
 	assert.InDelta(t, 30.0, increase([]float64{10, 20, 40}), 0)
