@@ -225,3 +225,16 @@ HOSTILE_FLAGS ?=
 hostile: $(OTELCOL)
 	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/hostile
 	$(CURDIR)/bin/hostile -collector $(OTELCOL) $(HOSTILE_FLAGS)
+
+## tier: the tier benchmark (Linux, root, haproxy; about 45 minutes a
+## protocol): the capacity of the largest replica size (the others' scaled
+## by their CPU), then, round by round, a
+## replica set of the stock gateway, memory_limiter and throttle (0.2, 0.2
+## and 0.1 CPU, 150 MiB each) behind HAProxy (TCP, round-robin) through a
+## 60 s burst at 1x and 1.5x the summed capacity and the drain
+## (testbed/bench/fleet, -tier). Results in bench/runs/<date>-tier-<protocol>.
+## e.g. make tier TIER_FLAGS='-protocol grpc -scenarios stock,throttle,throttle+age=30s'
+TIER_FLAGS ?=
+.PHONY: tier
+tier: $(OTELCOL) $(OTELCOL_STOCK) bench-bin
+	$(CURDIR)/bin/fleet -tier 3 -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) $(TIER_FLAGS)

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"strings"
 	"text/template"
+	"time"
 )
 
 // Gateway kinds: what protects the gateway under test.
@@ -68,6 +69,10 @@ type agentConfig struct {
 	HTTPPort, MetricsPort int
 	// Exporter is otlp_http or otlp_grpc; Endpoint its endpoint.
 	Exporter, Endpoint string
+	// Compression replaces the exporter's (gzip) when set: none sends
+	// uncompressed, where the agents' gzip would be the machine's
+	// bottleneck rather than the gateway.
+	Compression string
 }
 
 var agentTmpl = template.Must(template.New("agent").Parse(`# Written by bench/fleet: one agent.
@@ -80,6 +85,9 @@ processors:
 exporters:
   {{ .Exporter }}:
     endpoint: "{{ .Endpoint }}"
+{{- if .Compression }}
+    compression: {{ .Compression }}
+{{- end }}
 {{- if eq .Exporter "otlp_grpc" }}
     tls: { insecure: true }
 {{- end }}
@@ -101,6 +109,11 @@ type gatewayConfig struct {
 	// ThrottleYAML replaces the throttle extension's settings (default: {}).
 	ThrottleYAML  string
 	MemoryLimiter string
+	// MaxConnectionAge, when set, makes the gRPC server end each
+	// connection (GOAWAY) after it, and MaxConnectionAgeGrace (when set)
+	// bounds the RPCs still running on it then: behind a connection-level
+	// balancer, the client's next connection may go to another replica.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 }
 
 var gatewayTmpl = template.Must(template.New("gateway").Funcs(template.FuncMap{"indent": indent}).Parse(`# Written by bench/fleet: the gateway under test ({{ .Kind }}).
@@ -122,6 +135,14 @@ receivers:
     protocols:
       grpc:
         endpoint: "127.0.0.1:{{ .GRPCPort }}"
+{{- if .MaxConnectionAge }}
+        keepalive:
+          server_parameters:
+            max_connection_age: {{ .MaxConnectionAge }}
+{{- if .MaxConnectionAgeGrace }}
+            max_connection_age_grace: {{ .MaxConnectionAgeGrace }}
+{{- end }}
+{{- end }}
 {{- if .Middleware }}
         middlewares: [ { id: {{ .Middleware }} } ]
 {{- end }}

@@ -31,11 +31,27 @@ type member struct {
 	scr  *harness.Scraper
 }
 
+// group is what one scenario started, stopped together in reverse order:
+// the fleet's or the tier's processes, relays, scrapers and recorder.
+type group struct {
+	o        options
+	name     string // the scenario's
+	cleanups []func()
+}
+
+// stop stops everything started, in reverse order, by PID, and removes
+// the cgroups.
+func (g *group) stop() {
+	for i := len(g.cleanups) - 1; i >= 0; i-- {
+		g.cleanups[i]()
+	}
+	g.cleanups = nil
+}
+
 // fleet is one scenario's running sink, gateway and agents, and the
 // recorder sampling them.
 type fleet struct {
-	o       options
-	name    string
+	group
 	sink    *member
 	gateway *member
 	cg      *harness.Cgroup
@@ -44,17 +60,6 @@ type fleet struct {
 	agentPorts []int
 	gwPprof    int
 	rec        *recorder
-
-	cleanups []func()
-}
-
-// stop stops everything started, in reverse order, by PID, and removes
-// the cgroup.
-func (f *fleet) stop() {
-	for i := len(f.cleanups) - 1; i >= 0; i-- {
-		f.cleanups[i]()
-	}
-	f.cleanups = nil
 }
 
 // fleetSpec is what to start.
@@ -79,22 +84,22 @@ func freePorts(n int) ([]int, error) {
 }
 
 // startMember starts one collector with cfg and waits for its metrics.
-func (f *fleet) startMember(ctx context.Context, name, bin string, cfg []byte, metricsPort int, cg *harness.Cgroup, env []string, restart bool) (*member, error) {
-	cfgPath, _ := filepath.Abs(filepath.Join(f.o.out, fmt.Sprintf("config-%s-%s.yaml", f.name, name)))
+func (g *group) startMember(ctx context.Context, name, bin string, cfg []byte, metricsPort int, cg *harness.Cgroup, env []string, restart bool) (*member, error) {
+	cfgPath, _ := filepath.Abs(filepath.Join(g.o.out, fmt.Sprintf("config-%s-%s.yaml", g.name, name)))
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return nil, err
 	}
 	p, err := harness.StartProcess(harness.ProcessConfig{
 		Bin: bin, Args: []string{"--config", cfgPath}, Env: env, Cgroup: cg,
-		LogPath: filepath.Join(f.o.out, fmt.Sprintf("log-%s-%s.txt", f.name, name)),
-		Restart: restart, RestartDelay: f.o.restartDelay, Logf: logf,
+		LogPath: filepath.Join(g.o.out, fmt.Sprintf("log-%s-%s.txt", g.name, name)),
+		Restart: restart, RestartDelay: g.o.restartDelay, Logf: logf,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	// An agent drains its queue on SIGTERM, for as long as its exporter
 	// retries: its data is counted by then, so it gets a short grace.
-	f.cleanups = append(f.cleanups, func() { p.Stop(2 * time.Second) })
+	g.cleanups = append(g.cleanups, func() { p.Stop(2 * time.Second) })
 	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	if err := harness.WaitReady(ctx, url, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -102,80 +107,45 @@ func (f *fleet) startMember(ctx context.Context, name, bin string, cfg []byte, m
 	m := &member{name: name, proc: p, scr: harness.NewScraper(url)}
 	sctx, stopScr := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); m.scr.Run(sctx, f.o.interval) }()
-	f.cleanups = append(f.cleanups, func() { stopScr(); <-done })
+	go func() { defer close(done); m.scr.Run(sctx, g.o.interval) }()
+	g.cleanups = append(g.cleanups, func() { stopScr(); <-done })
 	return m, nil
 }
 
 // startFleet starts the sink, the gateway in its cgroup, the agents, and the
 // recorder. On error, what was started is stopped.
 func startFleet(ctx context.Context, o options, spec fleetSpec, tw *csv.Writer) (_ *fleet, err error) {
-	f := &fleet{o: o, name: spec.name}
+	f := &fleet{group: group{o: o, name: spec.name}}
 	defer func() {
 		if err != nil {
 			f.stop()
 		}
 	}()
-	ports, err := freePorts(7 + 2*o.agents)
+	var sinkHTTPPort int
+	if f.sink, sinkHTTPPort, err = f.startSink(ctx); err != nil {
+		return nil, err
+	}
+	if f.cg, err = f.createCgroup(spec.name, o.cpus, spec.memMiB); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
 	}
-	sinkCfg := sinkConfig{HTTPPort: ports[0], GRPCPort: ports[1], MetricsPort: ports[2]}
-	b, err := render(sinkTmpl, sinkCfg)
-	if err != nil {
-		return nil, err
-	}
-	if f.sink, err = f.startMember(ctx, "sink", o.stockBin, b, sinkCfg.MetricsPort, nil, nil, false); err != nil {
-		return nil, err
-	}
-
-	cgName := fmt.Sprintf("throttle-fleet-%d-%s", os.Getpid(), sanitize(spec.name))
-	cg, err := harness.CreateCgroup(cgName, o.cpus, spec.memMiB<<20)
-	if err != nil {
-		return nil, fmt.Errorf("creating cgroup %s: %w", cgName, err)
-	}
-	f.cg = cg
-	f.cleanups = append(f.cleanups, func() {
-		for _, pid := range cg.Pids() {
-			logf("killing leftover pid %d in %s", pid, cgName)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if err := cg.Destroy(); err != nil {
-			logf("removing cgroup %s: %v", cgName, err)
-		}
-	})
 	gw := spec.gateway
-	gw.HTTPPort, gw.GRPCPort, gw.MetricsPort, gw.PprofPort, gw.SinkHTTPPort = ports[3], ports[4], ports[5], ports[6], sinkCfg.HTTPPort
+	gw.HTTPPort, gw.GRPCPort, gw.MetricsPort, gw.PprofPort, gw.SinkHTTPPort = ports[0], ports[1], ports[2], ports[3], sinkHTTPPort
 	gw.MemoryLimiter = memoryLimiterYAML
 	f.gwPprof = gw.PprofPort
-	if b, err = render(gatewayTmpl, gw); err != nil {
+	b, err := render(gatewayTmpl, gw)
+	if err != nil {
 		return nil, err
 	}
-	logf("%s: gateway %s in cgroup v%d (%.2g CPU, %d MiB)%s", spec.name, gw.Kind, cg.Version, o.cpus, spec.memMiB, envNote(spec.gwEnv))
-	if f.gateway, err = f.startMember(ctx, "gateway", spec.gwBin, b, gw.MetricsPort, cg, spec.gwEnv, true); err != nil {
+	logf("%s: gateway %s in cgroup v%d (%.2g CPU, %d MiB)%s", spec.name, gw.Kind, f.cg.Version, o.cpus, spec.memMiB, envNote(spec.gwEnv))
+	if f.gateway, err = f.startMember(ctx, "gateway", spec.gwBin, b, gw.MetricsPort, f.cg, spec.gwEnv, true); err != nil {
 		return nil, err
 	}
-
-	exporter, endpoint := "otlp_http", fmt.Sprintf("http://127.0.0.1:%d", gw.HTTPPort)
-	if o.protocol == "grpc" {
-		exporter, endpoint = "otlp_grpc", fmt.Sprintf("127.0.0.1:%d", gw.GRPCPort)
-	}
-	for i := range o.agents {
-		ac := agentConfig{HTTPPort: ports[7+2*i], MetricsPort: ports[8+2*i], Exporter: exporter, Endpoint: endpoint}
-		if o.distinctAddrs {
-			if ac.Endpoint, err = f.relayFor(i, endpoint); err != nil {
-				return nil, err
-			}
-		}
-		if b, err = render(agentTmpl, ac); err != nil {
-			return nil, err
-		}
-		m, err := f.startMember(ctx, fmt.Sprintf("agent%d", i+1), o.stockBin, b, ac.MetricsPort, nil, nil, false)
-		if err != nil {
-			return nil, err
-		}
-		f.agents = append(f.agents, m)
-		f.agentPorts = append(f.agentPorts, ac.HTTPPort)
+	if f.agents, f.agentPorts, err = f.startAgents(ctx, gw.HTTPPort, gw.GRPCPort); err != nil {
+		return nil, err
 	}
 
 	f.rec = newRecorder(spec.name, o, f, tw)
@@ -186,9 +156,79 @@ func startFleet(ctx context.Context, o options, spec fleetSpec, tw *csv.Writer) 
 	return f, nil
 }
 
+// startSink starts the sink and returns it and its OTLP/HTTP port, where
+// the gateways export.
+func (g *group) startSink(ctx context.Context) (*member, int, error) {
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, 0, err
+	}
+	cfg := sinkConfig{HTTPPort: ports[0], GRPCPort: ports[1], MetricsPort: ports[2]}
+	b, err := render(sinkTmpl, cfg)
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := g.startMember(ctx, "sink", g.o.stockBin, b, cfg.MetricsPort, nil, nil, false)
+	return m, cfg.HTTPPort, err
+}
+
+// createCgroup creates a gateway's cgroup, named after the benchmark, this
+// process and name, and removes it with the group (after killing what is
+// left in it).
+func (g *group) createCgroup(name string, cpus float64, memMiB uint64) (*harness.Cgroup, error) {
+	cgName := fmt.Sprintf("throttle-%s-%d-%s", g.o.bench, os.Getpid(), sanitize(name))
+	cg, err := harness.CreateCgroup(cgName, cpus, memMiB<<20)
+	if err != nil {
+		return nil, fmt.Errorf("creating cgroup %s: %w", cgName, err)
+	}
+	g.cleanups = append(g.cleanups, func() {
+		for _, pid := range cg.Pids() {
+			logf("killing leftover pid %d in %s", pid, cgName)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if err := cg.Destroy(); err != nil {
+			logf("removing cgroup %s: %v", cgName, err)
+		}
+	})
+	return cg, nil
+}
+
+// startAgents starts -agents agents exporting over -protocol to the
+// gateway's (or the balancer's) OTLP/HTTP or OTLP/gRPC port, and returns
+// them and their OTLP/HTTP ports (the load generators' targets).
+func (g *group) startAgents(ctx context.Context, httpPort, grpcPort int) (agents []*member, agentPorts []int, err error) {
+	exporter, endpoint := "otlp_http", fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	if g.o.protocol == "grpc" {
+		exporter, endpoint = "otlp_grpc", fmt.Sprintf("127.0.0.1:%d", grpcPort)
+	}
+	ports, err := freePorts(2 * g.o.agents)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range g.o.agents {
+		ac := agentConfig{HTTPPort: ports[2*i], MetricsPort: ports[2*i+1], Exporter: exporter, Endpoint: endpoint, Compression: g.o.agentCompression}
+		if g.o.distinctAddrs {
+			if ac.Endpoint, err = g.relayFor(i, endpoint); err != nil {
+				return nil, nil, err
+			}
+		}
+		b, err := render(agentTmpl, ac)
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := g.startMember(ctx, fmt.Sprintf("agent%d", i+1), g.o.stockBin, b, ac.MetricsPort, nil, nil, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		agents = append(agents, m)
+		agentPorts = append(agentPorts, ac.HTTPPort)
+	}
+	return agents, agentPorts, nil
+}
+
 // relayFor starts the relay of agent i (source 127.0.0.11 for the first)
 // to the gateway's endpoint and returns the endpoint the agent sends to.
-func (f *fleet) relayFor(i int, endpoint string) (string, error) {
+func (g *group) relayFor(i int, endpoint string) (string, error) {
 	scheme, hostPort, ok := strings.Cut(endpoint, "://")
 	if !ok {
 		scheme, hostPort = "", endpoint
@@ -201,7 +241,7 @@ func (f *fleet) relayFor(i int, endpoint string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("agent%d's relay: %w", i+1, err)
 	}
-	f.cleanups = append(f.cleanups, r.Close)
+	g.cleanups = append(g.cleanups, r.Close)
 	if scheme == "" {
 		return r.Addr(), nil
 	}
@@ -234,9 +274,16 @@ func nameByte(c byte) bool {
 // load runs one load generator per agent with the given phases and returns
 // their reports. The phases' rates are per agent.
 func (f *fleet) load(ctx context.Context, phases []loadgen.Phase, logName string) ([]*loadgen.Report, error) {
+	return f.runLoad(ctx, f.agentPorts, &f.rec.loadCounts, phases, logName)
+}
+
+// runLoad runs one load generator per agent port with the given phases,
+// counted in counts, and returns their reports. The phases' rates are per
+// agent.
+func (g *group) runLoad(ctx context.Context, agentPorts []int, counts *loadCounts, phases []loadgen.Phase, logName string) ([]*loadgen.Report, error) {
 	sigs, _ := loadgen.ParseSignals("traces")
-	runners := make([]*loadgen.Runner, len(f.agentPorts))
-	for i, port := range f.agentPorts {
+	runners := make([]*loadgen.Runner, len(agentPorts))
+	for i, port := range agentPorts {
 		r, err := loadgen.New(loadgen.Config{
 			Target: fmt.Sprintf("http://127.0.0.1:%d", port), Protocol: loadgen.HTTP, Signals: sigs,
 			Timeout: 10 * time.Second, Phases: phases,
@@ -246,8 +293,8 @@ func (f *fleet) load(ctx context.Context, phases []loadgen.Phase, logName string
 		}
 		runners[i] = r
 	}
-	f.rec.setRunners(runners)
-	out, err := os.Create(filepath.Join(f.o.out, fmt.Sprintf("loadgen-%s-%s.txt", f.name, logName)))
+	counts.setRunners(runners)
+	out, err := os.Create(filepath.Join(g.o.out, fmt.Sprintf("loadgen-%s-%s.txt", g.name, logName)))
 	if err != nil {
 		return nil, err
 	}
@@ -473,7 +520,10 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 	}
 	burstEnd := time.Now()
 	f.rec.setPhase("drain")
-	drained := f.waitDrained(ctx, burstEnd)
+	drained := f.waitDrained(ctx, burstEnd, len(f.agents), func() (flow, bool) {
+		p, ok := f.rec.latest()
+		return p.flow, ok
+	})
 	sum := summarize(o, s, f, reps, burstEnd, drained)
 	sum.LoadAvgStart, sum.LoadAvgEnd = la0, harness.LoadAvg()
 	logf("%s: delivered %.2f%% (%d of %d), gateway lost %d, burst %.0f spans/s to the sink (%.0f%% of capacity), OOM kills %d, restarts %d, drained %v",
@@ -489,11 +539,13 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 // fleet did not drain. The agents must have been empty for settle too: the
 // last batch an agent hands over is still in the gateway's batch processor
 // and exporter when the agents empty, and the sink, idle while that agent
-// was in its back-off, would otherwise look settled already.
-func (f *fleet) waitDrained(ctx context.Context, from time.Time) time.Duration {
-	deadline := time.NewTimer(f.o.drainMax)
+// was in its back-off, would otherwise look settled already. latest is
+// the last recorded flow of the group's agents (of which there are agents)
+// and sink.
+func (g *group) waitDrained(ctx context.Context, from time.Time, agents int, latest func() (flow, bool)) time.Duration {
+	deadline := time.NewTimer(g.o.drainMax)
 	defer deadline.Stop()
-	tick := time.NewTicker(f.o.interval)
+	tick := time.NewTicker(g.o.interval)
 	defer tick.Stop()
 	lastSink, lastMove := -1.0, time.Now()
 	var emptySince time.Time
@@ -505,7 +557,7 @@ func (f *fleet) waitDrained(ctx context.Context, from time.Time) time.Duration {
 			return -1
 		case <-tick.C:
 		}
-		p, ok := f.rec.latest()
+		p, ok := latest()
 		if !ok {
 			continue
 		}
@@ -513,14 +565,14 @@ func (f *fleet) waitDrained(ctx context.Context, from time.Time) time.Duration {
 			lastSink, lastMove = p.sinkSpans, time.Now()
 		}
 		settled := p.agSent+p.agSendFailed+p.agEnqueueFailed >= p.agAccepted
-		if !settled || p.agQueue != 0 || p.agentsFresh != len(f.agents) {
+		if !settled || p.agQueue != 0 || p.agentsFresh != agents {
 			emptySince = time.Time{}
 			continue
 		}
 		if emptySince.IsZero() {
 			emptySince = time.Now()
 		}
-		if time.Since(emptySince) >= f.o.settle && time.Since(lastMove) >= f.o.settle {
+		if time.Since(emptySince) >= g.o.settle && time.Since(lastMove) >= g.o.settle {
 			return lastMove.Sub(from)
 		}
 	}

@@ -38,7 +38,24 @@ func TestRenderConfigs(t *testing.T) {
 		// As users run them: the exporter's defaults (gzip, queue, retry).
 		assert.False(t, conf.IsSet("exporters::"+exp+"::sending_queue"))
 		assert.False(t, conf.IsSet("exporters::"+exp+"::compression"))
+
+		b, err = render(agentTmpl, agentConfig{HTTPPort: 1, MetricsPort: 2, Exporter: exp, Endpoint: "127.0.0.1:9", Compression: "none"})
+		require.NoError(t, err)
+		assert.Equal(t, "none", parse(b).Get("exporters::"+exp+"::compression"))
 	}
+
+	// The tier's remedy for gRPC clients that never reconnect.
+	b, err = render(gatewayTmpl, gatewayConfig{
+		Kind: gwThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5,
+		MaxConnectionAge: 30 * time.Second, MaxConnectionAgeGrace: 10 * time.Second,
+	})
+	require.NoError(t, err)
+	conf := parse(b)
+	assert.Equal(t, "30s", conf.Get("receivers::otlp::protocols::grpc::keepalive::server_parameters::max_connection_age"))
+	assert.Equal(t, "10s", conf.Get("receivers::otlp::protocols::grpc::keepalive::server_parameters::max_connection_age_grace"))
+	b, err = render(gatewayTmpl, gatewayConfig{Kind: gwThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5})
+	require.NoError(t, err)
+	assert.False(t, parse(b).IsSet("receivers::otlp::protocols::grpc::keepalive"), "none unless asked for")
 
 	for _, kind := range kinds {
 		b, err := render(gatewayTmpl, gatewayConfig{

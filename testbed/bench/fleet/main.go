@@ -46,8 +46,13 @@
 // stops what it started, by PID, and removes its cgroups, also on error or
 // Ctrl-C.
 //
+// With -tier N it runs the tier instead (tier.go): N gateways of each
+// kind behind HAProxy in TCP mode with round-robin, as a replica set
+// behind a Kubernetes Service, one of them with half the CPU of the
+// others, against the summed capacity of the replicas, round by round.
+//
 // Its default paths are relative to the repository root: make fleet builds
-// it into bin/fleet and runs it there.
+// it into bin/fleet and runs it there (make tier with -tier 3).
 //
 //	make fleet                                   # everything, over HTTP
 //	make fleet FLEET_FLAGS='-protocol grpc'      # agents exporting over gRPC
@@ -58,6 +63,9 @@
 // A run goes to bench/runs/<UTC date>-<name> (git-ignored; the name
 // defaults to fleet-http or fleet-grpc) unless -out says otherwise; make
 // promote copies one into its baseline in bench/results.
+//	make tier                                    # the tier, over HTTP
+//	make tier TIER_FLAGS='-protocol grpc -scenarios throttle,throttle+age=30s'
+//	bin/fleet -tier 3 -tier-capacity 13000,13000,6500 -rounds 1 -factor 1.5
 package main
 
 import (
@@ -71,6 +79,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -85,6 +94,7 @@ type options struct {
 	name                            string
 	scenarios                       string
 	protocol                        string
+	agentCompression                string
 	agents                          int
 	distinctAddrs                   bool
 	cpus                            float64
@@ -107,6 +117,13 @@ type options struct {
 	// profileAt into the burst (0: none).
 	profile, profileAt time.Duration
 	report             string
+	// factors is -factor as given (the fleet takes one, the tier a list).
+	factors []float64
+	// bench names the benchmark in the names of its cgroups: fleet or tier.
+	bench string
+	tier  tierOptions
+	// set lists the flags given on the command line.
+	set []string
 }
 
 // defaultOptions are the flags' defaults, also used by the tests.
@@ -117,6 +134,7 @@ func defaultOptions() options {
 		capStart: 4000, capGrowth: 1.25, capMaxSteps: 14, capStep: 10 * time.Second, factor: 2,
 		warmup: 5 * time.Second, burst: 60 * time.Second, drainMax: 6 * time.Minute, settle: 10 * time.Second,
 		spans: 200, attrSize: 256, restartDelay: time.Second, interval: 250 * time.Millisecond, gomemlimitPct: 80,
+		bench: "fleet", tier: defaultTierOptions(),
 	}
 }
 
@@ -130,6 +148,7 @@ func main() {
 	flag.StringVar(&o.scenarios, "scenarios", o.scenarios, "comma-separated scenarios: stock, memory_limiter, mlext, throttle, each optionally with +gomemlimit, and reference (stock with 1 GiB, the capacity measurement's memory); all = every one of them")
 	flag.StringVar(&o.protocol, "protocol", o.protocol, "the agents' exporter: http (otlp_http) or grpc (otlp_grpc)")
 	flag.IntVar(&o.agents, "agents", o.agents, "number of agents")
+	flag.StringVar(&o.agentCompression, "agent-compression", "", "the agents' exporter compression (default: the exporter's, gzip; none: uncompressed)")
 	flag.BoolVar(&o.distinctAddrs, "distinct-addresses", false, "each agent reaches the gateway from its own loopback address (127.0.0.11, .12, ...) through a relay, one peer per agent as on distinct nodes; default: all from 127.0.0.1, one peer, as behind one sidecar or proxy")
 	flag.Float64Var(&o.cpus, "cpus", o.cpus, "CPU quota of the gateway's cgroup, cores")
 	flag.Uint64Var(&o.memMiB, "mem-mib", o.memMiB, "memory limit of the gateway's cgroup, MiB")
@@ -138,7 +157,10 @@ func main() {
 	flag.Float64Var(&o.capGrowth, "capacity-growth", o.capGrowth, "factor between two steps of the capacity measurement")
 	flag.IntVar(&o.capMaxSteps, "capacity-max-steps", o.capMaxSteps, "most steps of the capacity measurement")
 	flag.DurationVar(&o.capStep, "capacity-step", o.capStep, "duration of each capacity step")
-	flag.Float64Var(&o.factor, "factor", o.factor, "burst rate as a multiple of the capacity")
+	flag.Func("factor", "burst rate as a multiple of the capacity (default 2); with -tier a list, every factor a run of each scenario per round (default 1,1.5)", func(s string) (err error) {
+		o.factors, err = parseList(s, "-factor", strconv.ParseFloat)
+		return err
+	})
 	flag.DurationVar(&o.warmup, "warmup", o.warmup, "warmup at a fifth of the capacity before the burst")
 	flag.DurationVar(&o.burst, "burst", o.burst, "duration of the burst")
 	flag.DurationVar(&o.drainMax, "drain-max", o.drainMax, "longest drain after the burst (the exporters give up after 5 min)")
@@ -152,7 +174,9 @@ func main() {
 	flag.DurationVar(&o.profileAt, "profile-at", 20*time.Second, "when in the burst the -profile starts")
 	flag.StringVar(&o.report, "report", "", "only (re)generate the report of this results folder, and exit")
 	throttleFile := flag.String("throttle-config", "", "YAML file with the throttle extension's settings (default: none, the shipped defaults), for experiments")
+	tierFlags(&o.tier)
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { o.set = append(o.set, f.Name) })
 	if *throttleFile != "" {
 		b, err := os.ReadFile(*throttleFile)
 		if err != nil {
@@ -170,10 +194,56 @@ func main() {
 		fmt.Printf("report: %s %v\n", files.Markdown, files.PNG)
 		return
 	}
-	if err := run(o); err != nil {
+	runBench := run
+	if o.tier.replicas > 0 {
+		runBench = runTier
+	}
+	if err := runBench(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
+}
+
+// checkCommon checks what the fleet and the tier need alike.
+func checkCommon(o options) error {
+	if runtime.GOOS != "linux" {
+		return errors.New("needs Linux cgroups")
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("needs root to create cgroups")
+	}
+	if o.protocol != "http" && o.protocol != "grpc" {
+		return fmt.Errorf("-protocol %q: want http or grpc", o.protocol)
+	}
+	if o.agents < 1 {
+		return errors.New("-agents must be >= 1")
+	}
+	if o.distinctAddrs && o.agents > 200 {
+		return errors.New("-distinct-addresses gives each agent an address from 127.0.0.11: at most 200 agents")
+	}
+	return nil
+}
+
+// checkCapacitySearch checks the capacity measurement's flags.
+func checkCapacitySearch(o options) error {
+	if o.capStart <= 0 || o.capGrowth <= 1 || o.capMaxSteps < 1 || o.capStep <= 0 {
+		return errors.New("-capacity-start, -capacity-step and -capacity-max-steps must be > 0 and -capacity-growth > 1")
+	}
+	return nil
+}
+
+// parseList parses a comma-separated list of values with parse (a
+// strconv.Parse* taking a bit size), naming the flag in its errors.
+func parseList[T any](s, flagName string, parse func(string, int) (T, error)) ([]T, error) {
+	var out []T
+	for _, f := range strings.Split(s, ",") {
+		v, err := parse(strings.TrimSpace(f), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q: %w", flagName, f, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 func logf(format string, args ...any) {
@@ -245,27 +315,24 @@ func (o options) binFor(kind string) string {
 }
 
 func run(o options) error {
-	if runtime.GOOS != "linux" {
-		return errors.New("needs Linux cgroups")
+	if err := checkCommon(o); err != nil {
+		return err
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("needs root to create cgroups")
-	}
-	if o.protocol != "http" && o.protocol != "grpc" {
-		return fmt.Errorf("-protocol %q: want http or grpc", o.protocol)
-	}
-	if o.agents < 1 {
-		return errors.New("-agents must be >= 1")
-	}
-	if o.distinctAddrs && o.agents > 200 {
-		return errors.New("-distinct-addresses gives each agent an address from 127.0.0.11: at most 200 agents")
+	switch len(o.factors) {
+	case 0:
+	case 1:
+		o.factor = o.factors[0]
+	default:
+		return errors.New("-factor: the fleet takes one factor (a list is for -tier)")
 	}
 	scens, err := parseScenarios(o.scenarios)
 	if err != nil {
 		return err
 	}
-	if o.capacity <= 0 && (o.capStart <= 0 || o.capGrowth <= 1 || o.capMaxSteps < 1 || o.capStep <= 0) {
-		return errors.New("-capacity-start, -capacity-step and -capacity-max-steps must be > 0 and -capacity-growth > 1")
+	if o.capacity <= 0 {
+		if err := checkCapacitySearch(o); err != nil {
+			return err
+		}
 	}
 	bins := map[string]bool{o.stockBin: true}
 	for _, s := range scens {

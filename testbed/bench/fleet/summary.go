@@ -61,11 +61,14 @@ type summary struct {
 	points []point
 }
 
-func (s *summary) drainNote() string {
-	if s.DrainSeconds < 0 {
+func (s *summary) drainNote() string { return drainNote(s.DrainSeconds) }
+
+// drainNote says whether and when a scenario drained (secs < 0: not).
+func drainNote(secs float64) string {
+	if secs < 0 {
 		return "no (not within -drain-max)"
 	}
-	return fmt.Sprintf("in %.0f s", s.DrainSeconds)
+	return fmt.Sprintf("in %.0f s", secs)
 }
 
 func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd time.Time, drained time.Duration) *summary {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/csv"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -25,7 +26,7 @@ import (
 // the working set it starts from and its two heap corrections (mem = mem_ws
 // - heap_spare + heap_held_back, shares of the limit). An
 // empty cell is a missing value: plot it as a gap, never as 0.
-var timelineHeader = []string{
+var timelineHeader = slices.Concat([]string{
 	"scenario", "t_s", "unix_ms", "phase",
 	"gw_alive", "gw_restarts", "gw_oom_kills", "gw_ws_bytes", "gw_limit_bytes", "gw_ws_pct", "gw_cpu_s", "gw_cpu_pct",
 	"gw_scrape_age_ms", "gw_state_traces", "gw_wl_cpu_slow", "gw_wl_cpu_fast", "gw_wl_mem",
@@ -34,64 +35,150 @@ var timelineHeader = []string{
 	"gw_thr_allowed", "gw_thr_denied_shed", "gw_thr_denied_open", "gw_thr_denied_budget",
 	"gw_accepted_spans", "gw_refused_spans", "gw_sent_spans", "gw_send_failed_spans", "gw_enqueue_failed_spans",
 	"gw_queue_size", "gw_heap_alloc_bytes",
+}, flowHeader, loadHeader, []string{"host_cpu_pct"})
+
+// flow is what the agents and the sink have counted, in spans: the
+// agents' metrics summed (their last good scrape each: agents are never
+// restarted, so their counters only grow) and the sink's. The accounting
+// and the drain of the fleet and of the tier read it.
+type flow struct {
+	// agentsFresh is the number of agents scraped within the last 2 s.
+	agentsFresh                                                           int
+	agAccepted, agRefused, agSent, agSendFailed, agEnqueueFailed, agQueue float64
+	sinkSpans                                                             float64
+}
+
+// flowReader reads the flow, keeping the last good scrape of each agent
+// and of the sink: a late scrape keeps it.
+type flowReader struct {
+	agents []*member
+	sink   *member
+	last   [][]harness.Sample // per agent, then the sink's
+}
+
+func newFlowReader(agents []*member, sink *member) *flowReader {
+	return &flowReader{agents: agents, sink: sink, last: make([][]harness.Sample, len(agents)+1)}
+}
+
+func (fr *flowReader) read(now time.Time) flow {
+	var fl flow
+	for i, a := range fr.agents {
+		s, at := a.scr.Get()
+		if !at.IsZero() && now.Sub(at) < 2*time.Second {
+			fl.agentsFresh++
+		}
+		if s != nil {
+			fr.last[i] = s
+		}
+		s = fr.last[i]
+		fl.agAccepted += zero(get(s, "otelcol_receiver_accepted_spans", nil))
+		fl.agRefused += zero(get(s, "otelcol_receiver_refused_spans", nil))
+		fl.agSent += zero(get(s, "otelcol_exporter_sent_spans", nil))
+		fl.agSendFailed += zero(get(s, "otelcol_exporter_send_failed_spans", nil))
+		fl.agEnqueueFailed += zero(get(s, "otelcol_exporter_enqueue_failed_spans", nil))
+		fl.agQueue += zero(get(s, "otelcol_exporter_queue_size", nil))
+	}
+	if ss, _ := fr.sink.scr.Get(); ss != nil {
+		fr.last[len(fr.agents)] = ss
+	}
+	fl.sinkSpans = zero(get(fr.last[len(fr.agents)], "otelcol_receiver_accepted_spans", nil))
+	return fl
+}
+
+// flowRow is the flow's cells of a timeline: ag_fresh to
+// sink_accepted_spans.
+func (fl flow) flowRow() []string {
+	return []string{
+		strconv.Itoa(fl.agentsFresh), f64(fl.agAccepted, 0), f64(fl.agRefused, 0), f64(fl.agSent, 0),
+		f64(fl.agSendFailed, 0), f64(fl.agEnqueueFailed, 0), f64(fl.agQueue, 0), f64(fl.sinkSpans, 0),
+	}
+}
+
+// flowHeader names flowRow's cells.
+var flowHeader = []string{
 	"ag_fresh", "ag_accepted_spans", "ag_refused_spans", "ag_sent_spans", "ag_send_failed_spans", "ag_enqueue_failed_spans", "ag_queue_size",
 	"sink_accepted_spans",
-	"lg_sent", "lg_ok", "lg_failed", "lg_skipped", "lg_accepted_items",
-	"host_cpu_pct",
 }
+
+// loadCounts sums the load generators' counts over a scenario: each load
+// call starts new runners, whose counts start at 0.
+type loadCounts struct {
+	mu      sync.Mutex
+	runners []*loadgen.Runner
+	// base: the counts of the scenario's earlier runners.
+	base loadgen.Counts
+}
+
+func (l *loadCounts) setRunners(rs []*loadgen.Runner) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, old := range l.runners {
+		l.base = addCounts(l.base, old.Snapshot().Total)
+	}
+	l.runners = rs
+}
+
+// total is the counts so far.
+func (l *loadCounts) total() loadgen.Counts {
+	l.mu.Lock()
+	runners, c := l.runners, l.base
+	l.mu.Unlock()
+	for _, rn := range runners {
+		c = addCounts(c, rn.Snapshot().Total)
+	}
+	return c
+}
+
+// loadRow is the cells lg_sent to lg_accepted_items of a timeline.
+func loadRow(lg loadgen.Counts) []string {
+	return []string{
+		strconv.FormatInt(lg.Sent, 10), strconv.FormatInt(lg.OK, 10),
+		strconv.FormatInt(lg.Rejected+lg.Unavailable+lg.Other+lg.Errors, 10), strconv.FormatInt(lg.Skipped, 10),
+		strconv.FormatInt(lg.AcceptedItems, 10),
+	}
+}
+
+// loadHeader names loadRow's cells.
+var loadHeader = []string{"lg_sent", "lg_ok", "lg_failed", "lg_skipped", "lg_accepted_items"}
 
 // point is what the summary and the drain need of one row.
 type point struct {
-	t                                                          time.Duration
-	phase                                                      string
-	alive                                                      bool
-	restarts                                                   int
-	cg                                                         harness.CgStats
-	cgOK                                                       bool
-	wsPct, cpuPct                                              float64 // cpuPct < 0: unknown
-	hostPct                                                    float64 // the machine's, all cores; < 0: unknown
-	state                                                      float64 // NaN: unknown or no throttle
-	agentsFresh                                                int
-	agAccepted, agSent, agSendFailed, agEnqueueFailed, agQueue float64
-	sinkSpans                                                  float64
-	lg                                                         loadgen.Counts
+	flow
+	t        time.Duration
+	phase    string
+	alive    bool
+	restarts int
+	cg       harness.CgStats
+	cgOK     bool
+	wsPct    float64
+	cpuPct   float64 // < 0: unknown
+	hostPct  float64 // the machine's, all cores; < 0: unknown
+	state    float64 // NaN: unknown or no throttle
+	lg       loadgen.Counts
 }
 
 type recorder struct {
+	loadCounts
 	scenario string
 	o        options
 	f        *fleet
 	w        *csv.Writer
 	start    time.Time
+	flows    *flowReader
 
-	mu      sync.Mutex
-	phase   string
-	runners []*loadgen.Runner
-	// lgBase: counts of earlier runners of this scenario (each load call
-	// starts new runners, whose counts start at 0).
-	lgBase loadgen.Counts
+	mu     sync.Mutex
+	phase  string
 	points []point
-	// last good value per agent and of the sink: a late scrape keeps it.
-	agentLast [][]harness.Sample
 }
 
 func newRecorder(scenario string, o options, f *fleet, w *csv.Writer) *recorder {
-	return &recorder{scenario: scenario, o: o, f: f, w: w, start: time.Now(), agentLast: make([][]harness.Sample, len(f.agents)+1)}
+	return &recorder{scenario: scenario, o: o, f: f, w: w, start: time.Now(), flows: newFlowReader(f.agents, f.sink)}
 }
 
 func (r *recorder) setPhase(p string) {
 	r.mu.Lock()
 	r.phase = p
 	r.mu.Unlock()
-}
-
-func (r *recorder) setRunners(rs []*loadgen.Runner) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, old := range r.runners {
-		r.lgBase = addCounts(r.lgBase, old.Snapshot().Total)
-	}
-	r.runners = rs
 }
 
 func addCounts(a, b loadgen.Counts) loadgen.Counts {
@@ -200,13 +287,8 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 	}
 	r.mu.Lock()
 	p.phase = r.phase
-	runners := r.runners
-	lg := r.lgBase
 	r.mu.Unlock()
-	for _, rn := range runners {
-		lg = addCounts(lg, rn.Snapshot().Total)
-	}
-	p.lg = lg
+	p.lg = r.total()
 
 	_, alive, restarts := r.f.gateway.proc.State()
 	p.alive, p.restarts = alive, restarts
@@ -272,35 +354,9 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 		opt(g("otelcol_process_runtime_heap_alloc_bytes", nil), 0),
 	)
 
-	// The agents: the last good scrape of each (they are never restarted).
-	var acc, ref, sent, sfail, efail, queue float64
-	for i, a := range r.f.agents {
-		s, at := a.scr.Get()
-		if !at.IsZero() && now.Sub(at) < 2*time.Second {
-			p.agentsFresh++
-		}
-		if s != nil {
-			r.agentLast[i] = s
-		}
-		s = r.agentLast[i]
-		acc += zero(get(s, "otelcol_receiver_accepted_spans", nil))
-		ref += zero(get(s, "otelcol_receiver_refused_spans", nil))
-		sent += zero(get(s, "otelcol_exporter_sent_spans", nil))
-		sfail += zero(get(s, "otelcol_exporter_send_failed_spans", nil))
-		efail += zero(get(s, "otelcol_exporter_enqueue_failed_spans", nil))
-		queue += zero(get(s, "otelcol_exporter_queue_size", nil))
-	}
-	p.agAccepted, p.agSent, p.agSendFailed, p.agEnqueueFailed, p.agQueue = acc, sent, sfail, efail, queue
-	row = append(row, strconv.Itoa(p.agentsFresh), f64(acc, 0), f64(ref, 0), f64(sent, 0), f64(sfail, 0), f64(efail, 0), f64(queue, 0))
-
-	ss, _ := r.f.sink.scr.Get()
-	if ss != nil {
-		r.agentLast[len(r.f.agents)] = ss
-	}
-	p.sinkSpans = zero(get(r.agentLast[len(r.f.agents)], "otelcol_receiver_accepted_spans", nil))
-	row = append(row, f64(p.sinkSpans, 0), strconv.FormatInt(lg.Sent, 10), strconv.FormatInt(lg.OK, 10),
-		strconv.FormatInt(lg.Rejected+lg.Unavailable+lg.Other+lg.Errors, 10), strconv.FormatInt(lg.Skipped, 10),
-		strconv.FormatInt(lg.AcceptedItems, 10))
+	p.flow = r.flows.read(now)
+	row = append(row, p.flowRow()...)
+	row = append(row, loadRow(p.lg)...)
 	if p.hostPct >= 0 {
 		row = append(row, f64(p.hostPct, 1))
 	} else {
