@@ -557,10 +557,10 @@ func TestGRPCWaitKeepsPeerShare(t *testing.T) {
 }
 
 // TestHTTPBudgetNoWait: an HTTP request that finds the budget full is
-// refused at once, its body unread, even with the queue on (waiting cost
-// the worst-case client goodput and tail: design §12); and requests
-// waiting in line for the budget (gRPC streams) do not hold back one whose
-// bytes fit, since it cannot wait in that line.
+// refused at once, its body unread, even with the hold on (waiting cost
+// the worst-case client goodput and tail: design §12); and it leaves free
+// what the oldest request waiting in line for the budget (a gRPC stream)
+// needs, rather than passing it.
 func TestHTTPBudgetNoWait(t *testing.T) {
 	const long = 10 * time.Second
 	b := NewBudgetWith(BudgetConfig{Max: 100, Wait: long})
@@ -579,19 +579,26 @@ func TestHTTPBudgetNoWait(t *testing.T) {
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
 	assert.Zero(t, f.mw.hold.Held())
 
-	// A request waits in line for 50 of the 30 free; the HTTP request's 30
-	// fit.
+	// A request waits in line for 50 of the 30 free: the HTTP request's 30
+	// would fit, but it does not pass the stream waiting for its bytes
+	// (which would otherwise wait out its deadline while requests that do
+	// not wait take every byte released); refused at once, not held.
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan bool, 1)
 	go func() { waited <- b.waitAdmit(ctx, 50, 0, long) }()
 	require.Eventually(t, func() bool { return b.entering.Load() == 1 }, long, time.Millisecond)
-	req := httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, 30)))
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, req)
-	assert.Equal(t, http.StatusOK, rec.Code)
+	post := func() int {
+		req := httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, 30)))
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	assert.Equal(t, http.StatusTooManyRequests, post())
 	assert.EqualValues(t, 1, b.entering.Load())
+	assert.Zero(t, f.mw.hold.Held())
 	cancel()
 	assert.False(t, <-waited)
+	assert.Equal(t, http.StatusOK, post(), "nobody waits: it fits")
 	b.Release(70)
 	assert.Zero(t, b.Reserved())
 }

@@ -85,6 +85,12 @@ type Budget struct {
 	// when someone waits.
 	entrants []*entrant
 	entering atomic.Int32
+	// headKeep is what the oldest entrant the budget (not its peer's
+	// share) holds back needs: requests that do not wait in line (HTTP)
+	// leave it free, so that a stream waiting for its bytes is not passed
+	// by them until its deadline (a stream refused for bytes is a lost
+	// batch to a client that retries nothing).
+	headKeep atomic.Int64
 }
 
 // NewBudget returns a budget of maxBytes with the default wait and no
@@ -172,7 +178,7 @@ func (b *Budget) admit(n int64, p peer) bool {
 
 // admitNow is admit regardless of the requests waiting to be admitted.
 func (b *Budget) admitNow(n int64, p peer) bool {
-	return b.takeFor(n, p, b.pending.Load(), b.maxFor(p))
+	return b.takeFor(n, p, b.pending.Load()+b.headKeep.Load(), b.maxFor(p))
 }
 
 // takeFor reserves n bytes for peer p if they fit in lim, the most p may
@@ -502,19 +508,24 @@ func (b *Budget) waitAdmit(ctx context.Context, n int64, p peer, limit time.Dura
 func (b *Budget) admitEntrantsLocked() {
 	kept := b.entrants[:0]
 	short := false
+	var keep int64
 	for _, e := range b.entrants {
-		if !short && b.admitNow(e.n, e.p) {
+		if !short && b.takeFor(e.n, e.p, b.pending.Load(), b.maxFor(e.p)) {
 			b.entering.Add(-1)
 			close(e.admitted)
 			continue
 		}
 		// The budget, not its peer's share, is short for it: the younger
-		// ones wait behind it.
-		short = short || b.peers.room(e.p, b.maxFor(e.p)) >= e.n
+		// ones wait behind it, and requests that cannot wait leave it
+		// what it needs.
+		if !short && b.peers.room(e.p, b.maxFor(e.p)) >= e.n {
+			short, keep = true, e.n
+		}
 		kept = append(kept, e)
 	}
 	clear(b.entrants[len(kept):])
 	b.entrants = kept
+	b.headKeep.Store(keep)
 }
 
 // Reserved returns the bytes currently reserved (the inflight_bytes gauge):
