@@ -63,6 +63,7 @@
 // A run goes to bench/runs/<UTC date>-<name> (git-ignored; the name
 // defaults to fleet-http or fleet-grpc) unless -out says otherwise; make
 // promote copies one into its baseline in bench/results.
+//
 //	make tier                                    # the tier, over HTTP
 //	make tier TIER_FLAGS='-protocol grpc -scenarios throttle,throttle+age=30s'
 //	bin/fleet -tier 3 -tier-capacity 13000,13000,6500 -rounds 1 -factor 1.5
