@@ -573,7 +573,7 @@ func (s *scaler) bringUp(ctx context.Context, i int) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the balancer did not count it up within 5 s: %v", err)
+			return errors.Join(errors.New("the balancer did not count it up within 5 s"), err)
 		}
 		select {
 		case <-ctx.Done():
@@ -619,8 +619,10 @@ func hpaHeader(n int) []string {
 var podStateNames = map[podState]string{podCounted: "counted", podMissing: "missing", podSetAside: "aside"}
 
 func (s *scaler) hpaRow(rec syncRecord) []string {
-	row := []string{s.scenario, s.signal, strconv.Itoa(s.t.round), f64(rec.at.Seconds(), 1), strconv.Itoa(rec.scaleBefore), strconv.Itoa(rec.ready),
-		opt(rec.metric, 3), f64(s.target, 2), strconv.Itoa(rec.desired), strconv.Itoa(rec.scale), opt(rec.sinkRate, 0)}
+	row := []string{
+		s.scenario, s.signal, strconv.Itoa(s.t.round), f64(rec.at.Seconds(), 1), strconv.Itoa(rec.scaleBefore), strconv.Itoa(rec.ready),
+		opt(rec.metric, 3), f64(s.target, 2), strconv.Itoa(rec.desired), strconv.Itoa(rec.scale), opt(rec.sinkRate, 0),
+	}
 	for i := range s.t.replicas {
 		if i >= len(rec.cpu) {
 			row = append(row, "", "", "", "")

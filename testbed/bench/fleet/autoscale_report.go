@@ -162,8 +162,10 @@ func (r *autoscaleReport) summaryHeader() []string {
 func (r *autoscaleReport) summaryRow(run *autoscaleRun) []string {
 	s := run.sum
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
-	row := []string{run.scenario, run.signal, f64(autoscaleSignals[run.signal].target, 2), r.o.protocol, strconv.Itoa(run.round), strconv.Itoa(run.order),
-		strconv.Itoa(run.max), strconv.Itoa(run.needed), f64(run.capacity, 0), f64(run.offered, 0), f64(run.loadSeconds, 1)}
+	row := []string{
+		run.scenario, run.signal, f64(autoscaleSignals[run.signal].target, 2), r.o.protocol, strconv.Itoa(run.round), strconv.Itoa(run.order),
+		strconv.Itoa(run.max), strconv.Itoa(run.needed), f64(run.capacity, 0), f64(run.offered, 0), f64(run.loadSeconds, 1),
+	}
 	for n := 2; n <= run.max; n++ {
 		row = append(row, opt(run.scaledAt[n-1], 1), opt(run.readyAt[n-1], 1))
 	}

@@ -87,7 +87,7 @@ func TestSetupAutoscale(t *testing.T) {
 		oo.protocol = "http"
 		c.edit(&oo)
 		_, err := setupAutoscale(oo)
-		assert.ErrorContains(t, err, c.want)
+		require.ErrorContains(t, err, c.want)
 	}
 	_, err = parseAutoscaleScenarios("throttle,stock")
 	assert.ErrorContains(t, err, `"stock"`)
