@@ -176,6 +176,14 @@ func (r *autoscaleReport) summaryRow(run *autoscaleRun) []string {
 		f64(s.MeanHostCPUPct, 1), s.LoadAvgStart, s.LoadAvgEnd)
 }
 
+// capacitySource says where the replicas' capacity came from.
+func capacitySource(o options) string {
+	if slices.Contains(o.set, "tier-capacity") {
+		return "given with -tier-capacity"
+	}
+	return "the stock gateway of its size, measured in this run as the tier measures it: capacity.md"
+}
+
 // scenarios is the scenarios of the runs, in their first order.
 func (r *autoscaleReport) scenarios() []string {
 	var out []string
@@ -235,9 +243,9 @@ func (r *autoscaleReport) markdown(w io.Writer, charts []string) {
 	fmt.Fprintf(w, "Up to %d replicas of the throttle distribution (shipped defaults; %s CPU, %d MiB each) behind HAProxy (TCP, round-robin), "+
 		"starting from one in rotation; %d stock agents over %s (compression: %s), %d-span requests of %d-byte attributes; "+
 		"a %s warmup at a fifth of one replica's capacity, then %s at %g times it (%.0f spans/s), then the drain. "+
-		"One replica's capacity: %.0f spans/s (the stock gateway of its size, measured as the tier measures it); the load needs %d replicas.\n\n",
+		"One replica's capacity: %.0f spans/s (%s); the load needs %d replicas.\n\n",
 		len(r.caps), joinFloats(o.tier.cpus, 2), o.memMiB, o.agents, o.protocol, compressionName(o.agentCompression), o.spans, o.attrSize,
-		o.warmup, o.burst, o.factors[0], o.factors[0]*r.caps[0], r.caps[0], neededReplicas(r.caps, o.factors[0]*r.caps[0]))
+		o.warmup, o.burst, o.factors[0], o.factors[0]*r.caps[0], r.caps[0], capacitySource(o), neededReplicas(r.caps, o.factors[0]*r.caps[0]))
 	fmt.Fprintf(w, "The HPA replayed (autoscaling/v2, its documented algorithm and defaults): a sync every %s from the load's start; "+
 		"desired = ceil(pods × average / target) over the pods counted, no change while |average / target − 1| ≤ %g; "+
 		"on a scale-up a pod without a metric, or set aside, counts as 0; "+
