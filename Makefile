@@ -176,7 +176,7 @@ fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
 
 ## promote: make one run the baseline of its benchmark: RUN=bench/runs/<dir>
-## BENCH=<overload-sweep|fleet-http|fleet-grpc|soak|clients|tier>, and
+## BENCH=<overload-sweep|fleet-http|fleet-grpc|soak|clients|tier|autoscale-http|autoscale-grpc>, and
 ## CHARTS=a.png,b.png when the run has more than three charts. Replaces
 ## bench/results/$(BENCH)/ with the run's report, summary and charts and
 ## updates its row of bench/results/README.md (testbed/bench/promote).
@@ -238,3 +238,15 @@ TIER_FLAGS ?=
 .PHONY: tier
 tier: $(OTELCOL) $(OTELCOL_STOCK) bench-bin
 	$(CURDIR)/bin/fleet -tier 3 -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) $(TIER_FLAGS)
+
+## autoscale: the autoscaling replay (Linux, root, haproxy; about 25 minutes
+## over HTTP, 45 over gRPC): Kubernetes' HPA replayed on CPU and on
+## otelcol_throttle_demand against a tier of up to three throttle replicas
+## (0.2 CPU, 150 MiB each) from one ready, under 2.5 replicas' capacity for
+## 2 minutes, three rounds (testbed/bench/fleet, -tier -autoscale). Results
+## in bench/runs/<date>-autoscale-<protocol>.
+## e.g. make autoscale AUTOSCALE_FLAGS='-protocol grpc -rounds 2'
+AUTOSCALE_FLAGS ?=
+.PHONY: autoscale
+autoscale: $(OTELCOL) $(OTELCOL_STOCK) bench-bin
+	$(CURDIR)/bin/fleet -tier 3 -autoscale cpu,demand -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) $(AUTOSCALE_FLAGS)

@@ -42,6 +42,9 @@ type balancerConfig struct {
 type balancerServer struct {
 	Name               string
 	HTTPPort, GRPCPort int
+	// Disabled starts it out of rotation (maintenance), as a pod not yet
+	// in a Service's endpoints, until setReady.
+	Disabled bool
 }
 
 // The backends' names in the balancer's configuration and statistics.
@@ -53,7 +56,7 @@ const (
 var balancerTmpl = template.Must(template.New("haproxy").Parse(`# Written by bench/fleet (tier): the balancer in front of the replicas.
 global
   maxconn 4096
-  stats socket {{ .Socket }} mode 600 level user
+  stats socket {{ .Socket }} mode 600 level admin
 
 defaults
   mode tcp
@@ -75,12 +78,12 @@ frontend otlp_grpc
 
 backend ` + backendHTTP + `
 {{- range .Replicas }}
-  server {{ .Name }} 127.0.0.1:{{ .HTTPPort }}
+  server {{ .Name }} 127.0.0.1:{{ .HTTPPort }}{{ if .Disabled }} disabled{{ end }}
 {{- end }}
 
 backend ` + backendGRPC + `
 {{- range .Replicas }}
-  server {{ .Name }} 127.0.0.1:{{ .GRPCPort }}
+  server {{ .Name }} 127.0.0.1:{{ .GRPCPort }}{{ if .Disabled }} disabled{{ end }}
 {{- end }}
 `))
 
@@ -171,16 +174,47 @@ type serverStats struct {
 // stats reads the statistics of the agents' backend's servers from the
 // stats socket, by server name.
 func (lb *balancer) stats() (map[string]serverStats, error) {
+	var out map[string]serverStats
+	err := lb.command("show stat", func(r io.Reader) (err error) {
+		out, err = parseStats(bufio.NewReader(r), lb.backend)
+		return err
+	})
+	return out, err
+}
+
+// command sends one command to the stats socket and hands its answer to
+// read.
+func (lb *balancer) command(cmd string, read func(io.Reader) error) error {
 	c, err := net.DialTimeout("unix", lb.socket, time.Second)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := io.WriteString(c, "show stat\n"); err != nil {
-		return nil, err
+	if _, err := io.WriteString(c, cmd+"\n"); err != nil {
+		return err
 	}
-	return parseStats(bufio.NewReader(c), lb.backend)
+	return read(c)
+}
+
+// setReady puts the replica server into rotation in both backends
+// (HAProxy's runtime API, "set server <backend>/<server> state ready"), as
+// a pod that turns ready joins a Service's endpoints.
+func (lb *balancer) setReady(server string) error {
+	for _, backend := range []string{backendHTTP, backendGRPC} {
+		err := lb.command(fmt.Sprintf("set server %s/%s state ready", backend, server), func(r io.Reader) error {
+			// It answers nothing when it did it, else why not.
+			b, err := io.ReadAll(r)
+			if msg := strings.TrimSpace(string(b)); msg != "" {
+				return fmt.Errorf("balancer: set server %s/%s state ready: %s", backend, server, msg)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parseStats parses the CSV of HAProxy's "show stat" (a header line "#

@@ -51,8 +51,15 @@
 // behind a Kubernetes Service, one of them with half the CPU of the
 // others, against the summed capacity of the replicas, round by round.
 //
+// With -tier N -autoscale cpu,demand it replays Kubernetes' HPA against
+// the tier instead (autoscale.go, hpa.go): from one ready replica of N
+// equal ones, under a sustained load of 2.5 replicas' capacity, once per
+// signal, to see which brings the tier to the replicas it needs sooner and
+// whether anything is lost on the way.
+//
 // Its default paths are relative to the repository root: make fleet builds
-// it into bin/fleet and runs it there (make tier with -tier 3).
+// it into bin/fleet and runs it there (make tier with -tier 3, make
+// autoscale with -tier 3 -autoscale cpu,demand).
 //
 //	make fleet                                   # everything, over HTTP
 //	make fleet FLEET_FLAGS='-protocol grpc'      # agents exporting over gRPC
@@ -67,6 +74,9 @@
 //	make tier                                    # the tier, over HTTP
 //	make tier TIER_FLAGS='-protocol grpc -scenarios throttle,throttle+age=30s'
 //	bin/fleet -tier 3 -tier-capacity 13000,13000,6500 -rounds 1 -factor 1.5
+//	make autoscale                               # the HPA replay, over HTTP
+//	make autoscale AUTOSCALE_FLAGS='-protocol grpc'
+//	bin/fleet -tier 3 -autoscale cpu,demand -tier-capacity 13000,13000,13000 -rounds 1
 package main
 
 import (
@@ -121,8 +131,9 @@ type options struct {
 	// factors is -factor as given (the fleet takes one, the tier a list).
 	factors []float64
 	// bench names the benchmark in the names of its cgroups: fleet or tier.
-	bench string
-	tier  tierOptions
+	bench     string
+	tier      tierOptions
+	autoscale autoscaleOptions
 	// set lists the flags given on the command line.
 	set []string
 }
@@ -176,6 +187,7 @@ func main() {
 	flag.StringVar(&o.report, "report", "", "only (re)generate the report of this results folder, and exit")
 	throttleFile := flag.String("throttle-config", "", "YAML file with the throttle extension's settings (default: none, the shipped defaults), for experiments")
 	tierFlags(&o.tier)
+	autoscaleFlags(&o.autoscale)
 	flag.Parse()
 	flag.Visit(func(f *flag.Flag) { o.set = append(o.set, f.Name) })
 	if *throttleFile != "" {
@@ -196,8 +208,14 @@ func main() {
 		return
 	}
 	runBench := run
-	if o.tier.replicas > 0 {
+	switch {
+	case o.tier.replicas > 0 && len(o.autoscale.signals) > 0:
+		runBench = runAutoscale
+	case o.tier.replicas > 0:
 		runBench = runTier
+	case len(o.autoscale.signals) > 0:
+		fmt.Fprintln(os.Stderr, "fleet: -autoscale replays the HPA on a tier: give -tier N, the most replicas")
+		os.Exit(2)
 	}
 	if err := runBench(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)

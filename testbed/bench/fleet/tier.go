@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -422,14 +423,39 @@ type tier struct {
 type replica struct {
 	name           string
 	cpus, capacity float64
-	m              *member
 	cg             *harness.Cgroup
+	// bin, cfg and env are its collector, configuration and environment,
+	// metricsPort the port of its own metrics.
+	bin         string
+	cfg         []byte
+	env         []string
+	metricsPort int
+	// m is its collector once started: the autoscaling replay starts
+	// replicas while the recorder samples them.
+	m atomic.Pointer[member]
+}
+
+// start starts the replica's collector in g, which stops it, and waits
+// until its metrics answer.
+func (r *replica) start(ctx context.Context, g *group) error {
+	m, err := g.startMember(ctx, "gateway-"+r.name, r.bin, r.cfg, r.metricsPort, r.cg, r.env, true)
+	if err != nil {
+		return err
+	}
+	r.m.Store(m)
+	return nil
 }
 
 // startTier starts the sink, the replicas in their cgroups, the balancer,
 // the agents and the recorder. On error, what was started is stopped.
-func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, round int, factor float64, tw, rw *csv.Writer) (_ *tier, err error) {
+// Only the first initial replicas are started and in the balancer's
+// rotation (0: all); the others have their cgroups and ports, and are out
+// of rotation (maintenance) until started (the autoscaling replay).
+func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, round int, factor float64, initial int, tw, rw *csv.Writer) (_ *tier, err error) {
 	name := fmt.Sprintf("r%d-x%g-%s", round, factor, sc.name)
+	if initial <= 0 || initial > len(o.tier.cpus) {
+		initial = len(o.tier.cpus)
+	}
 	t := &tier{group: group{o: o, name: name}, scenario: sc, round: round, factor: factor}
 	defer func() {
 		if err != nil {
@@ -462,18 +488,20 @@ func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, 
 		if sc.connAge > 0 {
 			gw.MaxConnectionAgeGrace = o.tier.connAgeGrace
 		}
-		b, err := render(gatewayTmpl, gw)
-		if err != nil {
+		if r.cfg, err = render(gatewayTmpl, gw); err != nil {
 			return nil, err
 		}
-		if r.m, err = t.startMember(ctx, "gateway-"+r.name, o.binFor(sc.kind), b, gw.MetricsPort, r.cg, env, true); err != nil {
-			return nil, err
+		r.bin, r.env, r.metricsPort = o.binFor(sc.kind), env, gw.MetricsPort
+		if i < initial {
+			if err := r.start(ctx, &t.group); err != nil {
+				return nil, err
+			}
 		}
 		t.replicas = append(t.replicas, r)
-		servers[i] = balancerServer{Name: r.name, HTTPPort: gw.HTTPPort, GRPCPort: gw.GRPCPort}
+		servers[i] = balancerServer{Name: r.name, HTTPPort: gw.HTTPPort, GRPCPort: gw.GRPCPort, Disabled: i >= initial}
 	}
-	logf("%s: %d replicas of %s in cgroups v%d (%v CPU, %d MiB each)%s behind HAProxy", name, len(t.replicas), sc.kind,
-		t.replicas[0].cg.Version, o.tier.cpus, o.memMiB, envNote(env))
+	logf("%s: %d replicas of %s in cgroups v%d (%v CPU, %d MiB each)%s behind HAProxy, %d started", name, len(t.replicas), sc.kind,
+		t.replicas[0].cg.Version, o.tier.cpus, o.memMiB, envNote(env), initial)
 	if t.lb, err = t.startBalancer(ctx, o.tier.haproxy, servers); err != nil {
 		return nil, err
 	}
@@ -491,7 +519,7 @@ func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, 
 // runTierScenario runs one scenario on a fresh tier: warmup, burst at
 // factor times the summed capacity, drain.
 func runTierScenario(ctx context.Context, o options, caps []float64, sc tierScenario, round int, factor float64, tw, rw *csv.Writer) (*tierSummary, error) {
-	t, err := startTier(ctx, o, caps, sc, round, factor, tw, rw)
+	t, err := startTier(ctx, o, caps, sc, round, factor, 0, tw, rw)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"path/filepath"
@@ -43,14 +44,36 @@ func TestBalancerRoundRobin(t *testing.T) {
 	g := &group{o: o, name: "lbtest"}
 	defer g.stop()
 
+	servers, connect := countingServers(t, 3)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	lb, err := g.startBalancer(ctx, bin, servers)
+	require.NoError(t, err)
+	// The health checks mark the servers up first.
+	requireUp(t, lb, "r1", "r2", "r3")
+
+	assert.Equal(t, map[string]int{"r1": 2, "r2": 2, "r3": 2}, connect(lb, 6), "round-robin over the connections")
+	st, err := lb.stats()
+	require.NoError(t, err)
+	for _, name := range []string{"r1", "r2", "r3"} {
+		assert.InDelta(t, 2, st[name].ConnsTotal, 0, name)
+	}
+}
+
+// countingServers starts n TCP servers r1..rn on loopback that count the
+// connections saying hello, and returns them as the balancer's servers and
+// a function that opens k connections through the balancer's HTTP port
+// and returns the counts so far.
+func countingServers(t *testing.T, n int) ([]balancerServer, func(lb *balancer, k int) map[string]int) {
+	t.Helper()
 	var mu sync.Mutex
 	got := map[string]int{}
 	var servers []balancerServer
-	for i := range 3 {
+	for i := range n {
 		name := fmt.Sprintf("r%d", i+1)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
-		defer ln.Close()
+		t.Cleanup(func() { ln.Close() })
 		go func() {
 			for {
 				c, err := ln.Accept()
@@ -72,42 +95,38 @@ func TestBalancerRoundRobin(t *testing.T) {
 		port := ln.Addr().(*net.TCPAddr).Port
 		servers = append(servers, balancerServer{Name: name, HTTPPort: port, GRPCPort: port})
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	lb, err := g.startBalancer(ctx, bin, servers)
-	require.NoError(t, err)
-	// The health checks mark the servers up first.
+	return servers, func(lb *balancer, k int) map[string]int {
+		for range k {
+			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", lb.HTTPPort))
+			require.NoError(t, err)
+			_, err = c.Write([]byte("hello"))
+			require.NoError(t, err)
+			b := make([]byte, 2)
+			_, err = c.Read(b)
+			require.NoError(t, err)
+			c.Close()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(got)
+	}
+}
+
+// requireUp waits until the balancer counts the servers up.
+func requireUp(t *testing.T, lb *balancer, servers ...string) {
+	t.Helper()
 	require.Eventually(t, func() bool {
 		st, err := lb.stats()
-		if err != nil || len(st) != 3 {
+		if err != nil {
 			return false
 		}
-		for _, s := range st {
-			if s.Status != "UP" {
+		for _, s := range servers {
+			if st[s].Status != "UP" {
 				return false
 			}
 		}
 		return true
-	}, 10*time.Second, 100*time.Millisecond)
-
-	for range 6 {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", lb.HTTPPort))
-		require.NoError(t, err)
-		_, err = c.Write([]byte("hello"))
-		require.NoError(t, err)
-		b := make([]byte, 2)
-		_, err = c.Read(b)
-		require.NoError(t, err)
-		c.Close()
-	}
-	mu.Lock()
-	assert.Equal(t, map[string]int{"r1": 2, "r2": 2, "r3": 2}, got, "round-robin over the connections")
-	mu.Unlock()
-	st, err := lb.stats()
-	require.NoError(t, err)
-	for _, name := range []string{"r1", "r2", "r3"} {
-		assert.InDelta(t, 2, st[name].ConnsTotal, 0, name)
-	}
+	}, 10*time.Second, 100*time.Millisecond, "servers %v up", servers)
 }
 
 func TestParseStats(t *testing.T) {

@@ -192,7 +192,10 @@ func nonNeg(v float64) float64 {
 // and its timeline row up to queue_size.
 func (r *tierRecorder) sampleReplica(now time.Time, interval time.Duration, rep *replica, prev *cpuMark) (replicaPoint, []string) {
 	rp := replicaPoint{cpuPct: -1}
-	_, rp.alive, rp.restarts = rep.m.proc.State()
+	m := rep.m.Load() // nil: not started yet
+	if m != nil {
+		_, rp.alive, rp.restarts = m.proc.State()
+	}
 	row := []string{rep.name, f64(rep.cpus, 3), b2s(rp.alive), strconv.Itoa(rp.restarts)}
 	st, err := rep.cg.Stats()
 	rp.cg, rp.cgOK = st, err == nil
@@ -211,7 +214,11 @@ func (r *tierRecorder) sampleReplica(now time.Time, interval time.Duration, rep 
 	}
 
 	// Its own metrics: only a fresh scrape of a live process.
-	gs, at := rep.m.scr.Get()
+	var gs []harness.Sample
+	var at time.Time
+	if m != nil {
+		gs, at = m.scr.Get()
+	}
 	fresh := rp.alive && !at.IsZero() && now.Sub(at) < 2*interval
 	g := func(name string, labels map[string]string) float64 {
 		if !fresh {

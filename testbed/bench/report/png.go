@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 
+	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 )
@@ -30,7 +31,12 @@ const chartColors = 32
 // writeChart draws a chart of chartW x chartH on a white page and writes it
 // to path as a paletted PNG.
 func writeChart(path string, drawOn func(draw.Canvas)) error {
-	img := vgimg.NewWith(vgimg.UseWH(chartW, chartH), vgimg.UseDPI(dpi))
+	return writeChartSized(path, chartW, chartH, drawOn)
+}
+
+// writeChartSized is writeChart for a chart of w x h.
+func writeChartSized(path string, w, h vg.Length, drawOn func(draw.Canvas)) error {
+	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(dpi))
 	dc := draw.New(img)
 	dc.SetColor(color.White)
 	dc.Fill(dc.Path())
