@@ -353,18 +353,9 @@ func (s *sampler) setPhase(p string) { s.phase.Store(p) }
 
 func (s *sampler) start(every time.Duration) {
 	s.stop = harness.Background(func(ctx context.Context) {
-		t := time.NewTicker(every)
-		defer t.Stop()
 		var prevCPU time.Duration
 		var prevAt time.Time
-		for {
-			prevCPU, prevAt = s.sample(prevCPU, prevAt)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+		harness.Every(ctx, every, func() { prevCPU, prevAt = s.sample(prevCPU, prevAt) })
 	})
 }
 

@@ -3,7 +3,10 @@
 
 package harness
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Background runs f in a goroutine until stop is called: stop cancels f's
 // context and waits for f to return, so that nothing f writes outlives it.
@@ -18,5 +21,19 @@ func Background(f func(ctx context.Context)) (stop func()) {
 	return func() {
 		cancel()
 		<-done
+	}
+}
+
+// Every calls f at once and then every interval, until ctx ends.
+func Every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

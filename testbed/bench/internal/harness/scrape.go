@@ -49,17 +49,8 @@ func NewScraper(url string) *Scraper {
 }
 
 func (s *Scraper) Run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	defer s.client.CloseIdleConnections()
-	for {
-		s.once(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	Every(ctx, every, func() { s.once(ctx) })
 }
 
 func (s *Scraper) once(ctx context.Context) {
