@@ -15,9 +15,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
 
@@ -29,8 +29,7 @@ type matrix struct {
 
 	sink    *sink
 	cg      *harness.Cgroup
-	gw      *harness.Process
-	gwScr   *harness.Scraper
+	gw      *harness.Collector
 	gwCfg   gatewayConfig
 	gwYAML  string
 	renamed bool // the gateway took the new configuration names
@@ -43,8 +42,7 @@ type matrix struct {
 
 // agent is a stock collector between a feeder and the gateway.
 type agent struct {
-	proc     *harness.Process
-	scr      *harness.Scraper
+	col      *harness.Collector
 	httpPort int
 	logPath  string
 }
@@ -92,17 +90,14 @@ func (m *matrix) start(ctx context.Context) error {
 		}
 	}
 	m.rec = newRecorder(m)
-	rctx, stopRec := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.rec.run(rctx) }()
-	m.cleanups = append(m.cleanups, func() { stopRec(); <-done })
+	m.cleanups = append(m.cleanups, harness.Background(m.rec.run))
 	return nil
 }
 
 // startGateway writes the gateway's configuration, checks it with the
 // distribution's validate command and starts the gateway in its cgroup.
 func (m *matrix) startGateway(ctx context.Context) error {
-	ports, err := freePorts(3)
+	ports, err := harness.FreePorts(3)
 	if err != nil {
 		return err
 	}
@@ -112,7 +107,7 @@ func (m *matrix) startGateway(ctx context.Context) error {
 	// before the rename knows only the old ones.
 	for _, renamed := range []bool{true, false} {
 		m.gwCfg.Throttle = m.s.throttle(renamed)
-		b, err := render(gatewayTmpl, m.gwCfg)
+		b, err := colconfig.Render(gatewayTmpl, m.gwCfg)
 		if err != nil {
 			return err
 		}
@@ -130,45 +125,26 @@ func (m *matrix) startGateway(ctx context.Context) error {
 		logf("%s: the distribution does not take the renamed settings (%s); using the old names",
 			m.s.name, strings.TrimSpace(lastLine(string(out))))
 	}
-	cgName := fmt.Sprintf("throttle-clients-%d-%s", os.Getpid(), m.s.name)
-	cg, err := harness.CreateCgroup(cgName, m.o.cpus, m.o.memMiB<<20)
+	cg, err := harness.CreateCgroup(fmt.Sprintf("throttle-clients-%d-%s", os.Getpid(), m.s.name), m.o.cpus, m.o.memMiB<<20)
 	if err != nil {
-		return fmt.Errorf("creating cgroup %s: %w", cgName, err)
+		return err
 	}
 	m.cg = cg
-	m.cleanups = append(m.cleanups, func() {
-		for _, pid := range cg.Pids() {
-			logf("killing leftover pid %d in %s", pid, cgName)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if err := cg.Destroy(); err != nil {
-			logf("removing cgroup %s: %v", cgName, err)
-		}
-	})
+	m.cleanups = append(m.cleanups, func() { cg.Remove(logf) })
 	logf("%s: gateway in cgroup v%d (%.2g CPU, %d MiB), OTLP gRPC :%d HTTP :%d", m.s.name, cg.Version, m.o.cpus, m.o.memMiB, m.gwCfg.GRPCPort, m.gwCfg.HTTPPort)
-	m.gw, err = harness.StartProcess(harness.ProcessConfig{
-		Bin: m.o.throttleBin, Args: []string{"--config", cfgPath}, Cgroup: cg,
-		LogPath: m.path("log-gateway.txt"), Restart: true, RestartDelay: time.Second, Logf: logf,
+	m.gw, err = harness.StartCollector(ctx, harness.CollectorConfig{
+		Process: harness.ProcessConfig{
+			Bin: m.o.throttleBin, Cgroup: cg,
+			LogPath: m.path("log-gateway.txt"), Restart: true, RestartDelay: time.Second, Logf: logf,
+		},
+		Config: []byte(m.gwYAML), ConfigPath: cfgPath, MetricsPort: m.gwCfg.MetricsPort,
+		ReadyTimeout: 30 * time.Second, ScrapeEvery: m.o.interval, StopGrace: 10 * time.Second,
 	})
 	if err != nil {
-		return fmt.Errorf("starting the gateway: %w", err)
-	}
-	m.cleanups = append(m.cleanups, func() { m.gw.Stop(10 * time.Second) })
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", m.gwCfg.MetricsPort)
-	if err := harness.WaitReady(ctx, url, 30*time.Second); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	m.gwScr = harness.NewScraper(url)
-	m.runScraper(m.gwScr)
+	m.cleanups = append(m.cleanups, m.gw.Stop)
 	return nil
-}
-
-// runScraper scrapes until the matrix stops.
-func (m *matrix) runScraper(s *harness.Scraper) {
-	sctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(sctx, m.o.interval) }()
-	m.cleanups = append(m.cleanups, func() { stop(); <-done })
 }
 
 // relay starts a relay from the client's source address to the gateway
@@ -192,11 +168,11 @@ func (m *matrix) gatewayHTTP() string { return fmt.Sprintf("127.0.0.1:%d", m.gwC
 // startAgent starts the stock collector of an agent client, exporting to
 // the gateway through a relay from the client's address.
 func (m *matrix) startAgent(ctx context.Context, c clientSpec) (*agent, error) {
-	ports, err := freePorts(2)
+	ports, err := harness.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	ac := agentConfig{HTTPPort: ports[0], MetricsPort: ports[1]}
+	ac := colconfig.Agent{Bench: "bench/clients", HTTPPort: ports[0], MetricsPort: ports[1]}
 	if c.kind == colHTTP {
 		addr, err := m.relay(c, m.gatewayHTTP())
 		if err != nil {
@@ -210,30 +186,22 @@ func (m *matrix) startAgent(ctx context.Context, c clientSpec) (*agent, error) {
 		}
 		ac.Exporter, ac.Endpoint = "otlp_grpc", addr
 	}
-	b, err := render(agentTmpl, ac)
+	b, err := ac.Render()
 	if err != nil {
 		return nil, err
 	}
-	cfgPath := m.path("config-agent-" + c.name() + ".yaml")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		return nil, err
-	}
 	a := &agent{httpPort: ac.HTTPPort, logPath: m.path("log-agent-" + c.name() + ".txt")}
-	a.proc, err = harness.StartProcess(harness.ProcessConfig{
-		Bin: m.o.stockBin, Args: []string{"--config", cfgPath}, LogPath: a.logPath, Logf: logf,
+	// An agent drains its queue on SIGTERM for as long as its exporter
+	// retries: it is stopped once its data is counted, with a short grace.
+	a.col, err = harness.StartCollector(ctx, harness.CollectorConfig{
+		Process: harness.ProcessConfig{Bin: m.o.stockBin, LogPath: a.logPath, Logf: logf},
+		Config:  b, ConfigPath: m.path("config-agent-" + c.name() + ".yaml"), MetricsPort: ac.MetricsPort,
+		ReadyTimeout: 30 * time.Second, ScrapeEvery: m.o.interval, StopGrace: 2 * time.Second,
 	})
 	if err != nil {
 		return nil, err
 	}
-	// An agent drains its queue on SIGTERM for as long as its exporter
-	// retries: it is stopped once its data is counted, with a short grace.
-	m.cleanups = append(m.cleanups, func() { a.proc.Stop(2 * time.Second) })
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", ac.MetricsPort)
-	if err := harness.WaitReady(ctx, url, 30*time.Second); err != nil {
-		return nil, err
-	}
-	a.scr = harness.NewScraper(url)
-	m.runScraper(a.scr)
+	m.cleanups = append(m.cleanups, a.col.Stop)
 	return a, nil
 }
 
@@ -374,20 +342,20 @@ func (m *matrix) waitDrained(ctx context.Context) (drained bool) {
 		}
 		settled := true
 		for _, a := range m.agents {
-			s, at := a.scr.Get()
+			s, at := a.col.Scraper.Get()
 			if at.IsZero() || time.Since(at) > 2*time.Second {
 				settled = false
 				continue
 			}
-			acc := zero(get(s, "otelcol_receiver_accepted_spans", nil))
-			done := zero(get(s, "otelcol_exporter_sent_spans", nil)) + zero(get(s, "otelcol_exporter_send_failed_spans", nil)) +
-				zero(get(s, "otelcol_exporter_enqueue_failed_spans", nil))
-			if done < acc || zero(get(s, "otelcol_exporter_queue_size", nil)) != 0 {
+			acc := zero(harness.Value(s, "otelcol_receiver_accepted_spans", nil))
+			done := zero(harness.Value(s, "otelcol_exporter_sent_spans", nil)) + zero(harness.Value(s, "otelcol_exporter_send_failed_spans", nil)) +
+				zero(harness.Value(s, "otelcol_exporter_enqueue_failed_spans", nil))
+			if done < acc || zero(harness.Value(s, "otelcol_exporter_queue_size", nil)) != 0 {
 				settled = false
 			}
 		}
-		gs, at := m.gwScr.Get()
-		if at.IsZero() || time.Since(at) > 2*time.Second || zero(get(gs, "otelcol_exporter_queue_size", nil)) != 0 {
+		gs, at := m.gw.Scraper.Get()
+		if at.IsZero() || time.Since(at) > 2*time.Second || zero(harness.Value(gs, "otelcol_exporter_queue_size", nil)) != 0 {
 			settled = false
 		}
 		if n := m.sink.total(); n != lastSink {
@@ -455,27 +423,6 @@ func lastLine(s string) string {
 		}
 	}
 	return last
-}
-
-func freePorts(n int) ([]int, error) {
-	out := make([]int, n)
-	for i := range out {
-		p, err := harness.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		out[i] = p
-	}
-	return out, nil
-}
-
-// get sums the series name (with labels want); NaN when absent.
-func get(samples []harness.Sample, name string, want map[string]string) float64 {
-	v, ok := harness.Sum(samples, name, want)
-	if !ok {
-		return math.NaN()
-	}
-	return v
 }
 
 // zero is v, or 0 for a missing value: a counter never incremented is not

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
 
 // runOutcome is what one scenario's run found.
@@ -73,13 +75,13 @@ func (m *matrix) collect() *runOutcome {
 	out := &runOutcome{Points: m.rec.snapshot()}
 	out.Opens = opens(out.Points)
 	out.Stress = stressSpells(out.Points)
-	_, _, out.Restarts = m.gw.State()
+	_, _, out.Restarts = m.gw.Proc.State()
 	if st, err := m.cg.Stats(); err == nil {
 		out.OOMKills = float64(st.OOMKills)
 	}
-	gs, _ := m.gwScr.Get()
-	out.GatewaySendFailed = zero(get(gs, "otelcol_exporter_send_failed_spans", nil))
-	out.GatewayEnqueueFailed = zero(get(gs, "otelcol_exporter_enqueue_failed_spans", nil))
+	gs, _ := m.gw.Scraper.Get()
+	out.GatewaySendFailed = zero(harness.Value(gs, "otelcol_exporter_send_failed_spans", nil))
+	out.GatewayEnqueueFailed = zero(harness.Value(gs, "otelcol_exporter_enqueue_failed_spans", nil))
 	m.sink.mu.Lock()
 	out.Foreign = m.sink.foreign
 	out.SinkSlowest = m.sink.slowest
@@ -97,13 +99,13 @@ func (m *matrix) collect() *runOutcome {
 			c.Errors, c.Logs = refold(c.Result.Errors), refold(c.Result.Logs)
 		}
 		if a := m.agents[p.spec.id]; a != nil {
-			s, _ := a.scr.Get()
+			s, _ := a.col.Scraper.Get()
 			c.Agent = &agentCounts{
-				Accepted:      zero(get(s, "otelcol_receiver_accepted_spans", nil)),
-				Refused:       zero(get(s, "otelcol_receiver_refused_spans", nil)),
-				Sent:          zero(get(s, "otelcol_exporter_sent_spans", nil)),
-				SendFailed:    zero(get(s, "otelcol_exporter_send_failed_spans", nil)),
-				EnqueueFailed: zero(get(s, "otelcol_exporter_enqueue_failed_spans", nil)),
+				Accepted:      zero(harness.Value(s, "otelcol_receiver_accepted_spans", nil)),
+				Refused:       zero(harness.Value(s, "otelcol_receiver_refused_spans", nil)),
+				Sent:          zero(harness.Value(s, "otelcol_exporter_sent_spans", nil)),
+				SendFailed:    zero(harness.Value(s, "otelcol_exporter_send_failed_spans", nil)),
+				EnqueueFailed: zero(harness.Value(s, "otelcol_exporter_enqueue_failed_spans", nil)),
 			}
 			c.GivenUp = uint64(c.Agent.SendFailed + c.Agent.EnqueueFailed)
 			// The feeder's refusals are the agent's receiver's, not its

@@ -5,7 +5,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
@@ -17,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/bench/report"
 )
@@ -104,27 +104,12 @@ func writeReport(o options, r *scenarioRun, m *matrix) error {
 			return fmt.Errorf("chart: %w", err)
 		}
 	}
-	if err := writeCSV(filepath.Join(r.dir, "summary.csv"), summaryHeader, rows); err != nil {
+	if err := harness.WriteCSV(filepath.Join(r.dir, "summary.csv"), summaryHeader, rows); err != nil {
 		return err
 	}
 	var md bytes.Buffer
 	writeMarkdown(&md, o, r, m, chart)
 	return os.WriteFile(filepath.Join(r.dir, "report.md"), md.Bytes(), 0o644)
-}
-
-func writeCSV(path string, header []string, rows [][]string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(f)
-	_ = w.Write(header)
-	_ = w.WriteAll(rows)
-	if err := w.Error(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // timelineChart is the chart's data from the run's timeline.
@@ -202,7 +187,7 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 	if settings == "" {
 		settings = "{}   # the shipped defaults"
 	}
-	fmt.Fprintf(w, "```yaml\nthrottle:\n%s\n```\n\n", indent(2, settings))
+	fmt.Fprintf(w, "```yaml\nthrottle:\n%s\n```\n\n", colconfig.Indent(2, settings))
 	if !m.renamed {
 		fmt.Fprintf(w, "(This distribution predates issue 29's configuration names: the settings above are under the old names.)\n\n")
 	}

@@ -5,10 +5,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
-	"errors"
-	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/bench/report"
 )
 
@@ -58,8 +55,7 @@ var timelineHeader = []string{
 type recorder struct {
 	m     *matrix
 	start time.Time
-	f     *os.File
-	w     *csv.Writer
+	w     *harness.CSVFile // nil: timeline.csv could not be created
 
 	mu     sync.Mutex
 	phase  string
@@ -69,17 +65,16 @@ type recorder struct {
 
 func newRecorder(m *matrix) *recorder {
 	r := &recorder{m: m, start: time.Now(), phase: "start"}
-	f, err := os.Create(m.path("timeline.csv"))
-	if err != nil {
-		logf("timeline: %v", err)
-		return r
-	}
-	r.f, r.w = f, csv.NewWriter(f)
 	header := append([]string(nil), timelineHeader...)
 	for _, c := range m.s.clients {
 		header = append(header, "arrived_"+c.name())
 	}
-	_ = r.w.Write(header)
+	w, err := harness.CreateCSV(m.path("timeline.csv"), header)
+	if err != nil {
+		logf("timeline: %v", err)
+		return r
+	}
+	r.w = w
 	return r
 }
 
@@ -104,9 +99,8 @@ func (r *recorder) snapshot() []point {
 
 func (r *recorder) run(ctx context.Context) {
 	defer func() {
-		if r.f != nil {
-			r.w.Flush()
-			_ = r.f.Close()
+		if r.w != nil {
+			_ = r.w.Close()
 		}
 	}()
 	t := time.NewTicker(r.m.o.interval)
@@ -128,7 +122,7 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 	p := point{t: now.Sub(r.start).Seconds(), phase: r.phase, stress: r.stress}
 	r.mu.Unlock()
 	m := r.m
-	_, p.alive, p.restarts = m.gw.State()
+	_, p.alive, p.restarts = m.gw.Proc.State()
 	p.wsPct, p.cpuPct, p.oomKills = math.NaN(), math.NaN(), math.NaN()
 	if st, err := m.cg.Stats(); err == nil {
 		p.oomKills = float64(st.OOMKills)
@@ -140,13 +134,13 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 		}
 		*prevCPU, *prevAt = st.CPUUsage, now
 	}
-	gs, at := m.gwScr.Get()
+	gs, at := m.gw.Scraper.Get()
 	fresh := p.alive && !at.IsZero() && now.Sub(at) < time.Second
 	g := func(name string, labels map[string]string) float64 {
 		if !fresh {
 			return math.NaN()
 		}
-		return get(gs, name, labels)
+		return harness.Value(gs, name, labels)
 	}
 	// The water level's kinds under issue 29's names, or the old ones.
 	lvl := func(kinds ...string) float64 {
@@ -181,9 +175,9 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 		p.arrived = append(p.arrived, float64(m.sink.uniqueOf(c.id)))
 	}
 	for _, a := range m.agents {
-		s, _ := a.scr.Get()
-		p.agentSendFailed += zero(get(s, "otelcol_exporter_send_failed_spans", nil))
-		p.agentQueued += zero(get(s, "otelcol_exporter_queue_size", nil))
+		s, _ := a.col.Scraper.Get()
+		p.agentSendFailed += zero(harness.Value(s, "otelcol_exporter_send_failed_spans", nil))
+		p.agentQueued += zero(harness.Value(s, "otelcol_exporter_queue_size", nil))
 	}
 
 	r.mu.Lock()
@@ -202,8 +196,8 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 	for _, a := range p.arrived {
 		row = append(row, f64(a, 0))
 	}
-	_ = r.w.Write(row)
-	r.w.Flush()
+	r.w.Write(row)
+	_ = r.w.Flush()
 }
 
 // f64 formats v, "" for NaN.
@@ -280,61 +274,25 @@ func stressSpells(points []point) [][2]float64 {
 // readTimeline reads a run's timeline.csv back: the clients (from its
 // arrived_<client> columns) and the points, as far as the chart needs them.
 func readTimeline(path string) (clients []string, points []point, err error) {
-	f, err := os.Open(path)
+	tl, err := report.ReadCSV(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer f.Close()
-	r := csv.NewReader(f)
-	r.FieldsPerRecord = -1
-	header, err := r.Read()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	col := map[string]int{}
-	var arrivedCols []int
-	for i, h := range header {
-		col[h] = i
+	for _, h := range tl.Header {
 		if name, ok := strings.CutPrefix(h, "arrived_"); ok {
 			clients = append(clients, name)
-			arrivedCols = append(arrivedCols, i)
 		}
 	}
-	for {
-		rec, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			// A run stopped mid-write leaves a partial last line.
-			break
-		}
-		num := func(name string) float64 {
-			i, ok := col[name]
-			if !ok || i >= len(rec) || rec[i] == "" {
-				return math.NaN()
-			}
-			v, err := strconv.ParseFloat(rec[i], 64)
-			if err != nil {
-				return math.NaN()
-			}
-			return v
-		}
+	for _, row := range tl.Rows {
+		num := func(name string) float64 { return report.Num(row[name]) }
 		p := point{
-			t: num("t_s"), stress: num("stress") == 1, cpuPct: num("cpu_pct"), state: num("state_traces"),
+			t: num("t_s"), phase: row["phase"], stress: num("stress") == 1, cpuPct: num("cpu_pct"), state: num("state_traces"),
 			cpuSlow: num("wl_cpu_slow"), mem: num("wl_memory"), cpuEnter: num("cpu_enter"), cpuHard: num("cpu_hard"),
 			memEnter: num("memory_enter"), memHard: num("memory_hard"),
 			shed: num("denied_shed"), open: num("denied_open"), budget: num("denied_budget"),
 		}
-		if i, ok := col["phase"]; ok && i < len(rec) {
-			p.phase = rec[i]
-		}
-		for _, i := range arrivedCols {
-			v := math.NaN()
-			if i < len(rec) && rec[i] != "" {
-				v, _ = strconv.ParseFloat(rec[i], 64)
-			}
-			p.arrived = append(p.arrived, v)
+		for _, c := range clients {
+			p.arrived = append(p.arrived, num("arrived_"+c))
 		}
 		points = append(points, p)
 	}

@@ -6,7 +6,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
@@ -240,14 +239,14 @@ func runAutoscale(o options) error {
 		logf("capacity of the replicas: %v spans/s (-tier-capacity %s to reuse it)", caps, joinFloats(caps, 0))
 	}
 
-	files := map[string]*csvFile{}
+	files := map[string]*harness.CSVFile{}
 	for name, header := range map[string][]string{
 		"timeline.csv": tierTimelineHeader, "timeline-replicas.csv": replicaTimelineHeader, "hpa.csv": hpaHeader(len(caps)),
 	} {
-		if files[name], err = newCSV(filepath.Join(o.out, name), header); err != nil {
+		if files[name], err = harness.CreateCSV(filepath.Join(o.out, name), header); err != nil {
 			return err
 		}
-		defer files[name].close()
+		defer files[name].Close()
 	}
 	rep := &autoscaleReport{o: o, caps: caps, machine: machine}
 	for round := 1; round <= o.tier.rounds; round++ {
@@ -258,7 +257,7 @@ func runAutoscale(o options) error {
 		for _, sc := range scens {
 			for order, sig := range signals {
 				run, err := runAutoscaleOnce(ctx, o, caps, sc, sig, round, order+1,
-					files["timeline.csv"].w, files["timeline-replicas.csv"].w, files["hpa.csv"].w)
+					files["timeline.csv"], files["timeline-replicas.csv"], files["hpa.csv"])
 				if run != nil {
 					rep.runs = append(rep.runs, run)
 					if err := rep.write(); err != nil {
@@ -279,7 +278,7 @@ func runAutoscale(o options) error {
 // runAutoscaleOnce runs one scenario under one signal on a fresh tier: the
 // warmup at a fifth of one replica's capacity on the one ready replica,
 // the load with the HPA replayed from its start, the drain.
-func runAutoscaleOnce(ctx context.Context, o options, caps []float64, sc tierScenario, sig string, round, order int, tw, rw, hw *csv.Writer) (*autoscaleRun, error) {
+func runAutoscaleOnce(ctx context.Context, o options, caps []float64, sc tierScenario, sig string, round, order int, tw, rw, hw *harness.CSVFile) (*autoscaleRun, error) {
 	base := sc.name
 	sc.name += "@" + sig
 	factor := o.factors[0]
@@ -317,8 +316,7 @@ func runAutoscaleOnce(ctx context.Context, o options, caps []float64, sc tierSce
 		return p.flow, ok
 	})
 	s.stop()
-	sum := summarizeTier(o, t, append(warm, load...), loadEnd, drained)
-	sum.LoadAvgStart, sum.LoadAvgEnd = la0, harness.LoadAvg()
+	sum := summarizeTier(o, t, &burst{reps: append(warm, load...), end: loadEnd, drained: drained, loadAvgStart: la0, loadAvgEnd: harness.LoadAvg()})
 	run := s.result(caps, factor*one, round, order, loadEnd, sum)
 	logf("%s: HPA on %s: needed %d replicas, ready at %s; delivered %.2f%% (%d of %d), lost %d, OOM kills %d, sink %.0f spans/s over the load",
 		t.name, sig, run.needed, secondsNote(run.neededAt()), sum.DeliveredPct, sum.SinkSpans, sum.AgentAccepted, sum.Lost, sum.OOMKills, sum.BurstSinkRate)
@@ -364,7 +362,7 @@ type scaler struct {
 	signal      string
 	target      float64
 	probePeriod time.Duration
-	hw          *csv.Writer
+	hw          *harness.CSVFile
 	// groups stop the replicas the scaler starts (nil for the first).
 	groups []*group
 
@@ -389,7 +387,7 @@ type scaler struct {
 
 // newScaler makes the replayed HPA of t, whose first replica has been
 // ready since up.
-func newScaler(t *tier, scenario, sig string, probePeriod time.Duration, hw *csv.Writer, up time.Time) *scaler {
+func newScaler(t *tier, scenario, sig string, probePeriod time.Duration, hw *harness.CSVFile, up time.Time) *scaler {
 	n := len(t.replicas)
 	s := &scaler{
 		t: t, scenario: scenario, signal: sig, target: autoscaleSignals[sig].target, probePeriod: probePeriod, hw: hw,
@@ -473,7 +471,7 @@ func (s *scaler) sync(ctx context.Context, now time.Time) {
 		demand := podSample{value: math.NaN(), state: podMissing}
 		if m := r.m.Load(); m != nil {
 			if samples, at := m.scr.Get(); !at.IsZero() && now.Sub(at) < 2*s.t.o.interval {
-				if v := get(samples, demandMetric, nil); !math.IsNaN(v) {
+				if v := harness.Value(samples, demandMetric, nil); !math.IsNaN(v) {
 					demand = podSample{value: v, state: podCounted}
 				}
 			}
@@ -507,8 +505,8 @@ func (s *scaler) sync(ctx context.Context, now time.Time) {
 	s.mu.Lock()
 	s.syncs = append(s.syncs, rec)
 	s.mu.Unlock()
-	_ = s.hw.Write(s.hpaRow(rec))
-	s.hw.Flush()
+	s.hw.Write(s.hpaRow(rec))
+	_ = s.hw.Flush()
 	logf("%s: HPA on %s at %.0f s: %d ready of %d, %s %.2f (target %.2f) → %d replicas", s.t.name, s.signal, rec.at.Seconds(),
 		rec.ready, rec.scaleBefore, s.signal, rec.metric, s.target, rec.scale)
 	for i := rec.scaleBefore; i < rec.scale; i++ {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/bench/report"
 )
 
@@ -132,15 +133,14 @@ type autoscaleReport struct {
 // write rewrites the files after every run, so that an interrupted run
 // keeps what it measured.
 func (r *autoscaleReport) write() error {
-	f, err := newCSV(filepath.Join(r.o.out, "summary.csv"), r.summaryHeader())
+	f, err := harness.CreateCSV(filepath.Join(r.o.out, "summary.csv"), r.summaryHeader())
 	if err != nil {
 		return err
 	}
 	for _, run := range r.runs {
-		_ = f.w.Write(r.summaryRow(run))
+		f.Write(r.summaryRow(run))
 	}
-	f.close()
-	if err := f.w.Error(); err != nil {
+	if err := f.Close(); err != nil {
 		return err
 	}
 	charts, chartErr := report.WriteAutoscaleCharts(r.o.out, r.chartData())

@@ -130,17 +130,17 @@ func TestAutoscaleDemandScalesOut(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	var ws [3]*csvFile
+	var ws [3]*harness.CSVFile
 	for i, f := range []struct {
 		name   string
 		header []string
 	}{{"timeline.csv", tierTimelineHeader}, {"timeline-replicas.csv", replicaTimelineHeader}, {"hpa.csv", hpaHeader(2)}} {
-		ws[i], err = newCSV(filepath.Join(o.out, f.name), f.header)
+		ws[i], err = harness.CreateCSV(filepath.Join(o.out, f.name), f.header)
 		require.NoError(t, err)
-		defer ws[i].close()
+		defer ws[i].Close()
 	}
 	sc := tierScenario{name: gwThrottle, kind: gwThrottle}
-	run, err := runAutoscaleOnce(ctx, o, o.tier.capacities, sc, signalDemand, 1, 1, ws[0].w, ws[1].w, ws[2].w)
+	run, err := runAutoscaleOnce(ctx, o, o.tier.capacities, sc, signalDemand, 1, 1, ws[0], ws[1], ws[2])
 	require.NoError(t, err, "files in %s", o.out)
 	var b strings.Builder
 	(&autoscaleReport{o: o, caps: o.tier.capacities, runs: []*autoscaleRun{run}}).syncTables(&b)

@@ -19,6 +19,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
 
@@ -115,7 +116,7 @@ func findHAProxy(bin string) (string, error) {
 // fresh ports, in the foreground as a child of this process (stopped by
 // PID with the group), and waits until its stats socket answers.
 func (g *group) startBalancer(ctx context.Context, bin string, replicas []balancerServer) (*balancer, error) {
-	ports, err := freePorts(2)
+	ports, err := harness.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +128,7 @@ func (g *group) startBalancer(ctx context.Context, bin string, replicas []balanc
 	}
 	g.cleanups = append(g.cleanups, func() { _ = os.RemoveAll(sockDir) })
 	cfg := balancerConfig{HTTPPort: ports[0], GRPCPort: ports[1], Socket: filepath.Join(sockDir, "stats.sock"), Replicas: replicas}
-	b, err := render(balancerTmpl, cfg)
+	b, err := colconfig.Render(balancerTmpl, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -4,10 +4,9 @@
 package main
 
 import (
-	"bytes"
-	"strings"
-	"text/template"
 	"time"
+
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 )
 
 // Gateway kinds: what protects the gateway under test.
@@ -24,32 +23,13 @@ const memoryLimiterYAML = `check_interval: 1s
 limit_percentage: 80
 spike_limit_percentage: 25`
 
-// telemetryYAML serves a collector's own metrics on 127.0.0.1:{{.MetricsPort}}
-// in the Prometheus format the harness parses; "detailed" adds the
-// exporters' queue gauges.
-const telemetryYAML = `  telemetry:
-    logs:
-      level: info
-    metrics:
-      level: detailed
-      readers:
-        - pull:
-            exporter:
-              prometheus:
-                host: 127.0.0.1
-                port: {{ .MetricsPort }}
-                without_scope_info: true
-                without_units: true
-                without_type_suffix: true
-`
-
 // sinkConfig is the sink: it accepts everything and drops it, so that its
 // receiver's accepted count is the ground truth of what was delivered.
 type sinkConfig struct {
 	HTTPPort, GRPCPort, MetricsPort int
 }
 
-var sinkTmpl = template.Must(template.New("sink").Parse(`# Written by bench/fleet: the sink.
+var sinkTmpl = colconfig.New("sink", `# Written by bench/fleet: the sink.
 receivers:
   otlp:
     protocols:
@@ -60,44 +40,7 @@ exporters:
 service:
   pipelines:
     traces: { receivers: [otlp], exporters: [nop] }
-` + telemetryYAML))
-
-// agentConfig is one agent: a stock collector as users run it, otlp ->
-// batch -> an OTLP exporter with its defaults (gzip, sending_queue,
-// retry_on_failure) towards the gateway.
-type agentConfig struct {
-	HTTPPort, MetricsPort int
-	// Exporter is otlp_http or otlp_grpc; Endpoint its endpoint.
-	Exporter, Endpoint string
-	// Compression replaces the exporter's (gzip) when set: none sends
-	// uncompressed, where the agents' gzip would be the machine's
-	// bottleneck rather than the gateway.
-	Compression string
-}
-
-var agentTmpl = template.Must(template.New("agent").Parse(`# Written by bench/fleet: one agent.
-receivers:
-  otlp:
-    protocols:
-      http: { endpoint: "127.0.0.1:{{ .HTTPPort }}" }
-processors:
-  batch: {}
-exporters:
-  {{ .Exporter }}:
-    endpoint: "{{ .Endpoint }}"
-{{- if .Compression }}
-    compression: {{ .Compression }}
-{{- end }}
-{{- if eq .Exporter "otlp_grpc" }}
-    tls: { insecure: true }
-{{- end }}
-service:
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [batch]
-      exporters: [{{ .Exporter }}]
-` + telemetryYAML))
+`+colconfig.Telemetry("detailed"))
 
 // gatewayConfig is the gateway under test: otlp -> [memory_limiter] ->
 // batch -> otlp_http to the sink, with the protection of Kind.
@@ -116,7 +59,7 @@ type gatewayConfig struct {
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 }
 
-var gatewayTmpl = template.Must(template.New("gateway").Funcs(template.FuncMap{"indent": indent}).Parse(`# Written by bench/fleet: the gateway under test ({{ .Kind }}).
+var gatewayTmpl = colconfig.New("gateway", `# Written by bench/fleet: the gateway under test ({{ .Kind }}).
 extensions:
   pprof: { endpoint: "127.0.0.1:{{ .PprofPort }}" }
 {{- if eq .Kind "throttle" }}
@@ -167,7 +110,7 @@ service:
       receivers: [otlp]
       processors: [{{ .Processors }}]
       exporters: [otlp_http]
-` + telemetryYAML))
+`+colconfig.Telemetry("detailed"))
 
 // Middleware is the extension the receivers reference ("" for none).
 func (c gatewayConfig) Middleware() string {
@@ -186,20 +129,4 @@ func (c gatewayConfig) Processors() string {
 		return "memory_limiter, batch"
 	}
 	return "batch"
-}
-
-func render(t *template.Template, data any) ([]byte, error) {
-	var b bytes.Buffer
-	err := t.Execute(&b, data)
-	return b.Bytes(), err
-}
-
-// indent re-indents a YAML block by n spaces.
-func indent(n int, s string) string {
-	pad := strings.Repeat(" ", n)
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	for i, l := range lines {
-		lines[i] = pad + l
-	}
-	return strings.Join(lines, "\n")
 }

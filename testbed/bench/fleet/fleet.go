@@ -6,7 +6,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,9 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/bench/report"
 	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
@@ -71,50 +70,29 @@ type fleetSpec struct {
 	memMiB  uint64
 }
 
-func freePorts(n int) ([]int, error) {
-	out := make([]int, n)
-	for i := range out {
-		p, err := harness.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		out[i] = p
-	}
-	return out, nil
-}
-
 // startMember starts one collector with cfg and waits for its metrics.
 func (g *group) startMember(ctx context.Context, name, bin string, cfg []byte, metricsPort int, cg *harness.Cgroup, env []string, restart bool) (*member, error) {
-	cfgPath, _ := filepath.Abs(filepath.Join(g.o.out, fmt.Sprintf("config-%s-%s.yaml", g.name, name)))
-	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
-		return nil, err
-	}
-	p, err := harness.StartProcess(harness.ProcessConfig{
-		Bin: bin, Args: []string{"--config", cfgPath}, Env: env, Cgroup: cg,
-		LogPath: filepath.Join(g.o.out, fmt.Sprintf("log-%s-%s.txt", g.name, name)),
-		Restart: restart, RestartDelay: g.o.restartDelay, Logf: logf,
+	col, err := harness.StartCollector(ctx, harness.CollectorConfig{
+		Process: harness.ProcessConfig{
+			Bin: bin, Env: env, Cgroup: cg,
+			LogPath: filepath.Join(g.o.out, fmt.Sprintf("log-%s-%s.txt", g.name, name)),
+			Restart: restart, RestartDelay: g.o.restartDelay, Logf: logf,
+		},
+		Config: cfg, ConfigPath: filepath.Join(g.o.out, fmt.Sprintf("config-%s-%s.yaml", g.name, name)), MetricsPort: metricsPort,
+		// An agent drains its queue on SIGTERM, for as long as its exporter
+		// retries: its data is counted by then, so it gets a short grace.
+		ReadyTimeout: 30 * time.Second, ScrapeEvery: g.o.interval, StopGrace: 2 * time.Second,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	// An agent drains its queue on SIGTERM, for as long as its exporter
-	// retries: its data is counted by then, so it gets a short grace.
-	g.cleanups = append(g.cleanups, func() { p.Stop(2 * time.Second) })
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	if err := harness.WaitReady(ctx, url, 30*time.Second); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	m := &member{name: name, proc: p, scr: harness.NewScraper(url)}
-	sctx, stopScr := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.scr.Run(sctx, g.o.interval) }()
-	g.cleanups = append(g.cleanups, func() { stopScr(); <-done })
-	return m, nil
+	g.cleanups = append(g.cleanups, col.Stop)
+	return &member{name: name, proc: col.Proc, scr: col.Scraper}, nil
 }
 
 // startFleet starts the sink, the gateway in its cgroup, the agents, and the
 // recorder. On error, what was started is stopped.
-func startFleet(ctx context.Context, o options, spec fleetSpec, tw *csv.Writer) (_ *fleet, err error) {
+func startFleet(ctx context.Context, o options, spec fleetSpec, tw *harness.CSVFile) (_ *fleet, err error) {
 	f := &fleet{group: group{o: o, name: spec.name}}
 	defer func() {
 		if err != nil {
@@ -128,7 +106,7 @@ func startFleet(ctx context.Context, o options, spec fleetSpec, tw *csv.Writer) 
 	if f.cg, err = f.createCgroup(spec.name, o.cpus, spec.memMiB); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(4)
+	ports, err := harness.FreePorts(4)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +114,7 @@ func startFleet(ctx context.Context, o options, spec fleetSpec, tw *csv.Writer) 
 	gw.HTTPPort, gw.GRPCPort, gw.MetricsPort, gw.PprofPort, gw.SinkHTTPPort = ports[0], ports[1], ports[2], ports[3], sinkHTTPPort
 	gw.MemoryLimiter = memoryLimiterYAML
 	f.gwPprof = gw.PprofPort
-	b, err := render(gatewayTmpl, gw)
+	b, err := colconfig.Render(gatewayTmpl, gw)
 	if err != nil {
 		return nil, err
 	}
@@ -149,22 +127,19 @@ func startFleet(ctx context.Context, o options, spec fleetSpec, tw *csv.Writer) 
 	}
 
 	f.rec = newRecorder(spec.name, o, f, tw)
-	rctx, stopRec := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); f.rec.run(rctx, o.interval) }()
-	f.cleanups = append(f.cleanups, func() { stopRec(); <-done })
+	f.cleanups = append(f.cleanups, harness.Background(func(ctx context.Context) { f.rec.run(ctx, o.interval) }))
 	return f, nil
 }
 
 // startSink starts the sink and returns it and its OTLP/HTTP port, where
 // the gateways export.
 func (g *group) startSink(ctx context.Context) (*member, int, error) {
-	ports, err := freePorts(3)
+	ports, err := harness.FreePorts(3)
 	if err != nil {
 		return nil, 0, err
 	}
 	cfg := sinkConfig{HTTPPort: ports[0], GRPCPort: ports[1], MetricsPort: ports[2]}
-	b, err := render(sinkTmpl, cfg)
+	b, err := colconfig.Render(sinkTmpl, cfg)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -176,20 +151,11 @@ func (g *group) startSink(ctx context.Context) (*member, int, error) {
 // process and name, and removes it with the group (after killing what is
 // left in it).
 func (g *group) createCgroup(name string, cpus float64, memMiB uint64) (*harness.Cgroup, error) {
-	cgName := fmt.Sprintf("throttle-%s-%d-%s", g.o.bench, os.Getpid(), sanitize(name))
-	cg, err := harness.CreateCgroup(cgName, cpus, memMiB<<20)
+	cg, err := harness.CreateCgroup(fmt.Sprintf("throttle-%s-%d-%s", g.o.bench, os.Getpid(), sanitize(name)), cpus, memMiB<<20)
 	if err != nil {
-		return nil, fmt.Errorf("creating cgroup %s: %w", cgName, err)
+		return nil, err
 	}
-	g.cleanups = append(g.cleanups, func() {
-		for _, pid := range cg.Pids() {
-			logf("killing leftover pid %d in %s", pid, cgName)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if err := cg.Destroy(); err != nil {
-			logf("removing cgroup %s: %v", cgName, err)
-		}
-	})
+	g.cleanups = append(g.cleanups, func() { cg.Remove(logf) })
 	return cg, nil
 }
 
@@ -201,18 +167,18 @@ func (g *group) startAgents(ctx context.Context, httpPort, grpcPort int) (agents
 	if g.o.protocol == "grpc" {
 		exporter, endpoint = "otlp_grpc", fmt.Sprintf("127.0.0.1:%d", grpcPort)
 	}
-	ports, err := freePorts(2 * g.o.agents)
+	ports, err := harness.FreePorts(2 * g.o.agents)
 	if err != nil {
 		return nil, nil, err
 	}
 	for i := range g.o.agents {
-		ac := agentConfig{HTTPPort: ports[2*i], MetricsPort: ports[2*i+1], Exporter: exporter, Endpoint: endpoint, Compression: g.o.agentCompression}
+		ac := colconfig.Agent{Bench: "bench/fleet", HTTPPort: ports[2*i], MetricsPort: ports[2*i+1], Exporter: exporter, Endpoint: endpoint, Compression: g.o.agentCompression}
 		if g.o.distinctAddrs {
 			if ac.Endpoint, err = g.relayFor(i, endpoint); err != nil {
 				return nil, nil, err
 			}
 		}
-		b, err := render(agentTmpl, ac)
+		b, err := ac.Render()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -330,6 +296,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// gomemlimitEnv sets GOMEMLIMIT to -gomemlimit-pct of a gateway's memory
+// limit, as the Helm chart does.
+func (o options) gomemlimitEnv() []string {
+	return []string{"GOMEMLIMIT=" + strconv.FormatUint(uint64(float64(o.memMiB<<20)*o.gomemlimitPct/100), 10)}
+}
+
 // unlimitedMiB is the memory limit of a gateway whose memory must not
 // matter: the capacity measurement and the reference scenario.
 func unlimitedMiB(o options) uint64 { return max(o.memMiB, 1024) }
@@ -383,7 +355,7 @@ func (c *capacitySearch) step(offered, got float64) (done bool) {
 // it reads high: the capacity is the best step's offered rate measured
 // again (remeasureCapacity), which is a reading of the same rate with no
 // selection in it. capacity.md keeps both.
-func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, error) {
+func measureCapacity(ctx context.Context, o options, tw *harness.CSVFile) (float64, error) {
 	// The steps go to stdout and to capacity.md, which the report includes,
 	// written whatever happened: a failed measurement is read there.
 	var steps bytes.Buffer
@@ -396,7 +368,7 @@ func measureCapacity(ctx context.Context, o options, tw *csv.Writer) (float64, e
 
 // findCapacity searches the best step, measures it again and writes both
 // to out.
-func findCapacity(ctx context.Context, o options, tw *csv.Writer, out io.Writer) (float64, error) {
+func findCapacity(ctx context.Context, o options, tw *harness.CSVFile, out io.Writer) (float64, error) {
 	search, err := searchCapacity(ctx, o, tw, out)
 	if err != nil {
 		return 0, err
@@ -419,7 +391,7 @@ func findCapacity(ctx context.Context, o options, tw *csv.Writer, out io.Writer)
 
 // searchCapacity steps the offered rate up until capacitySearch is done,
 // writing each step to out.
-func searchCapacity(ctx context.Context, o options, tw *csv.Writer, out io.Writer) (*capacitySearch, error) {
+func searchCapacity(ctx context.Context, o options, tw *harness.CSVFile, out io.Writer) (*capacitySearch, error) {
 	f, err := startCapacityFleet(ctx, o, tw, "capacity")
 	if err != nil {
 		return nil, err
@@ -445,7 +417,7 @@ func searchCapacity(ctx context.Context, o options, tw *csv.Writer, out io.Write
 
 // startCapacityFleet starts the fleet the capacity is measured on: the
 // stock gateway with memory enough not to matter.
-func startCapacityFleet(ctx context.Context, o options, tw *csv.Writer, name string) (*fleet, error) {
+func startCapacityFleet(ctx context.Context, o options, tw *harness.CSVFile, name string) (*fleet, error) {
 	return startFleet(ctx, o, fleetSpec{
 		name: name, gateway: gatewayConfig{Kind: gwStock},
 		gwBin: o.stockBin, memMiB: unlimitedMiB(o),
@@ -459,7 +431,7 @@ func remeasureLength(o options) time.Duration { return 2 * o.capStep }
 // remeasureCapacity offers rate to a fresh fleet (no backlog in the agents
 // from the steps over the plateau, a gateway that has not been through
 // them) and returns what the sink received over the second half.
-func remeasureCapacity(ctx context.Context, o options, tw *csv.Writer, rate float64) (float64, error) {
+func remeasureCapacity(ctx context.Context, o options, tw *harness.CSVFile, rate float64) (float64, error) {
 	f, err := startCapacityFleet(ctx, o, tw, "capacity-again")
 	if err != nil {
 		return 0, err
@@ -483,7 +455,7 @@ func capacityStep(ctx context.Context, o options, f *fleet, rate float64, length
 }
 
 // runScenario runs one scenario: warmup, burst, drain.
-func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*summary, error) {
+func runScenario(ctx context.Context, o options, s scenario, tw *harness.CSVFile) (*summary, error) {
 	spec := fleetSpec{
 		name: s.name, gateway: gatewayConfig{Kind: s.kind, ThrottleYAML: o.throttleYAML},
 		gwBin: o.binFor(s.kind), memMiB: o.memMiB,
@@ -492,13 +464,50 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 		spec.memMiB = unlimitedMiB(o)
 	}
 	if s.gomemlimit {
-		spec.gwEnv = []string{"GOMEMLIMIT=" + strconv.FormatUint(uint64(float64(o.memMiB<<20)*o.gomemlimitPct/100), 10)}
+		spec.gwEnv = o.gomemlimitEnv()
 	}
 	f, err := startFleet(ctx, o, spec, tw)
 	if err != nil {
 		return nil, err
 	}
 	defer f.stop()
+	if o.profile > 0 {
+		go f.profileGateway(ctx, o.warmup+o.profileAt, o.profile)
+	}
+	b, err := f.runBurst(ctx, f.rec, f.agentPorts, o.capacity, o.factor)
+	if err != nil {
+		return nil, err
+	}
+	sum := summarize(o, s, f, b)
+	logf("%s: delivered %.2f%% (%d of %d), gateway lost %d, burst %.0f spans/s to the sink (%.0f%% of capacity), OOM kills %d, restarts %d, drained %v",
+		s.name, sum.DeliveredPct, sum.SinkSpans, sum.AgentAccepted, sum.Lost, sum.BurstSinkRate, sum.BurstPctCapacity,
+		sum.OOMKills, sum.Restarts, sum.drainNote())
+	return sum, ctx.Err()
+}
+
+// burst is what came of a scenario's load, run alike by the fleet and the
+// tier: the load generators' reports, when the burst ended, the drain's
+// length (< 0: not within -drain-max) and the load averages before and
+// after.
+type burst struct {
+	reps                     []*loadgen.Report
+	end                      time.Time
+	drained                  time.Duration
+	loadAvgStart, loadAvgEnd string
+}
+
+// burstRecorder is what runBurst needs of a scenario's recorder.
+type burstRecorder interface {
+	setPhase(p string)
+	counts() *loadCounts
+	latestFlow() (flow, bool)
+}
+
+// runBurst runs a scenario's load through the agents at agentPorts, open
+// loops: a warmup at a fifth of capacity, the burst at factor times it;
+// then it waits for the drain.
+func (g *group) runBurst(ctx context.Context, rec burstRecorder, agentPorts []int, capacity, factor float64) (*burst, error) {
+	o := g.o
 	perAgent := func(spansPerSec float64) float64 {
 		return spansPerSec / float64(o.spans) / float64(o.agents)
 	}
@@ -506,30 +515,20 @@ func runScenario(ctx context.Context, o options, s scenario, tw *csv.Writer) (*s
 	// an agent that stops answering.
 	const maxInflight = 256
 	phases := []loadgen.Phase{
-		{Name: "warmup", Duration: o.warmup, Rate: perAgent(o.capacity / 5), MaxInflight: maxInflight, Items: o.spans, AttrSize: o.attrSize},
-		{Name: "burst", Duration: o.burst, Rate: perAgent(o.factor * o.capacity), MaxInflight: maxInflight, Items: o.spans, AttrSize: o.attrSize},
+		{Name: "warmup", Duration: o.warmup, Rate: perAgent(capacity / 5), MaxInflight: maxInflight, Items: o.spans, AttrSize: o.attrSize},
+		{Name: "burst", Duration: o.burst, Rate: perAgent(factor * capacity), MaxInflight: maxInflight, Items: o.spans, AttrSize: o.attrSize},
 	}
-	if o.profile > 0 {
-		go f.profileGateway(ctx, o.warmup+o.profileAt, o.profile)
-	}
-	la0 := harness.LoadAvg()
-	f.rec.setPhase("load")
-	reps, err := f.load(ctx, phases, "load")
-	if err != nil {
+	b := &burst{loadAvgStart: harness.LoadAvg()}
+	rec.setPhase("load")
+	var err error
+	if b.reps, err = g.runLoad(ctx, agentPorts, rec.counts(), phases, "load"); err != nil {
 		return nil, err
 	}
-	burstEnd := time.Now()
-	f.rec.setPhase("drain")
-	drained := f.waitDrained(ctx, burstEnd, len(f.agents), func() (flow, bool) {
-		p, ok := f.rec.latest()
-		return p.flow, ok
-	})
-	sum := summarize(o, s, f, reps, burstEnd, drained)
-	sum.LoadAvgStart, sum.LoadAvgEnd = la0, harness.LoadAvg()
-	logf("%s: delivered %.2f%% (%d of %d), gateway lost %d, burst %.0f spans/s to the sink (%.0f%% of capacity), OOM kills %d, restarts %d, drained %v",
-		s.name, sum.DeliveredPct, sum.SinkSpans, sum.AgentAccepted, sum.GatewayLost, sum.BurstSinkRate, sum.BurstPctCapacity,
-		sum.OOMKills, sum.Restarts, sum.drainNote())
-	return sum, ctx.Err()
+	b.end = time.Now()
+	rec.setPhase("drain")
+	b.drained = g.waitDrained(ctx, b.end, len(agentPorts), rec.latestFlow)
+	b.loadAvgEnd = harness.LoadAvg()
+	return b, nil
 }
 
 // waitDrained waits until every agent has settled everything it accepted

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/confmap"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
@@ -25,12 +24,12 @@ func TestRenderConfigs(t *testing.T) {
 		require.NoError(t, err, string(b))
 		return conf
 	}
-	b, err := render(sinkTmpl, sinkConfig{HTTPPort: 1, GRPCPort: 2, MetricsPort: 3})
+	b, err := colconfig.Render(sinkTmpl, sinkConfig{HTTPPort: 1, GRPCPort: 2, MetricsPort: 3})
 	require.NoError(t, err)
 	assert.Equal(t, []any{"nop"}, parse(b).Get("service::pipelines::traces::exporters"))
 
 	for _, exp := range []string{"otlp_http", "otlp_grpc"} {
-		b, err := render(agentTmpl, agentConfig{HTTPPort: 1, MetricsPort: 2, Exporter: exp, Endpoint: "127.0.0.1:9"})
+		b, err := colconfig.Agent{Bench: "bench/fleet", HTTPPort: 1, MetricsPort: 2, Exporter: exp, Endpoint: "127.0.0.1:9"}.Render()
 		require.NoError(t, err)
 		conf := parse(b)
 		assert.Equal(t, []any{"batch"}, conf.Get("service::pipelines::traces::processors"))
@@ -39,13 +38,13 @@ func TestRenderConfigs(t *testing.T) {
 		assert.False(t, conf.IsSet("exporters::"+exp+"::sending_queue"))
 		assert.False(t, conf.IsSet("exporters::"+exp+"::compression"))
 
-		b, err = render(agentTmpl, agentConfig{HTTPPort: 1, MetricsPort: 2, Exporter: exp, Endpoint: "127.0.0.1:9", Compression: "none"})
+		b, err = colconfig.Agent{Bench: "bench/fleet", HTTPPort: 1, MetricsPort: 2, Exporter: exp, Endpoint: "127.0.0.1:9", Compression: "none"}.Render()
 		require.NoError(t, err)
 		assert.Equal(t, "none", parse(b).Get("exporters::"+exp+"::compression"))
 	}
 
 	// The tier's remedy for gRPC clients that never reconnect.
-	b, err = render(gatewayTmpl, gatewayConfig{
+	b, err = colconfig.Render(gatewayTmpl, gatewayConfig{
 		Kind: gwThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5,
 		MaxConnectionAge: 30 * time.Second, MaxConnectionAgeGrace: 10 * time.Second,
 	})
@@ -53,12 +52,12 @@ func TestRenderConfigs(t *testing.T) {
 	conf := parse(b)
 	assert.Equal(t, "30s", conf.Get("receivers::otlp::protocols::grpc::keepalive::server_parameters::max_connection_age"))
 	assert.Equal(t, "10s", conf.Get("receivers::otlp::protocols::grpc::keepalive::server_parameters::max_connection_age_grace"))
-	b, err = render(gatewayTmpl, gatewayConfig{Kind: gwThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5})
+	b, err = colconfig.Render(gatewayTmpl, gatewayConfig{Kind: gwThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5})
 	require.NoError(t, err)
 	assert.False(t, parse(b).IsSet("receivers::otlp::protocols::grpc::keepalive"), "none unless asked for")
 
 	for _, kind := range kinds {
-		b, err := render(gatewayTmpl, gatewayConfig{
+		b, err := colconfig.Render(gatewayTmpl, gatewayConfig{
 			Kind: kind, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4,
 			SinkHTTPPort: 5, MemoryLimiter: memoryLimiterYAML,
 		})
@@ -110,15 +109,13 @@ func TestFleetThrottleDelivers(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	tl, err := os.Create(filepath.Join(o.out, "timeline.csv"))
+	tl, err := harness.CreateCSV(filepath.Join(o.out, "timeline.csv"), timelineHeader)
 	require.NoError(t, err)
 	defer tl.Close()
-	tw := csv.NewWriter(tl)
-	require.NoError(t, tw.Write(timelineHeader))
-	sum, err := runScenario(ctx, o, scenario{name: gwThrottle, kind: gwThrottle}, tw)
+	sum, err := runScenario(ctx, o, scenario{name: gwThrottle, kind: gwThrottle}, tl)
 	require.NoError(t, err, "files in %s", o.out)
 	t.Logf("delivered %.2f%% (%d of %d), gateway lost %d, burst %.0f spans/s to the sink, OOM kills %d, restarts %d, peak working set %.1f%%, Open %.0f s, Shedding %.0f s, drained %s",
-		sum.DeliveredPct, sum.SinkSpans, sum.AgentAccepted, sum.GatewayLost, sum.BurstSinkRate, sum.OOMKills, sum.Restarts,
+		sum.DeliveredPct, sum.SinkSpans, sum.AgentAccepted, sum.Lost, sum.BurstSinkRate, sum.OOMKills, sum.Restarts,
 		sum.PeakWSPct, sum.OpenSeconds, sum.SheddingSeconds, sum.drainNote())
 
 	if sum.SheddingSeconds == 0 && sum.OpenSeconds == 0 {
@@ -129,7 +126,7 @@ func TestFleetThrottleDelivers(t *testing.T) {
 	assert.GreaterOrEqual(t, sum.DrainSeconds, 0.0, "the fleet did not drain within %s", o.drainMax)
 	assert.Positive(t, sum.AgentAccepted)
 	assert.Equal(t, sum.AgentAccepted, sum.SinkSpans, "every span an agent accepted reaches the sink")
-	assert.Zero(t, sum.GatewayLost, "nothing the gateway acknowledged is lost")
+	assert.Zero(t, sum.Lost, "nothing the gateway acknowledged is lost")
 	assert.Zero(t, sum.AgentEnqueueFailed+sum.AgentSendFailed, "the agents dropped nothing")
 	last := sum.points[len(sum.points)-1]
 	assert.NotEqual(t, 2.0, last.state, "Open left standing after the drain")

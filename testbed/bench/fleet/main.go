@@ -81,18 +81,14 @@ package main
 
 import (
 	"cmp"
-	"context"
-	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
@@ -323,6 +319,34 @@ func parseScenarios(s string) ([]scenario, error) {
 	return out, nil
 }
 
+// prepareRun checks that the binaries of the gateway kinds (and the stock
+// collector's) exist and makes every binary's path absolute, creates the
+// results folder (-out, or a new run folder named name) and writes the
+// machine's description there.
+func (o *options) prepareRun(kinds []string, name string) error {
+	bins := map[string]bool{o.stockBin: true}
+	for _, k := range kinds {
+		bins[o.binFor(k)] = true
+	}
+	for b := range bins {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("binary %s: %w (make otelcol otelcol-stock otelcol-mlext)", b, err)
+		}
+	}
+	for _, p := range []*string{&o.stockBin, &o.throttleBin, &o.mlextBin} {
+		*p, _ = filepath.Abs(*p)
+	}
+	if o.out == "" {
+		var err error
+		if o.out, err = harness.CreateRunDir(harness.RunsDir, name, time.Now()); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(o.out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644)
+}
+
 func (o options) binFor(kind string) string {
 	switch kind {
 	case gwThrottle:
@@ -353,23 +377,11 @@ func run(o options) error {
 			return err
 		}
 	}
-	bins := map[string]bool{o.stockBin: true}
-	for _, s := range scens {
-		bins[o.binFor(s.kind)] = true
+	kinds := make([]string, len(scens))
+	for i, s := range scens {
+		kinds[i] = s.kind
 	}
-	for b := range bins {
-		if _, err := os.Stat(b); err != nil {
-			return fmt.Errorf("binary %s: %w (make otelcol otelcol-stock otelcol-mlext)", b, err)
-		}
-	}
-	for _, p := range []*string{&o.stockBin, &o.throttleBin, &o.mlextBin} {
-		*p, _ = filepath.Abs(*p)
-	}
-	if o.out == "" {
-		if o.out, err = harness.CreateRunDir(harness.RunsDir, cmp.Or(o.name, "fleet-"+o.protocol), time.Now()); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
+	if err := o.prepareRun(kinds, cmp.Or(o.name, "fleet-"+o.protocol)); err != nil {
 		return err
 	}
 	budget := time.Minute
@@ -377,24 +389,14 @@ func run(o options) error {
 		budget += time.Duration(o.capMaxSteps)*(o.capStep+5*time.Second) + remeasureLength(o) + 2*time.Minute
 	}
 	budget += time.Duration(len(scens)) * (o.warmup + o.burst + o.drainMax + 2*time.Minute)
-	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	ctx, cancel := harness.RunContext(budget)
 	defer cancel()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logf("results in %s; whole run bounded to %s", o.out, budget.Round(time.Second))
-	if err := os.WriteFile(filepath.Join(o.out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644); err != nil {
-		return err
-	}
-	tl, err := os.Create(filepath.Join(o.out, "timeline.csv"))
+	tw, err := harness.CreateCSV(filepath.Join(o.out, "timeline.csv"), timelineHeader)
 	if err != nil {
 		return err
 	}
-	defer tl.Close()
-	tw := csv.NewWriter(tl)
-	if err := tw.Write(timelineHeader); err != nil {
-		return err
-	}
-	tw.Flush()
+	defer tw.Close()
 
 	if o.capacity <= 0 {
 		c, err := measureCapacity(ctx, o, tw)

@@ -11,27 +11,103 @@ import (
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
-	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
-// summary is one scenario's row of summary.csv.
-type summary struct {
-	Scenario, Gateway, Protocol string
-	GOMEMLIMIT                  bool
-	Capacity, Offered           float64 // spans/s
-	BurstSeconds                float64
-	// Spans: what the load generators got accepted by the agents, what the
-	// agents accepted, sent (acknowledged by the gateway), failed to send
-	// for good, failed to enqueue (queue full), still held at the end; what
-	// the sink received.
+// delivery is a scenario's accounting of its spans, alike in the fleet's
+// and the tier's summaries: what the load generators got accepted by the
+// agents (and skipped, and failed), what the agents accepted, sent
+// (acknowledged by the gateway), failed to send for good, failed to
+// enqueue (queue full) and still held at the end; what the sink received;
+// how long the drain took; the machine's load averages.
+type delivery struct {
 	LoadgenAccepted, AgentAccepted, AgentSent, AgentSendFailed, AgentEnqueueFailed, AgentQueued int64
 	SinkSpans                                                                                   int64
 	// DeliveredPct is SinkSpans over AgentAccepted.
 	DeliveredPct float64
-	// GatewayLost is what the gateway acknowledged and never delivered
-	// (AgentSent - SinkSpans, when positive); Duplicates the reverse
-	// (spans delivered twice after a timed-out acknowledgement).
-	GatewayLost, Duplicates int64
+	// Lost is what the gateway (the tier's replicas) acknowledged and
+	// never delivered (AgentSent - SinkSpans, when positive); Duplicates
+	// the reverse (spans delivered twice after a timed-out
+	// acknowledgement).
+	Lost, Duplicates int64
+	// DrainSeconds is the time from the end of the burst until the agents
+	// had drained; negative when they did not within -drain-max.
+	DrainSeconds                  float64
+	LoadgenSkipped, LoadgenFailed int64
+	LoadAvgStart, LoadAvgEnd      string
+}
+
+// countBurst counts the load generators' reports, the drain and the load
+// averages of b.
+func (d *delivery) countBurst(b *burst) {
+	d.DrainSeconds = -1
+	if b.drained >= 0 {
+		d.DrainSeconds = b.drained.Seconds()
+	}
+	for _, r := range b.reps {
+		if r == nil {
+			continue
+		}
+		for _, p := range r.Phases {
+			d.LoadgenAccepted += p.Total.AcceptedItems
+			d.LoadgenSkipped += p.Total.Skipped
+			d.LoadgenFailed += p.Total.Done() - p.Total.OK
+		}
+	}
+	d.LoadAvgStart, d.LoadAvgEnd = b.loadAvgStart, b.loadAvgEnd
+}
+
+// countFlow counts the agents' and the sink's spans at the end (last).
+func (d *delivery) countFlow(last flow) {
+	d.AgentAccepted, d.AgentSent = int64(last.agAccepted), int64(last.agSent)
+	d.AgentSendFailed, d.AgentEnqueueFailed, d.AgentQueued = int64(last.agSendFailed), int64(last.agEnqueueFailed), int64(last.agQueue)
+	d.SinkSpans = int64(last.sinkSpans)
+	if d.AgentAccepted > 0 {
+		d.DeliveredPct = 100 * float64(d.SinkSpans) / float64(d.AgentAccepted)
+	}
+	d.Lost = max(0, d.AgentSent-d.SinkSpans)
+	d.Duplicates = max(0, d.SinkSpans-d.AgentSent)
+}
+
+// states is the time a throttle spent in its states over a timeline, each
+// interval counted in the state at its end, and the highest state seen
+// (NaN: none, no throttle).
+type states struct {
+	max, openSeconds, sheddingSeconds float64
+}
+
+func newStates() states { return states{max: math.NaN()} }
+
+// sinceLast is the time from point i-1 to point i of pts (0 for the first).
+func sinceLast[P interface{ at() time.Duration }](pts []P, i int) time.Duration {
+	if i == 0 {
+		return 0
+	}
+	return pts[i].at() - pts[i-1].at()
+}
+
+// add counts a point in state (NaN: unknown) dt after the previous one.
+func (s *states) add(state float64, dt time.Duration) {
+	if math.IsNaN(state) {
+		return
+	}
+	if math.IsNaN(s.max) || state > s.max {
+		s.max = state
+	}
+	switch state {
+	case 2:
+		s.openSeconds += dt.Seconds()
+	case 1:
+		s.sheddingSeconds += dt.Seconds()
+	}
+}
+
+// summary is one scenario's row of summary.csv.
+type summary struct {
+	delivery
+	Scenario, Gateway, Protocol string
+	GOMEMLIMIT                  bool
+	Capacity, Offered           float64 // spans/s
+	BurstSeconds                float64
 	// BurstSinkRate is the sink's rate during the burst, spans/s, and its
 	// share of the capacity; BurstPctReference its share of the reference
 	// scenario's (0 without one in the run; see setReference).
@@ -42,21 +118,16 @@ type summary struct {
 	// is as saturated as in the burst, but the generator and the agents'
 	// intake no longer share the machine with it.
 	BacklogSinkRate, BacklogPctCapacity, BacklogSeconds float64
-	// DrainSeconds is the time from the end of the burst until the fleet
-	// had drained; negative when it did not within -drain-max.
-	DrainSeconds          float64
-	OOMKills              uint64
-	Restarts              int
-	PeakWSPct, MeanCPUPct float64
+	OOMKills                                            uint64
+	Restarts                                            int
+	PeakWSPct, MeanCPUPct                               float64
 	// MeanHostCPUPct is how busy the whole machine was during the burst
 	// (all cores; -1 unknown): near 100, the agents and the generator
 	// starved the gateway of messages, whatever its quota.
-	MeanHostCPUPct                float64
-	CPUSeconds                    float64
-	MaxState                      float64
-	OpenSeconds, SheddingSeconds  float64
-	LoadgenSkipped, LoadgenFailed int64
-	LoadAvgStart, LoadAvgEnd      string
+	MeanHostCPUPct               float64
+	CPUSeconds                   float64
+	MaxState                     float64
+	OpenSeconds, SheddingSeconds float64
 
 	points []point
 }
@@ -71,68 +142,36 @@ func drainNote(secs float64) string {
 	return fmt.Sprintf("in %.0f s", secs)
 }
 
-func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd time.Time, drained time.Duration) *summary {
+func summarize(o options, s scenario, f *fleet, b *burst) *summary {
 	sum := &summary{
 		Scenario: s.name, Gateway: s.kind, Protocol: o.protocol, GOMEMLIMIT: s.gomemlimit,
-		Capacity: o.capacity, Offered: o.factor * o.capacity, BurstSeconds: o.burst.Seconds(), DrainSeconds: -1,
+		Capacity: o.capacity, Offered: o.factor * o.capacity, BurstSeconds: o.burst.Seconds(),
 	}
-	if drained >= 0 {
-		sum.DrainSeconds = drained.Seconds()
-	}
-	for _, r := range reps {
-		if r == nil {
-			continue
-		}
-		for _, p := range r.Phases {
-			sum.LoadgenAccepted += p.Total.AcceptedItems
-			sum.LoadgenSkipped += p.Total.Skipped
-			sum.LoadgenFailed += p.Total.Done() - p.Total.OK
-		}
-	}
+	sum.countBurst(b)
 	pts := f.rec.snapshot()
 	sum.points = pts
 	if len(pts) == 0 {
 		return sum
 	}
 	last := pts[len(pts)-1]
-	sum.AgentAccepted, sum.AgentSent = int64(last.agAccepted), int64(last.agSent)
-	sum.AgentSendFailed, sum.AgentEnqueueFailed, sum.AgentQueued = int64(last.agSendFailed), int64(last.agEnqueueFailed), int64(last.agQueue)
-	sum.SinkSpans = int64(last.sinkSpans)
-	if sum.AgentAccepted > 0 {
-		sum.DeliveredPct = 100 * float64(sum.SinkSpans) / float64(sum.AgentAccepted)
-	}
-	sum.GatewayLost = max(0, sum.AgentSent-sum.SinkSpans)
-	sum.Duplicates = max(0, sum.SinkSpans-sum.AgentSent)
+	sum.countFlow(last.flow)
 	sum.Restarts = last.restarts
 	first := pts[0]
 	if first.cgOK && last.cgOK {
 		sum.OOMKills = last.cg.OOMKills - first.cg.OOMKills
 		sum.CPUSeconds = (last.cg.CPUUsage - first.cg.CPUUsage).Seconds()
 	}
-	// The burst: the load phase after the warmup, up to burstEnd.
+	// The burst: the load phase after the warmup, up to its end.
+	burstEnd := b.end
 	burstStart := burstEnd.Add(-o.burst)
 	startSink, endSink := math.NaN(), math.NaN()
 	var cpuSum, hostSum float64
 	var n, nHost int
-	sum.MaxState = math.NaN()
+	st := newStates()
 	for i, p := range pts {
 		at := f.rec.start.Add(p.t)
 		sum.PeakWSPct = max(sum.PeakWSPct, p.wsPct)
-		if !math.IsNaN(p.state) {
-			if math.IsNaN(sum.MaxState) {
-				sum.MaxState = p.state
-			}
-			sum.MaxState = max(sum.MaxState, p.state)
-			if i > 0 {
-				dt := (p.t - pts[i-1].t).Seconds()
-				switch p.state {
-				case 2:
-					sum.OpenSeconds += dt
-				case 1:
-					sum.SheddingSeconds += dt
-				}
-			}
-		}
+		st.add(p.state, sinceLast(pts, i))
 		if at.Before(burstStart) {
 			startSink = p.sinkSpans
 			continue
@@ -149,6 +188,7 @@ func summarize(o options, s scenario, f *fleet, reps []*loadgen.Report, burstEnd
 			}
 		}
 	}
+	sum.MaxState, sum.OpenSeconds, sum.SheddingSeconds = st.max, st.openSeconds, st.sheddingSeconds
 	if n > 0 {
 		sum.MeanCPUPct = cpuSum / float64(n)
 	}
@@ -221,7 +261,7 @@ func (s *summary) row() []string {
 	return []string{
 		s.Scenario, s.Gateway, strconv.FormatBool(s.GOMEMLIMIT), s.Protocol, f64(s.Capacity, 0), f64(s.Offered, 0), f64(s.BurstSeconds, 0),
 		i(s.LoadgenAccepted), i(s.AgentAccepted), i(s.AgentSent), i(s.AgentSendFailed), i(s.AgentEnqueueFailed), i(s.AgentQueued),
-		i(s.SinkSpans), f64(s.DeliveredPct, 2), i(s.GatewayLost), i(s.Duplicates), f64(s.BurstSinkRate, 0), f64(s.BurstPctCapacity, 1), f64(s.BurstPctReference, 1),
+		i(s.SinkSpans), f64(s.DeliveredPct, 2), i(s.Lost), i(s.Duplicates), f64(s.BurstSinkRate, 0), f64(s.BurstPctCapacity, 1), f64(s.BurstPctReference, 1),
 		f64(s.DrainSeconds, 1), strconv.FormatUint(s.OOMKills, 10), strconv.Itoa(s.Restarts), f64(s.PeakWSPct, 1), f64(s.MeanCPUPct, 1),
 		f64(s.MeanHostCPUPct, 1), f64(s.CPUSeconds, 1), opt(s.MaxState, 0), f64(s.OpenSeconds, 1), f64(s.SheddingSeconds, 1),
 		i(s.LoadgenSkipped), i(s.LoadgenFailed), s.LoadAvgStart, s.LoadAvgEnd,
@@ -283,7 +323,7 @@ func printSummaries(w io.Writer, sums []*summary) {
 			backlog = fmt.Sprintf("%.0f (%.0f%%) over %.0f s", s.BacklogSinkRate, s.BacklogPctCapacity, s.BacklogSeconds)
 		}
 		fmt.Fprintf(w, "| %s | %.1f%% (%d of %d) | %d | %d / %d | %.0f (%.0f%%) | %s | %s | %s | %d | %d | %.1f%% | %.0f%% | %s | %s |\n",
-			s.Scenario, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.GatewayLost, s.AgentEnqueueFailed, s.AgentSendFailed,
+			s.Scenario, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.Lost, s.AgentEnqueueFailed, s.AgentSendFailed,
 			s.BurstSinkRate, s.BurstPctCapacity, ref, backlog, drain, s.OOMKills, s.Restarts, s.PeakWSPct, s.MeanCPUPct, host, open)
 	}
 }

@@ -61,7 +61,7 @@ func TestBacklogRate(t *testing.T) {
 			if s > 0 {
 				sink += map[bool]float64{true: 20000, false: 15000}[s <= 60]
 			}
-			out = append(out, point{t: time.Duration(s) * time.Second, flow: flow{agQueue: queueAt(s), sinkSpans: sink}})
+			out = append(out, point{basePoint: basePoint{t: time.Duration(s) * time.Second, flow: flow{agQueue: queueAt(s), sinkSpans: sink}}})
 		}
 		return out
 	}

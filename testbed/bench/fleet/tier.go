@@ -5,22 +5,19 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
-	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
 // The tier mode (-tier N): a replica set of N gateways behind a
@@ -217,23 +214,11 @@ func runTier(o options) error {
 	if o.tier.haproxy, err = findHAProxy(o.tier.haproxy); err != nil {
 		return err
 	}
-	bins := map[string]bool{o.stockBin: true}
-	for _, s := range scens {
-		bins[o.binFor(s.kind)] = true
+	kinds := make([]string, len(scens))
+	for i, s := range scens {
+		kinds[i] = s.kind
 	}
-	for b := range bins {
-		if _, err := os.Stat(b); err != nil {
-			return fmt.Errorf("binary %s: %w (make otelcol otelcol-stock)", b, err)
-		}
-	}
-	for _, p := range []*string{&o.stockBin, &o.throttleBin, &o.mlextBin} {
-		*p, _ = filepath.Abs(*p)
-	}
-	if o.out == "" {
-		if o.out, err = harness.CreateRunDir(harness.RunsDir, "tier-"+o.protocol, time.Now()); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
+	if err := o.prepareRun(kinds, "tier-"+o.protocol); err != nil {
 		return err
 	}
 	sizes := []float64{slices.Max(o.tier.cpus)}
@@ -245,15 +230,10 @@ func runTier(o options) error {
 		budget += time.Duration(len(sizes)) * (time.Duration(o.capMaxSteps)*(o.capStep+5*time.Second) + remeasureLength(o) + 2*time.Minute)
 	}
 	budget += time.Duration(o.tier.rounds*len(o.factors)*len(scens)) * (o.warmup + o.burst + o.drainMax + 2*time.Minute)
-	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	ctx, cancel := harness.RunContext(budget)
 	defer cancel()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logf("tier of %d (%v CPU, %d MiB each), %d agents over %s; results in %s; whole run bounded to %s",
 		o.tier.replicas, o.tier.cpus, o.memMiB, o.agents, o.protocol, o.out, budget.Round(time.Second))
-	if err := os.WriteFile(filepath.Join(o.out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644); err != nil {
-		return err
-	}
 	caps := o.tier.capacities
 	if caps == nil {
 		if caps, err = measureTierCapacities(ctx, o, sizes); err != nil {
@@ -262,21 +242,21 @@ func runTier(o options) error {
 		logf("capacity of the replicas: %v spans/s (-tier-capacity %s to reuse it)", caps, joinFloats(caps, 0))
 	}
 
-	tl, err := newCSV(filepath.Join(o.out, "timeline.csv"), tierTimelineHeader)
+	tl, err := harness.CreateCSV(filepath.Join(o.out, "timeline.csv"), tierTimelineHeader)
 	if err != nil {
 		return err
 	}
-	defer tl.close()
-	rl, err := newCSV(filepath.Join(o.out, "timeline-replicas.csv"), replicaTimelineHeader)
+	defer tl.Close()
+	rl, err := harness.CreateCSV(filepath.Join(o.out, "timeline-replicas.csv"), replicaTimelineHeader)
 	if err != nil {
 		return err
 	}
-	defer rl.close()
+	defer rl.Close()
 	var sums []*tierSummary
 	for round := 1; round <= o.tier.rounds; round++ {
 		for _, factor := range o.factors {
 			for _, s := range scens {
-				sum, err := runTierScenario(ctx, o, caps, s, round, factor, tl.w, rl.w)
+				sum, err := runTierScenario(ctx, o, caps, s, round, factor, tl, rl)
 				if sum != nil {
 					sums = append(sums, sum)
 					if err := writeTierSummaries(o, caps, sums); err != nil {
@@ -333,12 +313,12 @@ func measureTierCapacities(ctx context.Context, o options, sizes []float64) ([]f
 		if err := os.MkdirAll(oc.out, 0o755); err != nil {
 			return nil, err
 		}
-		tl, err := newCSV(filepath.Join(oc.out, "timeline.csv"), timelineHeader)
+		tl, err := harness.CreateCSV(filepath.Join(oc.out, "timeline.csv"), timelineHeader)
 		if err != nil {
 			return nil, err
 		}
-		capacity, err := measureCapacity(ctx, oc, tl.w)
-		tl.close()
+		capacity, err := measureCapacity(ctx, oc, tl)
+		_ = tl.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%g CPU: %w", c, err)
 		}
@@ -377,31 +357,6 @@ func sum(l []float64) float64 {
 		s += v
 	}
 	return s
-}
-
-// csvFile is a CSV file written row by row.
-type csvFile struct {
-	f *os.File
-	w *csv.Writer
-}
-
-func newCSV(path string, header []string) (*csvFile, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	w := csv.NewWriter(f)
-	if err := w.Write(header); err != nil {
-		f.Close()
-		return nil, err
-	}
-	w.Flush()
-	return &csvFile{f: f, w: w}, nil
-}
-
-func (c *csvFile) close() {
-	c.w.Flush()
-	_ = c.f.Close()
 }
 
 // tier is one scenario's running sink, replicas, balancer and agents, and
@@ -451,7 +406,7 @@ func (r *replica) start(ctx context.Context, g *group) error {
 // Only the first initial replicas are started and in the balancer's
 // rotation (0: all); the others have their cgroups and ports, and are out
 // of rotation (maintenance) until started (the autoscaling replay).
-func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, round int, factor float64, initial int, tw, rw *csv.Writer) (_ *tier, err error) {
+func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, round int, factor float64, initial int, tw, rw *harness.CSVFile) (_ *tier, err error) {
 	name := fmt.Sprintf("r%d-x%g-%s", round, factor, sc.name)
 	if initial <= 0 || initial > len(o.tier.cpus) {
 		initial = len(o.tier.cpus)
@@ -468,7 +423,7 @@ func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, 
 	}
 	var env []string
 	if sc.gomemlimit {
-		env = []string{"GOMEMLIMIT=" + strconv.FormatUint(uint64(float64(o.memMiB<<20)*o.gomemlimitPct/100), 10)}
+		env = o.gomemlimitEnv()
 	}
 	servers := make([]balancerServer, len(o.tier.cpus))
 	for i, cpus := range o.tier.cpus {
@@ -476,7 +431,7 @@ func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, 
 		if r.cg, err = t.createCgroup(name+"-"+r.name, cpus, o.memMiB); err != nil {
 			return nil, err
 		}
-		ports, err := freePorts(4)
+		ports, err := harness.FreePorts(4)
 		if err != nil {
 			return nil, err
 		}
@@ -488,7 +443,7 @@ func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, 
 		if sc.connAge > 0 {
 			gw.MaxConnectionAgeGrace = o.tier.connAgeGrace
 		}
-		if r.cfg, err = render(gatewayTmpl, gw); err != nil {
+		if r.cfg, err = colconfig.Render(gatewayTmpl, gw); err != nil {
 			return nil, err
 		}
 		r.bin, r.env, r.metricsPort = o.binFor(sc.kind), env, gw.MetricsPort
@@ -509,46 +464,23 @@ func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, 
 		return nil, err
 	}
 	t.rec = newTierRecorder(t, tw, rw)
-	rctx, stopRec := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); t.rec.run(rctx, o.interval) }()
-	t.cleanups = append(t.cleanups, func() { stopRec(); <-done })
+	t.cleanups = append(t.cleanups, harness.Background(func(ctx context.Context) { t.rec.run(ctx, o.interval) }))
 	return t, nil
 }
 
 // runTierScenario runs one scenario on a fresh tier: warmup, burst at
 // factor times the summed capacity, drain.
-func runTierScenario(ctx context.Context, o options, caps []float64, sc tierScenario, round int, factor float64, tw, rw *csv.Writer) (*tierSummary, error) {
+func runTierScenario(ctx context.Context, o options, caps []float64, sc tierScenario, round int, factor float64, tw, rw *harness.CSVFile) (*tierSummary, error) {
 	t, err := startTier(ctx, o, caps, sc, round, factor, 0, tw, rw)
 	if err != nil {
 		return nil, err
 	}
 	defer t.stop()
-	capacity := sum(caps)
-	perAgent := func(spansPerSec float64) float64 {
-		return spansPerSec / float64(o.spans) / float64(o.agents)
-	}
-	// The open loop never waits for an agent; the cap only guards against
-	// an agent that stops answering.
-	const maxInflight = 256
-	phases := []loadgen.Phase{
-		{Name: "warmup", Duration: o.warmup, Rate: perAgent(capacity / 5), MaxInflight: maxInflight, Items: o.spans, AttrSize: o.attrSize},
-		{Name: "burst", Duration: o.burst, Rate: perAgent(factor * capacity), MaxInflight: maxInflight, Items: o.spans, AttrSize: o.attrSize},
-	}
-	la0 := harness.LoadAvg()
-	t.rec.setPhase("load")
-	reps, err := t.runLoad(ctx, t.agentPorts, &t.rec.loadCounts, phases, "load")
+	b, err := t.runBurst(ctx, t.rec, t.agentPorts, sum(caps), factor)
 	if err != nil {
 		return nil, err
 	}
-	burstEnd := time.Now()
-	t.rec.setPhase("drain")
-	drained := t.waitDrained(ctx, burstEnd, len(t.agents), func() (flow, bool) {
-		p, ok := t.rec.latest()
-		return p.flow, ok
-	})
-	s := summarizeTier(o, t, reps, burstEnd, drained)
-	s.LoadAvgStart, s.LoadAvgEnd = la0, harness.LoadAvg()
+	s := summarizeTier(o, t, b)
 	logf("%s: delivered %.2f%% (%d of %d), lost %d, burst %.0f spans/s to the sink (%.0f%% of the summed capacity), OOM kills %d, weakest replica took %.0f%% (capacity share %.0f%%), drained %s",
 		t.name, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.Lost, s.BurstSinkRate, s.BurstPctCapacity, s.OOMKills,
 		s.WeakShare, s.WeakCapShare, drainNote(s.DrainSeconds))

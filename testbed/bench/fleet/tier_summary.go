@@ -12,45 +12,34 @@ import (
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
-	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
 // tierSummary is one scenario's row of the tier's summary.csv, and its
 // replicas' rows of summary-replicas.csv.
 type tierSummary struct {
+	// delivery: as in the fleet's summary; Lost is what the replicas
+	// acknowledged and never delivered.
+	delivery
 	Scenario, Gateway, Protocol string
 	Round                       int
 	Factor                      float64
 	// Capacity is the summed capacity, Offered the burst's rate, spans/s.
 	Capacity, Offered float64
 	BurstSeconds      float64
-	// Spans, as in the fleet's summary.
-	LoadgenAccepted, AgentAccepted, AgentSent, AgentSendFailed, AgentEnqueueFailed, AgentQueued int64
-	SinkSpans                                                                                   int64
-	// DeliveredPct is SinkSpans over AgentAccepted.
-	DeliveredPct float64
-	// Lost is what the replicas acknowledged and never delivered
-	// (AgentSent - SinkSpans, when positive); Duplicates the reverse.
-	Lost, Duplicates int64
 	// BurstSinkRate is the sink's rate during the burst (between the
 	// points closest to its start and end), spans/s, and its share of the
 	// summed capacity.
 	BurstSinkRate, BurstPctCapacity float64
-	// DrainSeconds: from the end of the burst until drained; negative when
-	// not within -drain-max.
-	DrainSeconds float64
-	OOMKills     uint64
-	Restarts     int
+	OOMKills                        uint64
+	Restarts                        int
 	// MeanHostCPUPct is how busy the machine was during the burst (-1:
 	// unknown).
 	MeanHostCPUPct float64
 	// WeakReplica is the replica with the least CPU; WeakShare its share
 	// of the spans the replicas accepted during the burst, WeakCapShare its
 	// share of the summed capacity, both %.
-	WeakReplica                   string
-	WeakShare, WeakCapShare       float64
-	LoadgenSkipped, LoadgenFailed int64
-	LoadAvgStart, LoadAvgEnd      string
+	WeakReplica             string
+	WeakShare, WeakCapShare float64
 
 	Reps []replicaSummary
 }
@@ -122,42 +111,23 @@ func burstWindow(pts []tierPoint, recStart, burstStart, burstEnd time.Time) (fro
 	return max(from, 0), to
 }
 
-func summarizeTier(o options, t *tier, reps []*loadgen.Report, burstEnd time.Time, drained time.Duration) *tierSummary {
+func summarizeTier(o options, t *tier, b *burst) *tierSummary {
 	capacity := 0.0
 	for _, r := range t.replicas {
 		capacity += r.capacity
 	}
 	s := &tierSummary{
 		Scenario: t.scenario.name, Gateway: t.scenario.kind, Protocol: o.protocol, Round: t.round, Factor: t.factor,
-		Capacity: capacity, Offered: t.factor * capacity, BurstSeconds: o.burst.Seconds(), DrainSeconds: -1, MeanHostCPUPct: -1,
+		Capacity: capacity, Offered: t.factor * capacity, BurstSeconds: o.burst.Seconds(), MeanHostCPUPct: -1,
 	}
-	if drained >= 0 {
-		s.DrainSeconds = drained.Seconds()
-	}
-	for _, r := range reps {
-		if r == nil {
-			continue
-		}
-		for _, p := range r.Phases {
-			s.LoadgenAccepted += p.Total.AcceptedItems
-			s.LoadgenSkipped += p.Total.Skipped
-			s.LoadgenFailed += p.Total.Done() - p.Total.OK
-		}
-	}
+	s.countBurst(b)
 	pts := t.rec.snapshot()
 	if len(pts) == 0 {
 		return s
 	}
-	last := pts[len(pts)-1]
-	s.AgentAccepted, s.AgentSent = int64(last.agAccepted), int64(last.agSent)
-	s.AgentSendFailed, s.AgentEnqueueFailed, s.AgentQueued = int64(last.agSendFailed), int64(last.agEnqueueFailed), int64(last.agQueue)
-	s.SinkSpans = int64(last.sinkSpans)
-	if s.AgentAccepted > 0 {
-		s.DeliveredPct = 100 * float64(s.SinkSpans) / float64(s.AgentAccepted)
-	}
-	s.Lost = max(0, s.AgentSent-s.SinkSpans)
-	s.Duplicates = max(0, s.SinkSpans-s.AgentSent)
+	s.countFlow(pts[len(pts)-1].flow)
 
+	burstEnd := b.end
 	burstStart := burstEnd.Add(-o.burst)
 	from, to := burstWindow(pts, t.rec.start, burstStart, burstEnd)
 	if to > from {
@@ -219,7 +189,7 @@ func (r replicaSummary) decided() float64 {
 // summarizeReplica summarizes replica i of pts, its counters over the
 // points from..to (the burst). Share is left for the caller.
 func summarizeReplica(pts []tierPoint, i, from, to int) replicaSummary {
-	rs := replicaSummary{MaxState: math.NaN()}
+	var rs replicaSummary
 	series := func(v func(replicaPoint) float64) []float64 {
 		var out []float64
 		if to <= from {
@@ -273,6 +243,7 @@ func summarizeReplica(pts []tierPoint, i, from, to int) replicaSummary {
 		rs.MeanCPUPct = cpu / float64(n)
 	}
 	var firstCg, lastCg *harness.CgStats
+	st := newStates()
 	for j, p := range pts {
 		r := p.reps[i]
 		rs.PeakWSPct = max(rs.PeakWSPct, r.wsPct)
@@ -283,22 +254,9 @@ func summarizeReplica(pts []tierPoint, i, from, to int) replicaSummary {
 			lastCg = &pts[j].reps[i].cg
 		}
 		rs.Restarts = r.restarts
-		if math.IsNaN(r.state) {
-			continue
-		}
-		if math.IsNaN(rs.MaxState) || r.state > rs.MaxState {
-			rs.MaxState = r.state
-		}
-		if j > 0 {
-			dt := (p.t - pts[j-1].t).Seconds()
-			switch r.state {
-			case 2:
-				rs.OpenSeconds += dt
-			case 1:
-				rs.SheddingSeconds += dt
-			}
-		}
+		st.add(r.state, sinceLast(pts, j))
 	}
+	rs.MaxState, rs.OpenSeconds, rs.SheddingSeconds = st.max, st.openSeconds, st.sheddingSeconds
 	if firstCg != nil {
 		rs.OOMKills = lastCg.OOMKills - firstCg.OOMKills
 	}
@@ -378,15 +336,7 @@ func writeTierSummaries(o options, caps []float64, sums []*tierSummary) error {
 			repRows = append(repRows, r.row(s))
 		}
 	}
-	rf, err := newCSV(filepath.Join(o.out, "summary-replicas.csv"), replicaSummaryHeader)
-	if err != nil {
-		return err
-	}
-	for _, r := range repRows {
-		_ = rf.w.Write(r)
-	}
-	rf.close()
-	if err := rf.w.Error(); err != nil {
+	if err := harness.WriteCSV(filepath.Join(o.out, "summary-replicas.csv"), replicaSummaryHeader, repRows); err != nil {
 		return err
 	}
 	return harness.WriteSummaries(o.out, tierSummaryHeader, rows, func(w io.Writer) { printTierSummaries(w, o, caps, sums) })

@@ -243,11 +243,11 @@ func TestTierChecks(t *testing.T) {
 		{Scenario: "throttle", Gateway: gwThrottle, Round: 2, Factor: 1, BurstSinkRate: 940},
 		{
 			Scenario: "throttle", Gateway: gwThrottle, Round: 1, Factor: 1.5, BurstSinkRate: 950, BurstPctCapacity: 95,
-			AgentAccepted: 100, SinkSpans: 100, WeakReplica: "r3", WeakShare: 30, WeakCapShare: 20,
+			delivery: delivery{AgentAccepted: 100, SinkSpans: 100}, WeakReplica: "r3", WeakShare: 30, WeakCapShare: 20,
 		},
 		{
 			Scenario: "throttle", Gateway: gwThrottle, Round: 2, Factor: 1.5, BurstSinkRate: 800, BurstPctCapacity: 80,
-			AgentAccepted: 100, SinkSpans: 90, AgentSent: 95, Lost: 5, OOMKills: 1, WeakReplica: "r3", WeakShare: 31, WeakCapShare: 20,
+			delivery: delivery{AgentAccepted: 100, SinkSpans: 90, AgentSent: 95, Lost: 5}, OOMKills: 1, WeakReplica: "r3", WeakShare: 31, WeakCapShare: 20,
 		},
 	}
 	met := map[string]bool{}
@@ -309,14 +309,14 @@ func TestTierThrottleDelivers(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	tl, err := newCSV(filepath.Join(o.out, "timeline.csv"), tierTimelineHeader)
+	tl, err := harness.CreateCSV(filepath.Join(o.out, "timeline.csv"), tierTimelineHeader)
 	require.NoError(t, err)
-	defer tl.close()
-	rl, err := newCSV(filepath.Join(o.out, "timeline-replicas.csv"), replicaTimelineHeader)
+	defer tl.Close()
+	rl, err := harness.CreateCSV(filepath.Join(o.out, "timeline-replicas.csv"), replicaTimelineHeader)
 	require.NoError(t, err)
-	defer rl.close()
+	defer rl.Close()
 	sc := tierScenario{name: gwThrottle, kind: gwThrottle}
-	s, err := runTierScenario(ctx, o, o.tier.capacities, sc, 1, 1.5, tl.w, rl.w)
+	s, err := runTierScenario(ctx, o, o.tier.capacities, sc, 1, 1.5, tl, rl)
 	require.NoError(t, err, "files in %s", o.out)
 	var b strings.Builder
 	printTierSummaries(&b, o, o.tier.capacities, []*tierSummary{s})

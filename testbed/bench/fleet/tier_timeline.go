@@ -5,15 +5,12 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"math"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
-	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
 // tierTimelineHeader is the header of the tier's timeline.csv: one row
@@ -47,22 +44,13 @@ var replicaTimelineHeader = []string{
 
 // tierPoint is what the summary and the drain need of one interval.
 type tierPoint struct {
-	flow
-	t       time.Duration
-	phase   string
-	hostPct float64 // < 0: unknown
-	lg      loadgen.Counts
-	reps    []replicaPoint
+	basePoint
+	reps []replicaPoint
 }
 
 // replicaPoint is one replica at one interval.
 type replicaPoint struct {
-	alive    bool
-	restarts int
-	cg       harness.CgStats
-	cgOK     bool
-	wsPct    float64
-	cpuPct   float64 // < 0: unknown
+	procPoint
 	// From its own metrics; NaN when stale or absent (no throttle).
 	state, held                                   float64
 	allowed, deniedShed, deniedOpen, deniedBudget float64
@@ -73,81 +61,30 @@ type replicaPoint struct {
 
 // tierRecorder samples a tier every interval into the two timelines.
 type tierRecorder struct {
-	loadCounts
+	timeline[tierPoint]
 	t      *tier
-	tw, rw *csv.Writer
-	start  time.Time
-	flows  *flowReader
-
-	mu     sync.Mutex
-	phase  string
-	points []tierPoint
+	tw, rw *harness.CSVFile
+	// prev: each replica's CPU time at the previous point (the sampling
+	// goroutine's).
+	prev []cpuMark
 }
 
-func newTierRecorder(t *tier, tw, rw *csv.Writer) *tierRecorder {
-	return &tierRecorder{t: t, tw: tw, rw: rw, start: time.Now(), flows: newFlowReader(t.agents, t.sink)}
-}
-
-func (r *tierRecorder) setPhase(p string) {
-	r.mu.Lock()
-	r.phase = p
-	r.mu.Unlock()
-}
-
-func (r *tierRecorder) latest() (tierPoint, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.points) == 0 {
-		return tierPoint{}, false
-	}
-	return r.points[len(r.points)-1], true
-}
-
-func (r *tierRecorder) snapshot() []tierPoint {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]tierPoint(nil), r.points...)
-}
-
-// cpuMark is a replica's CPU time at the previous sample.
-type cpuMark struct {
-	used time.Duration
-	at   time.Time
+func newTierRecorder(t *tier, tw, rw *harness.CSVFile) *tierRecorder {
+	return &tierRecorder{timeline: newTimeline[tierPoint](t.agents, t.sink), t: t, tw: tw, rw: rw, prev: make([]cpuMark, len(t.replicas))}
 }
 
 func (r *tierRecorder) run(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	prev := make([]cpuMark, len(r.t.replicas))
-	var prevHost harness.HostCPU
-	for {
-		r.sample(time.Now(), interval, prev, &prevHost)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	harness.Every(ctx, interval, func() { r.sample(time.Now(), interval) })
 }
 
-func (r *tierRecorder) sample(now time.Time, interval time.Duration, prev []cpuMark, prevHost *harness.HostCPU) {
-	p := tierPoint{t: now.Sub(r.start), hostPct: -1}
-	if h, err := harness.ReadHostCPU("/proc/stat"); err == nil {
-		if prevHost.Total > 0 {
-			p.hostPct = h.BusyPct(*prevHost)
-		}
-		*prevHost = h
-	}
-	r.mu.Lock()
-	p.phase = r.phase
-	r.mu.Unlock()
-	p.lg = r.total()
+func (r *tierRecorder) sample(now time.Time, interval time.Duration) {
+	p := tierPoint{basePoint: r.begin(now)}
 	lbStats, lbErr := r.t.lb.stats()
 	head := []string{r.t.scenario.name, strconv.Itoa(r.t.round), f64(r.t.factor, 2), f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase}
 	lbUp := 0
 	var rows [][]string
 	for i, rep := range r.t.replicas {
-		rp, row := r.sampleReplica(now, interval, rep, &prev[i])
+		rp, row := r.sampleReplica(now, interval, rep, &r.prev[i])
 		rp.lb, rp.lbOK = lbStats[rep.name]
 		if lbErr != nil {
 			rp.lbOK = false
@@ -163,21 +100,17 @@ func (r *tierRecorder) sample(now time.Time, interval time.Duration, prev []cpuM
 		p.reps = append(p.reps, rp)
 		rows = append(rows, slices.Concat(head, row))
 	}
-	p.flow = r.flows.read(now)
+	r.end(now, &p.basePoint)
 	trow := slices.Concat(head, p.flowRow(), loadRow(p.lg), []string{opt(nonNeg(p.hostPct), 1), ""})
 	if lbErr == nil {
 		trow[len(trow)-1] = strconv.Itoa(lbUp)
 	}
-
-	r.mu.Lock()
-	r.points = append(r.points, p)
-	_ = r.tw.Write(trow)
-	r.tw.Flush()
-	for _, row := range rows {
-		_ = r.rw.Write(row)
-	}
-	r.rw.Flush()
-	r.mu.Unlock()
+	r.add(p, func() {
+		r.tw.Write(trow)
+		_ = r.tw.Flush()
+		r.rw.Write(rows...)
+		_ = r.rw.Flush()
+	})
 }
 
 // nonNeg is v, or NaN (a missing value) when it is negative (unknown).
@@ -191,27 +124,15 @@ func nonNeg(v float64) float64 {
 // sampleReplica reads one replica's cgroup and metrics, and returns them
 // and its timeline row up to queue_size.
 func (r *tierRecorder) sampleReplica(now time.Time, interval time.Duration, rep *replica, prev *cpuMark) (replicaPoint, []string) {
-	rp := replicaPoint{cpuPct: -1}
-	m := rep.m.Load() // nil: not started yet
+	var rp replicaPoint
+	var proc *harness.Process // nil: not started yet
+	m := rep.m.Load()
 	if m != nil {
-		_, rp.alive, rp.restarts = m.proc.State()
+		proc = m.proc
 	}
-	row := []string{rep.name, f64(rep.cpus, 3), b2s(rp.alive), strconv.Itoa(rp.restarts)}
-	st, err := rep.cg.Stats()
-	rp.cg, rp.cgOK = st, err == nil
-	if rp.cgOK {
-		if st.Limit > 0 {
-			rp.wsPct = 100 * float64(st.WorkingSet) / float64(st.Limit)
-		}
-		if !prev.at.IsZero() {
-			rp.cpuPct = 100 * (st.CPUUsage - prev.used).Seconds() / (now.Sub(prev.at).Seconds() * rep.cpus)
-		}
-		*prev = cpuMark{used: st.CPUUsage, at: now}
-		row = append(row, strconv.FormatUint(st.OOMKills, 10), strconv.FormatUint(st.WorkingSet, 10), strconv.FormatUint(st.Limit, 10),
-			f64(rp.wsPct, 2), f64(st.CPUUsage.Seconds(), 3), opt(nonNeg(rp.cpuPct), 1))
-	} else {
-		row = append(row, "", "", "", "", "", "")
-	}
+	var cols []string
+	rp.procPoint, cols = readProc(now, proc, rep.cg, rep.cpus, prev)
+	row := slices.Concat([]string{rep.name, f64(rep.cpus, 3)}, cols)
 
 	// Its own metrics: only a fresh scrape of a live process.
 	var gs []harness.Sample
@@ -224,7 +145,7 @@ func (r *tierRecorder) sampleReplica(now time.Time, interval time.Duration, rep 
 		if !fresh {
 			return math.NaN()
 		}
-		return get(gs, name, labels)
+		return harness.Value(gs, name, labels)
 	}
 	if fresh {
 		row = append(row, strconv.FormatInt(now.Sub(at).Milliseconds(), 10))

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"math"
 	"slices"
 	"strconv"
@@ -71,17 +70,17 @@ func (fr *flowReader) read(now time.Time) flow {
 			fr.last[i] = s
 		}
 		s = fr.last[i]
-		fl.agAccepted += zero(get(s, "otelcol_receiver_accepted_spans", nil))
-		fl.agRefused += zero(get(s, "otelcol_receiver_refused_spans", nil))
-		fl.agSent += zero(get(s, "otelcol_exporter_sent_spans", nil))
-		fl.agSendFailed += zero(get(s, "otelcol_exporter_send_failed_spans", nil))
-		fl.agEnqueueFailed += zero(get(s, "otelcol_exporter_enqueue_failed_spans", nil))
-		fl.agQueue += zero(get(s, "otelcol_exporter_queue_size", nil))
+		fl.agAccepted += zero(harness.Value(s, "otelcol_receiver_accepted_spans", nil))
+		fl.agRefused += zero(harness.Value(s, "otelcol_receiver_refused_spans", nil))
+		fl.agSent += zero(harness.Value(s, "otelcol_exporter_sent_spans", nil))
+		fl.agSendFailed += zero(harness.Value(s, "otelcol_exporter_send_failed_spans", nil))
+		fl.agEnqueueFailed += zero(harness.Value(s, "otelcol_exporter_enqueue_failed_spans", nil))
+		fl.agQueue += zero(harness.Value(s, "otelcol_exporter_queue_size", nil))
 	}
 	if ss, _ := fr.sink.scr.Get(); ss != nil {
 		fr.last[len(fr.agents)] = ss
 	}
-	fl.sinkSpans = zero(get(fr.last[len(fr.agents)], "otelcol_receiver_accepted_spans", nil))
+	fl.sinkSpans = zero(harness.Value(fr.last[len(fr.agents)], "otelcol_receiver_accepted_spans", nil))
 	return fl
 }
 
@@ -141,44 +140,171 @@ func loadRow(lg loadgen.Counts) []string {
 // loadHeader names loadRow's cells.
 var loadHeader = []string{"lg_sent", "lg_ok", "lg_failed", "lg_skipped", "lg_accepted_items"}
 
-// point is what the summary and the drain need of one row.
-type point struct {
+// basePoint is what every point of the fleet's and the tier's timelines
+// has: its time since the recording started, the phase, the machine's CPU
+// busy over the last interval (all cores; < 0: unknown), the load
+// generators' counts and the agents' and the sink's flow.
+type basePoint struct {
 	flow
-	t        time.Duration
-	phase    string
+	t       time.Duration
+	phase   string
+	hostPct float64
+	lg      loadgen.Counts
+}
+
+// flowOf is the point's flow.
+func (b basePoint) flowOf() flow { return b.flow }
+
+// at is the point's time since the recording started.
+func (b basePoint) at() time.Duration { return b.t }
+
+// timeline is what the fleet's and the tier's recorders share: the load
+// generators' counts, the flow of the agents and the sink, the phase and
+// the points recorded so far.
+type timeline[P interface{ flowOf() flow }] struct {
+	loadCounts
+	start time.Time
+	flows *flowReader
+	// prevHost: the machine's CPU at the previous point (the sampling
+	// goroutine's).
+	prevHost harness.HostCPU
+
+	mu     sync.Mutex
+	phase  string
+	points []P
+}
+
+func newTimeline[P interface{ flowOf() flow }](agents []*member, sink *member) timeline[P] {
+	return timeline[P]{start: time.Now(), flows: newFlowReader(agents, sink)}
+}
+
+func (tl *timeline[P]) setPhase(p string) {
+	tl.mu.Lock()
+	tl.phase = p
+	tl.mu.Unlock()
+}
+
+// latest returns the last recorded point.
+func (tl *timeline[P]) latest() (P, bool) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if len(tl.points) == 0 {
+		var none P
+		return none, false
+	}
+	return tl.points[len(tl.points)-1], true
+}
+
+// latestFlow is the flow of the last recorded point.
+func (tl *timeline[P]) latestFlow() (flow, bool) {
+	p, ok := tl.latest()
+	return p.flowOf(), ok
+}
+
+// counts is where the load generators' counts go.
+func (tl *timeline[P]) counts() *loadCounts { return &tl.loadCounts }
+
+func (tl *timeline[P]) snapshot() []P {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return append([]P(nil), tl.points...)
+}
+
+// begin starts the point of now; its flow is read by end.
+func (tl *timeline[P]) begin(now time.Time) basePoint {
+	b := basePoint{t: now.Sub(tl.start), hostPct: -1}
+	// The machine's CPU: the agents, the sink and the generator share its
+	// cores with the gateways, and a burst can take all of them.
+	if h, err := harness.ReadHostCPU("/proc/stat"); err == nil {
+		if tl.prevHost.Total > 0 {
+			b.hostPct = h.BusyPct(tl.prevHost)
+		}
+		tl.prevHost = h
+	}
+	tl.mu.Lock()
+	b.phase = tl.phase
+	tl.mu.Unlock()
+	b.lg = tl.total()
+	return b
+}
+
+// end reads the point's flow: after the gateways, so that the sink has
+// counted what they had sent.
+func (tl *timeline[P]) end(now time.Time, b *basePoint) {
+	b.flow = tl.flows.read(now)
+}
+
+// add records p; write writes its rows under the same lock, so that the
+// rows are in the points' order.
+func (tl *timeline[P]) add(p P, write func()) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.points = append(tl.points, p)
+	write()
+}
+
+// procPoint is a gateway at one point: its process and its cgroup.
+type procPoint struct {
 	alive    bool
 	restarts int
 	cg       harness.CgStats
 	cgOK     bool
 	wsPct    float64
-	cpuPct   float64 // < 0: unknown
-	hostPct  float64 // the machine's, all cores; < 0: unknown
-	state    float64 // NaN: unknown or no throttle
-	lg       loadgen.Counts
+	cpuPct   float64 // of its quota over the last interval; < 0: unknown
+}
+
+// cpuMark is a gateway's CPU time at the previous point.
+type cpuMark struct {
+	used time.Duration
+	at   time.Time
+}
+
+// procHeader names readProc's cells.
+var procHeader = []string{"alive", "restarts", "oom_kills", "ws_bytes", "limit_bytes", "ws_pct", "cpu_s", "cpu_pct"}
+
+// readProc reads a gateway of cpus cores, its process and its cgroup, at
+// now (prev: its CPU time at the previous point), and returns it and its
+// cells of a timeline row (procHeader).
+func readProc(now time.Time, proc *harness.Process, cg *harness.Cgroup, cpus float64, prev *cpuMark) (procPoint, []string) {
+	pp := procPoint{cpuPct: -1}
+	if proc != nil { // nil: not started yet
+		_, pp.alive, pp.restarts = proc.State()
+	}
+	row := []string{b2s(pp.alive), strconv.Itoa(pp.restarts)}
+	st, err := cg.Stats()
+	pp.cg, pp.cgOK = st, err == nil
+	if !pp.cgOK {
+		return pp, append(row, "", "", "", "", "", "")
+	}
+	if st.Limit > 0 {
+		pp.wsPct = 100 * float64(st.WorkingSet) / float64(st.Limit)
+	}
+	if !prev.at.IsZero() {
+		pp.cpuPct = 100 * (st.CPUUsage - prev.used).Seconds() / (now.Sub(prev.at).Seconds() * cpus)
+	}
+	*prev = cpuMark{used: st.CPUUsage, at: now}
+	return pp, append(row, strconv.FormatUint(st.OOMKills, 10), strconv.FormatUint(st.WorkingSet, 10), strconv.FormatUint(st.Limit, 10),
+		f64(pp.wsPct, 2), f64(st.CPUUsage.Seconds(), 3), opt(nonNeg(pp.cpuPct), 1))
+}
+
+// point is what the summary and the drain need of one row.
+type point struct {
+	basePoint
+	procPoint
+	state float64 // NaN: unknown or no throttle
 }
 
 type recorder struct {
-	loadCounts
+	timeline[point]
 	scenario string
 	o        options
 	f        *fleet
-	w        *csv.Writer
-	start    time.Time
-	flows    *flowReader
-
-	mu     sync.Mutex
-	phase  string
-	points []point
+	w        *harness.CSVFile
+	prevCPU  cpuMark // the sampling goroutine's
 }
 
-func newRecorder(scenario string, o options, f *fleet, w *csv.Writer) *recorder {
-	return &recorder{scenario: scenario, o: o, f: f, w: w, start: time.Now(), flows: newFlowReader(f.agents, f.sink)}
-}
-
-func (r *recorder) setPhase(p string) {
-	r.mu.Lock()
-	r.phase = p
-	r.mu.Unlock()
+func newRecorder(scenario string, o options, f *fleet, w *harness.CSVFile) *recorder {
+	return &recorder{timeline: newTimeline[point](f.agents, f.sink), scenario: scenario, o: o, f: f, w: w}
 }
 
 func addCounts(a, b loadgen.Counts) loadgen.Counts {
@@ -193,16 +319,6 @@ func addCounts(a, b loadgen.Counts) loadgen.Counts {
 	a.AcceptedItems += b.AcceptedItems
 	a.SentBytes += b.SentBytes
 	return a
-}
-
-// latest returns the last recorded point.
-func (r *recorder) latest() (point, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.points) == 0 {
-		return point{}, false
-	}
-	return r.points[len(r.points)-1], true
 }
 
 // sinkRate is the sink's rate in spans/s between from and to, from the
@@ -227,27 +343,8 @@ func (r *recorder) sinkRate(from, to time.Time) float64 {
 	return (last.sinkSpans - first.sinkSpans) / (last.t - first.t).Seconds()
 }
 
-func (r *recorder) snapshot() []point {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]point(nil), r.points...)
-}
-
 func (r *recorder) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var prevCPU time.Duration
-	var prevAt time.Time
-	var prevHost harness.HostCPU
-	for {
-		now := time.Now()
-		r.sample(now, &prevCPU, &prevAt, &prevHost)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	harness.Every(ctx, interval, func() { r.sample(time.Now()) })
 }
 
 func f64(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
@@ -266,67 +363,20 @@ func b2s(b bool) string {
 	return "0"
 }
 
-// get sums the series name (with labels want) of samples; NaN when absent.
-func get(samples []harness.Sample, name string, want map[string]string) float64 {
-	v, ok := harness.Sum(samples, name, want)
-	if !ok {
-		return math.NaN()
-	}
-	return v
-}
-
-func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Time, prevHost *harness.HostCPU) {
-	p := point{t: now.Sub(r.start), cpuPct: -1, hostPct: -1, state: math.NaN()}
-	// The machine's CPU: the agents, the sink and the generator share its
-	// cores with the gateway, and a burst can take all of them.
-	if h, err := harness.ReadHostCPU("/proc/stat"); err == nil {
-		if prevHost.Total > 0 {
-			p.hostPct = h.BusyPct(*prevHost)
-		}
-		*prevHost = h
-	}
-	r.mu.Lock()
-	p.phase = r.phase
-	r.mu.Unlock()
-	p.lg = r.total()
-
-	_, alive, restarts := r.f.gateway.proc.State()
-	p.alive, p.restarts = alive, restarts
-	st, err := r.f.cg.Stats()
-	p.cg, p.cgOK = st, err == nil
-	if p.cgOK && st.Limit > 0 {
-		p.wsPct = 100 * float64(st.WorkingSet) / float64(st.Limit)
-	}
-	if p.cgOK && !prevAt.IsZero() {
-		p.cpuPct = 100 * (st.CPUUsage - *prevCPU).Seconds() / (now.Sub(*prevAt).Seconds() * r.o.cpus)
-	}
-	if p.cgOK {
-		*prevCPU, *prevAt = st.CPUUsage, now
-	}
-	row := []string{
-		r.scenario, f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase,
-		b2s(alive), strconv.Itoa(restarts),
-	}
-	if p.cgOK {
-		row = append(row, strconv.FormatUint(st.OOMKills, 10), strconv.FormatUint(st.WorkingSet, 10), strconv.FormatUint(st.Limit, 10),
-			f64(p.wsPct, 2), f64(st.CPUUsage.Seconds(), 3))
-		if p.cpuPct >= 0 {
-			row = append(row, f64(p.cpuPct, 1))
-		} else {
-			row = append(row, "")
-		}
-	} else {
-		row = append(row, "", "", "", "", "", "")
-	}
+func (r *recorder) sample(now time.Time) {
+	p := point{basePoint: r.begin(now), state: math.NaN()}
+	var proc []string
+	p.procPoint, proc = readProc(now, r.f.gateway.proc, r.f.cg, r.o.cpus, &r.prevCPU)
+	row := slices.Concat([]string{r.scenario, f64(p.t.Seconds(), 3), strconv.FormatInt(now.UnixMilli(), 10), p.phase}, proc)
 
 	// The gateway: only a fresh scrape of a live process.
 	gs, at := r.f.gateway.scr.Get()
-	fresh := alive && !at.IsZero() && now.Sub(at) < time.Second
+	fresh := p.alive && !at.IsZero() && now.Sub(at) < time.Second
 	g := func(name string, labels map[string]string) float64 {
 		if !fresh {
 			return math.NaN()
 		}
-		return get(gs, name, labels)
+		return harness.Value(gs, name, labels)
 	}
 	if fresh {
 		row = append(row, strconv.FormatInt(now.Sub(at).Milliseconds(), 10))
@@ -354,20 +404,12 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 		opt(g("otelcol_process_runtime_heap_alloc_bytes", nil), 0),
 	)
 
-	p.flow = r.flows.read(now)
-	row = append(row, p.flowRow()...)
-	row = append(row, loadRow(p.lg)...)
-	if p.hostPct >= 0 {
-		row = append(row, f64(p.hostPct, 1))
-	} else {
-		row = append(row, "")
-	}
-
-	r.mu.Lock()
-	r.points = append(r.points, p)
-	_ = r.w.Write(row)
-	r.w.Flush()
-	r.mu.Unlock()
+	r.end(now, &p.basePoint)
+	row = slices.Concat(row, p.flowRow(), loadRow(p.lg), []string{opt(nonNeg(p.hostPct), 1)})
+	r.add(p, func() {
+		r.w.Write(row)
+		_ = r.w.Flush()
+	})
 }
 
 // zero is v, or 0 for a missing value: an agent's counter that was never

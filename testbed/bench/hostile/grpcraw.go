@@ -12,41 +12,15 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/gzip"
-	"google.golang.org/grpc/mem"
+
+	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
 // tracesMethod is the OTLP trace Export RPC: every client and peer of this
 // benchmark sends traces, so that the hostile peer contends with the normal
 // clients for the same signal's budget and learnt sizes.
 const tracesMethod = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-
-// rawCodec sends protobuf bytes encoded beforehand as they are and hands
-// back what it receives undecoded: the clients encode (and compress) each
-// body once, and the sink counts bytes without decoding them.
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "proto" }
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return nil, errors.New("rawCodec: want *[]byte")
-	}
-	return mem.BufferSlice{mem.SliceBuffer(*b)}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return errors.New("rawCodec: want *[]byte")
-	}
-	*b = data.Materialize()
-	return nil
-}
-
-var _ encoding.CodecV2 = rawCodec{}
 
 // unaryDesc is the stream of a unary call: one message each way.
 var unaryDesc = &grpc.StreamDesc{}
@@ -64,7 +38,7 @@ func dialGRPC(src netip.Addr, target string) (*grpc.ClientConn, error) {
 		}),
 		grpc.WithDisableRetry(),
 		grpc.WithNoProxy(),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.UseCompressor(gzip.Name)),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(loadgen.RawCodec{}), grpc.UseCompressor(gzip.Name)),
 	)
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
+	"github.com/otelthrottle/throttle/testbed/bench/report"
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
 
@@ -59,8 +60,9 @@ func TestHostilePeers(t *testing.T) {
 	t.Logf("%s\n%s", cmd, log.String())
 	require.NoError(t, err)
 
-	rows, err := readCSV(filepath.Join(out, "summary.csv"))
+	sum, err := report.ReadCSV(filepath.Join(out, "summary.csv"))
 	require.NoError(t, err)
+	rows := sum.Rows
 	require.Len(t, rows, 2*len(hostileScenarios), "a baseline and a scenario round per scenario")
 	for _, r := range rows {
 		if r["scenario"] == scenarioBaseline {

@@ -5,7 +5,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/bench/report"
 	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
@@ -83,48 +83,8 @@ func writeSummary(dir string, rounds []*roundResult) error {
 			ref = append(ref, row)
 		}
 	}
-	return errors.Join(writeCSV(filepath.Join(dir, "summary.csv"), summaryHeader, sum),
-		writeCSV(filepath.Join(dir, "refusals.csv"), refusalsHeader, ref))
-}
-
-func writeCSV(path string, header []string, rows [][]string) error {
-	var b bytes.Buffer
-	w := csv.NewWriter(&b)
-	_ = w.Write(header)
-	_ = w.WriteAll(rows)
-	if err := w.Error(); err != nil {
-		return err
-	}
-	return os.WriteFile(path, b.Bytes(), 0o644)
-}
-
-// readCSV reads a CSV file with a header into rows by column name.
-func readCSV(path string) ([]map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	r := csv.NewReader(f)
-	r.FieldsPerRecord = -1
-	recs, err := r.ReadAll()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(recs) == 0 {
-		return nil, fmt.Errorf("%s: empty", path)
-	}
-	var out []map[string]string
-	for _, rec := range recs[1:] {
-		row := map[string]string{}
-		for i, h := range recs[0] {
-			if i < len(rec) {
-				row[h] = rec[i]
-			}
-		}
-		out = append(out, row)
-	}
-	return out, nil
+	return errors.Join(harness.WriteCSV(filepath.Join(dir, "summary.csv"), summaryHeader, sum),
+		harness.WriteCSV(filepath.Join(dir, "refusals.csv"), refusalsHeader, ref))
 }
 
 // writeSetup writes setup.md: what the run did, for the report.
@@ -230,14 +190,15 @@ func printTable(w io.Writer, rounds []*roundResult) {
 // writeReport writes dir/report.md and the charts from the run's files
 // (summary.csv, refusals.csv, setup.md, machine.txt, timeline.csv).
 func writeReport(dir string) error {
-	rows, err := readCSV(filepath.Join(dir, "summary.csv"))
+	sum, err := report.ReadCSV(filepath.Join(dir, "summary.csv"))
 	if err != nil {
 		return err
 	}
-	buckets, err := readCSV(filepath.Join(dir, "refusals.csv"))
+	ref, err := report.ReadCSV(filepath.Join(dir, "refusals.csv"))
 	if err != nil {
 		return err
 	}
+	rows, buckets := sum.Rows, ref.Rows
 	machine, _ := os.ReadFile(filepath.Join(dir, "machine.txt"))
 	setup, _ := os.ReadFile(filepath.Join(dir, "setup.md"))
 	charts, chartErr := report.GenerateHostile(dir)

@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
+
+	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
 func gunzip(t *testing.T, b []byte) []byte {
@@ -126,7 +128,7 @@ func TestPreparedMessageIsCompressed(t *testing.T) {
 	ws := &wireSizes{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.StatsHandler(ws),
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(loadgen.RawCodec{}), grpc.StatsHandler(ws),
 		grpc.UnknownServiceHandler(func(_ any, s grpc.ServerStream) error {
 			var m []byte
 			if err := s.RecvMsg(&m); err != nil {

@@ -93,6 +93,9 @@ func (r *hreq) end(c class, msg string) {
 	})
 }
 
+// held records a request still unanswered when the round ended.
+func (r *hreq) held() { r.end(classHeld, "held until the end of the round") }
+
 // lifetime is how long the request has been out.
 func (r *hreq) lifetime() time.Duration { return time.Since(r.p.start) - r.a.sent }
 
@@ -285,45 +288,56 @@ func chunk(b []byte) []byte {
 	return append(out, "\r\n"...)
 }
 
-// trickleLane is the fill-then-trickle peer: one connection at a time.
-func (e *peerEnv) trickleLane(ctx context.Context) {
-	ts := e.payloads.trickle
+// rawLane sends raw HTTP requests of kind on connections of their own,
+// one at a time until ctx ends: write writes a request (and may go on
+// writing until its context ends) while the gateway's answer is awaited;
+// then the connection is closed, and the next one opened after minCycle.
+func (e *peerEnv) rawLane(ctx context.Context, kind string, write func(ctx context.Context, conn net.Conn)) {
 	for ctx.Err() == nil {
-		r := e.peer.begin("trickle")
+		r := e.peer.begin(kind)
 		conn, err := dialHostile(ctx, e.httpAddr)
 		if err != nil {
 			r.end(classError, err.Error())
-			if !pause(ctx, r.lifetime()) {
-				return
-			}
-			continue
-		}
-		ans := awaitAnswer(conn)
-		_, _ = conn.Write(append(e.requestHead("Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"), chunk(ts.head)...))
-		tick := time.NewTicker(e.o.trickleEvery)
-		next := 0
-	wait:
-		for {
+		} else {
+			ans := awaitAnswer(conn)
+			wctx, stopWriting := context.WithCancel(ctx)
+			written := make(chan struct{})
+			go func() {
+				defer close(written)
+				write(wctx, conn)
+			}()
 			select {
 			case res := <-ans:
 				endHTTP(r, res)
-				break wait
 			case <-ctx.Done():
-				r.end(classHeld, "held until the end of the round")
-				break wait
-			case <-tick.C:
-				if next < len(ts.pieces) {
-					_, _ = conn.Write(chunk(ts.pieces[next]))
-					next++
-				}
+				r.held()
 			}
+			stopWriting()
+			conn.Close()
+			<-written
 		}
-		tick.Stop()
-		conn.Close()
 		if !pause(ctx, r.lifetime()) {
 			return
 		}
 	}
+}
+
+// trickleLane is the fill-then-trickle peer: one connection at a time.
+func (e *peerEnv) trickleLane(ctx context.Context) {
+	ts := e.payloads.trickle
+	e.rawLane(ctx, "trickle", func(ctx context.Context, conn net.Conn) {
+		_, _ = conn.Write(append(e.requestHead("Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"), chunk(ts.head)...))
+		tick := time.NewTicker(e.o.trickleEvery)
+		defer tick.Stop()
+		for _, piece := range ts.pieces {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_, _ = conn.Write(chunk(piece))
+			}
+		}
+	})
 }
 
 // bombLane sends the gzip bombs back to back, one size after the other.
@@ -338,7 +352,7 @@ func (e *peerEnv) bombLane(ctx context.Context, c *http.Client, lane int) {
 		resp, err := c.Do(req)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			r.end(classHeld, "held until the end of the round")
+			r.held()
 		case err != nil:
 			r.end(classRefused, "no answer: "+shorten(err.Error(), 120))
 		default:
@@ -359,37 +373,11 @@ func (e *peerEnv) bigLengthLane(ctx context.Context) {
 	size := int(float64(e.budget) * e.o.lengthFactor)
 	blob := blobForSize(size)
 	prefix := blobRequestPrefix(blob)
-	total := len(prefix) + blob
-	for ctx.Err() == nil {
-		r := e.peer.begin("content-length")
-		conn, err := dialHostile(ctx, e.httpAddr)
-		if err != nil {
-			r.end(classError, err.Error())
-			if !pause(ctx, r.lifetime()) {
-				return
-			}
-			continue
-		}
-		ans := awaitAnswer(conn)
-		head := e.requestHead("Content-Length: " + strconv.Itoa(total) + "\r\n")
-		sent := make(chan struct{})
-		go func() {
-			defer close(sent)
-			_, _ = conn.Write(append(head, prefix...))
-			pacedWrite(ctx, conn, blob, e.o.lengthRateMiB)
-		}()
-		select {
-		case res := <-ans:
-			endHTTP(r, res)
-		case <-ctx.Done():
-			r.end(classHeld, "held until the end of the round")
-		}
-		conn.Close()
-		<-sent
-		if !pause(ctx, r.lifetime()) {
-			return
-		}
-	}
+	head := e.requestHead("Content-Length: " + strconv.Itoa(len(prefix)+blob) + "\r\n")
+	e.rawLane(ctx, "content-length", func(ctx context.Context, conn net.Conn) {
+		_, _ = conn.Write(append(head, prefix...))
+		pacedWrite(ctx, conn, blob, e.o.lengthRateMiB)
+	})
 }
 
 // pacedWrite writes n letters to w at rateMiB MiB/s, in 64 KiB writes,
@@ -437,7 +425,7 @@ func (e *peerEnv) inflateLane(ctx context.Context, conn *grpc.ClientConn, pm *gr
 // endGRPC records the outcome of a hostile gRPC request.
 func (e *peerEnv) endGRPC(ctx context.Context, r *hreq, err error, ownDeadline bool) {
 	if err != nil && ctx.Err() != nil {
-		r.end(classHeld, "held until the end of the round")
+		r.held()
 		return
 	}
 	c, msg := classifyGRPC(err, ownDeadline)
@@ -448,29 +436,9 @@ func (e *peerEnv) endGRPC(ctx context.Context, r *hreq, err error, ownDeadline b
 // body.
 func (e *peerEnv) heldBodyLane(ctx context.Context) {
 	head := e.requestHead("Content-Length: " + strconv.Itoa(e.normalDecoded) + "\r\n")
-	for ctx.Err() == nil {
-		r := e.peer.begin("http-held-body")
-		conn, err := dialHostile(ctx, e.httpAddr)
-		if err != nil {
-			r.end(classError, err.Error())
-			if !pause(ctx, r.lifetime()) {
-				return
-			}
-			continue
-		}
-		ans := awaitAnswer(conn)
+	e.rawLane(ctx, "http-held-body", func(_ context.Context, conn net.Conn) {
 		_, _ = conn.Write(head)
-		select {
-		case res := <-ans:
-			endHTTP(r, res)
-		case <-ctx.Done():
-			r.end(classHeld, "held until the end of the round")
-		}
-		conn.Close()
-		if !pause(ctx, r.lifetime()) {
-			return
-		}
-	}
+	})
 }
 
 // silentStreamLane opens Export streams that never send their message,

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"os"
@@ -25,36 +24,6 @@ type runResult struct {
 	rounds     []*roundResult
 	capacity   float64
 	reportPath string
-}
-
-// csvFile is a CSV file written by several goroutines.
-type csvFile struct {
-	mu sync.Mutex
-	f  *os.File
-	w  *csv.Writer
-}
-
-func createCSV(path string, header []string) (*csvFile, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	c := &csvFile{f: f, w: csv.NewWriter(f)}
-	c.write(header)
-	return c, nil
-}
-
-func (c *csvFile) write(row []string) {
-	c.mu.Lock()
-	_ = c.w.Write(row)
-	c.mu.Unlock()
-}
-
-func (c *csvFile) close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.w.Flush()
-	return errors.Join(c.w.Error(), c.f.Close())
 }
 
 // defaultOut is bench/runs/<UTC date>-hostile, or the first of -2, -3...
@@ -85,11 +54,11 @@ func commit() string {
 
 // writers are the run's CSV files.
 type writers struct {
-	timeline, answers, hostile *csvFile
+	timeline, answers, hostile *harness.CSVFile
 }
 
 func (w *writers) close() error {
-	return errors.Join(w.timeline.close(), w.answers.close(), w.hostile.close())
+	return errors.Join(w.timeline.Close(), w.answers.Close(), w.hostile.Close())
 }
 
 var answersHeader = []string{"round", "scenario", "who", "sent_s", "latency_ms", "class", "items", "message"}
@@ -111,13 +80,13 @@ func run(ctx context.Context, o *options, args []string) (*runResult, error) {
 	logf("results in %s", o.out)
 	var w writers
 	var err error
-	if w.timeline, err = createCSV(filepath.Join(o.out, "timeline.csv"), timelineHeader); err != nil {
+	if w.timeline, err = harness.CreateCSV(filepath.Join(o.out, "timeline.csv"), timelineHeader); err != nil {
 		return nil, err
 	}
-	if w.answers, err = createCSV(filepath.Join(o.out, "answers.csv"), answersHeader); err != nil {
+	if w.answers, err = harness.CreateCSV(filepath.Join(o.out, "answers.csv"), answersHeader); err != nil {
 		return nil, err
 	}
-	if w.hostile, err = createCSV(filepath.Join(o.out, "hostile.csv"), answersHeader); err != nil {
+	if w.hostile, err = harness.CreateCSV(filepath.Join(o.out, "hostile.csv"), answersHeader); err != nil {
 		return nil, err
 	}
 	res := &runResult{}
@@ -300,18 +269,18 @@ func runRound(ctx context.Context, o *options, idx int, scenario string, pair in
 		round: idx, scenario: scenario, pair: pair, window: o.duration, offeredItemsS: itemsS, budget: budget,
 		peakWS: smp.peakWS, limit: smp.limit, oomKills: smp.oomKills,
 	}
-	_, _, r.restarts = g.proc.State()
+	_, _, r.restarts = g.col.Proc.State()
 	normal, hostile := nc.snapshot(), pr.snapshot()
 	r.analyse(normal, hostile, from)
 	if scenario == scenarioBaseline {
 		r.baselineItemsS = r.acceptedItemsS
 	}
 	for _, set := range []struct {
-		f  *csvFile
+		f  *harness.CSVFile
 		as []answer
 	}{{w.answers, normal}, {w.hostile, hostile}} {
 		for _, a := range set.as {
-			set.f.write(answerRow(idx, scenario, a))
+			set.f.Write(answerRow(idx, scenario, a))
 		}
 	}
 	n, h := r.refusedShares()
@@ -366,17 +335,16 @@ type sampler struct {
 	g        *gateway
 	nc       *normalClients
 	pr       *peer
-	w        *csvFile
+	w        *harness.CSVFile
 	phase    atomic.Value
-	cancel   context.CancelFunc
-	done     chan struct{}
+	stop     func() // ends the sampling; set by start
 
 	// Written by the sampler's goroutine, read after stop.
 	peakWS, limit, oomKills uint64
 }
 
-func newSampler(idx int, scenario string, t0 time.Time, o *options, g *gateway, nc *normalClients, pr *peer, w *csvFile) *sampler {
-	s := &sampler{idx: idx, scenario: scenario, t0: t0, cpus: o.cpus, g: g, nc: nc, pr: pr, w: w, done: make(chan struct{})}
+func newSampler(idx int, scenario string, t0 time.Time, o *options, g *gateway, nc *normalClients, pr *peer, w *harness.CSVFile) *sampler {
+	s := &sampler{idx: idx, scenario: scenario, t0: t0, cpus: o.cpus, g: g, nc: nc, pr: pr, w: w}
 	s.phase.Store("warmup")
 	return s
 }
@@ -384,35 +352,18 @@ func newSampler(idx int, scenario string, t0 time.Time, o *options, g *gateway, 
 func (s *sampler) setPhase(p string) { s.phase.Store(p) }
 
 func (s *sampler) start(every time.Duration) {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(every)
-		defer t.Stop()
+	s.stop = harness.Background(func(ctx context.Context) {
 		var prevCPU time.Duration
 		var prevAt time.Time
-		for {
-			prevCPU, prevAt = s.sample(prevCPU, prevAt)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-}
-
-func (s *sampler) stop() {
-	s.cancel()
-	<-s.done
+		harness.Every(ctx, every, func() { prevCPU, prevAt = s.sample(prevCPU, prevAt) })
+	})
 }
 
 func f64(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 
 func (s *sampler) sample(prevCPU time.Duration, prevAt time.Time) (time.Duration, time.Time) {
 	now := time.Now()
-	_, alive, restarts := s.g.proc.State()
+	_, alive, restarts := s.g.col.Proc.State()
 	row := []string{
 		strconv.Itoa(s.idx), s.scenario, f64(now.Sub(s.t0).Seconds(), 3), s.phase.Load().(string),
 		strconv.FormatBool(alive), strconv.Itoa(restarts),
@@ -432,7 +383,7 @@ func (s *sampler) sample(prevCPU time.Duration, prevAt time.Time) (time.Duration
 	} else {
 		row = append(row, "", "", "", "", "")
 	}
-	samples, at := s.g.scr.Get()
+	samples, at := s.g.col.Scraper.Get()
 	fresh := alive && !at.IsZero() && now.Sub(at) < time.Second
 	metric := func(name string, labels map[string]string) string {
 		if !fresh {
@@ -462,6 +413,6 @@ func (s *sampler) sample(prevCPU time.Duration, prevAt time.Time) (time.Duration
 		strconv.FormatInt(s.pr.counts[classOK].Load(), 10), strconv.FormatInt(hRefused, 10),
 		strconv.FormatInt(s.pr.counts[classError].Load(), 10), strconv.FormatInt(s.pr.counts[classHeld].Load(), 10),
 		strconv.FormatInt(s.pr.open.Load(), 10))
-	s.w.write(row)
+	s.w.Write(row)
 	return prevCPU, prevAt
 }

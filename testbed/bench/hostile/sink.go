@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/encoding/gzip" // the gateway's otlp_grpc exporter compresses with gzip
+
+	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
 // sink is where the gateway's otlp_grpc exporter delivers: a gRPC server in
@@ -37,7 +39,7 @@ func startSink() (*sink, error) {
 	}
 	s := &sink{ln: ln}
 	s.srv = grpc.NewServer(
-		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.ForceServerCodecV2(loadgen.RawCodec{}),
 		grpc.MaxRecvMsgSize(sinkMaxMessage),
 		grpc.UnknownServiceHandler(s.handle),
 	)

@@ -97,7 +97,7 @@ func TestChartsFitABaseline(t *testing.T) {
 				"lg_ok":             ok.add(r, 700), "lg_rejected": rej.add(r, 800), "lg_unavailable": 0, "lg_other": 0, "lg_errors": float64(i / 100),
 			}
 		})
-		tl, err := readCSV(filepath.Join(dir, "timeline.csv"))
+		tl, err := ReadCSV(filepath.Join(dir, "timeline.csv"))
 		require.NoError(t, err)
 		series := loadSeries(tl)
 		require.Len(t, series, 1)
@@ -121,7 +121,7 @@ func TestChartsFitABaseline(t *testing.T) {
 				"gw_mem_enter": 0.85, "gw_mem_hard": 0.92, "gw_oom_kills": float64(i / 200), "gw_restarts": float64(i / 200),
 			}
 		})
-		tl, err := readCSV(filepath.Join(dir, "timeline.csv"))
+		tl, err := ReadCSV(filepath.Join(dir, "timeline.csv"))
 		require.NoError(t, err)
 		series := loadFleetSeries(tl)
 		require.Len(t, series, 1)

@@ -61,7 +61,7 @@ func loadFleetSeries(tl *Table) []*FleetSeries {
 		col := func(c string, scale float64) []float64 {
 			v := make([]float64, len(rs))
 			for i, r := range rs {
-				v[i] = num(r[c]) * scale
+				v[i] = Num(r[c]) * scale
 			}
 			return v
 		}
@@ -108,11 +108,11 @@ const FleetCapacityFile = "capacity.md"
 // run and writes report.md and timeline-<scenario>.png into dir.
 func GenerateFleet(dir string) (FleetFiles, error) {
 	var files FleetFiles
-	sum, err := readCSV(filepath.Join(dir, "summary.csv"))
+	sum, err := ReadCSV(filepath.Join(dir, "summary.csv"))
 	if err != nil {
 		return files, err
 	}
-	tl, err := readCSV(filepath.Join(dir, "timeline.csv"))
+	tl, err := ReadCSV(filepath.Join(dir, "timeline.csv"))
 	if err != nil {
 		return files, err
 	}
@@ -121,8 +121,8 @@ func GenerateFleet(dir string) (FleetFiles, error) {
 	for i := range sum.Rows {
 		for _, s := range series {
 			if s.Scenario == sum.Get(i, "scenario") {
-				s.Capacity = num(sum.Get(i, "capacity_spans_s"))
-				burst = num(sum.Get(i, "burst_s"))
+				s.Capacity = Num(sum.Get(i, "capacity_spans_s"))
+				burst = Num(sum.Get(i, "burst_s"))
 			}
 		}
 	}

@@ -48,7 +48,7 @@ func loadHostileRounds(tl *Table) []*hostileRound {
 		if sc == "capacity" {
 			continue
 		}
-		name := fmt.Sprintf("r%02d %s", int(num(r["round"])), sc)
+		name := fmt.Sprintf("r%02d %s", int(Num(r["round"])), sc)
 		if _, ok := rows[name]; !ok {
 			if seen[sc] {
 				continue
@@ -64,7 +64,7 @@ func loadHostileRounds(tl *Table) []*hostileRound {
 		col := func(c string) []float64 {
 			v := make([]float64, len(rs))
 			for i, r := range rs {
-				v[i] = num(r[c])
+				v[i] = Num(r[c])
 			}
 			return v
 		}
@@ -103,7 +103,7 @@ func loadHostileRounds(tl *Table) []*hostileRound {
 // gateway's working set, CPU and reserved admission budget with the
 // hostile peer's unanswered requests. It returns their paths.
 func GenerateHostile(dir string) ([]string, error) {
-	tl, err := readCSV(filepath.Join(dir, "timeline.csv"))
+	tl, err := ReadCSV(filepath.Join(dir, "timeline.csv"))
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,7 @@ type Table struct {
 func (t *Table) Get(i int, name string) string { return t.Rows[i][name] }
 
 // readCSV reads a CSV file with a header line.
-func readCSV(path string) (*Table, error) {
+func ReadCSV(path string) (*Table, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -73,8 +73,8 @@ func readCSV(path string) (*Table, error) {
 	return t, nil
 }
 
-// num parses a cell; an empty or bad cell is NaN (a gap, never 0).
-func num(s string) float64 {
+// Num parses a cell; an empty or bad cell is NaN (a gap, never 0).
+func Num(s string) float64 {
 	if s == "" {
 		return math.NaN()
 	}
@@ -173,7 +173,7 @@ func loadSeries(tl *Table) []*Series {
 		col := func(c string, scale float64) []float64 {
 			v := make([]float64, len(rs))
 			for i, r := range rs {
-				v[i] = num(r[c]) * scale
+				v[i] = Num(r[c]) * scale
 			}
 			return v
 		}
@@ -239,11 +239,11 @@ type Files struct {
 // report.md, report.html, timeline-<scenario>.png and chart.csv.
 func Generate(dir string) (Files, error) {
 	var files Files
-	sum, err := readCSV(filepath.Join(dir, "summary.csv"))
+	sum, err := ReadCSV(filepath.Join(dir, "summary.csv"))
 	if err != nil {
 		return files, err
 	}
-	tl, err := readCSV(filepath.Join(dir, "timeline.csv"))
+	tl, err := ReadCSV(filepath.Join(dir, "timeline.csv"))
 	if err != nil {
 		return files, err
 	}
@@ -294,7 +294,7 @@ type column struct {
 
 func cellF(name string, prec int) func(t *Table, i int) string {
 	return func(t *Table, i int) string {
-		v := num(t.Get(i, name))
+		v := Num(t.Get(i, name))
 		if math.IsNaN(v) {
 			return "n/a"
 		}
@@ -320,7 +320,7 @@ var columns = []column{
 	{"ok req/s", cellF("ok_req_s", 1)},
 	{"requests rejected (429/RE)", cellF("rejected_429", 0)},
 	{"failed (503, other, transport)", func(t *Table, i int) string {
-		v := num(t.Get(i, "unavailable_503")) + num(t.Get(i, "other")) + num(t.Get(i, "errors"))
+		v := Num(t.Get(i, "unavailable_503")) + Num(t.Get(i, "other")) + Num(t.Get(i, "errors"))
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	}},
 	{"OOM kills", cellF("oom_kills", 0)},

@@ -126,7 +126,7 @@ func TestGenerate(t *testing.T) {
 func TestLoadSeries(t *testing.T) {
 	dir := t.TempDir()
 	writeRun(t, dir)
-	tl, err := readCSV(filepath.Join(dir, "timeline.csv"))
+	tl, err := ReadCSV(filepath.Join(dir, "timeline.csv"))
 	require.NoError(t, err)
 	series := loadSeries(tl)
 	require.Equal(t, []string{"A", "D"}, Scenarios(series))

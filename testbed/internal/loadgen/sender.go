@@ -140,30 +140,32 @@ func unmarshalResp(p, j func([]byte) error, body []byte, enc Encoding) error {
 	return p(body)
 }
 
-// rawCodec sends a pre-encoded protobuf message as is and hands back the
-// response bytes: the generator marshals each body once, not per call.
-type rawCodec struct{}
+// RawCodec is a gRPC codec of protobuf bytes encoded beforehand: it sends
+// a *[]byte as it is and hands back what it receives undecoded, so that a
+// client encodes each body once, not per call, and a sink counts bytes
+// without decoding them.
+type RawCodec struct{}
 
-func (rawCodec) Name() string { return "proto" }
+func (RawCodec) Name() string { return "proto" }
 
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+func (RawCodec) Marshal(v any) (mem.BufferSlice, error) {
 	b, ok := v.(*[]byte)
 	if !ok {
-		return nil, errors.New("rawCodec: want *[]byte")
+		return nil, errors.New("loadgen.RawCodec: want *[]byte")
 	}
 	return mem.BufferSlice{mem.SliceBuffer(*b)}, nil
 }
 
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (RawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	b, ok := v.(*[]byte)
 	if !ok {
-		return errors.New("rawCodec: want *[]byte")
+		return errors.New("loadgen.RawCodec: want *[]byte")
 	}
 	*b = data.Materialize()
 	return nil
 }
 
-var _ encoding.CodecV2 = rawCodec{}
+var _ encoding.CodecV2 = RawCodec{}
 
 // grpcSender calls the OTLP Export methods on a few connections, with
 // retries disabled (grpc-go still transparently re-sends an RPC the server
@@ -181,7 +183,7 @@ func newGRPCSender(cfg Config) (*grpcSender, error) {
 	for k, vs := range cfg.Headers {
 		g.md[strings.ToLower(k)] = vs
 	}
-	g.opts = []grpc.CallOption{grpc.ForceCodecV2(rawCodec{})}
+	g.opts = []grpc.CallOption{grpc.ForceCodecV2(RawCodec{})}
 	if cfg.Gzip {
 		g.opts = append(g.opts, grpc.UseCompressor(gzip.Name))
 	}

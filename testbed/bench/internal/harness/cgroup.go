@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
@@ -24,6 +25,8 @@ import (
 // kind of machine memory sits under a sandbox's path and only a child of it
 // may be created).
 type Cgroup struct {
+	// Name is its directories' name under each controller.
+	Name    string
 	Version int
 	// dirs created, in creation order (removed in reverse).
 	Dirs                       []string
@@ -58,12 +61,21 @@ func Resolve(root string) (version int, cpu, cpuacct, memory string, err error) 
 }
 
 // CreateCgroup creates the cgroup name limited to cpus cores and memBytes.
+// Its errors name the cgroup.
 func CreateCgroup(name string, cpus float64, memBytes uint64) (*Cgroup, error) {
+	cg, err := createCgroup(name, cpus, memBytes)
+	if err != nil {
+		return nil, fmt.Errorf("creating cgroup %s: %w", name, err)
+	}
+	return cg, nil
+}
+
+func createCgroup(name string, cpus float64, memBytes uint64) (*Cgroup, error) {
 	version, cpu, cpuacct, mem, err := Resolve("/")
 	if err != nil {
 		return nil, err
 	}
-	cg := &Cgroup{Version: version}
+	cg := &Cgroup{Name: name, Version: version}
 	mk := func(parent string) (string, error) {
 		d := filepath.Join(parent, name)
 		for _, existing := range cg.Dirs {
@@ -188,6 +200,19 @@ func (c *Cgroup) Pids() []int {
 		}
 	}
 	return out
+}
+
+// Remove kills whatever is left in the cgroup (only what the harness
+// started runs there, so a leftover is its own) and removes the cgroup,
+// reporting both through logf.
+func (c *Cgroup) Remove(logf func(format string, args ...any)) {
+	for _, pid := range c.Pids() {
+		logf("killing leftover pid %d in %s", pid, c.Name)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if err := c.Destroy(); err != nil {
+		logf("removing cgroup %s: %v", c.Name, err)
+	}
 }
 
 // Destroy removes the directories; they must be empty of processes (the

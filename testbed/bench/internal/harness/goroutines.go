@@ -44,17 +44,8 @@ func NewGoroutineScraper(pprofPort int) *GoroutineScraper {
 }
 
 func (g *GoroutineScraper) Run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	defer g.client.CloseIdleConnections()
-	for {
-		g.once(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	Every(ctx, every, func() { g.once(ctx) })
 }
 
 func (g *GoroutineScraper) once(ctx context.Context) {

@@ -52,6 +52,19 @@ func FreePort() (int, error) {
 	return 0, errors.New("no free port below the ephemeral range")
 }
 
+// FreePorts returns n ports from FreePort.
+func FreePorts(n int) ([]int, error) {
+	out := make([]int, n)
+	for i := range out {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
 // portsGiven: a port is handed out once per harness process, so that two
 // collectors started in a row never get the same one.
 var (

@@ -4,14 +4,17 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -43,6 +46,17 @@ func CreateRunDir(root, name string, now time.Time) (string, error) {
 		if !errors.Is(err, fs.ErrExist) {
 			return "", err
 		}
+	}
+}
+
+// RunContext bounds a whole run to budget and ends it early on Ctrl-C or
+// SIGTERM, so that a benchmark always stops by itself and cleans up.
+func RunContext(budget time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	return ctx, func() {
+		stop()
+		cancel()
 	}
 }
 

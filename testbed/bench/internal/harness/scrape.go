@@ -6,6 +6,7 @@ package harness
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -20,6 +21,15 @@ type Sample = series.Sample
 // include want; found is false when there is none.
 func Sum(samples []Sample, name string, want map[string]string) (total float64, found bool) {
 	return series.Sum(samples, name, want)
+}
+
+// Value is Sum's total, or NaN (a missing value, never 0) when there is
+// no such series.
+func Value(samples []Sample, name string, want map[string]string) float64 {
+	if v, ok := Sum(samples, name, want); ok {
+		return v
+	}
+	return math.NaN()
 }
 
 // Scraper fetches the collector's metrics in the background, so that a slow
@@ -39,17 +49,8 @@ func NewScraper(url string) *Scraper {
 }
 
 func (s *Scraper) Run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	defer s.client.CloseIdleConnections()
-	for {
-		s.once(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	Every(ctx, every, func() { s.once(ctx) })
 }
 
 func (s *Scraper) once(ctx context.Context) {

@@ -4,7 +4,6 @@
 package harness
 
 import (
-	"encoding/csv"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,21 +13,7 @@ import (
 // dir/summary.md (what printMD writes). The harnesses call it after every
 // scenario, so that an interrupted run keeps what it measured.
 func WriteSummaries(dir string, header []string, rows [][]string, printMD func(io.Writer)) error {
-	f, err := os.Create(filepath.Join(dir, "summary.csv"))
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(f)
-	_ = w.Write(header)
-	for _, r := range rows {
-		_ = w.Write(r)
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := WriteCSV(filepath.Join(dir, "summary.csv"), header, rows); err != nil {
 		return err
 	}
 	md, err := os.Create(filepath.Join(dir, "summary.md"))
