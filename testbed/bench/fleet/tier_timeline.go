@@ -33,14 +33,15 @@ var tierTimelineHeader = slices.Concat([]string{"scenario", "round", "factor", "
 // connections, lb_conns_total: every connection it was given). The
 // autoscaling signal is computed from these: the levels, and the admitted
 // and refused requests over a window.
-var replicaTimelineHeader = []string{
-	"scenario", "round", "factor", "t_s", "unix_ms", "phase", "replica", "cpus",
-	"alive", "restarts", "oom_kills", "ws_bytes", "limit_bytes", "ws_pct", "cpu_s", "cpu_pct",
-	"scrape_age_ms", "state", "wl_cpu", "wl_cpu_slow", "wl_cpu_fast", "wl_memory", "cpu_enter", "memory_enter", "memory_hard",
-	"req_allowed", "req_denied_shed", "req_denied_open", "req_denied_budget", "held_requests",
-	"accepted_spans", "refused_spans", "sent_spans", "send_failed_spans", "enqueue_failed_spans", "queue_size",
-	"lb_status", "lb_conns", "lb_conns_total",
-}
+var replicaTimelineHeader = slices.Concat(
+	[]string{"scenario", "round", "factor", "t_s", "unix_ms", "phase", "replica", "cpus"},
+	procHeader,
+	[]string{
+		"scrape_age_ms", "state", "wl_cpu", "wl_cpu_slow", "wl_cpu_fast", "wl_memory", "cpu_enter", "memory_enter", "memory_hard",
+		"req_allowed", "req_denied_shed", "req_denied_open", "req_denied_budget", "held_requests",
+		"accepted_spans", "refused_spans", "sent_spans", "send_failed_spans", "enqueue_failed_spans", "queue_size",
+		"lb_status", "lb_conns", "lb_conns_total",
+	})
 
 // tierPoint is what the summary and the drain need of one interval.
 type tierPoint struct {

@@ -37,7 +37,7 @@ type Table struct {
 // Get returns the value of column name in row i ("" when absent).
 func (t *Table) Get(i int, name string) string { return t.Rows[i][name] }
 
-// readCSV reads a CSV file with a header line.
+// ReadCSV reads a CSV file with a header line.
 func ReadCSV(path string) (*Table, error) {
 	f, err := os.Open(path)
 	if err != nil {
