@@ -46,6 +46,7 @@ func TestMain(m *testing.M) {
 // is skipped without root or cgroups.
 func TestShortOpensLoseNothing(t *testing.T) {
 	harness.RequireCgroups(t)
+	harness.TakeMachine(t)
 	o := defaultOptions()
 	o.throttleBin = distbuild.Binary(t)
 	o.scenarios = []string{"a"}

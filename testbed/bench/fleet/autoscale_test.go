@@ -110,6 +110,7 @@ func TestAutoscaleDemandScalesOut(t *testing.T) {
 		t.Skip("-short: builds two distributions and runs a replica set for about a minute")
 	}
 	harness.RequireCgroups(t)
+	harness.TakeMachine(t)
 	requireHAProxy(t)
 	o := defaultOptions()
 	o.throttleBin = distbuild.Binary(t)

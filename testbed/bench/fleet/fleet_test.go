@@ -97,6 +97,7 @@ func TestFleetThrottleDelivers(t *testing.T) {
 		t.Skip("-short: builds two distributions and runs a fleet for about two minutes")
 	}
 	harness.RequireCgroups(t)
+	harness.TakeMachine(t)
 	o := defaultOptions()
 	o.throttleBin = distbuild.Binary(t)
 	o.stockBin = distbuild.Stock(t)

@@ -290,6 +290,7 @@ func TestTierThrottleDelivers(t *testing.T) {
 		t.Skip("-short: builds two distributions and runs a replica set for about two minutes")
 	}
 	harness.RequireCgroups(t)
+	harness.TakeMachine(t)
 	requireHAProxy(t)
 	o := defaultOptions()
 	o.throttleBin = distbuild.Binary(t)

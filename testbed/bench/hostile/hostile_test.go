@@ -38,6 +38,7 @@ import (
 // Skipped without root or where no cgroup can be created.
 func TestHostilePeers(t *testing.T) {
 	harness.RequireCgroups(t)
+	harness.TakeMachine(t)
 	collector := distbuild.Binary(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "hostile")

@@ -58,6 +58,7 @@ const soakGorSlack = 20
 // of the sawtooth are the live heap right after a collection.
 func TestSoak(t *testing.T) {
 	harness.RequireCgroups(t)
+	harness.TakeMachine(t)
 	out := *soakOut
 	if out == "" {
 		// The test runs in its package's folder; the runs folder is the
