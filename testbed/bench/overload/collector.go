@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"strings"
 	"text/template"
+
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 )
 
 // colConfig fills the collector configuration of a scenario.
@@ -111,21 +113,7 @@ service:
       processors: [{{ if $.MemoryLimiter }}memory_limiter, {{ end }}batch]
       exporters: [nop]
 {{- end }}
-  telemetry:
-    logs:
-      level: info
-    metrics:
-      level: normal
-      readers:
-        - pull:
-            exporter:
-              prometheus:
-                host: 127.0.0.1
-                port: {{ .MetricsPort }}
-                without_scope_info: true
-                without_units: true
-                without_type_suffix: true
-`))
+` + colconfig.Telemetry("normal")))
 
 func renderConfig(c colConfig) ([]byte, error) {
 	var b bytes.Buffer
