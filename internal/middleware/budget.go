@@ -181,6 +181,24 @@ func (b *Budget) admitNow(n int64, p peer) bool {
 	return b.takeFor(n, p, b.pending.Load()+b.headKeep.Load(), b.maxFor(p))
 }
 
+// exemptOverdraft is the fraction of the budget, and of a peer's share of
+// it, by which requests of exempt signals may take them over (1/8): the
+// other signals filling the budget do not refuse an exempt one, and its
+// bytes stay bounded.
+const exemptOverdraft = 8
+
+// admitExempt reserves n bytes for a new request of an exempt signal of
+// peer p if they fit in p's share and in the budget, each raised by an
+// eighth, ahead of the requests waiting in line. Only its admission
+// overdraws: a body that grows past its reservation grows as the others do.
+func (b *Budget) admitExempt(n int64, p peer) bool {
+	if b == nil || n <= 0 {
+		return true
+	}
+	lim := b.maxFor(p)
+	return b.takeFor(n, p, -b.max.Load()/exemptOverdraft, lim+lim/exemptOverdraft)
+}
+
 // takeFor reserves n bytes for peer p if they fit in lim, the most p may
 // hold, and in the budget with keep bytes left free.
 func (b *Budget) takeFor(n int64, p peer, keep, lim int64) bool {
@@ -195,7 +213,7 @@ func (b *Budget) takeFor(n int64, p peer, keep, lim int64) bool {
 }
 
 // take reserves n bytes if they fit in the budget with keep bytes left
-// free.
+// free; a negative keep lets them take the budget over by as much.
 func (b *Budget) take(n, keep int64) bool {
 	for {
 		cur := b.reserved.Load()

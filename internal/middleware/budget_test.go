@@ -72,6 +72,33 @@ func TestBudgetConcurrent(t *testing.T) {
 	assert.Positive(t, hw.Load())
 }
 
+// TestBudgetExemptOverdraft: an exempt signal's request may take the
+// budget and its peer's share over by an eighth of each, no further, ahead
+// of the requests waiting in line; the others may not.
+func TestBudgetExemptOverdraft(t *testing.T) {
+	b := NewBudgetWith(BudgetConfig{Max: 800, PeerShare: 0.5, Wait: time.Second})
+	p := b.peerOfRemote("127.0.0.2:1")
+	b.Peers().touch(p, now())
+	lim := b.maxFor(p)
+	require.True(t, b.admit(lim, p), "the peer fills its share")
+	assert.False(t, b.admit(1, p), "an ordinary request is refused at the share")
+	assert.True(t, b.admitExempt(lim/8, p), "an exempt one takes the share an eighth over")
+	assert.False(t, b.admitExempt(1, p), "no further")
+	b.release(lim+lim/8, p)
+
+	require.True(t, b.Reserve(800), "another fills the budget")
+	assert.False(t, b.admit(1, p))
+	assert.True(t, b.admitExempt(100, p), "an exempt request takes the budget an eighth over")
+	assert.False(t, b.admitExempt(1, p), "no further")
+	assert.EqualValues(t, 900, b.Reserved())
+	b.release(100, p)
+	b.Release(800)
+	assert.Zero(t, b.Reserved())
+	assert.True(t, b.admitExempt(0, p), "nothing always fits")
+	var nb *Budget
+	assert.True(t, nb.admitExempt(math.MaxInt64, p), "no budget")
+}
+
 // TestRetryDelay: the hint follows why a request was refused, always in
 // whole seconds within the range: a budget refusal 1 s, a shed one a short
 // draw (up to 2 s), an Open one between half and all of how long the Open

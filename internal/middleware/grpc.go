@@ -290,9 +290,9 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	} else if g.budget == nil {
 		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 		return ctx, nil
-	} else if n := g.sizeEstimate(sig, p); g.budget.admit(n, p) {
-		// An exempt signal is bounded by the budget as the others are:
-		// exempt from shedding, not from the bytes in memory.
+	} else if n := g.sizeEstimate(sig, p); g.budget.admit(n, p) || g.dec.Exempt(sig) && g.budget.admitExempt(n, p) {
+		// An exempt signal is bounded by the budget as the others are,
+		// with an overdraft the others cannot take (admitExempt).
 		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
 		r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: t, cancel: func() {}}
 		r.admitted(g.inflight)

@@ -303,7 +303,8 @@ func TestGRPCRejectStreaming(t *testing.T) {
 }
 
 // TestGRPCExempt: an exempt signal is admitted in Open (only the memory
-// backstop refuses it) but bounded by the admission budget as the others.
+// backstop refuses it) and bounded by the admission budget, with an
+// overdraft of an eighth that the others filling it cannot take.
 func TestGRPCExempt(t *testing.T) {
 	b := NewBudget(1 << 20)
 	f := newGRPCFixture(t, b, 0)
@@ -313,8 +314,11 @@ func TestGRPCExempt(t *testing.T) {
 	require.NoError(t, f.export(context.Background()), "an exempt signal is admitted in Open")
 	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
 	f.requireReleased(t)
-	require.True(t, b.Reserve(1<<20))
+	require.True(t, b.Reserve(1<<20), "the others fill the budget")
+	require.NoError(t, f.export(context.Background()), "an exempt call fits in the overdraft")
+	b.charge(1<<20/8, 0) // and the overdraft
 	requireRetryable(t, f.export(context.Background()), "budget", grpcRetryLow)
+	b.release(1<<20/8, 0)
 	b.Release(1 << 20)
 	f.dec.set(decision.Traces, decision.DenyOpen) // the memory backstop
 	assert.Equal(t, codes.ResourceExhausted, status.Code(f.export(context.Background())))

@@ -106,8 +106,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// An HTTP request does not wait for the budget (measured: design
 	// §12), so the requests waiting in line for it (gRPC) do not hold it
 	// back either. An exempt signal is bounded by the budget as the others
-	// are: exempt from shedding, not from the bytes in memory.
-	if !m.budget.admitNow(initial, p) {
+	// are, with an overdraft the others cannot take (admitExempt).
+	if !m.budget.admitNow(initial, p) && (!m.dec.Exempt(sig) || !m.budget.admitExempt(initial, p)) {
 		if m.observe {
 			m.rec.Record(ProtocolHTTP, sig, decision.DenyBudget)
 			h.next.ServeHTTP(w, r)

@@ -166,9 +166,10 @@ func TestHTTPUnclassifiedNeverRejected(t *testing.T) {
 }
 
 // TestHTTPExempt: an exempt signal's own decision admits it in Open (only
-// the engine's memory backstop refuses it), but the admission budget bounds
-// its bytes as everyone's (issue 28 point 11): a metrics body of any size
-// is not let in between two samples because metrics are exempt.
+// the engine's memory backstop refuses it), and the admission budget bounds
+// its bytes (issue 28 point 11: a metrics body of any size is not let in
+// between two samples because metrics are exempt), with an overdraft of an
+// eighth that the other signals filling the budget cannot take from it.
 func TestHTTPExempt(t *testing.T) {
 	b := NewBudget(16)
 	f := newHTTPFixture(t, b, 0, nil)
@@ -190,6 +191,16 @@ func TestHTTPExempt(t *testing.T) {
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("0123456789abcdef")))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "the budget bounds an exempt signal too")
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.DenyBudget))
+	f.dec.set(decision.Traces, decision.Admit)
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("01")))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "a full budget refuses the others")
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("01")))
+	assert.Equal(t, http.StatusOK, rec.Code, "within the overdraft, the others filling the budget do not refuse an exempt signal")
+	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.Metrics, decision.Admit))
+	assert.EqualValues(t, 16, b.Reserved(), "its bytes released")
+	f.dec.set(decision.Traces, decision.DenyOpen)
 	b.Release(16)
 
 	f.dec.set(decision.Metrics, decision.DenyOpen) // the memory backstop

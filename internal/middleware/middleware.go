@@ -28,9 +28,9 @@ type Decider interface {
 	// DenyBudget.
 	Decide(s decision.Signal) decision.Verdict
 	// Exempt reports whether s is exempt from the throttle (its rule has
-	// enabled: false, or the whole throttle is disabled). An exempt signal
-	// bypasses the admission budget; Decide admits it except at the memory
-	// backstop.
+	// enabled: false, or the whole throttle is disabled). Decide admits an
+	// exempt signal except at the memory backstop; the admission budget
+	// bounds it, with an overdraft of an eighth (Budget.admitExempt).
 	Exempt(s decision.Signal) bool
 	// Pressed reports whether the collector is under pressure for signal
 	// s: not Normal, or a water level past its exit line. The oversize
@@ -43,7 +43,7 @@ type Decider interface {
 type Config struct {
 	// Classifier maps requests to signals. Required.
 	Classifier *Classifier
-	// Decider decides for classified, non-exempt requests. Required.
+	// Decider decides for classified requests. Required.
 	Decider Decider
 	// Retry draws the announced retry delays. Nil means 0s to
 	// DefaultRetryCeiling.
