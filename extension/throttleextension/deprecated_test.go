@@ -216,7 +216,7 @@ func TestWarningsLoggedAtCreation(t *testing.T) {
 		require.NoError(t, err)
 		got := warns(t, old)
 		assert.Equal(t, append(append([]string(nil), old.deprecations...),
-			"`rules::metrics::enabled` is false: metrics are exempt: admitted in every state short of the memory hard line, and may take the admission budget an eighth over",
+			"`rules::metrics::enabled` is false: metrics are exempt: admitted in every state short of the memory hard line, and may take the admission budget over by as much again",
 		), got)
 		assert.Contains(t, got, "`thresholds::mem::enter` is deprecated: use `memory::enter`")
 	})
@@ -224,8 +224,8 @@ func TestWarningsLoggedAtCreation(t *testing.T) {
 		assert.Equal(t, []string{
 			"`observe_only` is true: decisions are made and counted, but no request is refused",
 			"`memory::enabled` is false: nothing is shed or refused for memory; only the OOM killer bounds it",
-			"`rules::traces::enabled` is false: traces are exempt: admitted in every state short of the memory hard line, and may take the admission budget an eighth over",
-			"`rules::logs::enabled` is false: logs are exempt: admitted in every state short of the memory hard line, and may take the admission budget an eighth over",
+			"`rules::traces::enabled` is false: traces are exempt: admitted in every state short of the memory hard line, and may take the admission budget over by as much again",
+			"`rules::logs::enabled` is false: logs are exempt: admitted in every state short of the memory hard line, and may take the admission budget over by as much again",
 			"`admission::idle_timeout` is 0: a client that stops sending keeps its share of the admission budget for as long as its connection stays open",
 			"`admission::peer_share` is 1: one client (remote IP) may hold the whole admission budget and refuse every other",
 		}, warns(t, load(t, map[string]any{
@@ -243,9 +243,9 @@ func TestWarningsLoggedAtCreation(t *testing.T) {
 			"rules": map[string]any{"default": map[string]any{"enabled": false}, "logs": map[string]any{"enabled": true}},
 		}))
 		assert.Equal(t, []string{
-			"`rules::default::enabled` is false: traces are exempt: admitted in every state short of the memory hard line, and may take the admission budget an eighth over",
-			"`rules::default::enabled` is false: metrics are exempt: admitted in every state short of the memory hard line, and may take the admission budget an eighth over",
-			"`rules::default::enabled` is false: profiles are exempt: admitted in every state short of the memory hard line, and may take the admission budget an eighth over",
+			"`rules::default::enabled` is false: traces are exempt: admitted in every state short of the memory hard line, and may take the admission budget over by as much again",
+			"`rules::default::enabled` is false: metrics are exempt: admitted in every state short of the memory hard line, and may take the admission budget over by as much again",
+			"`rules::default::enabled` is false: profiles are exempt: admitted in every state short of the memory hard line, and may take the admission budget over by as much again",
 		}, got)
 	})
 	t.Run("budget off", func(t *testing.T) {

@@ -33,7 +33,7 @@ func (cfg *Config) warnings() []string {
 		if r := cfg.Rules[s.String()]; r.Enabled != nil {
 			field = s.String()
 		}
-		msgs = append(msgs, fmt.Sprintf("`rules::%s::enabled` is false: %s are exempt: admitted in every state short of the memory hard line, and may take the admission budget an eighth over", field, s))
+		msgs = append(msgs, fmt.Sprintf("`rules::%s::enabled` is false: %s are exempt: admitted in every state short of the memory hard line, and may take the admission budget over by as much again", field, s))
 	}
 	a := cfg.Admission
 	if a.MaxInflightBytes.isOff() {

@@ -181,22 +181,19 @@ func (b *Budget) admitNow(n int64, p peer) bool {
 	return b.takeFor(n, p, b.pending.Load()+b.headKeep.Load(), b.maxFor(p))
 }
 
-// exemptOverdraft is the fraction of the budget, and of a peer's share of
-// it, by which requests of exempt signals may take them over (1/8): the
-// other signals filling the budget do not refuse an exempt one, and its
-// bytes stay bounded.
-const exemptOverdraft = 8
-
 // admitExempt reserves n bytes for a new request of an exempt signal of
-// peer p if they fit in p's share and in the budget, each raised by an
-// eighth, ahead of the requests waiting in line. Only its admission
-// overdraws: a body that grows past its reservation grows as the others do.
+// peer p if they fit in twice p's share and twice the budget, ahead of the
+// requests waiting in line: the other signals, which cannot take the
+// budget over, filling it do not refuse an exempt one, and the exempt
+// signals' bytes stay bounded by a second budget's worth. Only its
+// admission overdraws: a body that grows past its reservation grows as the
+// others do.
 func (b *Budget) admitExempt(n int64, p peer) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
 	lim := b.maxFor(p)
-	return b.takeFor(n, p, -b.max.Load()/exemptOverdraft, lim+lim/exemptOverdraft)
+	return b.takeFor(n, p, -b.max.Load(), 2*lim)
 }
 
 // takeFor reserves n bytes for peer p if they fit in lim, the most p may

@@ -73,8 +73,8 @@ func TestBudgetConcurrent(t *testing.T) {
 }
 
 // TestBudgetExemptOverdraft: an exempt signal's request may take the
-// budget and its peer's share over by an eighth of each, no further, ahead
-// of the requests waiting in line; the others may not.
+// budget and its peer's share over by as much again, no further, ahead of
+// the requests waiting in line; the others may not.
 func TestBudgetExemptOverdraft(t *testing.T) {
 	b := NewBudgetWith(BudgetConfig{Max: 800, PeerShare: 0.5, Wait: time.Second})
 	p := b.peerOfRemote("127.0.0.2:1")
@@ -82,16 +82,20 @@ func TestBudgetExemptOverdraft(t *testing.T) {
 	lim := b.maxFor(p)
 	require.True(t, b.admit(lim, p), "the peer fills its share")
 	assert.False(t, b.admit(1, p), "an ordinary request is refused at the share")
-	assert.True(t, b.admitExempt(lim/8, p), "an exempt one takes the share an eighth over")
+	assert.True(t, b.admitExempt(lim, p), "an exempt one takes the share over by as much again")
 	assert.False(t, b.admitExempt(1, p), "no further")
-	b.release(lim+lim/8, p)
+	b.release(2*lim, p)
 
 	require.True(t, b.Reserve(800), "another fills the budget")
 	assert.False(t, b.admit(1, p))
-	assert.True(t, b.admitExempt(100, p), "an exempt request takes the budget an eighth over")
-	assert.False(t, b.admitExempt(1, p), "no further")
-	assert.EqualValues(t, 900, b.Reserved())
-	b.release(100, p)
+	assert.True(t, b.admitExempt(lim, p), "an exempt request takes the budget over, within its peer's")
+	b.Peers().touch(b.peerOfRemote("127.0.0.3:1"), now())
+	q := b.peerOfRemote("127.0.0.3:1")
+	assert.True(t, b.admitExempt(800-lim, q))
+	assert.False(t, b.admitExempt(1, q), "no further than a second budget")
+	assert.EqualValues(t, 1600, b.Reserved())
+	b.release(lim, p)
+	b.release(800-lim, q)
 	b.Release(800)
 	assert.Zero(t, b.Reserved())
 	assert.True(t, b.admitExempt(0, p), "nothing always fits")

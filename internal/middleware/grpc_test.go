@@ -304,7 +304,7 @@ func TestGRPCRejectStreaming(t *testing.T) {
 
 // TestGRPCExempt: an exempt signal is admitted in Open (only the memory
 // backstop refuses it) and bounded by the admission budget, with an
-// overdraft of an eighth that the others filling it cannot take.
+// overdraft of a second budget that the others filling it cannot take.
 func TestGRPCExempt(t *testing.T) {
 	b := NewBudget(1 << 20)
 	f := newGRPCFixture(t, b, 0)
@@ -316,9 +316,9 @@ func TestGRPCExempt(t *testing.T) {
 	f.requireReleased(t)
 	require.True(t, b.Reserve(1<<20), "the others fill the budget")
 	require.NoError(t, f.export(context.Background()), "an exempt call fits in the overdraft")
-	b.charge(1<<20/8, 0) // and the overdraft
+	b.charge(1<<20, 0) // and the overdraft
 	requireRetryable(t, f.export(context.Background()), "budget", grpcRetryLow)
-	b.release(1<<20/8, 0)
+	b.release(1<<20, 0)
 	b.Release(1 << 20)
 	f.dec.set(decision.Traces, decision.DenyOpen) // the memory backstop
 	assert.Equal(t, codes.ResourceExhausted, status.Code(f.export(context.Background())))

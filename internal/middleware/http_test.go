@@ -168,8 +168,8 @@ func TestHTTPUnclassifiedNeverRejected(t *testing.T) {
 // TestHTTPExempt: an exempt signal's own decision admits it in Open (only
 // the engine's memory backstop refuses it), and the admission budget bounds
 // its bytes (issue 28 point 11: a metrics body of any size is not let in
-// between two samples because metrics are exempt), with an overdraft of an
-// eighth that the other signals filling the budget cannot take from it.
+// between two samples because metrics are exempt), with an overdraft of a
+// second budget that the other signals filling it cannot take from it.
 func TestHTTPExempt(t *testing.T) {
 	b := NewBudget(16)
 	f := newHTTPFixture(t, b, 0, nil)
@@ -187,10 +187,12 @@ func TestHTTPExempt(t *testing.T) {
 	assert.Zero(t, b.Reserved())
 
 	require.True(t, b.Reserve(16))
+	b.charge(15, 0)
 	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("0123456789abcdef")))
-	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "the budget bounds an exempt signal too")
+	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("01")))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "the budget bounds an exempt signal too, at twice its size")
 	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.DenyBudget))
+	b.release(15, 0)
 	f.dec.set(decision.Traces, decision.Admit)
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("01")))

@@ -30,7 +30,7 @@ type Decider interface {
 	// Exempt reports whether s is exempt from the throttle (its rule has
 	// enabled: false, or the whole throttle is disabled). Decide admits an
 	// exempt signal except at the memory backstop; the admission budget
-	// bounds it, with an overdraft of an eighth (Budget.admitExempt).
+	// bounds it, with an overdraft of a second budget (Budget.admitExempt).
 	Exempt(s decision.Signal) bool
 	// Pressed reports whether the collector is under pressure for signal
 	// s: not Normal, or a water level past its exit line. The oversize
