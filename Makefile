@@ -176,7 +176,7 @@ fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
 
 ## promote: make one run the baseline of its benchmark: RUN=bench/runs/<dir>
-## BENCH=<overload-sweep|fleet-http|fleet-grpc|soak|clients|tier|autoscale-http|autoscale-grpc>, and
+## BENCH=<overload-sweep|fleet-http|fleet-grpc|soak|clients-a..d|hostile|tier-http|tier-grpc|autoscale-http>, and
 ## CHARTS=a.png,b.png when the run has more than three charts. Replaces
 ## bench/results/$(BENCH)/ with the run's report, summary and charts and
 ## updates its row of bench/results/README.md (testbed/bench/promote).

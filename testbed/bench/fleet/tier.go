@@ -270,8 +270,27 @@ func runTier(o options) error {
 		}
 	}
 	printTierSummaries(os.Stdout, o, caps, sums)
-	logf("summary: %s", filepath.Join(o.out, "summary.md"))
+	if err := writeTierReport(o.out, o.protocol); err != nil {
+		return err
+	}
+	logf("report: %s", filepath.Join(o.out, "report.md"))
 	return nil
+}
+
+// writeTierReport writes the run's report.md: the machine, commit and
+// command of the run (machine.txt) above its tables (summary.md), what
+// make promote needs of a baseline.
+func writeTierReport(dir, protocol string) error {
+	machine, err := os.ReadFile(filepath.Join(dir, "machine.txt"))
+	if err != nil {
+		return err
+	}
+	summary, err := os.ReadFile(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		return err
+	}
+	md := fmt.Sprintf("# Gateway tier, OTLP/%s agents\n\n```\n%s```\n\n%s", strings.ToUpper(protocol), machine, summary)
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644)
 }
 
 // distinct is the distinct values of l, in their first order.

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -337,4 +338,20 @@ func TestTierThrottleDelivers(t *testing.T) {
 	assert.Equal(t, s.AgentAccepted, s.SinkSpans, "every span an agent accepted reaches the sink")
 	assert.Zero(t, s.Lost, "nothing a replica acknowledged is lost")
 	assert.Zero(t, s.AgentEnqueueFailed+s.AgentSendFailed, "the agents dropped nothing")
+}
+
+// TestWriteTierReport: the tier's report carries the run's machine, commit
+// and command above its tables, so that make promote can take it.
+func TestWriteTierReport(t *testing.T) {
+	dir := t.TempDir()
+	require.Error(t, writeTierReport(dir, "grpc"), "no machine.txt")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "machine.txt"), []byte("date (UTC)  2026-12-04T03:07:44Z\ncommit      36bfe4e\ncommand     bin/fleet -tier 3\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "summary.md"), []byte("| round |\n"), 0o644))
+	require.NoError(t, writeTierReport(dir, "grpc"))
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	assert.Equal(t, "# Gateway tier, OTLP/GRPC agents\n\n```\ndate (UTC)  2026-12-04T03:07:44Z\ncommit      36bfe4e\ncommand     bin/fleet -tier 3\n```\n\n| round |\n", string(md))
+	info := harness.ParseRunInfo(string(md))
+	assert.Equal(t, "36bfe4e", info.Commit, "make promote reads the commit")
+	assert.Equal(t, "bin/fleet -tier 3", info.Command)
 }
