@@ -73,6 +73,9 @@ type Budget struct {
 	// read beyond its peer's share.
 	lane      chan struct{}
 	laneBytes atomic.Int64
+	// read counts the bytes requests read (released reservations and lane
+	// bytes), for the lane's allowance (Peers.laneAllowance).
+	read readCounter
 
 	// pending is what the waiting bodies still need; waiting counts them,
 	// so that a release takes the lock only when someone waits.
@@ -251,6 +254,9 @@ func (b *Budget) release(n int64, p peer) {
 	}
 	b.reserved.Add(-n)
 	b.peers.add(p, -n)
+	t := now()
+	b.read.add(n, t)
+	b.peers.noteRead(p, n, t)
 	b.wakeAll()
 }
 
@@ -387,16 +393,16 @@ func (b *Budget) wakeLocked() {
 // acquireLane takes the oversize lane for a body of peer p whose own
 // reservation has reached its peer's share, waiting at most limit, in
 // order, while another body has it; at once false when pressed (the
-// collector is under pressure, Decider.Pressed) while p has not paid off
-// its earlier bodies in the lane (see laneWindow). In the lane a body reads on without further charge, bounded
-// by the receiver's max_request_body_size: refusing it would be a retryable
+// collector is under pressure, Decider.Pressed) while p has lately read
+// its allowance in the lane (see laneWindow). In the lane a body reads on
+// without further charge, bounded by the receiver's max_request_body_size: refusing it would be a retryable
 // error that could never succeed, so its client would retry until it drops
 // the data. Its bytes beyond the share are not counted against the other
 // peers, so it takes nothing from them; one body at a time bounds what the
 // lane adds to memory, and the minimum rate of an HTTP body (IdleTimeout)
 // bounds how long a slow one keeps it.
 func (b *Budget) acquireLane(ctx context.Context, p peer, pressed bool, limit time.Duration) bool {
-	if pressed && !b.peers.laneAllowed(p, now()) {
+	if pressed && b.laneIndebted(p, now()) {
 		return false
 	}
 	select {
@@ -419,18 +425,27 @@ func (b *Budget) acquireLane(ctx context.Context, p peer, pressed bool, limit ti
 }
 
 // releaseLane gives the lane's token back; its body of peer p read n
-// bytes there, which p pays off over time (Peers.laneAllowed).
+// bytes there, counted for p's allowance (Peers.laneAllowed).
 func (b *Budget) releaseLane(p peer, n int64) {
-	b.peers.laneRead(p, n, b.max.Load(), now())
+	t := now()
+	if n > 0 {
+		b.read.add(n, t)
+		b.peers.noteRead(p, n, t)
+		b.peers.laneRead(p, n, t)
+	}
 	<-b.lane
 }
 
-// laneIndebted reports whether peer p has read more in the oversize lane
-// than it has paid off: its requests that may need the lane (of unknown or
-// more than its share's length) are refused at once rather than
-// decompressed up to its share first.
+// laneIndebted reports whether peer p has lately read its allowance in the
+// oversize lane (Peers.laneAllowance): under pressure its requests that may
+// need the lane (of unknown or more than its share's length) are refused at
+// once rather than decompressed up to its share first.
 func (b *Budget) laneIndebted(p peer, t time.Duration) bool {
-	return b != nil && !b.peers.laneAllowed(p, t)
+	if b == nil {
+		return false
+	}
+	others := b.read.recent(t) - b.peers.readRecent(p, t)
+	return !b.peers.laneAllowed(p, b.peers.laneAllowance(b.max.Load(), others), t)
 }
 
 // SetHeldMax sizes the pool of what waiting gRPC streams may buffer;

@@ -221,3 +221,18 @@ func peerPast(b *Budget, avoid ...peer) peer {
 		}
 	}
 }
+
+// TestReadCounter: what was read in the current window and the one before
+// it; older windows are forgotten.
+func TestReadCounter(t *testing.T) {
+	var c readCounter
+	c.add(100, 0)
+	c.add(10, laneWindow/2)
+	assert.EqualValues(t, 110, c.recent(laneWindow-1))
+	c.add(5, laneWindow)
+	assert.EqualValues(t, 115, c.recent(laneWindow+1), "the window before counts")
+	assert.EqualValues(t, 5, c.recent(2*laneWindow), "two windows on, only the last")
+	assert.Zero(t, c.recent(4*laneWindow), "after a gap, nothing")
+	c.add(7, 4*laneWindow)
+	assert.EqualValues(t, 7, c.recent(5*laneWindow-1))
+}

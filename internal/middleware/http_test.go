@@ -708,11 +708,20 @@ func TestHTTPChunkedAlone(t *testing.T) {
 	f.h.ServeHTTP(rec, chunked(peerB, size))
 	assert.Equal(t, http.StatusOK, rec.Code, "the lane is free again")
 
-	// Peer A read several budgets' worth in the lane: while the collector
-	// is under pressure, until that is paid off (a budget per laneWindow),
-	// what may need the lane is refused at once, unread, while a request
-	// of known small length still goes in.
+	// Peer A reads more in the lane than every other peer together: while
+	// the collector is under pressure, until that is more than a window
+	// old, what may need the lane is refused at once, unread, while a
+	// request of known small length still goes in; peer B, which read less
+	// than half of the work, still takes the lane.
+	for range 3 {
+		rec = httptest.NewRecorder()
+		f.h.ServeHTTP(rec, chunked(peerA, size))
+		require.Equal(t, http.StatusOK, rec.Code, "with room, peer A's large batches go through")
+	}
 	f.dec.pressed.Store(true)
+	rec = httptest.NewRecorder()
+	f.h.ServeHTTP(rec, chunked(peerB, size))
+	assert.Equal(t, http.StatusOK, rec.Code, "peer B read less than the others: it takes the lane under pressure")
 	before := f.next.read.Load()
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, chunked(peerA, size))
@@ -884,4 +893,53 @@ func TestHTTPRejectionHeldBackBody(t *testing.T) {
 		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 		time.Sleep(2 * drainTimeout) // past the drain's deadline: net/http must have set another
 	}
+}
+
+// TestHTTPLaneHeavyPeersTakeTurns: several peers sending batches larger
+// than their share, beside each other, each read no more in the oversize
+// lane than its part of the work: under pressure they go on taking the lane
+// in turn (the client matrix's large-batch clients were refused while the
+// collector had room, their data lost after their retries), and a small
+// request goes in beside them.
+func TestHTTPLaneHeavyPeersTakeTurns(t *testing.T) {
+	const maxBytes = 16 << 10
+	const size = 100 << 10
+	b := NewBudgetWith(BudgetConfig{Max: maxBytes, PeerShare: 0.5, Wait: 50 * time.Millisecond})
+	f := newHTTPFixture(t, b, 4<<10, nil)
+	peers := []string{"10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"}
+	body := func(remote string, n int) *http.Request {
+		req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
+		req.RemoteAddr = remote
+		req.ContentLength = -1
+		req.Body = io.NopCloser(bytes.NewReader(make([]byte, n)))
+		return req
+	}
+	h := f.mw.Wrap(readAllHandler(f))
+	f.dec.pressed.Store(true)
+	for round := range 4 {
+		for _, p := range peers {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, body(p, size))
+			require.Equal(t, http.StatusOK, rec.Code, "round %d, peer %s", round, p)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, body("10.0.0.4:1", 1<<10))
+		require.Equal(t, http.StatusOK, rec.Code, "a small request of another peer, round %d", round)
+	}
+	assert.EqualValues(t, 4*(3*size+1<<10), f.next.read.Load())
+	assert.Zero(t, f.budget.Reserved())
+}
+
+// readAllHandler reads each body to its end, counting what it read in
+// f.next, and answers 200, or 400 when the read fails.
+func readAllHandler(f *httpFixture) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		f.next.read.Add(n)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
 }

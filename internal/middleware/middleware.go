@@ -33,8 +33,8 @@ type Decider interface {
 	// bounds it, with an overdraft of a second budget (Budget.admitExempt).
 	Exempt(s decision.Signal) bool
 	// Pressed reports whether the collector is under pressure for signal
-	// s: not Normal, or a water level past its exit line. The oversize
-	// lane is paid off only then (see Peers.laneAllowed). Called off the
+	// s: not Normal, or a water level past its exit line. Only then is a
+	// peer's use of the oversize lane bounded (see Peers.laneAllowed). Called off the
 	// decision path, once per body that needs the lane.
 	Pressed(s decision.Signal) bool
 }

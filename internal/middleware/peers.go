@@ -67,9 +67,9 @@ type peerSlot struct {
 	reserved atomic.Int64 // bytes of the admission budget
 	held     atomic.Int32 // places in the hold
 	seen     atomic.Int64 // now() of the last request
-	// laneDue is when what the peer's bodies read in the oversize lane is
-	// paid off (now() units), see laneAllowed.
-	laneDue atomic.Int64
+	// lane counts what the peer's bodies read in the oversize lane, read
+	// what its requests read in all, see laneAllowed.
+	lane, read readCounter
 }
 
 // NewPeers returns the peer table for a configured peer share; share >= 1
@@ -284,36 +284,93 @@ func (ps *Peers) freePlace(p peer) {
 	}
 }
 
-// laneWindow is how long a peer takes to pay off a budget's worth of bytes
-// read in the oversize lane. While the collector is under pressure (not
-// Normal, or a level past its exit line) a peer may take the lane only once it has paid off its
-// earlier bodies to less than one budget: beyond its share it may then
-// read at most the budget's size per laneWindow. A peer sending bodies
-// larger than its share back to back would otherwise keep the collector
-// decompressing and decoding for it alone; while the collector has room,
-// large honest batches go through as fast as they come.
+// laneWindow is the window over which what a peer reads in the oversize
+// lane is counted. While the collector is under pressure (not Normal, or a
+// level past its exit line) a peer may take the lane only while what it
+// read there in the last one or two windows is less than its allowance
+// (laneAllowance): a peer sending bodies larger than its share back to back
+// would otherwise keep the collector decompressing and decoding for it
+// alone, while peers sending large honest batches beside others read no
+// more than their part of the work. While the collector has room, large
+// batches go through as fast as they come.
 const laneWindow = 10 * time.Second
 
-// laneAllowed reports whether peer p has paid off what it read in the lane
-// to less than one budget at t.
-func (ps *Peers) laneAllowed(p peer, t time.Duration) bool {
-	s := ps.slot(p)
-	return s == nil || time.Duration(s.laneDue.Load())-t < laneWindow
+// laneAllowance is what one peer may have read in the lane lately and
+// still take it under pressure: the larger of total, the budget's size, and
+// its peer_share (the whole without per-peer limits) of others, what the
+// other peers read in the same windows. At the default share of one half, a
+// peer owes the lane once it reads there half as much as every other peer
+// together.
+func (ps *Peers) laneAllowance(total, others int64) int64 {
+	share := 1.0
+	if ps.limited() {
+		share = ps.share
+	}
+	return max(total, int64(float64(others)*share))
 }
 
-// laneRead records that a body of p read n bytes in the lane of a budget
-// of total bytes at t.
-func (ps *Peers) laneRead(p peer, n, total int64, t time.Duration) {
+// laneAllowed reports whether what peer p read in the lane lately is less
+// than allowance at t.
+func (ps *Peers) laneAllowed(p peer, allowance int64, t time.Duration) bool {
 	s := ps.slot(p)
-	if s == nil || n <= 0 || total <= 0 {
+	return s == nil || s.lane.recent(t) < allowance
+}
+
+// laneRead records that a body of p read n bytes in the lane at t.
+func (ps *Peers) laneRead(p peer, n int64, t time.Duration) {
+	if s := ps.slot(p); s != nil && n > 0 {
+		s.lane.add(n, t)
+	}
+}
+
+// noteRead records that requests of p read n bytes at t, in the lane or
+// not.
+func (ps *Peers) noteRead(p peer, n int64, t time.Duration) {
+	if s := ps.slot(p); s != nil && n > 0 {
+		s.read.add(n, t)
+	}
+}
+
+// readRecent is what requests of p read lately, in the lane or not.
+func (ps *Peers) readRecent(p peer, t time.Duration) int64 {
+	if s := ps.slot(p); s != nil {
+		return s.read.recent(t)
+	}
+	return 0
+}
+
+// readCounter counts bytes read in windows of laneWindow: the current
+// window and the one before it, enough for a rate that one burst moves
+// only for a window or two.
+type readCounter struct {
+	window    atomic.Int64 // index of the current window
+	cur, prev atomic.Int64
+}
+
+// add counts n bytes read at t.
+func (c *readCounter) add(n int64, t time.Duration) {
+	c.roll(t)
+	c.cur.Add(n)
+}
+
+// recent is what was read in the current window and the one before it.
+func (c *readCounter) recent(t time.Duration) int64 {
+	c.roll(t)
+	return c.cur.Load() + c.prev.Load()
+}
+
+// roll starts the window of t if it has not started yet. A count added
+// while the window turns may land in either window: a rate, not a ledger.
+func (c *readCounter) roll(t time.Duration) {
+	idx := int64(t / laneWindow)
+	w := c.window.Load()
+	if idx <= w || !c.window.CompareAndSwap(w, idx) {
 		return
 	}
-	cost := time.Duration(float64(laneWindow) * float64(n) / float64(total))
-	for {
-		due := s.laneDue.Load()
-		next := max(time.Duration(due), t) + cost
-		if s.laneDue.CompareAndSwap(due, int64(next)) {
-			return
-		}
+	if idx == w+1 {
+		c.prev.Store(c.cur.Swap(0))
+		return
 	}
+	c.prev.Store(0)
+	c.cur.Store(0)
 }

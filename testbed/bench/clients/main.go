@@ -101,7 +101,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		throttleBin: "_build/otelcol-throttle", stockBin: "_build/stock/otelcol-stock", nodeBin: "node",
-		cpus: 0.5, memMiB: 256, capacityStep: 30 * time.Second, factor: 2,
+		memMiB: 256, capacityStep: 30 * time.Second, factor: 2,
 		openLength: 60 * time.Second, burnShare: 0.8,
 		pulse: stressCPU, pulseFirst: 10 * time.Second, pulseEvery: 15 * time.Second, pulseHold: 3 * time.Second, pulseTarget: 0.95,
 		drainMax: 6 * time.Minute, settle: 5 * time.Second, interval: 250 * time.Millisecond,
@@ -120,7 +120,7 @@ func main() {
 	flag.StringVar(&o.nodeBin, "node", o.nodeBin, "node binary")
 	flag.StringVar(&o.jsDir, "js", "", "folder of client.js and its node_modules (default: testbed/bench/clients/js of this checkout)")
 	flag.StringVar(&o.out, "out", "", "results folder (default bench/runs/<date>-clients-<scenario>; with several scenarios, one folder each under it)")
-	flag.Float64Var(&o.cpus, "cpus", o.cpus, "CPU quota of the gateway's cgroup, cores")
+	flag.Float64Var(&o.cpus, "cpus", o.cpus, fmt.Sprintf("CPU quota of the gateway's cgroup, cores (0: the scenario's: %g, d %g)", defaultCPUs, contendedCPUs))
 	flag.Uint64Var(&o.memMiB, "mem-mib", o.memMiB, "memory limit of the gateway's cgroup, MiB")
 	flag.DurationVar(&o.load, "duration", 0, "how long the clients hand spans (0: the scenario's: a 75s, b the Open + 1m, c 5m, d 90s)")
 	flag.Float64Var(&o.rate, "rate", 0, "spans/s per client (0: the scenario's)")
@@ -173,8 +173,8 @@ func (o *options) check() error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root to create cgroups")
 	}
-	if o.cpus <= 0 || o.memMiB < 64 || o.pulseTarget <= 0 || o.pulseTarget >= 1 || o.burnShare <= 0 || o.factor <= 0 {
-		return errors.New("-cpus, -burn and -factor must be > 0, -mem-mib >= 64, -pulse-target in (0, 1)")
+	if o.cpus < 0 || o.memMiB < 64 || o.pulseTarget <= 0 || o.pulseTarget >= 1 || o.burnShare <= 0 || o.factor <= 0 {
+		return errors.New("-burn and -factor must be > 0, -cpus >= 0, -mem-mib >= 64, -pulse-target in (0, 1)")
 	}
 	if o.pulseEvery <= o.pulseHold || o.openLength <= 0 || o.interval <= 0 {
 		return errors.New("-pulse-every must exceed -pulse-hold; -open must be > 0")
@@ -303,6 +303,9 @@ func runScenario(ctx context.Context, o options, name, dir string) (*scenarioRun
 	probe, err := buildScenario(name, o, 1)
 	if err != nil {
 		return nil, err
+	}
+	if o.cpus == 0 {
+		o.cpus = probe.cpus
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.budget(probe))
 	defer cancel()

@@ -177,12 +177,12 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 	fmt.Fprintf(w, "```\n%s```\n\n", harness.MachineInfo(o.args))
 
 	fmt.Fprintf(w, "## Gateway\n\n")
-	fmt.Fprintf(w, "`%s` in a cgroup of %.2g CPU and %d MiB: on this 2-core machine the other 1.5 cores run the clients, "+
-		"the agents and the sink and can offer it twice its capacity, and with 256 MiB the `auto` admission budget is "+
-		"the per-core bound (5 MiB at 0.5 CPU), as in a small pod. "+
+	fmt.Fprintf(w, "`%s` in a cgroup of %.2g CPU and %d MiB: on this 2-core machine the other cores run the clients, "+
+		"the agents and the sink and can offer it twice its capacity, and the `auto` admission budget is "+
+		"the smaller of a twelfth of the memory limit and 10 MiB per core (%.3g MiB here), as in a small pod. "+
 		"The otlp receiver's gRPC and HTTP servers go through the throttle extension; the batch processor and otlp_grpc "+
 		"(default sending_queue and retry_on_failure) export to the sink. The throttle's settings:\n\n",
-		filepath.Base(o.throttleBin), o.cpus, o.memMiB)
+		filepath.Base(o.throttleBin), o.cpus, o.memMiB, max(1, min(float64(o.memMiB)/12, 10*o.cpus)))
 	settings := m.gwCfg.Throttle
 	if settings == "" {
 		settings = "{}   # the shipped defaults"
