@@ -395,12 +395,12 @@ func (b *Budget) wakeLocked() {
 // order, while another body has it; at once false when pressed (the
 // collector is under pressure, Decider.Pressed) while p has lately read
 // its allowance in the lane (see laneWindow). In the lane a body reads on
-// without further charge, bounded by the receiver's max_request_body_size: refusing it would be a retryable
-// error that could never succeed, so its client would retry until it drops
-// the data. Its bytes beyond the share are not counted against the other
-// peers, so it takes nothing from them; one body at a time bounds what the
-// lane adds to memory, and the minimum rate of an HTTP body (IdleTimeout)
-// bounds how long a slow one keeps it.
+// without further charge, bounded by the receiver's max_request_body_size:
+// refusing it would be a retryable error that could never succeed, so its
+// client would retry until it drops the data. Its bytes beyond the share
+// are not counted against the other peers, so it takes nothing from them;
+// one body at a time bounds what the lane adds to memory, and the minimum
+// rate of an HTTP body (IdleTimeout) bounds how long a slow one keeps it.
 func (b *Budget) acquireLane(ctx context.Context, p peer, pressed bool, limit time.Duration) bool {
 	if pressed && b.laneIndebted(p, now()) {
 		return false
