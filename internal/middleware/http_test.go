@@ -662,13 +662,7 @@ func TestHTTPChunkedAlone(t *testing.T) {
 	f := newHTTPFixture(t, b, 4<<10, nil)
 	const peerA, peerB = "10.0.0.1:1", "10.0.0.2:1"
 	require.NotEqual(t, b.peerOfRemote(peerA), b.peerOfRemote(peerB))
-	chunked := func(remote string, n int) *http.Request {
-		req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
-		req.RemoteAddr = remote
-		req.ContentLength = -1
-		req.Body = io.NopCloser(bytes.NewReader(make([]byte, n)))
-		return req
-	}
+	chunked := chunkedTraces
 	var mainPeak int64
 	var other, second int
 	h := f.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -907,23 +901,16 @@ func TestHTTPLaneHeavyPeersTakeTurns(t *testing.T) {
 	b := NewBudgetWith(BudgetConfig{Max: maxBytes, PeerShare: 0.5, Wait: 50 * time.Millisecond})
 	f := newHTTPFixture(t, b, 4<<10, nil)
 	peers := []string{"10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"}
-	body := func(remote string, n int) *http.Request {
-		req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
-		req.RemoteAddr = remote
-		req.ContentLength = -1
-		req.Body = io.NopCloser(bytes.NewReader(make([]byte, n)))
-		return req
-	}
 	h := f.mw.Wrap(readAllHandler(f))
 	f.dec.pressed.Store(true)
 	for round := range 4 {
 		for _, p := range peers {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, body(p, size))
+			h.ServeHTTP(rec, chunkedTraces(p, size))
 			require.Equal(t, http.StatusOK, rec.Code, "round %d, peer %s", round, p)
 		}
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, body("10.0.0.4:1", 1<<10))
+		h.ServeHTTP(rec, chunkedTraces("10.0.0.4:1", 1<<10))
 		require.Equal(t, http.StatusOK, rec.Code, "a small request of another peer, round %d", round)
 	}
 	assert.EqualValues(t, 4*(3*size+1<<10), f.next.read.Load())
@@ -942,4 +929,14 @@ func readAllHandler(f *httpFixture) http.Handler {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
+}
+
+// chunkedTraces is a traces request from remote with a body of n bytes and
+// no Content-Length.
+func chunkedTraces(remote string, n int) *http.Request {
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
+	req.RemoteAddr = remote
+	req.ContentLength = -1
+	req.Body = io.NopCloser(bytes.NewReader(make([]byte, n)))
+	return req
 }
