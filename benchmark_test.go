@@ -33,11 +33,11 @@ type admitThrottle struct {
 }
 
 func (admitThrottle) Decide(decision.Signal) decision.Verdict {
-	return decision.Admit
+	return decision.VerdictAdmit
 }
 func (admitThrottle) RetryDelay(decision.Verdict) time.Duration { return 0 }
 func (admitThrottle) State(decision.Signal) decision.State {
-	return decision.Normal
+	return decision.StateNormal
 }
 func (admitThrottle) RecordProcessorDecision(decision.Signal, decision.Verdict) {}
 

@@ -34,7 +34,7 @@ func NewFactory() processor.Factory {
 }
 
 func createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
-	p, err := newThrottleProcessor(set, cfg.(*Config), decision.Traces)
+	p, err := newThrottleProcessor(set, cfg.(*Config), decision.SignalTraces)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func createTraces(ctx context.Context, set processor.Settings, cfg component.Con
 }
 
 func createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
-	p, err := newThrottleProcessor(set, cfg.(*Config), decision.Metrics)
+	p, err := newThrottleProcessor(set, cfg.(*Config), decision.SignalMetrics)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func createMetrics(ctx context.Context, set processor.Settings, cfg component.Co
 }
 
 func createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
-	p, err := newThrottleProcessor(set, cfg.(*Config), decision.Logs)
+	p, err := newThrottleProcessor(set, cfg.(*Config), decision.SignalLogs)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func createLogs(ctx context.Context, set processor.Settings, cfg component.Confi
 }
 
 func createProfiles(ctx context.Context, set processor.Settings, cfg component.Config, next xconsumer.Profiles) (xprocessor.Profiles, error) {
-	p, err := newThrottleProcessor(set, cfg.(*Config), decision.Profiles)
+	p, err := newThrottleProcessor(set, cfg.(*Config), decision.SignalProfiles)
 	if err != nil {
 		return nil, err
 	}

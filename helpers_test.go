@@ -34,7 +34,7 @@ type signalHarness struct {
 
 var signalHarnesses = []signalHarness{
 	{
-		signal: decision.Traces,
+		signal: decision.SignalTraces,
 		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
 			sink := new(consumertest.TracesSink)
 			p, err := NewFactory().CreateTraces(context.Background(), set, cfg, sink)
@@ -43,7 +43,7 @@ var signalHarnesses = []signalHarness{
 		},
 	},
 	{
-		signal: decision.Metrics,
+		signal: decision.SignalMetrics,
 		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
 			sink := new(consumertest.MetricsSink)
 			p, err := NewFactory().CreateMetrics(context.Background(), set, cfg, sink)
@@ -52,7 +52,7 @@ var signalHarnesses = []signalHarness{
 		},
 	},
 	{
-		signal: decision.Logs,
+		signal: decision.SignalLogs,
 		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
 			sink := new(consumertest.LogsSink)
 			p, err := NewFactory().CreateLogs(context.Background(), set, cfg, sink)
@@ -61,7 +61,7 @@ var signalHarnesses = []signalHarness{
 		},
 	},
 	{
-		signal: decision.Profiles,
+		signal: decision.SignalProfiles,
 		create: func(t *testing.T, set processor.Settings, cfg component.Config) (component.Component, func(context.Context, int) error, func() int) {
 			sink := new(consumertest.ProfilesSink)
 			p, err := NewFactory().(xprocessor.Factory).CreateProfiles(context.Background(), set, cfg, sink)

@@ -106,15 +106,15 @@ func TestProcessorDecisions(t *testing.T) {
 					assert.Equal(t, 7, received())
 
 					// Open: 5 items rejected.
-					fake.Set(h.signal, decision.DenyOpen)
+					fake.Set(h.signal, decision.VerdictDenyOpen)
 					errOpen := send(context.Background(), 5)
 					// Shedding, and the draw fell under p_drop: 6 items rejected.
-					fake.Set(h.signal, decision.DenyShed)
+					fake.Set(h.signal, decision.VerdictDenyShed)
 					errShed := send(context.Background(), 6)
 					assert.Equal(t, 7, received(), "a rejected batch must not reach the next consumer")
 
 					// Back to Normal.
-					fake.Set(h.signal, decision.Admit)
+					fake.Set(h.signal, decision.VerdictAdmit)
 					require.NoError(t, send(context.Background(), 1))
 					assert.Equal(t, 8, received())
 
@@ -144,11 +144,11 @@ func TestProcessorDecisions(t *testing.T) {
 						assert.Equal(t, want, fake.Decides(s), "decisions for %v", s)
 					}
 					assert.Equal(t, []throttletest.Recorded{
-						{Signal: h.signal, Verdict: decision.Admit},
-						{Signal: h.signal, Verdict: decision.Admit},
-						{Signal: h.signal, Verdict: decision.DenyOpen},
-						{Signal: h.signal, Verdict: decision.DenyShed},
-						{Signal: h.signal, Verdict: decision.Admit},
+						{Signal: h.signal, Verdict: decision.VerdictAdmit},
+						{Signal: h.signal, Verdict: decision.VerdictAdmit},
+						{Signal: h.signal, Verdict: decision.VerdictDenyOpen},
+						{Signal: h.signal, Verdict: decision.VerdictDenyShed},
+						{Signal: h.signal, Verdict: decision.VerdictAdmit},
 					}, fake.Recorded())
 
 					metadatatest.AssertEqualProcessorThrottleItems(t, tel,
@@ -168,8 +168,8 @@ func TestProcessorDecisions(t *testing.T) {
 // (consumererror.NewDownstream in its pipeline instrumentation, or any %w).
 func TestRefusalSurvivesWrapping(t *testing.T) {
 	fake := throttletest.NewFake(1500 * time.Millisecond)
-	fake.Set(decision.Logs, decision.DenyOpen)
-	c, send, _ := signalHarnesses[decision.Logs].create(t,
+	fake.Set(decision.SignalLogs, decision.VerdictDenyOpen)
+	c, send, _ := signalHarnesses[decision.SignalLogs].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
 	require.NoError(t, c.Start(context.Background(), throttletest.HostWith(defaultExtensionID, fake)))
 	defer func() { require.NoError(t, c.Shutdown(context.Background())) }()
@@ -216,7 +216,7 @@ func TestProcessorWithThrottleExtension(t *testing.T) {
 			require.NoError(t, send(ctx, 4))
 			assert.Equal(t, 4, received())
 
-			rt.SetLevel(t, throttletest.Overloaded, decision.Open)
+			rt.SetLevel(t, throttletest.Overloaded, decision.StateOpen)
 			err := send(ctx, 5)
 			code, delay := retryInfo(t, err)
 			assert.Equal(t, codes.ResourceExhausted, code)
@@ -225,7 +225,7 @@ func TestProcessorWithThrottleExtension(t *testing.T) {
 			assert.Contains(t, err.Error(), "(open)")
 			assert.Equal(t, 4, received())
 
-			rt.SetLevel(t, throttletest.Calm, decision.Normal)
+			rt.SetLevel(t, throttletest.Calm, decision.StateNormal)
 			require.NoError(t, send(ctx, 6))
 			assert.Equal(t, 10, received())
 
@@ -256,16 +256,16 @@ func TestProcessorFollowsItsSignalRule(t *testing.T) {
 			"metrics": map[string]any{"enabled": false},
 		},
 	})
-	traces, sendTraces, tracesReceived := signalHarnesses[decision.Traces].create(t,
+	traces, sendTraces, tracesReceived := signalHarnesses[decision.SignalTraces].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
-	metrics, sendMetrics, metricsReceived := signalHarnesses[decision.Metrics].create(t,
+	metrics, sendMetrics, metricsReceived := signalHarnesses[decision.SignalMetrics].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
 	for _, c := range []component.Component{traces, metrics} {
 		require.NoError(t, c.Start(ctx, throttletest.HostWith(defaultExtensionID, rt.Ext)))
 		t.Cleanup(func() { require.NoError(t, c.Shutdown(ctx)) })
 	}
 
-	rt.SetLevel(t, throttletest.Shedding, decision.Shedding)
+	rt.SetLevel(t, throttletest.Shedding, decision.StateShedding)
 	code, _ := retryInfo(t, sendTraces(ctx, 3))
 	assert.Equal(t, codes.ResourceExhausted, code)
 	require.NoError(t, sendMetrics(ctx, 3))

@@ -68,7 +68,7 @@ func BenchmarkE2EAdmitOverhead(b *testing.B) {
 	}{{"throttled/sdk_meter", false}, {"throttled/nop_meter", true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			env := startE2EThrottle(b, e2eOptions{nopTelemetry: tc.nop})
-			env.setLevel(b, e2eCalm, decision.Normal)
+			env.setLevel(b, e2eCalm, decision.StateNormal)
 			wrap, err := env.ext.(extensionmiddleware.HTTPServer).GetHTTPHandler(context.Background())
 			if err != nil {
 				b.Fatal(err)
@@ -77,7 +77,7 @@ func BenchmarkE2EAdmitOverhead(b *testing.B) {
 			require.NoError(b, err)
 			run(b, h)
 			b.StopTimer()
-			require.EqualValues(b, 0, env.requests(b, "http", decision.Traces, "denied", "budget"))
+			require.EqualValues(b, 0, env.requests(b, "http", decision.SignalTraces, "denied", "budget"))
 		})
 	}
 }
@@ -125,8 +125,8 @@ func BenchmarkE2EReject512KiB(b *testing.B) {
 		state  decision.State
 		status int
 	}{
-		{"admit_normal", e2eCalm, decision.Normal, http.StatusOK},
-		{"reject_open", e2eOpen, decision.Open, http.StatusTooManyRequests},
+		{"admit_normal", e2eCalm, decision.StateNormal, http.StatusOK},
+		{"reject_open", e2eOpen, decision.StateOpen, http.StatusTooManyRequests},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			env := startE2E(b, e2eOptions{nopConsumers: true, nopTelemetry: true})

@@ -103,7 +103,7 @@ func FuzzConfigUnmarshal(f *testing.F) {
 		}
 
 		// The mappings to the engine's configurations take anything valid.
-		require.Equal(t, cfg.ruleFor(decision.Logs).DropMax, dc.Rules[decision.Logs].DropMax)
+		require.Equal(t, cfg.ruleFor(decision.SignalLogs).DropMax, dc.Rules[decision.SignalLogs].DropMax)
 		require.Equal(t, cfg.Memory.LimitMiB, cfg.samplerConfig().MemoryLimit>>20)
 
 		// The size text a budget prints reads back as the same budget.

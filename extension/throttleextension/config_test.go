@@ -389,22 +389,22 @@ func TestCreateDefaultConfig(t *testing.T) {
 	// Two calls do not share state (maps, pointers).
 	other := createDefaultConfig().(*Config)
 	*other.Rules[ruleKeyDefault].DropMax = 0.5
-	assert.Equal(t, 1.0, cfg.ruleFor(decision.Traces).DropMax)
+	assert.Equal(t, 1.0, cfg.ruleFor(decision.SignalTraces).DropMax)
 }
 
 func TestConfigRuleFor(t *testing.T) {
 	t.Parallel()
 	full, err := loadConfig(t, component.NewIDWithName(metadata.Type, "full"))
 	require.NoError(t, err)
-	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.1, DropMax: 0.5}, full.ruleFor(decision.Traces))
-	assert.Equal(t, decision.Rule{Enabled: false, DropMin: 0.1, DropMax: 0.9}, full.ruleFor(decision.Metrics))
-	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.2, DropMax: 0.9}, full.ruleFor(decision.Logs))
-	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 0}, full.ruleFor(decision.Profiles))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.1, DropMax: 0.5}, full.ruleFor(decision.SignalTraces))
+	assert.Equal(t, decision.Rule{Enabled: false, DropMin: 0.1, DropMax: 0.9}, full.ruleFor(decision.SignalMetrics))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.2, DropMax: 0.9}, full.ruleFor(decision.SignalLogs))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 0}, full.ruleFor(decision.SignalProfiles))
 
 	bench, err := loadConfig(t, component.NewIDWithName(metadata.Type, "benchmark"))
 	require.NoError(t, err)
 	for s := range decision.NumSignals {
-		want := decision.Rule{Enabled: s != decision.Metrics, DropMin: 0, DropMax: 0.2}
+		want := decision.Rule{Enabled: s != decision.SignalMetrics, DropMin: 0, DropMax: 0.2}
 		assert.Equal(t, want, bench.ruleFor(s), s.String())
 	}
 }
@@ -771,10 +771,10 @@ func TestConfigEngine(t *testing.T) {
 		CPU: decision.Slot{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4, MaxShed: 0.5},
 		Mem: decision.Slot{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2, MaxShed: 0.9},
 		Rules: [decision.NumSignals]decision.Rule{
-			decision.Traces:   {Enabled: true, DropMin: 0.1, DropMax: 0.5},
-			decision.Metrics:  {Enabled: false, DropMin: 0.1, DropMax: 0.9},
-			decision.Logs:     {Enabled: true, DropMin: 0.2, DropMax: 0.9},
-			decision.Profiles: {Enabled: true, DropMin: 0, DropMax: 0},
+			decision.SignalTraces:   {Enabled: true, DropMin: 0.1, DropMax: 0.5},
+			decision.SignalMetrics:  {Enabled: false, DropMin: 0.1, DropMax: 0.9},
+			decision.SignalLogs:     {Enabled: true, DropMin: 0.2, DropMax: 0.9},
+			decision.SignalProfiles: {Enabled: true, DropMin: 0, DropMax: 0},
 		},
 		RecoveryRamp: 2 * time.Second,
 		Interval:     100 * time.Millisecond,

@@ -264,7 +264,7 @@ func (env *e2eEnv) setLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
 	env.src.SetMemoryShare(level)
 	require.Eventuallyf(tb, func() bool {
-		for s := range decision.Profiles + 1 {
+		for s := range decision.SignalProfiles + 1 {
 			if env.th.State(s) != want {
 				return false
 			}
@@ -295,7 +295,7 @@ type e2eSignal struct {
 
 var e2eSignals = []e2eSignal{
 	{
-		sig:  decision.Traces,
+		sig:  decision.SignalTraces,
 		path: "/v1/traces",
 		proto: func(n int) ([]byte, error) {
 			return ptraceotlp.NewExportRequestFromTraces(e2edata.Traces(n)).MarshalProto()
@@ -310,7 +310,7 @@ var e2eSignals = []e2eSignal{
 		received: func(env *e2eEnv) int { return env.traces.SpanCount() },
 	},
 	{
-		sig:  decision.Metrics,
+		sig:  decision.SignalMetrics,
 		path: "/v1/metrics",
 		proto: func(n int) ([]byte, error) {
 			return pmetricotlp.NewExportRequestFromMetrics(e2edata.Metrics(n)).MarshalProto()
@@ -325,7 +325,7 @@ var e2eSignals = []e2eSignal{
 		received: func(env *e2eEnv) int { return env.metrics.DataPointCount() },
 	},
 	{
-		sig:  decision.Logs,
+		sig:  decision.SignalLogs,
 		path: "/v1/logs",
 		proto: func(n int) ([]byte, error) {
 			return plogotlp.NewExportRequestFromLogs(e2edata.Logs(n)).MarshalProto()
@@ -340,7 +340,7 @@ var e2eSignals = []e2eSignal{
 		received: func(env *e2eEnv) int { return env.logs.LogRecordCount() },
 	},
 	{
-		sig:  decision.Profiles,
+		sig:  decision.SignalProfiles,
 		path: "/v1development/profiles",
 		proto: func(n int) ([]byte, error) {
 			return pprofileotlp.NewExportRequestFromProfiles(e2edata.Profiles(n)).MarshalProto()

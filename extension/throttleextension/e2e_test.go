@@ -94,7 +94,7 @@ func requireGRPCRejection(t *testing.T, err error) {
 // counted.
 func TestE2EOpenRejectsHTTP(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	c := e2eHTTPClient(t)
 
 	want := map[decision.Signal]int64{}
@@ -123,7 +123,7 @@ func TestE2EOpenRejectsHTTP(t *testing.T) {
 // rejection is counted.
 func TestE2EOpenRejectsGRPC(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	cc := env.grpcConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
@@ -151,28 +151,28 @@ func TestE2EExemptSignal(t *testing.T) {
 			"metrics": map[string]any{"enabled": false},
 		},
 	}})
-	env.setLevel(t, e2eShedding, decision.Shedding)
+	env.setLevel(t, e2eShedding, decision.StateShedding)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 	c := e2eHTTPClient(t)
 	cc := env.grpcConn(t)
 	const perExport = 7
-	metrics := e2eSignals[decision.Metrics]
-	require.Equal(t, decision.Metrics, metrics.sig)
+	metrics := e2eSignals[decision.SignalMetrics]
+	require.Equal(t, decision.SignalMetrics, metrics.sig)
 	pb, err := metrics.proto(perExport)
 	require.NoError(t, err)
 	resp := env.post(t, c, metrics.path, pbType, pb)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "body: %s", resp.body)
 	require.NoError(t, metrics.grpcExport(ctx, cc, perExport))
 	for _, protocol := range []string{"http", "grpc"} {
-		assert.EqualValues(t, 1, env.requests(t, protocol, decision.Metrics, "allowed", ""), protocol)
-		assert.Zero(t, env.requests(t, protocol, decision.Metrics, "denied", "shed"), protocol)
+		assert.EqualValues(t, 1, env.requests(t, protocol, decision.SignalMetrics, "allowed", ""), protocol)
+		assert.Zero(t, env.requests(t, protocol, decision.SignalMetrics, "denied", "shed"), protocol)
 	}
 	assert.Equal(t, 2*perExport, env.metrics.DataPointCount())
 
 	// The others are refused.
 	for _, s := range e2eSignals {
-		if s.sig == decision.Metrics {
+		if s.sig == decision.SignalMetrics {
 			continue
 		}
 		pb, err := s.proto(1)
@@ -183,9 +183,9 @@ func TestE2EExemptSignal(t *testing.T) {
 	}
 
 	// Memory at its hard line: the exempt signal is refused too.
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	for _, s := range e2eSignals {
-		if s.sig != decision.Metrics {
+		if s.sig != decision.SignalMetrics {
 			continue
 		}
 		pb, err := s.proto(1)
@@ -194,8 +194,8 @@ func TestE2EExemptSignal(t *testing.T) {
 		requireGRPCRejection(t, s.grpcExport(ctx, cc, 1))
 	}
 	assert.Equal(t, 2*perExport, env.metrics.DataPointCount())
-	assert.EqualValues(t, 1, env.requests(t, "http", decision.Metrics, "denied", "open"))
-	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.Metrics, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalMetrics, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.SignalMetrics, "denied", "open"))
 }
 
 // TestE2ESheddingRejectsAboutPDrop: half way between enter (0.5) and hard
@@ -216,7 +216,7 @@ func TestE2ESheddingRejectsAboutPDrop(t *testing.T) {
 
 	t.Run("http", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{})
-		env.setLevel(t, e2eShedding, decision.Shedding)
+		env.setLevel(t, e2eShedding, decision.StateShedding)
 		c := e2eHTTPClient(t)
 		body, err := e2eSignals[0].proto(1)
 		require.NoError(t, err)
@@ -232,13 +232,13 @@ func TestE2ESheddingRejectsAboutPDrop(t *testing.T) {
 		}
 		checkShare(t, rejected)
 		assert.Equal(t, n-rejected, env.traces.SpanCount())
-		assert.EqualValues(t, rejected, env.requests(t, "http", decision.Traces, "denied", "shed"))
-		assert.EqualValues(t, n-rejected, env.requests(t, "http", decision.Traces, "allowed", ""))
+		assert.EqualValues(t, rejected, env.requests(t, "http", decision.SignalTraces, "denied", "shed"))
+		assert.EqualValues(t, n-rejected, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
 	})
 
 	t.Run("grpc", func(t *testing.T) {
 		env := startE2E(t, e2eOptions{})
-		env.setLevel(t, e2eShedding, decision.Shedding)
+		env.setLevel(t, e2eShedding, decision.StateShedding)
 		cc := env.grpcConn(t)
 		ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 		defer cancel()
@@ -251,8 +251,8 @@ func TestE2ESheddingRejectsAboutPDrop(t *testing.T) {
 		}
 		checkShare(t, rejected)
 		assert.Equal(t, n-rejected, env.logs.LogRecordCount())
-		assert.EqualValues(t, rejected, env.requests(t, "grpc", decision.Logs, "denied", "shed"))
-		assert.EqualValues(t, n-rejected, env.requests(t, "grpc", decision.Logs, "allowed", ""))
+		assert.EqualValues(t, rejected, env.requests(t, "grpc", decision.SignalLogs, "denied", "shed"))
+		assert.EqualValues(t, n-rejected, env.requests(t, "grpc", decision.SignalLogs, "allowed", ""))
 	})
 }
 
@@ -261,7 +261,7 @@ func TestE2ESheddingRejectsAboutPDrop(t *testing.T) {
 // receiver even in Open, which answers them itself, and are not counted.
 func TestE2EUnknownPathsNeverRejected(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	c := e2eHTTPClient(t)
 	for _, tc := range []struct{ method, path string }{
 		{http.MethodGet, "/healthz"},
@@ -351,7 +351,7 @@ func TestE2ERejectedBodyNeverSent(t *testing.T) {
 	assert.EqualValues(t, len(payload), ok.n.Load())
 	assert.Equal(t, 50, env.traces.SpanCount())
 
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	fb := &e2eFailingBody{t: t}
 	resp := send(fb, 4<<20)
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
@@ -436,7 +436,7 @@ func startE2ECountingProxy(t *testing.T, target string) *e2eCountingProxy {
 func forwardedOfRejected(t *testing.T, bodySize int) int64 {
 	t.Helper()
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	p := startE2ECountingProxy(t, env.httpAddr)
 
 	conn, err := net.Dial("tcp", p.ln.Addr().String())
@@ -462,7 +462,7 @@ func forwardedOfRejected(t *testing.T, bodySize int) int64 {
 	require.NoError(t, p.ln.Close())
 	<-p.done
 
-	assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
 	assert.Zero(t, env.traces.SpanCount())
 	fwd := p.forwarded.Load()
 	t.Logf("handed %d bytes of a %d byte request to the server's socket", fwd, len(head)+bodySize)
@@ -502,7 +502,7 @@ func TestE2EPacedShedding(t *testing.T) {
 			"tarpit": map[string]any{"delay": delay.String(), "max_requests": 4},
 			"rules":  map[string]any{"default": map[string]any{"drop_min": 1.0, "drop_max": 1.0}},
 		}})
-		env.setLevel(t, e2eShedding, decision.Shedding)
+		env.setLevel(t, e2eShedding, decision.StateShedding)
 		return env
 	}
 	body, err := e2eSignals[0].proto(200) // about 40 KiB
@@ -531,14 +531,14 @@ func TestE2EPacedShedding(t *testing.T) {
 			assert.GreaterOrEqual(t, elapsed, delay, "answered before the tarpit delay")
 		}
 		assert.Equal(t, []bool{false, true}, reused, "the paced rejection kept its connection")
-		assert.EqualValues(t, 2, env.requests(t, "http", decision.Traces, "denied", "shed"))
+		assert.EqualValues(t, 2, env.requests(t, "http", decision.SignalTraces, "denied", "shed"))
 		assert.Zero(t, env.traces.SpanCount())
 	})
 
 	t.Run("Open is not held", func(t *testing.T) {
 		const delay = 10 * time.Second // the longest allowed
 		env := start(t, delay)
-		env.setLevel(t, e2eOpen, decision.Open)
+		env.setLevel(t, e2eOpen, decision.StateOpen)
 		began := time.Now()
 		resp := env.post(t, e2eHTTPClient(t), "/v1/traces", pbType, body)
 		requireHTTPRejection(t, resp, pbType, true)
@@ -553,7 +553,7 @@ func TestE2EPacedShedding(t *testing.T) {
 func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 	env := startE2E(t, e2eOptions{conf: map[string]any{"hold": map[string]any{"max_wait": "20s", "max_requests": 8}}})
 	e := env.ext.(*throttleExtension)
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	c := e2eHTTPClient(t)
 	pb, err := e2eSignals[0].proto(5)
 	require.NoError(t, err)
@@ -568,7 +568,7 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return e.runner.Hold().Held() == 1 }, e2eWait, time.Millisecond, "held")
 	assert.Zero(t, e2eSignals[0].received(env), "a held body is not read")
-	env.setLevel(t, e2eCalm, decision.Normal)
+	env.setLevel(t, e2eCalm, decision.StateNormal)
 	select {
 	case r := <-got:
 		require.NoError(t, r.err)
@@ -578,14 +578,14 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 	}
 	assert.Equal(t, 5, e2eSignals[0].received(env))
 	assert.Zero(t, e.runner.Hold().Held())
-	assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "allowed", ""))
-	assert.Zero(t, env.requests(t, "http", decision.Traces, "denied", "open"), "a held request that got in is no denial")
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
+	assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "open"), "a held request that got in is no denial")
 }
 
 func TestE2EQueueRefusesAfterMaxWait(t *testing.T) {
 	const maxWait = 300 * time.Millisecond
 	env := startE2E(t, e2eOptions{conf: map[string]any{"hold": map[string]any{"max_wait": maxWait.String(), "max_requests": 8}}})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	c := e2eHTTPClient(t)
 	pb, err := e2eSignals[0].proto(1)
 	require.NoError(t, err)
@@ -593,7 +593,7 @@ func TestE2EQueueRefusesAfterMaxWait(t *testing.T) {
 	requireHTTPRejection(t, env.post(t, c, e2eSignals[0].path, pbType, pb), pbType, true)
 	assert.GreaterOrEqual(t, time.Since(start), maxWait)
 	assert.Zero(t, e2eSignals[0].received(env))
-	assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
 }
 
 // TestE2EObserveOnly: with observe_only, every decision is made and counted
@@ -602,7 +602,7 @@ func TestE2EQueueRefusesAfterMaxWait(t *testing.T) {
 // would_deny, none as denied.
 func TestE2EObserveOnly(t *testing.T) {
 	env := startE2E(t, e2eOptions{conf: map[string]any{"observe_only": true}})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 	c := e2eHTTPClient(t)

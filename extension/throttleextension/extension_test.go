@@ -103,8 +103,8 @@ func waitValid(tb testing.TB, e *throttleExtension, mem float64) {
 }
 
 var (
-	allSignals = []decision.Signal{decision.Traces, decision.Metrics, decision.Logs, decision.Profiles}
-	allStates  = []decision.State{decision.Normal, decision.Shedding, decision.Open}
+	allSignals = []decision.Signal{decision.SignalTraces, decision.SignalMetrics, decision.SignalLogs, decision.SignalProfiles}
+	allStates  = []decision.State{decision.StateNormal, decision.StateShedding, decision.StateOpen}
 )
 
 func TestLifecycle(t *testing.T) {
@@ -157,9 +157,9 @@ func TestLifecycle(t *testing.T) {
 		assert.Nil(t, e.runner.Sampler())
 		assert.Zero(t, src.Reads(testutil.WorkingSet), "a disabled throttle must not read resources")
 		for _, s := range allSignals {
-			assert.Equal(t, decision.Admit, e.Decide(s), s.String())
+			assert.Equal(t, decision.VerdictAdmit, e.Decide(s), s.String())
 			assert.True(t, e.runner.Exempt(s), s.String())
-			assert.Equal(t, decision.Normal, e.State(s), s.String())
+			assert.Equal(t, decision.StateNormal, e.State(s), s.String())
 		}
 		require.NoError(t, e.Shutdown(ctx))
 	})
@@ -208,17 +208,17 @@ func TestStateThroughSeam(t *testing.T) {
 	e := startTestExtension(t, src, testConfig(t), nopSettings())
 	waitValid(t, e, 0.5)
 	for _, s := range allSignals {
-		require.Equal(t, decision.Normal, e.State(s))
-		require.Equal(t, decision.Admit, e.Decide(s))
+		require.Equal(t, decision.StateNormal, e.State(s))
+		require.Equal(t, decision.VerdictAdmit, e.Decide(s))
 	}
 
 	// 95% is over mem hard (0.92): Open in one tick (one check breaches).
 	src.SetMemoryShare(0.95)
-	waitState(t, e, decision.Open)
+	waitState(t, e, decision.StateOpen)
 	for _, s := range allSignals {
 		// rules.metrics.enabled: false, but memory is at its hard line:
 		// the backstop refuses the exempt signal too.
-		assert.Equal(t, decision.DenyOpen, e.Decide(s), s.String())
+		assert.Equal(t, decision.VerdictDenyOpen, e.Decide(s), s.String())
 	}
 	var exempt [decision.NumSignals]bool
 	for s := range decision.NumSignals {
@@ -228,36 +228,36 @@ func TestStateThroughSeam(t *testing.T) {
 
 	// Back to 50% with recovery_ramp 0: Normal and admitting at once.
 	src.SetMemoryShare(0.5)
-	waitState(t, e, decision.Normal)
+	waitState(t, e, decision.StateNormal)
 	for _, s := range allSignals {
-		assert.Equal(t, decision.Admit, e.Decide(s), s.String())
+		assert.Equal(t, decision.VerdictAdmit, e.Decide(s), s.String())
 	}
 
 	// 87% lies between mem enter (0.85) and hard (0.92): Shedding with
 	// p_drop = (0.87-0.85)/(0.92-0.85) under the default rule 0..1.
 	src.SetMemoryShare(0.87)
-	waitState(t, e, decision.Shedding)
+	waitState(t, e, decision.StateShedding)
 	wantP := (0.87 - 0.85) / (0.92 - 0.85)
 	st := e.runner.Engine().Stat()
-	assert.InDelta(t, wantP, st.Signals[decision.Traces].DropProbability, 1e-9)
-	assert.Zero(t, st.Signals[decision.Metrics].DropProbability)
+	assert.InDelta(t, wantP, st.Signals[decision.SignalTraces].DropProbability, 1e-9)
+	assert.Zero(t, st.Signals[decision.SignalMetrics].DropProbability)
 	const n = 4000
 	denied := 0
 	for range n {
-		switch v := e.Decide(decision.Traces); v {
-		case decision.DenyShed:
+		switch v := e.Decide(decision.SignalTraces); v {
+		case decision.VerdictDenyShed:
 			denied++
-		case decision.Admit:
+		case decision.VerdictAdmit:
 		default:
 			t.Fatalf("unexpected verdict %v in Shedding", v)
 		}
-		require.Equal(t, decision.Admit, e.Decide(decision.Metrics))
+		require.Equal(t, decision.VerdictAdmit, e.Decide(decision.SignalMetrics))
 	}
 	// Binomial(4000, 0.286): the standard deviation is 0.7%; allow 6.
 	assert.InDelta(t, wantP, float64(denied)/n, 0.045, "denied %d of %d", denied, n)
 
 	src.SetMemoryShare(0.5)
-	waitState(t, e, decision.Normal)
+	waitState(t, e, decision.StateNormal)
 }
 
 // TestRecoveryRampAfterOpen checks that leaving Open does not admit at once
@@ -268,21 +268,21 @@ func TestRecoveryRampAfterOpen(t *testing.T) {
 	e := startTestExtension(t, src, testConfig(t, func(c *Config) { c.RecoveryRamp = time.Hour }), nopSettings())
 	waitValid(t, e, 0.5)
 	src.SetMemoryShare(0.95)
-	waitState(t, e, decision.Open)
+	waitState(t, e, decision.StateOpen)
 	src.SetMemoryShare(0.5)
-	waitState(t, e, decision.Normal)
+	waitState(t, e, decision.StateNormal)
 
 	shed := 0
 	for range 100 {
-		v := e.Decide(decision.Traces)
-		require.NotEqual(t, decision.DenyOpen, v, "Normal must not deny as Open")
-		if v == decision.DenyShed {
+		v := e.Decide(decision.SignalTraces)
+		require.NotEqual(t, decision.VerdictDenyOpen, v, "Normal must not deny as Open")
+		if v == decision.VerdictDenyShed {
 			shed++
 		}
-		require.Equal(t, decision.Admit, e.Decide(decision.Metrics), "an exempt signal is not ramped")
+		require.Equal(t, decision.VerdictAdmit, e.Decide(decision.SignalMetrics), "an exempt signal is not ramped")
 	}
 	assert.Greater(t, shed, 90, "right after Open the ramp must shed nearly everything")
-	assert.Greater(t, e.runner.Engine().Stat().Signals[decision.Traces].DropProbability, 0.99)
+	assert.Greater(t, e.runner.Engine().Stat().Signals[decision.SignalTraces].DropProbability, 0.99)
 }
 
 func TestRetryDelay(t *testing.T) {
@@ -291,7 +291,7 @@ func TestRetryDelay(t *testing.T) {
 		c.RetryAfter.Max = 3 * time.Second
 	}), nopSettings())
 	for range 50 {
-		d := e.RetryDelay(decision.DenyOpen)
+		d := e.RetryDelay(decision.VerdictDenyOpen)
 		assert.GreaterOrEqual(t, d, 2*time.Second)
 		assert.LessOrEqual(t, d, 3*time.Second)
 	}

@@ -104,14 +104,14 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 	verifyNoLeaks(t)
 	src := newFaultSource(95)
 	e, tel, logs := faultExtension(t, src)
-	waitState(t, e, decision.Open)
-	require.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
+	waitState(t, e, decision.StateOpen)
+	require.Equal(t, decision.VerdictDenyOpen, e.Decide(decision.SignalTraces))
 
 	src.Fail(testutil.CPUTime, errCPUFault)
 	src.Fail(testutil.WorkingSet, errMemoryFault)
 	waitTicks(t, src, 50)
-	waitState(t, e, decision.Normal)
-	assert.Equal(t, decision.Admit, e.Decide(decision.Traces), "an unreadable level fails open")
+	waitState(t, e, decision.StateNormal)
+	assert.Equal(t, decision.VerdictAdmit, e.Decide(decision.SignalTraces), "an unreadable level fails open")
 	wl := e.runner.Level()
 	assert.False(t, wl.CPUValid)
 	assert.False(t, wl.MemValid)
@@ -124,8 +124,8 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 
 	src.Fail(testutil.CPUTime, nil)
 	src.Fail(testutil.WorkingSet, nil)
-	waitState(t, e, decision.Open)
-	assert.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
+	waitState(t, e, decision.StateOpen)
+	assert.Equal(t, decision.VerdictDenyOpen, e.Decide(decision.SignalTraces))
 	waitTicks(t, src, 5)
 	assert.Equal(t, map[string]int{"cpu": 1, "mem": 1}, samplerWarns(logs))
 	require.NoError(t, e.Shutdown(context.Background()))
@@ -142,8 +142,8 @@ func TestFaultsLimitsUnreadableFromStart(t *testing.T) {
 	e, tel, logs := faultExtension(t, src)
 	waitTicks(t, src, 10)
 	assert.False(t, e.runner.Level().MemValid)
-	assert.Equal(t, decision.Admit, e.Decide(decision.Traces))
-	assert.Equal(t, decision.Normal, e.State(decision.Traces))
+	assert.Equal(t, decision.VerdictAdmit, e.Decide(decision.SignalTraces))
+	assert.Equal(t, decision.StateNormal, e.State(decision.SignalTraces))
 	assert.Equal(t, int64(1), samplerErrors(t, tel)["limits"], "limits are read at Start, then every 10s")
 	assert.Equal(t, 1, samplerWarns(logs)["limits"])
 	require.NoError(t, e.Shutdown(context.Background()))
@@ -163,7 +163,7 @@ func TestFaultsCounterKeepsResetting(t *testing.T) {
 	assert.False(t, e.runner.Level().CPUValid, "no window was ever valid")
 
 	src.SetMemoryShare(0.95)
-	waitState(t, e, decision.Open)
+	waitState(t, e, decision.StateOpen)
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 
@@ -193,7 +193,7 @@ func TestFaultsSlowTicks(t *testing.T) {
 	assert.Contains(t, warn.ContextMap()["error"], sampler.ErrSlowRead.Error())
 
 	src.SetMemoryShare(0.95)
-	waitState(t, e, decision.Open)
+	waitState(t, e, decision.StateOpen)
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 
@@ -223,12 +223,12 @@ func TestFaultsRealCgroupReader(t *testing.T) {
 
 	// Past mem hard: the reader drives the state.
 	write("memory.current", strconv.FormatUint(uint64(95*512<<20)/100+20971520, 10)) // + inactive_file
-	waitState(t, e, decision.Open)
+	waitState(t, e, decision.StateOpen)
 
 	// Garbage in memory.current: mem invalid, counted; the state falls back.
 	write("memory.current", "garbage\n")
 	require.Eventually(t, func() bool { return samplerErrors(t, tel)["mem"] >= 20 }, 30*time.Second, time.Millisecond)
-	waitState(t, e, decision.Normal)
+	waitState(t, e, decision.StateNormal)
 
 	// A partial line in cpu.stat.
 	write("cpu.stat", "usage_u")
@@ -242,7 +242,7 @@ func TestFaultsRealCgroupReader(t *testing.T) {
 		wl := e.runner.Level()
 		return wl.MemValid && wl.Mem == fixtureMem && wl.CPUValid
 	}, 10*time.Second, time.Millisecond)
-	waitState(t, e, decision.Normal)
+	waitState(t, e, decision.StateNormal)
 
 	warns := samplerWarns(logs)
 	assert.Equal(t, 1, warns["cpu"], "%v", warns)

@@ -135,7 +135,7 @@ func TestHostileSlowHTTPBodies(t *testing.T) {
 	defer stop1()
 	defer stop2()
 	require.Eventually(t, func() bool {
-		return env.requests(t, "http", decision.Traces, "allowed", "") == 2 && hostileReserved(env) == 2*hostileUnknown
+		return env.requests(t, "http", decision.SignalTraces, "allowed", "") == 2 && hostileReserved(env) == 2*hostileUnknown
 	}, e2eWait, time.Millisecond, "the slow bodies do not hold their first reservation only")
 
 	body, spans := hostileTraces(t, hostileBudget/4)
@@ -196,8 +196,8 @@ func TestHostileGRPCSilentStreams(t *testing.T) {
 		wg.Go(func() { errs <- cs.RecvMsg(&emptypb.Empty{}) })
 	}
 	require.Eventually(t, func() bool {
-		return env.requests(t, "grpc", decision.Traces, "denied", "budget") == streams-fit &&
-			env.requests(t, "grpc", decision.Traces, "allowed", "") == fit
+		return env.requests(t, "grpc", decision.SignalTraces, "denied", "budget") == streams-fit &&
+			env.requests(t, "grpc", decision.SignalTraces, "allowed", "") == fit
 	}, e2eWait, time.Millisecond, "not every stream was decided as expected")
 	assert.EqualValues(t, hostileBudget/2, hostileReserved(env), "one address holds half the budget")
 
@@ -298,12 +298,12 @@ func TestHostileCompressedBurst(t *testing.T) {
 		})
 	}
 	if !assert.Eventually(t, func() bool {
-		return gate.entered.Load() == fit && env.requests(t, "http", decision.Traces, "denied", "budget") == burst-fit
+		return gate.entered.Load() == fit && env.requests(t, "http", decision.SignalTraces, "denied", "budget") == burst-fit
 	}, e2eWait, time.Millisecond) {
-		t.Fatalf("admitted %d, delivering %d, refused %d of %d", env.requests(t, "http", decision.Traces, "allowed", "")-1,
-			gate.entered.Load(), env.requests(t, "http", decision.Traces, "denied", "budget"), burst)
+		t.Fatalf("admitted %d, delivering %d, refused %d of %d", env.requests(t, "http", decision.SignalTraces, "allowed", "")-1,
+			gate.entered.Load(), env.requests(t, "http", decision.SignalTraces, "denied", "budget"), burst)
 	}
-	assert.EqualValues(t, 1+fit, env.requests(t, "http", decision.Traces, "allowed", ""), "admitted more than fit")
+	assert.EqualValues(t, 1+fit, env.requests(t, "http", decision.SignalTraces, "allowed", ""), "admitted more than fit")
 	gate.release()
 	wg.Wait()
 	close(answers)
@@ -357,7 +357,7 @@ func TestHostileGRPCEstimateNotPoisoned(t *testing.T) {
 	require.Eventually(t, func() bool { return gate.entered.Load() == 1 }, e2eWait, time.Millisecond)
 	assert.GreaterOrEqual(t, hostileReserved(env), int64(len(plain)), "the large export being handled is not in the budget")
 	requireGRPCRejection(t, e2eSignals[0].grpcExport(ctx, cc, 1))
-	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.Traces, "denied", "budget"))
+	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.SignalTraces, "denied", "budget"))
 	gate.release()
 	require.NoError(t, <-bigErr)
 	require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond)

@@ -340,12 +340,12 @@ func TestHostilePaths(t *testing.T) {
 				assert.Equal(t, "/v1/traces", r.Header.Get("Location"), tc.name)
 			}
 		}
-		assert.EqualValues(t, classified, env.requests(t, "http", decision.Traces, "allowed", ""))
-		assert.Zero(t, env.requests(t, "http", decision.Traces, "denied", "open"))
+		assert.EqualValues(t, classified, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
+		assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
 	})
 
 	t.Run("shedding", func(t *testing.T) {
-		env.setLevel(t, e2eShedding, decision.Shedding)
+		env.setLevel(t, e2eShedding, decision.StateShedding)
 		before := env.traces.SpanCount()
 		for _, tc := range cases {
 			raw := append(hostileHead(http.MethodPost, tc.target, "HTTP/1.1",
@@ -358,11 +358,11 @@ func TestHostilePaths(t *testing.T) {
 			assert.Equal(t, tc.normal, r.StatusCode, "%s: %q", tc.name, r.body)
 		}
 		assert.Equal(t, before, env.traces.SpanCount(), "nothing reached the sink in Shedding")
-		assert.EqualValues(t, classified, env.requests(t, "http", decision.Traces, "denied", "shed"))
+		assert.EqualValues(t, classified, env.requests(t, "http", decision.SignalTraces, "denied", "shed"))
 	})
 
 	t.Run("open", func(t *testing.T) {
-		env.setLevel(t, e2eOpen, decision.Open)
+		env.setLevel(t, e2eOpen, decision.StateOpen)
 		before := env.traces.SpanCount()
 		for _, tc := range cases {
 			raw := hostileHead(http.MethodPost, tc.target, "HTTP/1.1",
@@ -378,8 +378,8 @@ func TestHostilePaths(t *testing.T) {
 			assert.Empty(t, r.Header.Get("Retry-After"), tc.name)
 		}
 		assert.Equal(t, before, env.traces.SpanCount(), "nothing reached the sink in Open")
-		assert.EqualValues(t, classified, env.requests(t, "http", decision.Traces, "denied", "open"))
-		assert.EqualValues(t, classified, env.requests(t, "http", decision.Traces, "allowed", ""), "no new admission")
+		assert.EqualValues(t, classified, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
+		assert.EqualValues(t, classified, env.requests(t, "http", decision.SignalTraces, "allowed", ""), "no new admission")
 	})
 }
 
@@ -438,7 +438,7 @@ func TestHostileContentTypes(t *testing.T) {
 	})
 
 	t.Run("open", func(t *testing.T) {
-		env.setLevel(t, e2eOpen, decision.Open)
+		env.setLevel(t, e2eOpen, decision.StateOpen)
 		before := env.traces.SpanCount()
 		for _, tc := range cases {
 			raw := hostileHead(http.MethodPost, "/v1/traces", "HTTP/1.1",
@@ -451,7 +451,7 @@ func TestHostileContentTypes(t *testing.T) {
 		r := hostileRaw(t, env.httpAddr, hostileHead(http.MethodGet, "/v1/traces", "HTTP/1.1", "Host: x"), false)
 		requireHTTPRejection(t, r.e2e(), jsonType, true)
 		assert.Equal(t, before, env.traces.SpanCount())
-		assert.EqualValues(t, len(cases)+1, env.requests(t, "http", decision.Traces, "denied", "open"))
+		assert.EqualValues(t, len(cases)+1, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
 	})
 }
 
@@ -489,13 +489,13 @@ func TestHostileHugeHeaders(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
 	}
 	assert.Equal(t, len(fits), env.traces.SpanCount())
-	assert.EqualValues(t, len(fits), env.requests(t, "http", decision.Traces, "allowed", ""))
+	assert.EqualValues(t, len(fits), env.requests(t, "http", decision.SignalTraces, "allowed", ""))
 	for _, p := range tooBig {
 		r := hostileRaw(t, env.httpAddr, request(p, false), false)
 		assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, r.StatusCode)
 	}
 
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	for _, p := range fits {
 		requireHTTPRejection(t, hostileRaw(t, env.httpAddr, request(p, true), false).e2e(), pbType, true)
 	}
@@ -504,8 +504,8 @@ func TestHostileHugeHeaders(t *testing.T) {
 		assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, r.StatusCode)
 	}
 	assert.Equal(t, len(fits), env.traces.SpanCount(), "nothing more reached the sink")
-	assert.EqualValues(t, len(fits), env.requests(t, "http", decision.Traces, "denied", "open"))
-	assert.EqualValues(t, len(fits), env.requests(t, "http", decision.Traces, "allowed", ""))
+	assert.EqualValues(t, len(fits), env.requests(t, "http", decision.SignalTraces, "denied", "open"))
+	assert.EqualValues(t, len(fits), env.requests(t, "http", decision.SignalTraces, "allowed", ""))
 
 	// Still serving.
 	requireHTTPRejection(t, hostileRaw(t, env.httpAddr, request(nil, true), false).e2e(), pbType, true)
@@ -539,9 +539,9 @@ func TestHostileHTTPVersions(t *testing.T) {
 	r = hostileRaw(t, env.httpAddr, http20, false)
 	assert.Equal(t, http.StatusHTTPVersionNotSupported, r.StatusCode)
 	assert.Equal(t, 2, env.traces.SpanCount())
-	assert.EqualValues(t, 2, env.requests(t, "http", decision.Traces, "allowed", ""))
+	assert.EqualValues(t, 2, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
 
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	for _, raw := range [][]byte{http10, http10KeepAlive} {
 		r := hostileRaw(t, env.httpAddr, raw, true)
 		requireHTTPRejection(t, r.e2e(), pbType, true)
@@ -561,8 +561,8 @@ func TestHostileHTTPVersions(t *testing.T) {
 	assert.True(t, r.closed, "the pipelined request was answered")
 
 	assert.Equal(t, 2, env.traces.SpanCount(), "nothing reached the sink in Open")
-	assert.EqualValues(t, 4, env.requests(t, "http", decision.Traces, "denied", "open"))
-	assert.EqualValues(t, 2, env.requests(t, "http", decision.Traces, "allowed", ""))
+	assert.EqualValues(t, 4, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
+	assert.EqualValues(t, 2, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
 }
 
 // TestHostileH2CNotServed: otlpreceiver's HTTP server is built by confighttp
@@ -585,7 +585,7 @@ func TestHostileH2CNotServed(t *testing.T) {
 	for _, level := range []struct {
 		l float64
 		s decision.State
-	}{{e2eCalm, decision.Normal}, {e2eOpen, decision.Open}} {
+	}{{e2eCalm, decision.StateNormal}, {e2eOpen, decision.StateOpen}} {
 		env.setLevel(t, level.l, level.s)
 		req, err := http.NewRequest(http.MethodPost, "http://"+env.httpAddr+"/v1/traces", bytes.NewReader(body))
 		require.NoError(t, err)
@@ -602,8 +602,8 @@ func TestHostileH2CNotServed(t *testing.T) {
 		assert.Equal(t, "HTTP/1.1", r.Proto)
 	}
 	assert.Zero(t, env.traces.SpanCount())
-	assert.Zero(t, env.requests(t, "http", decision.Traces, "allowed", ""))
-	assert.Zero(t, env.requests(t, "http", decision.Traces, "denied", "open"))
+	assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
+	assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
 }
 
 // hostileHold opens a silent gRPC traces stream, which holds one
@@ -681,8 +681,8 @@ func TestHostileChunkedBudget(t *testing.T) {
 			r := send(t, env, ct, chunked, hostileChunked(tooBig, 4<<10))
 			requireBudgetCutOff(t, r, ct)
 			assert.Zero(t, env.traces.SpanCount())
-			assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "allowed", ""))
-			assert.Zero(t, env.requests(t, "http", decision.Traces, "denied", "budget"))
+			assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
+			assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "budget"))
 			unhold()
 			released(t, env, hw)
 		})
@@ -769,8 +769,8 @@ func TestHostileChunkedBudget(t *testing.T) {
 		head := []string{"Host: x", "Content-Type: " + pbType, "Content-Length: " + strconv.Itoa(size)}
 		r := hostileRaw(t, env.httpAddr, append(hostileHead(http.MethodPost, "/v1/traces", "HTTP/1.1", head...), make([]byte, size)...), false)
 		requireBudgetCutOff(t, r, pbType)
-		assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "allowed", ""))
-		assert.Zero(t, env.requests(t, "http", decision.Traces, "denied", "budget"))
+		assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
+		assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "budget"))
 		assert.Zero(t, env.traces.SpanCount())
 		unhold()
 		released(t, env, hw)
@@ -785,8 +785,8 @@ func TestHostileChunkedBudget(t *testing.T) {
 		r := send(t, env, pbType, []string{"Content-Length: " + strconv.Itoa(len(body))}, body)
 		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
 		assert.Equal(t, spans, env.traces.SpanCount())
-		assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "allowed", ""))
-		assert.Zero(t, env.requests(t, "http", decision.Traces, "denied", "budget"))
+		assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
+		assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "budget"))
 		assert.EqualValues(t, hostileBudget, hw.Load(), "the whole budget, never more")
 		released(t, env, hw)
 	})
@@ -806,7 +806,7 @@ func TestHostileChunkedBudget(t *testing.T) {
 // compression_algorithms (x-snappy-framed streams).
 func TestHostileCompressedBodyReadBeforeThrottle(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	const size = 2 << 20
 	// Incompressible, so the compressed bodies are about 2 MiB too.
 	plain := make([]byte, size)
@@ -850,7 +850,7 @@ func TestHostileCompressedBodyReadBeforeThrottle(t *testing.T) {
 		}
 	}
 	assert.Zero(t, env.traces.SpanCount())
-	assert.EqualValues(t, len(cases), env.requests(t, "http", decision.Traces, "denied", "open"))
+	assert.EqualValues(t, len(cases), env.requests(t, "http", decision.SignalTraces, "denied", "open"))
 }
 
 // hostileSilentStream opens a gRPC stream on method and sends its headers,
@@ -865,7 +865,7 @@ func hostileSilentStream(ctx context.Context, cc *grpc.ClientConn, method string
 // headers. 50 of them on one connection leave the server responsive.
 func TestHostileGRPCSilentStreamOpen(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	cc := env.grpcConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
@@ -908,7 +908,7 @@ func TestHostileGRPCSilentStreamNormal(t *testing.T) {
 
 	require.Eventually(t, func() bool { return hostileReserved(env) == hostileUnknown }, e2eWait, time.Millisecond,
 		"the silent stream does not hold its reservation")
-	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.Traces, "allowed", ""))
+	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.SignalTraces, "allowed", ""))
 	select {
 	case err := <-recvErr:
 		t.Fatalf("the silent stream ended on its own: %v", err)
@@ -950,8 +950,8 @@ func TestHostileGRPCSilentStreamFlood(t *testing.T) {
 		wg.Go(func() { errs <- cs.RecvMsg(&emptypb.Empty{}) })
 	}
 	require.Eventually(t, func() bool {
-		return env.requests(t, "grpc", decision.Traces, "denied", "budget") == streams-fit &&
-			env.requests(t, "grpc", decision.Traces, "allowed", "") == fit &&
+		return env.requests(t, "grpc", decision.SignalTraces, "denied", "budget") == streams-fit &&
+			env.requests(t, "grpc", decision.SignalTraces, "allowed", "") == fit &&
 			hostileReserved(env) == hostileBudget
 	}, e2eWait, time.Millisecond, "not every stream was decided")
 	for range streams - fit {
@@ -965,7 +965,7 @@ func TestHostileGRPCSilentStreamFlood(t *testing.T) {
 	tb, err := e2eSignals[0].proto(1)
 	require.NoError(t, err)
 	requireHTTPRejection(t, env.post(t, c, "/v1/traces", pbType, tb), pbType, false)
-	assert.EqualValues(t, 1, env.requests(t, "http", decision.Traces, "denied", "budget"))
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "denied", "budget"))
 	assert.Zero(t, env.traces.SpanCount())
 
 	// Silent for idle_timeout: they shrink, and the others get in.
@@ -1072,7 +1072,7 @@ func hostileRetryInfo(t *testing.T, v string) *errdetails.RetryInfo {
 // RESOURCE_EXHAUSTED + RetryInfo, which shows the raw client reaches the tap.
 func TestHostileGRPCNotClassified(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	const (
 		rejected      = "8"  // ResourceExhausted
 		invalidArg    = "3"  // InvalidArgument
@@ -1122,8 +1122,8 @@ func TestHostileGRPCNotClassified(t *testing.T) {
 			assert.LessOrEqual(t, ri.GetRetryDelay().AsDuration(), e2eRetryHigh)
 		}
 	}
-	assert.EqualValues(t, controls, env.requests(t, "grpc", decision.Traces, "denied", "open"))
-	assert.Zero(t, env.requests(t, "grpc", decision.Traces, "allowed", ""))
+	assert.EqualValues(t, controls, env.requests(t, "grpc", decision.SignalTraces, "denied", "open"))
+	assert.Zero(t, env.requests(t, "grpc", decision.SignalTraces, "allowed", ""))
 	assert.Zero(t, env.traces.SpanCount())
 }
 
@@ -1144,7 +1144,7 @@ func TestHostileGRPCNotClassified(t *testing.T) {
 //     the throttle: not counted.
 func TestHostileCompressedExpectContinue(t *testing.T) {
 	env := startE2E(t, e2eOptions{})
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	plain, err := e2eSignals[0].proto(3)
 	require.NoError(t, err)
 	cases := []struct {
@@ -1205,5 +1205,5 @@ func TestHostileCompressedExpectContinue(t *testing.T) {
 		}()
 	}
 	assert.Zero(t, env.traces.SpanCount())
-	assert.EqualValues(t, counted, env.requests(t, "http", decision.Traces, "denied", "open"))
+	assert.EqualValues(t, counted, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
 }

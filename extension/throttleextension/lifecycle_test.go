@@ -219,8 +219,8 @@ func TestLifecycleAnyOrder(t *testing.T) {
 					} else {
 						assert.NoError(t, e.Shutdown(ctx)) //nolint:testifylint // runs in a wg.Go goroutine, where require must not be used
 					}
-					_ = e.Decide(decision.Traces)
-					_ = e.RetryDelay(decision.DenyOpen)
+					_ = e.Decide(decision.SignalTraces)
+					_ = e.RetryDelay(decision.VerdictDenyOpen)
 				})
 			}
 			wg.Wait()
@@ -331,8 +331,8 @@ func TestSharedByManyServers(t *testing.T) {
 				wg.Go(func() { assert.Equal(t, wantGRPC, exportTraces(c)) })
 			}
 			wg.Go(func() {
-				v := e.Decide(decision.Traces)
-				e.RecordProcessorDecision(decision.Traces, v)
+				v := e.Decide(decision.SignalTraces)
+				e.RecordProcessorDecision(decision.SignalTraces, v)
 				assert.Equal(t, wantVerdict, v)
 			})
 		}
@@ -340,13 +340,13 @@ func TestSharedByManyServers(t *testing.T) {
 	}
 
 	waitValid(t, e, 0.5)
-	check(http.StatusOK, codes.OK, decision.Admit)
+	check(http.StatusOK, codes.OK, decision.VerdictAdmit)
 	src.SetMemoryShare(0.95)
-	waitState(t, e, decision.Open)
-	check(http.StatusTooManyRequests, codes.ResourceExhausted, decision.DenyOpen)
+	waitState(t, e, decision.StateOpen)
+	check(http.StatusTooManyRequests, codes.ResourceExhausted, decision.VerdictDenyOpen)
 	src.SetMemoryShare(0.5)
-	waitState(t, e, decision.Normal)
-	check(http.StatusOK, codes.OK, decision.Admit)
+	waitState(t, e, decision.StateNormal)
+	check(http.StatusOK, codes.OK, decision.VerdictAdmit)
 	assert.Equal(t, int64(40), rcv.accepted.Load())
 
 	// Every server's decisions land in the one extension's counter.
@@ -408,9 +408,9 @@ func TestTwoThrottleExtensions(t *testing.T) {
 	})
 
 	a, b := insts[0].e, insts[1].e
-	waitState(t, a, decision.Open)
+	waitState(t, a, decision.StateOpen)
 	waitValid(t, b, 0.95)
-	assert.Equal(t, decision.Normal, b.State(decision.Traces), "0.95 is under throttle/2's enter line")
+	assert.Equal(t, decision.StateNormal, b.State(decision.SignalTraces), "0.95 is under throttle/2's enter line")
 
 	rcvA, rcvB := &traceReceiver{}, &traceReceiver{}
 	urlA, urlB := serveHTTP(t, a, rcvA), serveHTTP(t, b, rcvB)
@@ -446,13 +446,13 @@ func TestTwoThrottleExtensions(t *testing.T) {
 			got[id.AsString()] = dp.Value
 		}
 	}
-	assert.Equal(t, map[string]int64{"throttle": int64(decision.Open), "throttle/2": int64(decision.Normal)}, got)
+	assert.Equal(t, map[string]int64{"throttle": int64(decision.StateOpen), "throttle/2": int64(decision.StateNormal)}, got)
 
 	// Moving one source moves only its extension.
 	insts[1].src.SetMemoryShare(0.99)
-	waitState(t, b, decision.Open)
+	waitState(t, b, decision.StateOpen)
 	insts[0].src.SetMemoryShare(0.5)
-	waitState(t, a, decision.Normal)
+	waitState(t, a, decision.StateNormal)
 
 	// Shut down concurrently, twice each, in random order.
 	for _, i := range rand.Perm(2 * len(insts)) {

@@ -46,15 +46,15 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 
 	waitValid(t, e, 0.5)
 	src.SetMemoryShare(0.95)
-	waitState(t, e, decision.Open)
+	waitState(t, e, decision.StateOpen)
 	src.SetMemoryShare(0.5)
-	waitState(t, e, decision.Normal)
+	waitState(t, e, decision.StateNormal)
 	// The engine publishes a state before it reports the change, so the
 	// line may still be being written: stop the sampler to have them all.
 	require.NoError(t, e.Shutdown(context.Background()))
 
 	for _, s := range allSignals {
-		open := logs.FilterMessage(testutil.TransitionMessage(s, decision.Normal, decision.Open)).All()
+		open := logs.FilterMessage(testutil.TransitionMessage(s, decision.StateNormal, decision.StateOpen)).All()
 		require.Len(t, open, 1, s.String())
 		f := open[0].ContextMap()
 		assert.Equal(t, zapcore.InfoLevel, open[0].Level)
@@ -66,7 +66,7 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 		assert.Equal(t, 0.0, f["cpu_fast"])
 		assert.Equal(t, 0.0, f["cpu_slow"])
 
-		back := logs.FilterMessage(testutil.TransitionMessage(s, decision.Open, decision.Normal)).All()
+		back := logs.FilterMessage(testutil.TransitionMessage(s, decision.StateOpen, decision.StateNormal)).All()
 		require.Len(t, back, 1, s.String())
 		assert.Equal(t, 0.5, back[0].ContextMap()["mem"])
 	}
@@ -90,9 +90,9 @@ func TestTransitionsSurviveLogSampling(t *testing.T) {
 	start := time.Now()
 	for range cycles {
 		src.SetMemoryShare(0.95)
-		waitState(t, e, decision.Open)
+		waitState(t, e, decision.StateOpen)
 		src.SetMemoryShare(0.5)
-		waitState(t, e, decision.Normal)
+		waitState(t, e, decision.StateNormal)
 	}
 	// Shutdown writes the summary of the window still open.
 	require.NoError(t, e.Shutdown(context.Background()))

@@ -66,17 +66,17 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	cfg := testConfig(t, func(c *Config) { c.StaleAfter = minStaleAfter })
 	require.Equal(t, time.Second, cfg.runnerConfig().StaleAfter)
 	e := startTestExtension(t, src, cfg, set)
-	waitState(t, e, decision.Open)
-	require.Equal(t, decision.DenyOpen, e.Decide(decision.Traces))
+	waitState(t, e, decision.StateOpen)
+	require.Equal(t, decision.VerdictDenyOpen, e.Decide(decision.SignalTraces))
 	require.Equal(t, int64(0), staleGauge(t, tel))
 
 	release := src.BlockCPUTime(t)
-	require.Eventually(t, func() bool { return e.Decide(decision.Traces) == decision.Admit }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.Decide(decision.SignalTraces) == decision.VerdictAdmit }, 10*time.Second, time.Millisecond,
 		"a blocked sampler must not hold Open for ever")
 	assert.True(t, e.runner.Engine().Stale())
 	for _, s := range allSignals {
-		assert.Equal(t, decision.Admit, e.Decide(s), s.String())
-		assert.Equal(t, decision.Normal, e.State(s), s.String())
+		assert.Equal(t, decision.VerdictAdmit, e.Decide(s), s.String())
+		assert.Equal(t, decision.StateNormal, e.State(s), s.String())
 	}
 	metadatatest.AssertEqualThrottleSamplerStale(t, tel, []metricdata.DataPoint[int64]{
 		{Attributes: attribute.NewSet(attribute.String("extension", "throttle")), Value: 1},
@@ -92,7 +92,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	assert.GreaterOrEqual(t, warns[0].ContextMap()["since_last_sample"], time.Second)
 
 	release()
-	require.Eventually(t, func() bool { return e.Decide(decision.Traces) == decision.DenyOpen }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.Decide(decision.SignalTraces) == decision.VerdictDenyOpen }, 10*time.Second, time.Millisecond,
 		"the first fresh sample restores the real decision")
 	require.Eventually(t, func() bool { return staleGauge(t, tel) == 0 }, 10*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool {
@@ -111,10 +111,10 @@ func TestStaleAfterZeroHolds(t *testing.T) {
 	src := newFakeSource(95)
 	e := startTestExtension(t, src, testConfig(t), nopSettings()) // testConfig: 0
 	require.False(t, e.runner.Watchdog(), "no stale watchdog")
-	waitState(t, e, decision.Open)
+	waitState(t, e, decision.StateOpen)
 	release := src.BlockCPUTime(t)
 	// Longer than the shortest stale_after there is.
-	assert.Never(t, func() bool { return e.Decide(decision.Traces) != decision.DenyOpen }, minStaleAfter+200*time.Millisecond, 5*time.Millisecond)
+	assert.Never(t, func() bool { return e.Decide(decision.SignalTraces) != decision.VerdictDenyOpen }, minStaleAfter+200*time.Millisecond, 5*time.Millisecond)
 	assert.False(t, e.runner.Engine().Stale())
 	release()
 	require.NoError(t, e.Shutdown(context.Background()))

@@ -128,10 +128,10 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 	defer tr.CloseIdleConnections()
 
 	// Decisions counted by every path show up per signal.
-	e.runner.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
-	e.runner.Record(middleware.ProtocolGRPC, decision.Traces, decision.Admit)
-	e.RecordProcessorDecision(decision.Traces, decision.DenyShed)
-	e.runner.Record(middleware.ProtocolGRPC, decision.Metrics, decision.DenyBudget)
+	e.runner.Record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
+	e.runner.Record(middleware.ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit)
+	e.RecordProcessorDecision(decision.SignalTraces, decision.VerdictDenyShed)
+	e.runner.Record(middleware.ProtocolGRPC, decision.SignalMetrics, decision.VerdictDenyBudget)
 
 	doc := getStatus(t, c, base)
 	assert.Equal(t, testutil.SourceDescription, doc.Source)
@@ -147,12 +147,12 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 	for i, s := range doc.Signals {
 		assert.Equal(t, decision.Signal(i).String(), s.Name)
 		assert.Equal(t, "normal", s.State, s.Name)
-		assert.Equal(t, decision.Signal(i) != decision.Logs, s.Enabled, s.Name)
+		assert.Equal(t, decision.Signal(i) != decision.SignalLogs, s.Enabled, s.Name)
 	}
-	tr0 := doc.Signals[decision.Traces]
+	tr0 := doc.Signals[decision.SignalTraces]
 	assert.Equal(t, uint64(2), tr0.Allowed)
 	assert.Equal(t, uint64(1), tr0.Denied.Shed)
-	assert.Equal(t, uint64(1), doc.Signals[decision.Metrics].Denied.Budget)
+	assert.Equal(t, uint64(1), doc.Signals[decision.SignalMetrics].Denied.Budget)
 	assert.Positive(t, doc.Budget.Limit, "auto budget sized from the memory limit")
 	assert.Positive(t, doc.History.Length, "the ring holds the samples taken so far")
 
@@ -188,7 +188,7 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 		require.NoError(ct, json.NewDecoder(resp.Body).Decode(&hist))
 		require.NotEmpty(ct, hist.Samples)
 		last := hist.Samples[len(hist.Samples)-1]
-		assert.Equal(ct, uint8(decision.Open), last.States[decision.Traces])
+		assert.Equal(ct, uint8(decision.StateOpen), last.States[decision.SignalTraces])
 		assert.Equal(ct, uint64(2), last.Allowed)
 		assert.Equal(ct, uint64(2), last.Denied)
 	}, 10*time.Second, 20*time.Millisecond)
@@ -250,13 +250,13 @@ func TestReportStatusOpenAndRecovery(t *testing.T) {
 	ev := host.Next(t)
 	require.Equal(t, componentstatus.StatusRecoverableError, ev.Status())
 	require.EqualError(t, ev.Err(), "throttle: traces, metrics, profiles open (collector overloaded); rejecting requests")
-	assert.Equal(t, decision.Open, e.State(decision.Traces))
+	assert.Equal(t, decision.StateOpen, e.State(decision.SignalTraces))
 
 	src.SetWorkingSet(statusTestCalm)
 	ev = host.Next(t)
 	require.Equal(t, componentstatus.StatusOK, ev.Status())
 	require.NoError(t, ev.Err())
-	assert.NotEqual(t, decision.Open, e.State(decision.Traces))
+	assert.NotEqual(t, decision.StateOpen, e.State(decision.SignalTraces))
 
 	// Twice more, to see that only transitions are reported.
 	src.SetWorkingSet(statusTestOver)
@@ -300,9 +300,9 @@ func TestReportStatusOffByDefault(t *testing.T) {
 	host := testutil.NewStatusHost()
 	e, src := startStatusExtension(t, host, nil)
 	src.SetWorkingSet(statusTestOver)
-	require.Eventually(t, func() bool { return e.State(decision.Traces) == decision.Open }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return e.State(decision.SignalTraces) == decision.StateOpen }, 10*time.Second, 5*time.Millisecond)
 	src.SetWorkingSet(statusTestCalm)
-	require.Eventually(t, func() bool { return e.State(decision.Traces) != decision.Open }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return e.State(decision.SignalTraces) != decision.StateOpen }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, e.Shutdown(context.Background()))
 	assert.Empty(t, host.Recorded())
 }

@@ -55,9 +55,9 @@ func wantLevels(mem float64) []metricdata.DataPoint[float64] {
 		{"cpu_enter", 0.90},
 		{"cpu_exit", 0.80},
 		{"cpu_hard", 1.10},
-		{"mem_enter", 0.85},
-		{"mem_exit", 0.78},
-		{"mem_hard", 0.92},
+		{"memory_enter", 0.85},
+		{"memory_exit", 0.78},
+		{"memory_hard", 0.92},
 	}
 	dps := make([]metricdata.DataPoint[float64], 0, len(kv))
 	for _, p := range kv {
@@ -158,8 +158,8 @@ func TestTelemetryThroughSeam(t *testing.T) {
 		return rec.Code
 	}
 	paths := map[decision.Signal]string{
-		decision.Traces: "/v1/traces", decision.Metrics: "/v1/metrics",
-		decision.Logs: "/v1/logs", decision.Profiles: "/v1development/profiles",
+		decision.SignalTraces: "/v1/traces", decision.SignalMetrics: "/v1/metrics",
+		decision.SignalLogs: "/v1/logs", decision.SignalProfiles: "/v1development/profiles",
 	}
 	want := requestCounts{}
 	assertRequests := func() {
@@ -169,7 +169,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 
 	// Step 1: Normal at 50%.
 	waitValid(t, e, 0.5)
-	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Normal), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleHeldRequests(t, tt, []metricdata.DataPoint[int64]{
@@ -187,44 +187,44 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	for _, s := range allSignals {
 		seenReserved = -1
 		require.Equal(t, http.StatusOK, post(paths[s], 1000), s.String())
-		want.add("http", s, decision.Admit)
+		want.add("http", s, decision.VerdictAdmit)
 		// An exempt signal (metrics here) is bounded by the budget too.
 		assert.Equal(t, int64(1000), seenReserved, "reserved while %s is handled", s)
 	}
 	require.Equal(t, http.StatusOK, post("/health", 1000), "unclassified")
-	e.RecordProcessorDecision(decision.Traces, decision.Admit)
-	want.add("processor", decision.Traces, decision.Admit)
+	e.RecordProcessorDecision(decision.SignalTraces, decision.VerdictAdmit)
+	want.add("processor", decision.SignalTraces, decision.VerdictAdmit)
 	assertRequests()
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 
 	// Step 2: Open at 95%.
 	src.SetMemoryShare(0.95)
-	waitState(t, e, decision.Open)
+	waitState(t, e, decision.StateOpen)
 	waitValid(t, e, 0.95)
-	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Open), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateOpen), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.95), metricdatatest.IgnoreTimestamp())
-	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.Traces], 1000))
-	want.add("http", decision.Traces, decision.DenyOpen)
-	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.Metrics], 1000), "metrics is exempt, but not at the memory backstop")
-	want.add("http", decision.Metrics, decision.DenyOpen)
-	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.Logs], 1000))
-	want.add("http", decision.Logs, decision.DenyOpen)
-	e.RecordProcessorDecision(decision.Logs, decision.DenyOpen)
-	want.add("processor", decision.Logs, decision.DenyOpen)
-	e.runner.Record(middleware.ProtocolGRPC, decision.Traces, decision.DenyOpen)
-	want.add("grpc", decision.Traces, decision.DenyOpen)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.SignalTraces], 1000))
+	want.add("http", decision.SignalTraces, decision.VerdictDenyOpen)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.SignalMetrics], 1000), "metrics is exempt, but not at the memory backstop")
+	want.add("http", decision.SignalMetrics, decision.VerdictDenyOpen)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.SignalLogs], 1000))
+	want.add("http", decision.SignalLogs, decision.VerdictDenyOpen)
+	e.RecordProcessorDecision(decision.SignalLogs, decision.VerdictDenyOpen)
+	want.add("processor", decision.SignalLogs, decision.VerdictDenyOpen)
+	e.runner.Record(middleware.ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyOpen)
+	want.add("grpc", decision.SignalTraces, decision.VerdictDenyOpen)
 	assertRequests()
 
 	// Step 3: Shedding at 87% (below hard, above exit).
 	src.SetMemoryShare(0.87)
-	waitState(t, e, decision.Shedding)
+	waitState(t, e, decision.StateShedding)
 	waitValid(t, e, 0.87)
-	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Shedding), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateShedding), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.87), metricdatatest.IgnoreTimestamp())
-	e.RecordProcessorDecision(decision.Traces, decision.DenyShed)
-	want.add("processor", decision.Traces, decision.DenyShed)
-	e.runner.Record(middleware.ProtocolGRPC, decision.Profiles, decision.Admit)
-	want.add("grpc", decision.Profiles, decision.Admit)
+	e.RecordProcessorDecision(decision.SignalTraces, decision.VerdictDenyShed)
+	want.add("processor", decision.SignalTraces, decision.VerdictDenyShed)
+	e.runner.Record(middleware.ProtocolGRPC, decision.SignalProfiles, decision.VerdictAdmit)
+	want.add("grpc", decision.SignalProfiles, decision.VerdictAdmit)
 	assertRequests()
 
 	// Step 4: Normal again at 50%; a request is admitted with its first
@@ -233,27 +233,27 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	// budget and another request holds part of it; it is denied by the
 	// budget when the rest is held; nothing stays reserved.
 	src.SetMemoryShare(0.5)
-	waitState(t, e, decision.Normal)
+	waitState(t, e, decision.StateNormal)
 	waitValid(t, e, 0.5)
-	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.Normal), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
 	innerCode := 0
-	during = func() { innerCode = post(paths[decision.Traces], budget+1) }
-	require.Equal(t, http.StatusOK, post(paths[decision.Traces], 1000))
-	want.add("http", decision.Traces, decision.Admit)
+	during = func() { innerCode = post(paths[decision.SignalTraces], budget+1) }
+	require.Equal(t, http.StatusOK, post(paths[decision.SignalTraces], 1000))
+	want.add("http", decision.SignalTraces, decision.VerdictAdmit)
 	require.Equal(t, http.StatusOK, innerCode, "larger than the budget, while another request holds 1000 bytes")
-	want.add("http", decision.Traces, decision.Admit)
+	want.add("http", decision.SignalTraces, decision.VerdictAdmit)
 	assert.Equal(t, int64(1000+middleware.DefaultUnknownSize), seenReserved, "1000 bytes and the larger request's unknown_size")
 	held := e.runner.Budget()
 	require.True(t, held.Reserve(budget-500))
-	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.Traces], 1000), "1000 bytes with 500 left")
-	want.add("http", decision.Traces, decision.DenyBudget)
+	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.SignalTraces], 1000), "1000 bytes with 500 left")
+	want.add("http", decision.SignalTraces, decision.VerdictDenyBudget)
 	held.Release(budget - 500)
-	require.Equal(t, http.StatusOK, post(paths[decision.Traces], 500))
-	want.add("http", decision.Traces, decision.Admit)
+	require.Equal(t, http.StatusOK, post(paths[decision.SignalTraces], 500))
+	want.add("http", decision.SignalTraces, decision.VerdictAdmit)
 	assert.Equal(t, int64(500), seenReserved, "a Content-Length below unknown_size is reserved exactly")
-	e.RecordProcessorDecision(decision.Profiles, decision.DenyBudget)
-	want.add("processor", decision.Profiles, decision.DenyBudget)
+	e.RecordProcessorDecision(decision.SignalProfiles, decision.VerdictDenyBudget)
+	want.add("processor", decision.SignalProfiles, decision.VerdictDenyBudget)
 	assertRequests()
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
 
@@ -307,7 +307,7 @@ func TestTelemetryDisabledSlot(t *testing.T) {
 	for _, dp := range wantLevels(0.5) {
 		k, _ := dp.Attributes.Value("kind")
 		switch {
-		case slices.Contains([]string{"mem_enter", "mem_exit", "mem_hard"}, k.AsString()):
+		case slices.Contains([]string{"memory_enter", "memory_exit", "memory_hard"}, k.AsString()):
 			lines = append(lines, dp)
 		case !strings.HasSuffix(k.AsString(), "_enter") && !strings.HasSuffix(k.AsString(), "_exit") && !strings.HasSuffix(k.AsString(), "_hard"):
 			levels = append(levels, dp)

@@ -224,11 +224,11 @@ type admission struct {
 func (a *admission) verdict(draw func() float64) Verdict {
 	switch {
 	case a.open:
-		return DenyOpen
+		return VerdictDenyOpen
 	case a.pDrop <= 0:
-		return Admit
+		return VerdictAdmit
 	case a.pDrop >= 1:
-		return DenyShed
+		return VerdictDenyShed
 	case draw == nil:
 		// The production path: a direct call the compiler can see, against
 		// a 53-bit threshold, the same resolution as rand.Float64 without
@@ -237,13 +237,13 @@ func (a *admission) verdict(draw func() float64) Verdict {
 		// mispredicted half the time, which costs as much as the draw.
 		var v Verdict
 		if rand.Uint64()>>11 < a.threshold {
-			v = DenyShed
+			v = VerdictDenyShed
 		}
 		return v
 	case draw() < a.pDrop:
-		return DenyShed
+		return VerdictDenyShed
 	}
-	return Admit
+	return VerdictAdmit
 }
 
 // New returns an engine in Normal for every signal.
@@ -272,7 +272,7 @@ func New(cfg Config, opts Options) *Engine {
 	// from math/rand/v2 directly.
 	e.observedAt = e.now()
 	e.level.Store(&sampler.WaterLevel{})
-	normal := &admission{state: Normal}
+	normal := &admission{state: StateNormal}
 	for i := range e.admissions {
 		e.admissions[i].Store(normal)
 	}
@@ -283,7 +283,7 @@ func New(cfg Config, opts Options) *Engine {
 // no lock, no allocation. An unknown signal is admitted.
 func (e *Engine) Decide(s Signal) Verdict {
 	if s >= NumSignals {
-		return Admit
+		return VerdictAdmit
 	}
 	return e.admissions[s].Load().verdict(e.rand)
 }
@@ -291,7 +291,7 @@ func (e *Engine) Decide(s Signal) Verdict {
 // State returns the signal's current state.
 func (e *Engine) State(s Signal) State {
 	if s >= NumSignals {
-		return Normal
+		return StateNormal
 	}
 	return e.admissions[s].Load().state
 }
@@ -316,7 +316,7 @@ func (e *Engine) Stat() Stat {
 
 // admitAll is the snapshot published for every signal while the level is
 // stale.
-var admitAll = &admission{state: Normal}
+var admitAll = &admission{state: StateNormal}
 
 // Expire is the stale-level bound. When Observe has not run for maxAge or
 // longer (on the engine's clock), it publishes an admit-all Normal snapshot
@@ -406,10 +406,10 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	// made the load oscillate between Open and near-total shedding
 	// (docs/design.md §4). So the ramp follows only an Open episode in which
 	// memory was at its hard line.
-	if to == Open && !e.mem.safe(mem) && mem.fast >= e.mem.Hard {
+	if to == StateOpen && !e.mem.safe(mem) && mem.fast >= e.mem.Hard {
 		e.openByMem = true
 	}
-	if from == Open && to != Open {
+	if from == StateOpen && to != StateOpen {
 		if e.openByMem && e.recoveryRamp > 0 {
 			e.leftOpenAt, e.rampActive = now, true
 		}
@@ -451,27 +451,27 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 func (e *Engine) next(cpu, mem reading) State {
 	hard := e.cpu.hardReached(cpu) || e.mem.hardReached(mem)
 	switch e.state {
-	case Normal:
+	case StateNormal:
 		switch {
 		case hard:
-			return Open
+			return StateOpen
 		case e.cpu.enterReached(cpu) || e.mem.enterReached(mem):
-			return Shedding
+			return StateShedding
 		}
-	case Shedding:
+	case StateShedding:
 		switch {
 		case hard:
-			return Open
+			return StateOpen
 		case e.cpu.exitReached(cpu) && e.mem.exitReached(mem):
-			return Normal
+			return StateNormal
 		}
-	case Open:
+	case StateOpen:
 		if e.cpu.hardCleared(cpu) && e.mem.hardCleared(mem) {
 			// Where to land is decided on this frame alone.
 			if e.cpu.aboveExit(cpu) || e.mem.aboveExit(mem) {
-				return Shedding
+				return StateShedding
 			}
-			return Normal
+			return StateNormal
 		}
 	}
 	return e.state
@@ -488,11 +488,11 @@ func (e *Engine) updateCPUShare(from, to State, cpu reading, carried bool) {
 		// and dropping the share would leave the next Shedding episode
 		// several seconds to learn it again (a single failed read turns
 		// Shedding into Normal, since an invalid slot counts as safe).
-	case to == Open:
-		if from != Open && e.cpu.hardReached(cpu) {
+	case to == StateOpen:
+		if from != StateOpen && e.cpu.hardReached(cpu) {
 			e.cpuShare = min(clamp01(e.cpuShare+cpuShareOpenStep), e.cpu.maxShed())
 		}
-	case to == Normal:
+	case to == StateNormal:
 		// Not used in Normal, only unlearnt: at least as fast as with CPU
 		// 0.1 under enter (a full share is gone within 10 s), faster the
 		// lower CPU is. A load that comes back within seconds finds the
@@ -532,13 +532,13 @@ func admissionFor(r Rule, state State, t, ramp float64, backstop bool) admission
 		a.open = backstop
 		return a
 	}
-	if state == Open {
+	if state == StateOpen {
 		a.open = true
 		return a
 	}
 	// DropMax 0 exempts the signal from shedding, not from what follows a
 	// memory Open: the ramp guards the same OOM risk as Open itself.
-	if state == Shedding && r.DropMax > 0 {
+	if state == StateShedding && r.DropMax > 0 {
 		a.pDrop = clamp01(r.DropMin + (r.DropMax-r.DropMin)*t)
 	}
 	a.pDrop = max(a.pDrop, ramp)

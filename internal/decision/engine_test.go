@@ -52,7 +52,7 @@ func feed(e *Engine, frames ...frame) string {
 	var b strings.Builder
 	for _, f := range frames {
 		e.Observe(f.level())
-		b.WriteString(stateLetter(e.State(Traces)))
+		b.WriteString(stateLetter(e.State(SignalTraces)))
 	}
 	return b.String()
 }
@@ -318,30 +318,30 @@ func TestInvalidMemoryCountsAsSafe(t *testing.T) {
 	e := New(testConfig(1, 1), Options{RelieveMemory: func() { freed++ }, Rand: fixedRand(0.5)})
 
 	e.Observe(invalidHigh(0.5, 0.5))
-	assert.Equal(t, Normal, e.State(Traces), "never triggers")
+	assert.Equal(t, StateNormal, e.State(SignalTraces), "never triggers")
 
 	e.Observe(invalidHigh(0.85, 0.85))
-	require.Equal(t, Shedding, e.State(Traces))
-	assert.InDelta(t, cpuShareGain*0.25*0.05, e.Stat().Signals[Traces].DropProbability, 1e-9, "not in p_drop: the CPU share only")
+	require.Equal(t, StateShedding, e.State(SignalTraces))
+	assert.InDelta(t, cpuShareGain*0.25*0.05, e.Stat().Signals[SignalTraces].DropProbability, 1e-9, "not in p_drop: the CPU share only")
 
 	e.Observe(invalidHigh(0.5, 0.5))
-	assert.Equal(t, Normal, e.State(Traces), "never blocks Shedding->Normal")
+	assert.Equal(t, StateNormal, e.State(SignalTraces), "never blocks Shedding->Normal")
 
 	e.Observe(invalidHigh(0.5, 0.95))
-	require.Equal(t, Open, e.State(Traces))
+	require.Equal(t, StateOpen, e.State(SignalTraces))
 	e.Observe(invalidHigh(0.5, 0.5))
-	assert.Equal(t, Normal, e.State(Traces), "never blocks Open->Normal")
+	assert.Equal(t, StateNormal, e.State(SignalTraces), "never blocks Open->Normal")
 	assert.Zero(t, freed, "no memory relief on an invalid level")
 
 	t.Run("NaN counts as invalid", func(t *testing.T) {
 		nan := math.NaN()
 		e := New(testConfig(1, 1), Options{RelieveMemory: func() { freed++ }})
 		e.Observe(&sampler.WaterLevel{CPUSlow: nan, CPUFast: nan, CPUValid: true, Mem: nan, MemValid: true})
-		assert.Equal(t, Normal, e.State(Traces))
+		assert.Equal(t, StateNormal, e.State(SignalTraces))
 		e.Observe(cpuEnter.level())
-		require.Equal(t, Shedding, e.State(Traces))
+		require.Equal(t, StateShedding, e.State(SignalTraces))
 		e.Observe(&sampler.WaterLevel{CPUSlow: 0.5, CPUFast: 0.5, CPUValid: true, Mem: nan, MemValid: true})
-		assert.Equal(t, Normal, e.State(Traces))
+		assert.Equal(t, StateNormal, e.State(SignalTraces))
 		assert.Zero(t, freed)
 	})
 }
@@ -370,10 +370,10 @@ func TestOpenExitDecidedOnCurrentFrame(t *testing.T) {
 		tail []frame
 		want State
 	}{
-		{"above exit before, at or below exit now", []frame{cpuResid, cpuResid, cpuOnly(0.70, 0.70)}, Normal},
-		{"below exit before, above exit now", []frame{cpuCalm, cpuCalm, cpuOnly(0.71, 0.71)}, Shedding},
-		{"mem above exit now only", []frame{cpuCalm, cpuCalm, {0.5, 0.5, 0.79}}, Shedding},
-		{"mem above exit before only", []frame{{0.5, 0.5, 0.85}, {0.5, 0.5, 0.85}, {0.5, 0.5, 0.78}}, Normal},
+		{"above exit before, at or below exit now", []frame{cpuResid, cpuResid, cpuOnly(0.70, 0.70)}, StateNormal},
+		{"below exit before, above exit now", []frame{cpuCalm, cpuCalm, cpuOnly(0.71, 0.71)}, StateShedding},
+		{"mem above exit now only", []frame{cpuCalm, cpuCalm, {0.5, 0.5, 0.79}}, StateShedding},
+		{"mem above exit before only", []frame{{0.5, 0.5, 0.85}, {0.5, 0.5, 0.85}, {0.5, 0.5, 0.78}}, StateNormal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -381,7 +381,7 @@ func TestOpenExitDecidedOnCurrentFrame(t *testing.T) {
 			require.Equal(t, "NNO", feed(e, repeat(cpuHard, 3)...))
 			require.Equal(t, "OO", feed(e, tt.tail[:2]...))
 			feed(e, tt.tail[2])
-			assert.Equal(t, tt.want, e.State(Traces))
+			assert.Equal(t, tt.want, e.State(SignalTraces))
 		})
 	}
 }
@@ -411,27 +411,27 @@ func TestDropProbability(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig(1, 1)
-			cfg.Rules[Logs] = tt.rule
+			cfg.Rules[SignalLogs] = tt.rule
 			var draw float64
 			e := New(cfg, Options{Rand: func() float64 { return draw }})
 			for _, f := range tt.frames {
 				e.Observe(f.level())
 			}
-			require.Equal(t, Shedding, e.State(Logs))
+			require.Equal(t, StateShedding, e.State(SignalLogs))
 
-			p := e.Stat().Signals[Logs].DropProbability
+			p := e.Stat().Signals[SignalLogs].DropProbability
 			assert.InDelta(t, tt.want, p, 1e-9)
 
 			// The draw decides: under p rejects, at or over p admits.
 			if tt.want > 0 {
 				draw = tt.want - 1e-6
-				assert.Equal(t, DenyShed, e.Decide(Logs))
+				assert.Equal(t, VerdictDenyShed, e.Decide(SignalLogs))
 			}
 			draw = tt.want + 1e-6
-			assert.Equal(t, Admit, e.Decide(Logs))
+			assert.Equal(t, VerdictAdmit, e.Decide(SignalLogs))
 			draw = 0
 			if tt.want == 0 {
-				assert.Equal(t, Admit, e.Decide(Logs), "p 0 never rejects")
+				assert.Equal(t, VerdictAdmit, e.Decide(SignalLogs), "p 0 never rejects")
 			}
 		})
 	}
@@ -440,7 +440,7 @@ func TestDropProbability(t *testing.T) {
 // TestCPUShare covers the CPU controller: in Shedding every new CPU frame
 // moves the share by gain*interval*(cpu_fast - enter), clamped to [0, 1].
 func TestCPUShare(t *testing.T) {
-	p := func(e *Engine) float64 { return e.Stat().Signals[Traces].DropProbability }
+	p := func(e *Engine) float64 { return e.Stat().Signals[SignalTraces].DropProbability }
 	carried := func(f frame) *sampler.WaterLevel {
 		wl := f.level()
 		wl.CPUCarried = true
@@ -464,7 +464,7 @@ func TestCPUShare(t *testing.T) {
 	t.Run("clamped at 1, then mapped into the rule", func(t *testing.T) {
 		cfg := testConfig(1, 1)
 		cfg.CPU.Hard = 5 // never Open
-		cfg.Rules[Traces] = Rule{Enabled: true, DropMin: 0.05, DropMax: 0.2}
+		cfg.Rules[SignalTraces] = Rule{Enabled: true, DropMin: 0.05, DropMax: 0.2}
 		e := New(cfg, Options{})
 		feed(e, repeat(cpuOnly(1.2, 1.2), 20)...) // +0.1 a frame
 		assert.InDelta(t, 0.2, p(e), 1e-9, "share 1 is drop_max")
@@ -568,7 +568,7 @@ func runCPUModel(t *testing.T, cfg Config) (meanCPU, pDrop float64, opens int) {
 	noise := uint64(12345)
 	var fast, slow, sumCPU float64
 	for i := range frames {
-		p := e.Stat().Signals[Traces].DropProbability
+		p := e.Stat().Signals[SignalTraces].DropProbability
 		used := offered*(1-p) + rejectCost*offered*p
 		// xorshift: deterministic noise in [-0.1, 0.1)
 		noise ^= noise << 13
@@ -581,15 +581,15 @@ func runCPUModel(t *testing.T, cfg Config) (meanCPU, pDrop float64, opens int) {
 		fast = 0.7*fast + 0.3*cpu
 		slow = 0.95*slow + 0.05*cpu
 		e.Observe(&sampler.WaterLevel{CPU: cpu, CPUFast: fast, CPUSlow: slow, CPUValid: true})
-		if e.State(Traces) == Open {
+		if e.State(SignalTraces) == StateOpen {
 			opens++
 		}
 		if i >= settled {
-			require.Equal(t, Shedding, e.State(Traces), "frame %d: settled shedding", i)
+			require.Equal(t, StateShedding, e.State(SignalTraces), "frame %d: settled shedding", i)
 			sumCPU += min(used, 1)
 		}
 	}
-	return sumCPU / (frames - settled), e.Stat().Signals[Traces].DropProbability, opens
+	return sumCPU / (frames - settled), e.Stat().Signals[SignalTraces].DropProbability, opens
 }
 
 // TestCPUHeldAtEnter: without a cap on what CPU sheds, the integral
@@ -618,22 +618,22 @@ func TestCPUShedCapped(t *testing.T) {
 	// The cap is on CPU only: memory over its enter line still sheds more.
 	e := New(DefaultConfig(), Options{Now: newClock().Now, RelieveMemory: func() {}})
 	e.Observe(&sampler.WaterLevel{CPU: 2, CPUFast: 2, CPUSlow: 2, CPUValid: true, Mem: 0.91, MemValid: true})
-	assert.Greater(t, e.Stat().Signals[Traces].DropProbability, 0.5)
+	assert.Greater(t, e.Stat().Signals[SignalTraces].DropProbability, 0.5)
 }
 
 func TestDecideDrawsOnlyWhenUncertain(t *testing.T) {
 	draws := 0
 	cfg := testConfig(1, 1)
-	cfg.Rules[Traces] = Rule{Enabled: true, DropMin: 1, DropMax: 1}
+	cfg.Rules[SignalTraces] = Rule{Enabled: true, DropMin: 1, DropMax: 1}
 	e := New(cfg, Options{Rand: func() float64 { draws++; return 0.99 }})
 
-	assert.Equal(t, Admit, e.Decide(Metrics), "Normal")
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalMetrics), "Normal")
 	e.Observe(cpuEnter.level())
-	assert.Equal(t, Admit, e.Decide(Metrics), "Shedding at p 0.5, draw 0.99")
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalMetrics), "Shedding at p 0.5, draw 0.99")
 	assert.Equal(t, 1, draws)
-	assert.Equal(t, DenyShed, e.Decide(Traces), "Shedding at p 1")
+	assert.Equal(t, VerdictDenyShed, e.Decide(SignalTraces), "Shedding at p 1")
 	e.Observe(cpuHard.level())
-	assert.Equal(t, DenyOpen, e.Decide(Metrics), "Open")
+	assert.Equal(t, VerdictDenyOpen, e.Decide(SignalMetrics), "Open")
 	assert.Equal(t, 1, draws)
 }
 
@@ -642,59 +642,59 @@ func TestDecideDrawsOnlyWhenUncertain(t *testing.T) {
 // its hard line: a flood on it must not meet the OOM killer.
 func TestRuleDisabledAdmitsBelowTheMemoryBackstop(t *testing.T) {
 	cfg := testConfig(1, 1)
-	cfg.Rules[Metrics] = Rule{Enabled: false, DropMax: 1}
+	cfg.Rules[SignalMetrics] = Rule{Enabled: false, DropMax: 1}
 	e := New(cfg, Options{Rand: fixedRand(0)})
 	e.Observe(cpuOnly(0.95, 0.95).level())
-	require.Equal(t, Open, e.State(Metrics), "the state still follows the water level")
-	assert.Equal(t, Admit, e.Decide(Metrics), "CPU Open")
-	assert.Equal(t, DenyOpen, e.Decide(Traces))
-	assert.Zero(t, e.Stat().Signals[Metrics].DropProbability)
+	require.Equal(t, StateOpen, e.State(SignalMetrics), "the state still follows the water level")
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalMetrics), "CPU Open")
+	assert.Equal(t, VerdictDenyOpen, e.Decide(SignalTraces))
+	assert.Zero(t, e.Stat().Signals[SignalMetrics].DropProbability)
 
 	e.Observe(memOnly(0.90).level())
-	require.Equal(t, Shedding, e.State(Metrics))
-	assert.Equal(t, Admit, e.Decide(Metrics))
-	assert.Equal(t, DenyShed, e.Decide(Traces))
+	require.Equal(t, StateShedding, e.State(SignalMetrics))
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalMetrics))
+	assert.Equal(t, VerdictDenyShed, e.Decide(SignalTraces))
 
 	e.Observe(memOnly(0.99).level())
-	require.Equal(t, Open, e.State(Metrics))
-	assert.Equal(t, DenyOpen, e.Decide(Metrics), "memory at its hard line: the backstop")
-	assert.Equal(t, 1.0, e.Stat().Signals[Metrics].DropProbability)
+	require.Equal(t, StateOpen, e.State(SignalMetrics))
+	assert.Equal(t, VerdictDenyOpen, e.Decide(SignalMetrics), "memory at its hard line: the backstop")
+	assert.Equal(t, 1.0, e.Stat().Signals[SignalMetrics].DropProbability)
 
 	e.Observe(memOnly(0.89).level())
-	assert.Equal(t, Admit, e.Decide(Metrics), "under the hard line again")
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalMetrics), "under the hard line again")
 }
 
 func TestDropMaxZeroShedsNothingButOpens(t *testing.T) {
 	cfg := testConfig(1, 1)
 	cfg.RecoveryRamp = 5 * time.Second
-	cfg.Rules[Metrics] = Rule{Enabled: true, DropMax: 0}
+	cfg.Rules[SignalMetrics] = Rule{Enabled: true, DropMax: 0}
 	clock := newClock()
 	e := New(cfg, Options{Rand: fixedRand(0), Now: clock.Now})
 
 	e.Observe(memOnly(0.91).level())
-	require.Equal(t, Shedding, e.State(Metrics))
-	assert.Equal(t, Admit, e.Decide(Metrics), "exempt from shedding")
-	assert.Equal(t, DenyShed, e.Decide(Traces))
+	require.Equal(t, StateShedding, e.State(SignalMetrics))
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalMetrics), "exempt from shedding")
+	assert.Equal(t, VerdictDenyShed, e.Decide(SignalTraces))
 
 	e.Observe(memOnly(0.93).level())
-	require.Equal(t, Open, e.State(Metrics))
-	assert.Equal(t, DenyOpen, e.Decide(Metrics), "not exempt from Open")
-	assert.Equal(t, 1.0, e.Stat().Signals[Metrics].DropProbability)
+	require.Equal(t, StateOpen, e.State(SignalMetrics))
+	assert.Equal(t, VerdictDenyOpen, e.Decide(SignalMetrics), "not exempt from Open")
+	assert.Equal(t, 1.0, e.Stat().Signals[SignalMetrics].DropProbability)
 
 	clock.Advance(time.Second)
 	e.Observe(memOnly(0.5).level())
-	require.Equal(t, Normal, e.State(Metrics))
-	assert.Equal(t, DenyShed, e.Decide(Metrics), "not exempt from the ramp after a memory Open")
-	assert.Equal(t, DenyShed, e.Decide(Traces), "others ramp")
+	require.Equal(t, StateNormal, e.State(SignalMetrics))
+	assert.Equal(t, VerdictDenyShed, e.Decide(SignalMetrics), "not exempt from the ramp after a memory Open")
+	assert.Equal(t, VerdictDenyShed, e.Decide(SignalTraces), "others ramp")
 }
 
 func TestRecoveryRamp(t *testing.T) {
 	cfg := testConfig(1, 1)
 	cfg.RecoveryRamp = 5 * time.Second
-	cfg.Rules[Traces] = Rule{Enabled: true, DropMax: 1}
-	cfg.Rules[Metrics] = Rule{Enabled: true, DropMin: 0, DropMax: 0.2} // the ramp is not capped by drop_max
-	cfg.Rules[Logs] = Rule{Enabled: false, DropMax: 1}
-	cfg.Rules[Profiles] = Rule{Enabled: true, DropMax: 0}
+	cfg.Rules[SignalTraces] = Rule{Enabled: true, DropMax: 1}
+	cfg.Rules[SignalMetrics] = Rule{Enabled: true, DropMin: 0, DropMax: 0.2} // the ramp is not capped by drop_max
+	cfg.Rules[SignalLogs] = Rule{Enabled: false, DropMax: 1}
+	cfg.Rules[SignalProfiles] = Rule{Enabled: true, DropMax: 0}
 
 	clock := newClock()
 	e := New(cfg, Options{Now: clock.Now})
@@ -707,7 +707,7 @@ func TestRecoveryRamp(t *testing.T) {
 	}
 
 	e.Observe(memOnly(0.95).level())
-	require.Equal(t, Open, e.State(Traces))
+	require.Equal(t, StateOpen, e.State(SignalTraces))
 	assert.Equal(t, [NumSignals]float64{1, 1, 1, 1}, probabilities(), "logs, exempt, at the memory backstop")
 
 	// Left to Normal: the ramp starts at 1 and falls linearly over 5s.
@@ -718,28 +718,28 @@ func TestRecoveryRamp(t *testing.T) {
 		state State
 		ramp  float64
 	}{
-		{0, 0.50, Normal, 1},
-		{time.Second, 0.50, Normal, 0.8},
-		{1500 * time.Millisecond, 0.50, Normal, 0.5},
+		{0, 0.50, StateNormal, 1},
+		{time.Second, 0.50, StateNormal, 0.8},
+		{1500 * time.Millisecond, 0.50, StateNormal, 0.5},
 		// In Shedding the larger of the ramp and p_drop holds.
-		{500 * time.Millisecond, 0.885, Shedding, 0.4}, // t = 0.5: traces 0.5, metrics 0.1
-		{time.Second, 0.885, Shedding, 0.2},
-		{time.Second, 0.50, Normal, 0},
-		{time.Second, 0.50, Normal, 0},
+		{500 * time.Millisecond, 0.885, StateShedding, 0.4}, // t = 0.5: traces 0.5, metrics 0.1
+		{time.Second, 0.885, StateShedding, 0.2},
+		{time.Second, 0.50, StateNormal, 0},
+		{time.Second, 0.50, StateNormal, 0},
 	}
 	for i, st := range steps {
 		clock.Advance(st.after)
 		e.Observe(memOnly(st.mem).level())
-		require.Equal(t, st.state, e.State(Traces), "step %d", i)
+		require.Equal(t, st.state, e.State(SignalTraces), "step %d", i)
 		p := probabilities()
 		shed := 0.0
-		if st.state == Shedding {
+		if st.state == StateShedding {
 			shed = 0.5
 		}
-		assert.InDelta(t, max(st.ramp, shed), p[Traces], 1e-9, "traces step %d", i)
-		assert.InDelta(t, max(st.ramp, shed*0.2), p[Metrics], 1e-9, "metrics step %d", i)
-		assert.Zero(t, p[Logs], "logs step %d", i)
-		assert.InDelta(t, st.ramp, p[Profiles], 1e-9, "profiles (drop_max 0) ramp only, step %d", i)
+		assert.InDelta(t, max(st.ramp, shed), p[SignalTraces], 1e-9, "traces step %d", i)
+		assert.InDelta(t, max(st.ramp, shed*0.2), p[SignalMetrics], 1e-9, "metrics step %d", i)
+		assert.Zero(t, p[SignalLogs], "logs step %d", i)
+		assert.InDelta(t, st.ramp, p[SignalProfiles], 1e-9, "profiles (drop_max 0) ramp only, step %d", i)
 	}
 
 	t.Run("decided with the ramp", func(t *testing.T) {
@@ -749,13 +749,13 @@ func TestRecoveryRamp(t *testing.T) {
 		e.Observe(memOnly(0.95).level())
 		clock.Advance(time.Second)
 		e.Observe(memOnly(0.5).level())
-		assert.Equal(t, DenyShed, e.Decide(Traces), "p 1 right after Open")
+		assert.Equal(t, VerdictDenyShed, e.Decide(SignalTraces), "p 1 right after Open")
 		clock.Advance(time.Second)
 		e.Observe(memOnly(0.5).level())
 		draw = 0.79
-		assert.Equal(t, DenyShed, e.Decide(Traces))
+		assert.Equal(t, VerdictDenyShed, e.Decide(SignalTraces))
 		draw = 0.81
-		assert.Equal(t, Admit, e.Decide(Traces))
+		assert.Equal(t, VerdictAdmit, e.Decide(SignalTraces))
 	})
 
 	t.Run("restarts after another Open", func(t *testing.T) {
@@ -767,7 +767,7 @@ func TestRecoveryRamp(t *testing.T) {
 		e.Observe(memOnly(0.95).level())
 		clock.Advance(time.Second)
 		e.Observe(memOnly(0.5).level())
-		assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
+		assert.Equal(t, 1.0, e.Stat().Signals[SignalTraces].DropProbability)
 	})
 
 	t.Run("zero disables it", func(t *testing.T) {
@@ -775,7 +775,7 @@ func TestRecoveryRamp(t *testing.T) {
 		e := New(cfg, Options{Now: newClock().Now})
 		e.Observe(memOnly(0.95).level())
 		e.Observe(memOnly(0.5).level())
-		assert.Zero(t, e.Stat().Signals[Traces].DropProbability)
+		assert.Zero(t, e.Stat().Signals[SignalTraces].DropProbability)
 	})
 }
 
@@ -826,25 +826,25 @@ func TestBurstReplay(t *testing.T) {
 		f    frame
 		want State
 	}{
-		{frame{0.40, 0.45, 0.50}, Normal},
-		{frame{0.55, 0.70, 0.55}, Normal},
-		{frame{0.70, 0.85, 0.60}, Normal},
-		{frame{0.81, 0.92, 0.66}, Normal}, // enter and hard streaks at 1
-		{frame{0.84, 0.95, 0.72}, Normal}, // 2
-		{frame{0.87, 0.97, 0.80}, Open},   // 3: Open wins over Shedding
-		{frame{0.90, 0.98, 0.88}, Open},   // plateau
-		{frame{0.92, 0.97, 0.93}, Open},   // memory at hard too
-		{frame{0.93, 0.96, 0.90}, Open},
-		{frame{0.92, 0.85, 0.84}, Open}, // under hard: 1
-		{frame{0.90, 0.80, 0.80}, Open}, // 2
-		{frame{0.87, 0.78, 0.75}, Shedding},
-		{frame{0.84, 0.72, 0.70}, Shedding},
-		{frame{0.78, 0.62, 0.66}, Shedding},
-		{frame{0.72, 0.55, 0.62}, Shedding},
-		{frame{0.68, 0.50, 0.60}, Shedding}, // under exit: 1
-		{frame{0.64, 0.48, 0.58}, Shedding}, // 2
-		{frame{0.60, 0.45, 0.55}, Normal},
-		{frame{0.55, 0.42, 0.52}, Normal},
+		{frame{0.40, 0.45, 0.50}, StateNormal},
+		{frame{0.55, 0.70, 0.55}, StateNormal},
+		{frame{0.70, 0.85, 0.60}, StateNormal},
+		{frame{0.81, 0.92, 0.66}, StateNormal}, // enter and hard streaks at 1
+		{frame{0.84, 0.95, 0.72}, StateNormal}, // 2
+		{frame{0.87, 0.97, 0.80}, StateOpen},   // 3: Open wins over Shedding
+		{frame{0.90, 0.98, 0.88}, StateOpen},   // plateau
+		{frame{0.92, 0.97, 0.93}, StateOpen},   // memory at hard too
+		{frame{0.93, 0.96, 0.90}, StateOpen},
+		{frame{0.92, 0.85, 0.84}, StateOpen}, // under hard: 1
+		{frame{0.90, 0.80, 0.80}, StateOpen}, // 2
+		{frame{0.87, 0.78, 0.75}, StateShedding},
+		{frame{0.84, 0.72, 0.70}, StateShedding},
+		{frame{0.78, 0.62, 0.66}, StateShedding},
+		{frame{0.72, 0.55, 0.62}, StateShedding},
+		{frame{0.68, 0.50, 0.60}, StateShedding}, // under exit: 1
+		{frame{0.64, 0.48, 0.58}, StateShedding}, // 2
+		{frame{0.60, 0.45, 0.55}, StateNormal},
+		{frame{0.55, 0.42, 0.52}, StateNormal},
 	}
 	var transitions []Transition
 	cfg := linesConfig()
@@ -856,7 +856,7 @@ func TestBurstReplay(t *testing.T) {
 	var got, want []State
 	for _, fr := range frames {
 		e.Observe(fr.f.level())
-		got = append(got, e.State(Traces))
+		got = append(got, e.State(SignalTraces))
 		want = append(want, fr.want)
 	}
 	assert.Equal(t, want, got)
@@ -866,7 +866,7 @@ func TestBurstReplay(t *testing.T) {
 	for i, step := range []struct {
 		from, to State
 		cpuSlow  float64
-	}{{Normal, Open, 0.87}, {Open, Shedding, 0.87}, {Shedding, Normal, 0.60}} {
+	}{{StateNormal, StateOpen, 0.87}, {StateOpen, StateShedding, 0.87}, {StateShedding, StateNormal, 0.60}} {
 		for s := range NumSignals {
 			tr := transitions[i*int(NumSignals)+int(s)]
 			assert.Equal(t, s, tr.Signal)
@@ -883,13 +883,13 @@ func TestBurstReplay(t *testing.T) {
 func TestSheddingRejectsPDropOfDraws(t *testing.T) {
 	e := New(testConfig(1, 1), Options{})
 	e.Observe(memOnly(0.871).level())
-	p := e.Stat().Signals[Traces].DropProbability
+	p := e.Stat().Signals[SignalTraces].DropProbability
 	require.InDelta(t, 0.3, p, 1e-9)
 
 	const n = 200_000
 	rejected := 0
 	for range n {
-		if e.Decide(Traces) == DenyShed {
+		if e.Decide(SignalTraces) == VerdictDenyShed {
 			rejected++
 		}
 	}
@@ -902,7 +902,7 @@ func TestStat(t *testing.T) {
 	e := New(testConfig(1, 1), Options{})
 	st := e.Stat()
 	for _, s := range st.Signals {
-		assert.Equal(t, SignalStat{State: Normal}, s)
+		assert.Equal(t, SignalStat{State: StateNormal}, s)
 	}
 	assert.False(t, st.Level.CPUValid)
 
@@ -910,17 +910,17 @@ func TestStat(t *testing.T) {
 	e.Observe(wl)
 	st = e.Stat()
 	assert.Equal(t, *wl, st.Level)
-	assert.Equal(t, Shedding, st.Signals[Profiles].State)
-	assert.InDelta(t, 0.5, st.Signals[Profiles].DropProbability, 1e-9)
+	assert.Equal(t, StateShedding, st.Signals[SignalProfiles].State)
+	assert.InDelta(t, 0.5, st.Signals[SignalProfiles].DropProbability, 1e-9)
 }
 
 func TestBadInput(t *testing.T) {
 	e := New(testConfig(1, 1), Options{})
 	e.Observe(nil)
-	assert.Equal(t, Normal, e.State(Traces))
-	assert.Equal(t, Admit, e.Decide(NumSignals))
-	assert.Equal(t, Admit, e.Decide(Signal(200)))
-	assert.Equal(t, Normal, e.State(Signal(200)))
+	assert.Equal(t, StateNormal, e.State(SignalTraces))
+	assert.Equal(t, VerdictAdmit, e.Decide(NumSignals))
+	assert.Equal(t, VerdictAdmit, e.Decide(Signal(200)))
+	assert.Equal(t, StateNormal, e.State(Signal(200)))
 
 	// hard <= enter (rejected by config validation) must not divide by
 	// zero in the memory severity.
@@ -929,19 +929,19 @@ func TestBadInput(t *testing.T) {
 	cfg.RecoveryRamp = -time.Second
 	e = New(cfg, Options{})
 	assert.Equal(t, "S", feed(e, frame{0.85, 0.80, 0.89}))
-	assert.Equal(t, 0.0, e.Stat().Signals[Traces].DropProbability)
+	assert.Equal(t, 0.0, e.Stat().Signals[SignalTraces].DropProbability)
 	cfg.Mem.Enter = 0.95 // enter > hard: memory over enter counts as severity 1
 	e = New(cfg, Options{})
 	assert.Equal(t, "S", feed(e, frame{0.85, 0.80, 0.5}))
 	assert.Equal(t, "O", feed(e, frame{0.85, 0.80, 0.96}))
-	assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
+	assert.Equal(t, 1.0, e.Stat().Signals[SignalTraces].DropProbability)
 
 	// Out-of-range rules are clamped.
 	cfg = testConfig(1, 1)
-	cfg.Rules[Traces] = Rule{Enabled: true, DropMin: -1, DropMax: 3}
+	cfg.Rules[SignalTraces] = Rule{Enabled: true, DropMin: -1, DropMax: 3}
 	e = New(cfg, Options{})
 	feed(e, memOnly(0.91))
-	assert.Equal(t, 1.0, e.Stat().Signals[Traces].DropProbability)
+	assert.Equal(t, 1.0, e.Stat().Signals[SignalTraces].DropProbability)
 }
 
 func TestConcurrentDecideAndObserve(*testing.T) {
@@ -987,25 +987,25 @@ func TestDefaultConfig(t *testing.T) {
 func engineIn(tb testing.TB, state State) *Engine {
 	e := New(testConfig(1, 1), Options{RelieveMemory: func() {}})
 	switch state {
-	case Shedding:
+	case StateShedding:
 		e.Observe(memOnly(0.885).level())
-	case Open:
+	case StateOpen:
 		e.Observe(memOnly(0.95).level())
 	}
-	require.Equal(tb, state, e.State(Traces))
+	require.Equal(tb, state, e.State(SignalTraces))
 	return e
 }
 
 var sink Verdict
 
 func BenchmarkDecide(b *testing.B) {
-	for _, state := range []State{Normal, Shedding, Open} {
+	for _, state := range []State{StateNormal, StateShedding, StateOpen} {
 		b.Run(state.String(), func(b *testing.B) {
 			e := engineIn(b, state)
 			b.ReportAllocs()
 			var v Verdict
 			for b.Loop() {
-				v = e.Decide(Traces)
+				v = e.Decide(SignalTraces)
 			}
 			sink = v
 		})
@@ -1013,13 +1013,13 @@ func BenchmarkDecide(b *testing.B) {
 }
 
 func BenchmarkDecideParallel(b *testing.B) {
-	for _, state := range []State{Normal, Shedding, Open} {
+	for _, state := range []State{StateNormal, StateShedding, StateOpen} {
 		b.Run(state.String(), func(b *testing.B) {
 			e := engineIn(b, state)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				var v Verdict
-				s := Traces
+				s := SignalTraces
 				for pb.Next() {
 					v = e.Decide(s)
 					s = (s + 1) % NumSignals
@@ -1071,11 +1071,11 @@ func TestRecoveryRampFollowsMemoryOpenOnly(t *testing.T) {
 			clock := newClock()
 			e := New(cfg, Options{Now: clock.Now})
 			e.Observe(tc.open.level())
-			require.Equal(t, Open, e.State(Traces))
+			require.Equal(t, StateOpen, e.State(SignalTraces))
 			clock.Advance(time.Second)
 			e.Observe(frame{0.5, 0.5, 0.5}.level())
-			require.Equal(t, Normal, e.State(Traces))
-			assert.InDelta(t, tc.wantRamp, e.Stat().Signals[Traces].DropProbability, 1e-9)
+			require.Equal(t, StateNormal, e.State(SignalTraces))
+			assert.InDelta(t, tc.wantRamp, e.Stat().Signals[SignalTraces].DropProbability, 1e-9)
 		})
 	}
 	// A memory Open entered through CPU still ramps: memory reached its
@@ -1087,8 +1087,8 @@ func TestRecoveryRampFollowsMemoryOpenOnly(t *testing.T) {
 	e.Observe(cpuOnly(0.95, 0.95).level())
 	e.Observe(frame{0.95, 0.95, 0.95}.level())
 	e.Observe(frame{0.5, 0.5, 0.5}.level())
-	require.Equal(t, Normal, e.State(Traces))
-	assert.InDelta(t, 1, e.Stat().Signals[Traces].DropProbability, 1e-9)
+	require.Equal(t, StateNormal, e.State(SignalTraces))
+	assert.InDelta(t, 1, e.Stat().Signals[SignalTraces].DropProbability, 1e-9)
 }
 
 // TestCarriedCPUFramesDoNotCount: a frame whose CPU window was skipped
@@ -1105,8 +1105,8 @@ func TestCarriedCPUFramesDoNotCount(t *testing.T) {
 	e.Observe(hot.level())
 	e.Observe(carried(hot))
 	e.Observe(carried(hot))
-	assert.Equal(t, Normal, e.State(Traces), "one measurement, two repeats")
+	assert.Equal(t, StateNormal, e.State(SignalTraces), "one measurement, two repeats")
 	e.Observe(hot.level())
 	e.Observe(hot.level())
-	assert.Equal(t, Open, e.State(Traces), "three measurements")
+	assert.Equal(t, StateOpen, e.State(SignalTraces), "three measurements")
 }

@@ -22,22 +22,22 @@ func TestExpire(t *testing.T) {
 		OnTransition:  func(tr Transition) { transitions = append(transitions, tr) },
 	})
 	e.Observe(memOnly(0.95).level())
-	require.Equal(t, Open, e.State(Traces))
+	require.Equal(t, StateOpen, e.State(SignalTraces))
 	require.Len(t, transitions, int(NumSignals))
 	transitions = nil
 
 	clock.Advance(maxAge - time.Nanosecond)
 	assert.False(t, e.Expire(maxAge), "younger than maxAge")
 	assert.False(t, e.Stale())
-	assert.Equal(t, DenyOpen, e.Decide(Traces))
+	assert.Equal(t, VerdictDenyOpen, e.Decide(SignalTraces))
 
 	clock.Advance(time.Nanosecond)
 	assert.True(t, e.Expire(maxAge), "maxAge old")
 	assert.True(t, e.Stale())
 	assert.True(t, e.Expire(maxAge), "stays stale without Observe")
 	for s := range NumSignals {
-		assert.Equal(t, Admit, e.Decide(s), s.String())
-		assert.Equal(t, Normal, e.State(s), s.String())
+		assert.Equal(t, VerdictAdmit, e.Decide(s), s.String())
+		assert.Equal(t, StateNormal, e.State(s), s.String())
 	}
 	st := e.Stat()
 	assert.True(t, st.Stale)
@@ -51,8 +51,8 @@ func TestExpire(t *testing.T) {
 	// the machine was kept in Open, so it rejects at once.
 	e.Observe(memOnly(0.95).level())
 	assert.False(t, e.Stale())
-	assert.Equal(t, DenyOpen, e.Decide(Traces))
-	assert.Equal(t, Open, e.State(Traces))
+	assert.Equal(t, VerdictDenyOpen, e.Decide(SignalTraces))
+	assert.Equal(t, StateOpen, e.State(SignalTraces))
 	assert.Empty(t, transitions)
 	assert.False(t, e.Expire(maxAge), "fresh again")
 	assert.Equal(t, clock.Now(), e.ObservedAt())
@@ -66,8 +66,8 @@ func TestExpireRecoversToTheFrameState(t *testing.T) {
 	require.True(t, e.Expire(time.Second))
 	// A calm frame after the gap: Open -> Normal, as without the gap.
 	e.Observe(memOnly(0.5).level())
-	assert.Equal(t, Normal, e.State(Traces))
-	assert.Equal(t, Admit, e.Decide(Traces))
+	assert.Equal(t, StateNormal, e.State(SignalTraces))
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalTraces))
 }
 
 func TestExpireBreaksStreaks(t *testing.T) {
@@ -87,7 +87,7 @@ func TestExpireDisabled(t *testing.T) {
 	clock.Advance(24 * time.Hour)
 	assert.False(t, e.Expire(0), "0 = hold for ever")
 	assert.False(t, e.Expire(-time.Second))
-	assert.Equal(t, DenyOpen, e.Decide(Traces))
+	assert.Equal(t, VerdictDenyOpen, e.Decide(SignalTraces))
 }
 
 func TestExpireBeforeFirstObserve(t *testing.T) {
@@ -96,7 +96,7 @@ func TestExpireBeforeFirstObserve(t *testing.T) {
 	assert.False(t, e.Expire(time.Second))
 	clock.Advance(time.Second)
 	assert.True(t, e.Expire(time.Second), "no level at all for maxAge is stale too")
-	assert.Equal(t, Admit, e.Decide(Traces))
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalTraces))
 }
 
 // TestExpireConcurrentWithObserve runs the watchdog's call against a live
@@ -113,7 +113,7 @@ func TestExpireConcurrentWithObserve(t *testing.T) {
 				return
 			default:
 				e.Expire(time.Nanosecond)
-				_ = e.Decide(Traces)
+				_ = e.Decide(SignalTraces)
 				_ = e.Stat()
 			}
 		}
@@ -125,7 +125,7 @@ func TestExpireConcurrentWithObserve(t *testing.T) {
 	wg.Wait()
 	e.Observe(memOnly(0.95).level())
 	assert.False(t, e.Expire(time.Hour))
-	assert.Equal(t, DenyOpen, e.Decide(Traces))
+	assert.Equal(t, VerdictDenyOpen, e.Decide(SignalTraces))
 }
 
 func BenchmarkDecideAfterExpire(b *testing.B) {
@@ -136,6 +136,6 @@ func BenchmarkDecideAfterExpire(b *testing.B) {
 	require.True(b, e.Expire(time.Second))
 	b.ReportAllocs()
 	for b.Loop() {
-		sink = e.Decide(Traces)
+		sink = e.Decide(SignalTraces)
 	}
 }

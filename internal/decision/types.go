@@ -13,10 +13,10 @@ type Signal uint8
 
 // The signals, in a fixed order usable as array indexes.
 const (
-	Traces Signal = iota
-	Metrics
-	Logs
-	Profiles
+	SignalTraces Signal = iota
+	SignalMetrics
+	SignalLogs
+	SignalProfiles
 	// NumSignals is the number of signals; not a signal.
 	NumSignals
 )
@@ -47,9 +47,9 @@ type State uint8
 
 // The states. Their numeric values are those of the state gauge.
 const (
-	Normal   State = 0
-	Shedding State = 1
-	Open     State = 2
+	StateNormal   State = 0
+	StateShedding State = 1
+	StateOpen     State = 2
 )
 
 var stateNames = [...]string{"normal", "shedding", "open"}
@@ -67,16 +67,16 @@ type Verdict uint8
 
 // The verdicts.
 const (
-	// Admit lets the request in.
-	Admit Verdict = iota
-	// DenyShed rejects it: the signal is Shedding (or ramping up after Open)
+	// VerdictAdmit lets the request in.
+	VerdictAdmit Verdict = iota
+	// VerdictDenyShed rejects it: the signal is Shedding (or ramping up after Open)
 	// and the random draw fell under the drop probability.
-	DenyShed
-	// DenyOpen rejects it: the signal is Open.
-	DenyOpen
-	// DenyBudget rejects it: the admission budget of in-flight bytes is full.
+	VerdictDenyShed
+	// VerdictDenyOpen rejects it: the signal is Open.
+	VerdictDenyOpen
+	// VerdictDenyBudget rejects it: the admission budget of in-flight bytes is full.
 	// Decide never returns it; the middleware does.
-	DenyBudget
+	VerdictDenyBudget
 	// NumVerdicts is the number of verdicts; not a verdict.
 	NumVerdicts
 )
@@ -84,7 +84,7 @@ const (
 var verdictReasons = [NumVerdicts]string{"", "shed", "open", "budget"}
 
 // Admitted reports whether v lets the request in.
-func (v Verdict) Admitted() bool { return v == Admit }
+func (v Verdict) Admitted() bool { return v == VerdictAdmit }
 
 // Reason is the telemetry reason of a denial ("shed", "open", "budget"), or
 // "" for Admit.

@@ -87,7 +87,7 @@ func TestHTTPSlowBodiesHoldLittle(t *testing.T) {
 	for range 2 {
 		slowClient(t, srv.Listener.Addr().String(), maxBytes/2, 1, time.Second)
 	}
-	require.Eventually(t, func() bool { return f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit) == 2 },
+	require.Eventually(t, func() bool { return f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit) == 2 },
 		admissionWait, time.Millisecond)
 	assert.EqualValues(t, 2*16<<10, f.budget.Reserved(), "each holds its first reservation, not its Content-Length")
 
@@ -128,7 +128,7 @@ func TestHTTPTrickleIsCut(t *testing.T) {
 	srv := httptest.NewServer(f.h)
 	t.Cleanup(srv.Close)
 	conn := slowClient(t, srv.Listener.Addr().String(), 600<<10, 1, 50*time.Millisecond)
-	require.Eventually(t, func() bool { return f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit) == 1 },
+	require.Eventually(t, func() bool { return f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit) == 1 },
 		admissionWait, time.Millisecond)
 	require.Eventually(t, func() bool { return f.budget.Reserved() <= 2*readStep },
 		admissionWait, 10*time.Millisecond, "the trickling body keeps its head start")
@@ -549,7 +549,7 @@ func TestGRPCWaitKeepsPeerShare(t *testing.T) {
 	if status.Code(err) != codes.Canceled {
 		requireRetryable(t, err, "budget", grpcRetryLow)
 	}
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
 	assert.Zero(t, f.traces.calls.Load())
 	assert.Less(t, f.highWater.Load(), int64(3000), "the waiting stream never got its 1000 bytes (only its message, once it had arrived, is counted)")
 	cancel()

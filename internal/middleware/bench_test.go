@@ -39,7 +39,9 @@ type constDecider decision.Verdict
 
 func (c constDecider) Decide(decision.Signal) decision.Verdict { return decision.Verdict(c) }
 func (constDecider) Exempt(decision.Signal) bool               { return false }
-func (c constDecider) Pressed(decision.Signal) bool            { return decision.Verdict(c) != decision.Admit }
+func (c constDecider) Pressed(decision.Signal) bool {
+	return decision.Verdict(c) != decision.VerdictAdmit
+}
 
 func bareHandler() http.Handler {
 	return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { sinkInt += int(r.ContentLength) })
@@ -60,7 +62,7 @@ func BenchmarkHTTPAdmit(b *testing.B) {
 		}
 	}
 	wrap := func(b *testing.B, budget *Budget) http.Handler {
-		mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.Admit), Budget: budget})
+		mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictAdmit), Budget: budget})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -106,7 +108,7 @@ func BenchmarkHTTPAdmitBody(b *testing.B) {
 		}
 	}
 	wrap := func(b *testing.B, idle time.Duration) http.Handler {
-		mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.Admit), Budget: NewBudget(1 << 30), IdleTimeout: idle})
+		mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictAdmit), Budget: NewBudget(1 << 30), IdleTimeout: idle})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -134,7 +136,7 @@ func BenchmarkHTTPAdmitBody(b *testing.B) {
 func BenchmarkHTTPReject(b *testing.B) {
 	for _, ct := range []string{"application/x-protobuf", "application/json", "application/x-protobuf; charset=binary"} {
 		b.Run(ct, func(b *testing.B) {
-			mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.DenyShed)})
+			mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictDenyShed)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -152,7 +154,7 @@ func BenchmarkHTTPReject(b *testing.B) {
 }
 
 func BenchmarkClassify(b *testing.B) {
-	c := mustClassifier(b, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.Metrics}})
+	c := mustClassifier(b, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.SignalMetrics}})
 	for name, p := range map[string]string{
 		"http-clean-match":    "/v1/traces",
 		"http-clean-nomatch":  "/health",
@@ -231,27 +233,27 @@ func BenchmarkGRPCTap(b *testing.B) {
 		}
 		return mw
 	}
-	b.Run("admit-budget", func(b *testing.B) { run(b, newMW(b, decision.Admit, NewBudget(1<<40)), traceExport) })
+	b.Run("admit-budget", func(b *testing.B) { run(b, newMW(b, decision.VerdictAdmit, NewBudget(1<<40)), traceExport) })
 	b.Run("admit-budget-idle-timeout", func(b *testing.B) {
-		mw, err := NewGRPC(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.Admit), Budget: NewBudget(1 << 40), IdleTimeout: DefaultIdleTimeout})
+		mw, err := NewGRPC(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictAdmit), Budget: NewBudget(1 << 40), IdleTimeout: DefaultIdleTimeout})
 		if err != nil {
 			b.Fatal(err)
 		}
 		run(b, mw, traceExport)
 	})
-	b.Run("admit-no-budget", func(b *testing.B) { run(b, newMW(b, decision.Admit, nil), traceExport) })
+	b.Run("admit-no-budget", func(b *testing.B) { run(b, newMW(b, decision.VerdictAdmit, nil), traceExport) })
 	b.Run("unclassified", func(b *testing.B) {
-		run(b, newMW(b, decision.DenyOpen, NewBudget(1<<40)), "/grpc.health.v1.Health/Check")
+		run(b, newMW(b, decision.VerdictDenyOpen, NewBudget(1<<40)), "/grpc.health.v1.Health/Check")
 	})
-	b.Run("reject", func(b *testing.B) { run(b, newMW(b, decision.DenyShed, NewBudget(1<<40)), traceExport) })
+	b.Run("reject", func(b *testing.B) { run(b, newMW(b, decision.VerdictDenyShed, NewBudget(1<<40)), traceExport) })
 	b.Run("reject-budget-full", func(b *testing.B) {
 		full := NewBudget(1 << 20)
 		full.Reserve(1 << 20)
-		run(b, newMW(b, decision.Admit, full), traceExport)
+		run(b, newMW(b, decision.VerdictAdmit, full), traceExport)
 	})
 	// The interceptor every RPC passes after the tap admitted it.
 	b.Run("gate", func(b *testing.B) {
-		mw := newMW(b, decision.Admit, NewBudget(1<<40))
+		mw := newMW(b, decision.VerdictAdmit, NewBudget(1<<40))
 		rctx, err := mw.tap(context.Background(), &tap.Info{FullMethodName: traceExport})
 		if err != nil {
 			b.Fatal(err)
@@ -286,7 +288,7 @@ func TestHTTPAdmitNoAllocs(t *testing.T) {
 // (a handshake, the body unread). Client and server share the process, so
 // compare the two ratios, not the absolute figures.
 func BenchmarkHTTPRejectTLS(b *testing.B) {
-	mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.DenyShed)})
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictDenyShed)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -123,33 +123,33 @@ func TestRetryDelay(t *testing.T) {
 
 	var open time.Duration
 	d := NewRetryDelay(DefaultRetryFloor, DefaultRetryCeiling, func() time.Duration { return open }, nil)
-	assert.Equal(t, []time.Duration{1 * s, 2 * s}, keys(draws(d, decision.DenyShed)), "shed: short")
-	assert.Equal(t, BudgetRetryDelay, d.Draw(decision.DenyBudget))
-	assert.Zero(t, d.Draw(decision.Admit))
+	assert.Equal(t, []time.Duration{1 * s, 2 * s}, keys(draws(d, decision.VerdictDenyShed)), "shed: short")
+	assert.Equal(t, BudgetRetryDelay, d.Draw(decision.VerdictDenyBudget))
+	assert.Zero(t, d.Draw(decision.VerdictAdmit))
 	open = 300 * time.Millisecond
-	assert.Equal(t, []time.Duration{1 * s}, keys(draws(d, decision.DenyOpen)), "a new Open: the minimum")
+	assert.Equal(t, []time.Duration{1 * s}, keys(draws(d, decision.VerdictDenyOpen)), "a new Open: the minimum")
 	open = 4 * s
-	assert.Equal(t, []time.Duration{2 * s, 3 * s, 4 * s}, keys(draws(d, decision.DenyOpen)), "half to all of its age")
+	assert.Equal(t, []time.Duration{2 * s, 3 * s, 4 * s}, keys(draws(d, decision.VerdictDenyOpen)), "half to all of its age")
 	open = time.Minute
-	assert.Equal(t, []time.Duration{3 * s, 4 * s, 5 * s}, keys(draws(d, decision.DenyOpen)), "capped at max")
+	assert.Equal(t, []time.Duration{3 * s, 4 * s, 5 * s}, keys(draws(d, decision.VerdictDenyOpen)), "capped at max")
 
 	// Without openFor an Open hint is drawn from the whole range; the
 	// bounds clamp every kind.
 	wide := NewRetryDelay(2*s, 30*s, nil, nil)
-	assert.Len(t, draws(wide, decision.DenyOpen), 29)
-	assert.Equal(t, []time.Duration{2 * s}, keys(draws(wide, decision.DenyShed)), "shed clamped up to min")
-	assert.Equal(t, 2*s, wide.Draw(decision.DenyBudget), "budget clamped up to min")
+	assert.Len(t, draws(wide, decision.VerdictDenyOpen), 29)
+	assert.Equal(t, []time.Duration{2 * s}, keys(draws(wide, decision.VerdictDenyShed)), "shed clamped up to min")
+	assert.Equal(t, 2*s, wide.Draw(decision.VerdictDenyBudget), "budget clamped up to min")
 	lo := NewRetryDelay(0, 30*s, nil, func(int64) int64 { return 0 })
 	hi := NewRetryDelay(0, 30*s, nil, func(n int64) int64 { return n - 1 })
-	assert.Zero(t, lo.Draw(decision.DenyOpen))
-	assert.Equal(t, 30*s, hi.Draw(decision.DenyOpen))
+	assert.Zero(t, lo.Draw(decision.VerdictDenyOpen))
+	assert.Equal(t, 30*s, hi.Draw(decision.VerdictDenyOpen))
 
 	// Rounding: min up, max down, max below min collapses to min.
 	r := NewRetryDelay(1500*time.Millisecond, 1700*time.Millisecond, nil, nil)
-	assert.Equal(t, 2*s, r.Draw(decision.DenyOpen))
+	assert.Equal(t, 2*s, r.Draw(decision.VerdictDenyOpen))
 	z := NewRetryDelay(-s, 0, nil, nil)
-	assert.Zero(t, z.Draw(decision.DenyOpen))
-	assert.Zero(t, z.Draw(decision.DenyBudget), "budget delay clamped down to max")
+	assert.Zero(t, z.Draw(decision.VerdictDenyOpen))
+	assert.Zero(t, z.Draw(decision.VerdictDenyBudget), "budget delay clamped down to max")
 }
 
 // TestBudgetWaitAdmit: a request that finds the budget full waits for the

@@ -27,16 +27,16 @@ type Routes struct {
 func DefaultRoutes() Routes {
 	return Routes{
 		HTTP: map[string]decision.Signal{
-			"/v1/traces":              decision.Traces,
-			"/v1/metrics":             decision.Metrics,
-			"/v1/logs":                decision.Logs,
-			"/v1development/profiles": decision.Profiles,
+			"/v1/traces":              decision.SignalTraces,
+			"/v1/metrics":             decision.SignalMetrics,
+			"/v1/logs":                decision.SignalLogs,
+			"/v1development/profiles": decision.SignalProfiles,
 		},
 		GRPC: map[string]decision.Signal{
-			"/opentelemetry.proto.collector.trace.v1.TraceService/Export":                  decision.Traces,
-			"/opentelemetry.proto.collector.metrics.v1.MetricsService/Export":              decision.Metrics,
-			"/opentelemetry.proto.collector.logs.v1.LogsService/Export":                    decision.Logs,
-			"/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export": decision.Profiles,
+			"/opentelemetry.proto.collector.trace.v1.TraceService/Export":                  decision.SignalTraces,
+			"/opentelemetry.proto.collector.metrics.v1.MetricsService/Export":              decision.SignalMetrics,
+			"/opentelemetry.proto.collector.logs.v1.LogsService/Export":                    decision.SignalLogs,
+			"/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export": decision.SignalProfiles,
 		},
 	}
 }

@@ -17,11 +17,11 @@ import (
 
 func TestClassifyHTTP(t *testing.T) {
 	c := mustClassifier(t, Routes{HTTP: map[string]decision.Signal{
-		"/prometheus/write":  decision.Metrics,
-		"/api/v2/spans/":     decision.Traces, // stored cleaned
-		"/loki/api/v1/push":  decision.Logs,
-		"/v1/logs":           decision.Traces, // a user route overrides a built-in
-		"/custom/traces/ing": decision.Traces,
+		"/prometheus/write":  decision.SignalMetrics,
+		"/api/v2/spans/":     decision.SignalTraces, // stored cleaned
+		"/loki/api/v1/push":  decision.SignalLogs,
+		"/v1/logs":           decision.SignalTraces, // a user route overrides a built-in
+		"/custom/traces/ing": decision.SignalTraces,
 	}})
 	long := "/" + strings.Repeat("a/", 1<<20) + "v1/traces"
 	tests := []struct {
@@ -29,28 +29,28 @@ func TestClassifyHTTP(t *testing.T) {
 		sig  decision.Signal
 		ok   bool
 	}{
-		{"/v1/traces", decision.Traces, true},
-		{"/v1/metrics", decision.Metrics, true},
-		{"/v1/logs", decision.Traces, true},
-		{"/v1development/profiles", decision.Profiles, true},
-		{"/prometheus/write", decision.Metrics, true},
-		{"/api/v2/spans", decision.Traces, true},
-		{"/api/v2/spans/", decision.Traces, true},
-		{"/loki/api/v1/push", decision.Logs, true},
+		{"/v1/traces", decision.SignalTraces, true},
+		{"/v1/metrics", decision.SignalMetrics, true},
+		{"/v1/logs", decision.SignalTraces, true},
+		{"/v1development/profiles", decision.SignalProfiles, true},
+		{"/prometheus/write", decision.SignalMetrics, true},
+		{"/api/v2/spans", decision.SignalTraces, true},
+		{"/api/v2/spans/", decision.SignalTraces, true},
+		{"/loki/api/v1/push", decision.SignalLogs, true},
 		// Path tricks all land on the route.
-		{"//v1/traces", decision.Traces, true},
-		{"/v1//traces", decision.Traces, true},
-		{"/v1/traces/", decision.Traces, true},
-		{"/v1/traces//", decision.Traces, true},
-		{"/v1/./traces", decision.Traces, true},
-		{"/./v1/traces", decision.Traces, true},
-		{"/v1/traces/.", decision.Traces, true},
-		{"/v1/x/../traces", decision.Traces, true},
-		{"/../v1/traces", decision.Traces, true},
-		{"/v1/traces/x/..", decision.Traces, true},
-		{"v1/traces", decision.Traces, true}, // not rooted: rooted before cleaning
-		{"/" + strings.Repeat("/", 10000) + "v1/metrics", decision.Metrics, true},
-		{"/" + strings.Repeat("x/../", 10000) + "v1/metrics", decision.Metrics, true},
+		{"//v1/traces", decision.SignalTraces, true},
+		{"/v1//traces", decision.SignalTraces, true},
+		{"/v1/traces/", decision.SignalTraces, true},
+		{"/v1/traces//", decision.SignalTraces, true},
+		{"/v1/./traces", decision.SignalTraces, true},
+		{"/./v1/traces", decision.SignalTraces, true},
+		{"/v1/traces/.", decision.SignalTraces, true},
+		{"/v1/x/../traces", decision.SignalTraces, true},
+		{"/../v1/traces", decision.SignalTraces, true},
+		{"/v1/traces/x/..", decision.SignalTraces, true},
+		{"v1/traces", decision.SignalTraces, true}, // not rooted: rooted before cleaning
+		{"/" + strings.Repeat("/", 10000) + "v1/metrics", decision.SignalMetrics, true},
+		{"/" + strings.Repeat("x/../", 10000) + "v1/metrics", decision.SignalMetrics, true},
 		// Decoded percent-encoding (what r.URL.Path holds): see url tests below.
 		// Not routes.
 		{"/", 0, false},
@@ -110,7 +110,7 @@ func TestClassifyHTTPFromURL(t *testing.T) {
 			sig, ok := c.HTTP(u.Path)
 			assert.Equal(t, tt.ok, ok, "path %q", u.Path)
 			if tt.ok {
-				assert.NotEqual(t, decision.Profiles, sig)
+				assert.NotEqual(t, decision.SignalProfiles, sig)
 			}
 		})
 	}
@@ -118,7 +118,7 @@ func TestClassifyHTTPFromURL(t *testing.T) {
 
 func TestClassifyGRPC(t *testing.T) {
 	c := mustClassifier(t, Routes{GRPC: map[string]decision.Signal{
-		"/my.pkg.Service/Push": decision.Logs,
+		"/my.pkg.Service/Push": decision.SignalLogs,
 	}})
 	for m, want := range DefaultRoutes().GRPC {
 		got, ok := c.GRPC(m)
@@ -127,7 +127,7 @@ func TestClassifyGRPC(t *testing.T) {
 	}
 	got, ok := c.GRPC("/my.pkg.Service/Push")
 	assert.True(t, ok)
-	assert.Equal(t, decision.Logs, got)
+	assert.Equal(t, decision.SignalLogs, got)
 	for _, m := range []string{
 		"", "/", "//opentelemetry.proto.collector.trace.v1.TraceService/Export",
 		"/opentelemetry.proto.collector.trace.v1.TraceService/Export/",
@@ -142,14 +142,14 @@ func TestClassifyGRPC(t *testing.T) {
 
 func TestNewClassifierErrors(t *testing.T) {
 	for name, r := range map[string]Routes{
-		"relative http":    {HTTP: map[string]decision.Signal{"v1/x": decision.Logs}},
-		"empty http":       {HTTP: map[string]decision.Signal{"": decision.Logs}},
+		"relative http":    {HTTP: map[string]decision.Signal{"v1/x": decision.SignalLogs}},
+		"empty http":       {HTTP: map[string]decision.Signal{"": decision.SignalLogs}},
 		"bad signal http":  {HTTP: map[string]decision.Signal{"/x": decision.NumSignals}},
-		"conflict http":    {HTTP: map[string]decision.Signal{"/x": decision.Logs, "/x/": decision.Traces}},
-		"bad grpc":         {GRPC: map[string]decision.Signal{"pkg.S/M": decision.Logs}},
-		"no method grpc":   {GRPC: map[string]decision.Signal{"/pkg.S/": decision.Logs}},
-		"no service grpc":  {GRPC: map[string]decision.Signal{"//M": decision.Logs}},
-		"extra slash grpc": {GRPC: map[string]decision.Signal{"/a/b/c": decision.Logs}},
+		"conflict http":    {HTTP: map[string]decision.Signal{"/x": decision.SignalLogs, "/x/": decision.SignalTraces}},
+		"bad grpc":         {GRPC: map[string]decision.Signal{"pkg.S/M": decision.SignalLogs}},
+		"no method grpc":   {GRPC: map[string]decision.Signal{"/pkg.S/": decision.SignalLogs}},
+		"no service grpc":  {GRPC: map[string]decision.Signal{"//M": decision.SignalLogs}},
+		"extra slash grpc": {GRPC: map[string]decision.Signal{"/a/b/c": decision.SignalLogs}},
 		"bad signal grpc":  {GRPC: map[string]decision.Signal{"/a/b": 200}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestNewClassifierErrors(t *testing.T) {
 		})
 	}
 	// The same path twice with the same signal is fine.
-	_, err := NewClassifier(Routes{HTTP: map[string]decision.Signal{"/x": decision.Logs, "/x/": decision.Logs}})
+	_, err := NewClassifier(Routes{HTTP: map[string]decision.Signal{"/x": decision.SignalLogs, "/x/": decision.SignalLogs}})
 	assert.NoError(t, err)
 }
 
@@ -234,7 +234,7 @@ func FuzzClassifyHTTP(f *testing.F) {
 	for _, s := range []string{"/v1/traces", "//v1/traces", "/v1/./traces", "/v1/x/../traces", "/v1/traces/", "", "/", "..", "/v1%2Ftraces"} {
 		f.Add(s)
 	}
-	c, err := NewClassifier(Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.Metrics}})
+	c, err := NewClassifier(Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.SignalMetrics}})
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, p string) {
 		sig, ok := c.HTTP(p)

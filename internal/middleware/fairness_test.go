@@ -171,7 +171,7 @@ func TestGRPCEstimateNotFromRefusedCalls(t *testing.T) {
 		assert.Equal(t, codes.Unauthenticated, status.Code(f.export(context.Background())))
 	}
 	f.requireReleased(t)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces, loopback(f.mw)))
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.SignalTraces, loopback(f.mw)))
 }
 
 // TestHoldPerPeerPlaces: one peer holds at most its share of the queue's
@@ -180,7 +180,7 @@ func TestGRPCEstimateNotFromRefusedCalls(t *testing.T) {
 func TestHoldPerPeerPlaces(t *testing.T) {
 	ps := NewPeers(0.5)
 	dec := &fakeDecider{}
-	dec.setAll(decision.DenyShed)
+	dec.setAll(decision.VerdictDenyShed)
 	q := NewHold(dec, ps, admissionWait, 4, testTick)
 	t.Cleanup(q.Close)
 	r := distinctRemotes(ps, 2)
@@ -188,12 +188,12 @@ func TestHoldPerPeerPlaces(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 2 {
-		wg.Go(func() { q.Wait(ctx, decision.Traces, decision.DenyShed, a) })
+		wg.Go(func() { q.Wait(ctx, decision.SignalTraces, decision.VerdictDenyShed, a) })
 	}
 	heldEventually(t, q, 2)
-	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed, a),
+	assert.Equal(t, decision.VerdictDenyShed, q.Wait(context.Background(), decision.SignalTraces, decision.VerdictDenyShed, a),
 		"peer a holds its share of the places: refused at once")
-	wg.Go(func() { q.Wait(ctx, decision.Traces, decision.DenyShed, b) })
+	wg.Go(func() { q.Wait(ctx, decision.SignalTraces, decision.VerdictDenyShed, b) })
 	heldEventually(t, q, 3)
 	cancel()
 	wg.Wait()
@@ -214,7 +214,7 @@ func TestHTTPUnclassifiedReported(t *testing.T) {
 			seen = append(seen, p.String()+" "+path)
 		}
 	})
-	f.dec.setAll(decision.DenyOpen)
+	f.dec.setAll(decision.VerdictDenyOpen)
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/custom/traces", bytes.NewReader([]byte("x"))))
 	assert.Equal(t, http.StatusOK, rec.Code)
@@ -237,7 +237,7 @@ func TestInflightCounts(t *testing.T) {
 	go h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader([]byte("x"))))
 	<-entered
 	assert.EqualValues(t, 1, in.Load())
-	f.dec.set(decision.Logs, decision.DenyOpen)
+	f.dec.set(decision.SignalLogs, decision.VerdictDenyOpen)
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/logs", bytes.NewReader([]byte("x"))))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)

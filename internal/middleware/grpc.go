@@ -288,17 +288,17 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		}
 		r.held = v
 	} else if g.budget == nil {
-		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
+		g.rec.Record(ProtocolGRPC, sig, decision.VerdictAdmit)
 		return ctx, nil
 	} else if n := g.sizeEstimate(sig, p); g.budget.admit(n, p) || g.dec.Exempt(sig) && g.budget.admitExempt(n, p) {
 		// An exempt signal is bounded by the budget as the others are,
 		// with an overdraft the others cannot take (admitExempt).
-		g.rec.Record(ProtocolGRPC, sig, decision.Admit)
+		g.rec.Record(ProtocolGRPC, sig, decision.VerdictAdmit)
 		r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: t, cancel: func() {}}
 		r.admitted(g.inflight)
 	} else {
 		if g.observe {
-			g.rec.Record(ProtocolGRPC, sig, decision.DenyBudget)
+			g.rec.Record(ProtocolGRPC, sig, decision.VerdictDenyBudget)
 			return ctx, nil
 		}
 		// The stream waits for its bytes when its handler starts (see
@@ -312,11 +312,11 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		case r != nil:
 			r.want = n
 		case g.budget.admitNow(n, p):
-			g.rec.Record(ProtocolGRPC, sig, decision.Admit)
+			g.rec.Record(ProtocolGRPC, sig, decision.VerdictAdmit)
 			r = &reservation{b: g.budget, n: n, sig: sig, peer: p, age: t, cancel: func() {}}
 			r.admitted(g.inflight)
 		default:
-			return ctx, g.reject(sig, decision.DenyBudget)
+			return ctx, g.reject(sig, decision.VerdictDenyBudget)
 		}
 	}
 	waits := r.slot != nil
@@ -365,11 +365,11 @@ func (g *GRPC) holdAtTap(sig decision.Signal, p peer, t time.Duration, n int64) 
 // before the handler runs (RESOURCE_EXHAUSTED with RetryInfo, as at the
 // tap).
 func (g *GRPC) await(ctx context.Context, r *reservation) {
-	v := decision.Admit
+	v := decision.VerdictAdmit
 	r.mu.Lock()
 	want := r.want
 	r.mu.Unlock()
-	if r.held != decision.Admit {
+	if r.held != decision.VerdictAdmit {
 		limit := g.waitLeft(ctx, r.age)
 		hctx, cancel := context.WithTimeout(ctx, max(limit, 0))
 		v = g.hold.hold(hctx, r.sig, r.held, limit)
@@ -390,7 +390,7 @@ func (g *GRPC) await(ctx context.Context, r *reservation) {
 		// refused for bytes is lost to a client that retries no refusal.
 		ok = g.budget.waitAdmit(ctx, want, r.peer, g.waitLeft(ctx, r.age))
 		if !ok {
-			v = decision.DenyBudget
+			v = decision.VerdictDenyBudget
 			g.peers.refused(now())
 		}
 	}
@@ -436,7 +436,7 @@ func (g *GRPC) waitLeft(ctx context.Context, arrival time.Duration) time.Duratio
 
 func (g *GRPC) reject(sig decision.Signal, v decision.Verdict) error {
 	g.rec.Record(ProtocolGRPC, sig, v)
-	if v == decision.DenyBudget {
+	if v == decision.VerdictDenyBudget {
 		g.peers.refused(now())
 	}
 	return g.rejections.get(v, g.retry.Draw(v))

@@ -137,9 +137,9 @@ func newGRPCFixtureWith(t *testing.T, budget *Budget, unknownSize int64, extra [
 		traces: &traceServer{}, push: &pushServer{}, payloads: &payloadCounter{},
 	}
 	cls := mustClassifier(t, Routes{GRPC: map[string]decision.Signal{
-		pushMethod:  decision.Logs,
-		watchMethod: decision.Metrics,
-		missingCall: decision.Profiles,
+		pushMethod:  decision.SignalLogs,
+		watchMethod: decision.SignalMetrics,
+		missingCall: decision.SignalProfiles,
 	}})
 	cfg := Config{
 		Classifier: cls, Decider: f.dec, Budget: budget, UnknownSize: unknownSize, Recorder: f.rec,
@@ -253,23 +253,23 @@ func TestGRPCAdmit(t *testing.T) {
 	require.NoError(t, f.pushAll(ctx, 3, 100))
 	assert.EqualValues(t, 1, f.traces.calls.Load())
 	assert.EqualValues(t, 3, f.push.messages.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Logs, decision.Admit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalLogs, decision.VerdictAdmit))
 	f.requireReleased(t)
 	assert.EqualValues(t, DefaultUnknownSize, f.highWater.Load(), "the first RPC reserves unknown_size")
 }
 
 func TestGRPCRejectUnary(t *testing.T) {
-	for _, v := range []decision.Verdict{decision.DenyShed, decision.DenyOpen} {
+	for _, v := range []decision.Verdict{decision.VerdictDenyShed, decision.VerdictDenyOpen} {
 		t.Run(v.Reason(), func(t *testing.T) {
 			f := newGRPCFixture(t, NewBudget(1<<20), 0)
-			f.dec.set(decision.Traces, v)
+			f.dec.set(decision.SignalTraces, v)
 			for range 20 {
 				requireRetryable(t, f.export(context.Background()), v.Reason(), grpcRetryHigh)
 			}
 			assert.Zero(t, f.traces.calls.Load(), "the handler is never called")
 			assert.Zero(t, f.payloads.in.Load(), "the message is never received")
-			assert.EqualValues(t, 20, f.rec.get(ProtocolGRPC, decision.Traces, v))
+			assert.EqualValues(t, 20, f.rec.get(ProtocolGRPC, decision.SignalTraces, v))
 			assert.Zero(t, f.highWater.Load(), "a rejected RPC reserves nothing")
 		})
 	}
@@ -277,8 +277,8 @@ func TestGRPCRejectUnary(t *testing.T) {
 
 func TestGRPCRejectStreaming(t *testing.T) {
 	f := newGRPCFixture(t, nil, 0)
-	f.dec.set(decision.Logs, decision.DenyShed)
-	f.dec.set(decision.Metrics, decision.DenyOpen)
+	f.dec.set(decision.SignalLogs, decision.VerdictDenyShed)
+	f.dec.set(decision.SignalMetrics, decision.VerdictDenyOpen)
 	ctx := context.Background()
 
 	// Client streaming.
@@ -293,12 +293,12 @@ func TestGRPCRejectStreaming(t *testing.T) {
 	assert.Zero(t, f.payloads.in.Load(), "no rejected message is received")
 
 	// An unrouted method on the same server is never rejected.
-	f.dec.setAll(decision.DenyOpen)
+	f.dec.setAll(decision.VerdictDenyOpen)
 	_, err = healthpb.NewHealthClient(f.conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Logs, decision.DenyShed))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Metrics, decision.DenyOpen))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalLogs, decision.VerdictDenyShed))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalMetrics, decision.VerdictDenyOpen))
 	assert.EqualValues(t, 2, f.rec.total())
 }
 
@@ -308,11 +308,11 @@ func TestGRPCRejectStreaming(t *testing.T) {
 func TestGRPCExempt(t *testing.T) {
 	b := NewBudget(1 << 20)
 	f := newGRPCFixture(t, b, 0)
-	f.dec.setAll(decision.DenyOpen)
-	f.dec.set(decision.Traces, decision.Admit)
-	f.dec.exempt[decision.Traces].Store(true)
+	f.dec.setAll(decision.VerdictDenyOpen)
+	f.dec.set(decision.SignalTraces, decision.VerdictAdmit)
+	f.dec.exempt[decision.SignalTraces].Store(true)
 	require.NoError(t, f.export(context.Background()), "an exempt signal is admitted in Open")
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
 	f.requireReleased(t)
 	require.True(t, b.Reserve(1<<20), "the others fill the budget")
 	require.NoError(t, f.export(context.Background()), "an exempt call fits in the overdraft")
@@ -320,7 +320,7 @@ func TestGRPCExempt(t *testing.T) {
 	requireRetryable(t, f.export(context.Background()), "budget", grpcRetryLow)
 	b.release(1<<20, 0)
 	b.Release(1 << 20)
-	f.dec.set(decision.Traces, decision.DenyOpen) // the memory backstop
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen) // the memory backstop
 	assert.Equal(t, codes.ResourceExhausted, status.Code(f.export(context.Background())))
 }
 
@@ -342,8 +342,8 @@ func TestGRPCBudget(t *testing.T) {
 	_, err = ws.Recv()
 	requireRetryable(t, err, "budget", grpcRetryLow)
 	assert.Zero(t, f.traces.calls.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Metrics, decision.DenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalMetrics, decision.VerdictDenyBudget))
 
 	cancel()
 	_ = idle.RecvMsg(new(emptypb.Empty))
@@ -382,7 +382,7 @@ func TestGRPCUnregisteredServiceReleases(t *testing.T) {
 		err := f.conn.Invoke(context.Background(), missingCall, &emptypb.Empty{}, new(emptypb.Empty))
 		require.Equal(t, codes.Unimplemented, status.Code(err))
 	}
-	assert.EqualValues(t, 10, f.rec.get(ProtocolGRPC, decision.Profiles, decision.Admit))
+	assert.EqualValues(t, 10, f.rec.get(ProtocolGRPC, decision.SignalProfiles, decision.VerdictAdmit))
 	f.requireReleased(t)
 }
 
@@ -393,14 +393,14 @@ func loopback(g *GRPC) peer { return g.peers.ofRemote("127.0.0.1:1") }
 // per-peer, per-signal estimate that later RPCs of that peer reserve.
 func TestGRPCEstimate(t *testing.T) {
 	f := newGRPCFixture(t, NewBudget(1<<30), 0)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs, loopback(f.mw)))
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.SignalLogs, loopback(f.mw)))
 	require.NoError(t, f.pushAll(context.Background(), 10, 10000))
 	f.requireReleased(t)
-	est := f.mw.sizeEstimate(decision.Logs, loopback(f.mw))
+	est := f.mw.sizeEstimate(decision.SignalLogs, loopback(f.mw))
 	// 10000 bytes of payload plus a few bytes of protobuf framing.
 	assert.InDelta(t, 10000, est, 16)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Traces, loopback(f.mw)), "per signal")
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.Logs, f.mw.peers.ofRemote("192.0.2.1:1")), "per peer")
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.SignalTraces, loopback(f.mw)), "per signal")
+	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.SignalLogs, f.mw.peers.ofRemote("192.0.2.1:1")), "per peer")
 
 	// The next RPC reserves the estimate.
 	f.push.hold = make(chan struct{})
@@ -453,17 +453,17 @@ func TestGRPCObserve(t *testing.T) {
 		h.HandleRPC(ctx, &stats.End{Error: err})
 	}
 	in := func(sig decision.Signal, size int) { call(sig, size, nil) }
-	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.Traces, 0), "unknown_size before any message")
-	call(decision.Traces, 900000, status.Error(codes.Unauthenticated, "no"))
-	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.Traces, 0), "a call that ended in an error teaches nothing")
-	in(decision.Traces, 8000)
-	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.Traces, 0))
-	in(decision.Traces, 1600)
-	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.Traces, 0), "the largest recent message, not an average")
-	in(decision.Logs, 0)
-	assert.EqualValues(t, minEstimate, mw.sizeEstimate(decision.Logs, 0), "an empty message is data too, counted as the floor")
-	in(decision.Metrics, 10<<20)
-	assert.EqualValues(t, 1<<20, mw.sizeEstimate(decision.Metrics, 0), "capped at the budget")
+	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.SignalTraces, 0), "unknown_size before any message")
+	call(decision.SignalTraces, 900000, status.Error(codes.Unauthenticated, "no"))
+	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.SignalTraces, 0), "a call that ended in an error teaches nothing")
+	in(decision.SignalTraces, 8000)
+	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.SignalTraces, 0))
+	in(decision.SignalTraces, 1600)
+	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.SignalTraces, 0), "the largest recent message, not an average")
+	in(decision.SignalLogs, 0)
+	assert.EqualValues(t, minEstimate, mw.sizeEstimate(decision.SignalLogs, 0), "an empty message is data too, counted as the floor")
+	in(decision.SignalMetrics, 10<<20)
+	assert.EqualValues(t, 1<<20, mw.sizeEstimate(decision.SignalMetrics, 0), "capped at the budget")
 	assert.Zero(t, mw.budget.Reserved())
 }
 
@@ -568,8 +568,8 @@ func TestGRPCBudgetWaitsForBytes(t *testing.T) {
 	release()
 	require.NoError(t, <-errc)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
 	assert.Zero(t, f.mw.hold.Held())
 	f.requireReleased(t)
 }
@@ -586,8 +586,8 @@ func TestGRPCBudgetWaitEnds(t *testing.T) {
 		requireRetryable(t, err, "budget", grpcRetryLow)
 	}
 	assert.Zero(t, f.traces.calls.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
 	assert.Zero(t, f.mw.hold.Held())
 	require.Eventually(t, func() bool { return f.budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond, "only the idle stream's bytes")
 
@@ -612,7 +612,7 @@ func TestGRPCEstimateWireSize(t *testing.T) {
 	_, _ = rand.Read(random)
 	require.NoError(t, sendOn(ctx, gz, random))
 	f.requireReleased(t)
-	assert.InDelta(t, 400<<10, f.mw.sizeEstimate(decision.Logs, loopback(f.mw)), 1<<10)
+	assert.InDelta(t, 400<<10, f.mw.sizeEstimate(decision.SignalLogs, loopback(f.mw)), 1<<10)
 
 	// Zeros compress a thousandfold: the floor, a quarter of the decoded size.
 	f2 := newGRPCFixture(t, NewBudget(8<<20), 4<<10)
@@ -628,7 +628,7 @@ func TestGRPCEstimateWireSize(t *testing.T) {
 	close(f2.push.hold)
 	require.NoError(t, <-errc)
 	f2.requireReleased(t)
-	assert.InDelta(t, 100<<10, f2.mw.sizeEstimate(decision.Logs, loopback(f2.mw)), 1<<10)
+	assert.InDelta(t, 100<<10, f2.mw.sizeEstimate(decision.SignalLogs, loopback(f2.mw)), 1<<10)
 }
 
 // sendOn sends one message of the given bytes on a push stream of cc.
@@ -654,7 +654,7 @@ func TestGRPCShedWaitsForDecision(t *testing.T) {
 	budget := NewBudget(1 << 20)
 	dec := &fakeDecider{}
 	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
-	dec.set(decision.Traces, decision.DenyShed)
+	dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
@@ -663,11 +663,11 @@ func TestGRPCShedWaitsForDecision(t *testing.T) {
 	assert.Zero(t, f.payloads.in.Load(), "a held RPC's message is not read")
 	assert.Zero(t, budget.Reserved(), "a held RPC holds no budget")
 
-	dec.set(decision.Traces, decision.Admit)
+	dec.set(decision.SignalTraces, decision.VerdictAdmit)
 	require.NoError(t, <-errc)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.Admit))
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyShed))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
 	assert.Zero(t, f.mw.hold.Held())
 	assert.EqualValues(t, 1000, f.highWater.Load(), "admitted, it reserves as at the tap")
 	f.requireReleased(t)
@@ -682,7 +682,7 @@ func TestGRPCShedWaitEnds(t *testing.T) {
 		c.Decider = dec
 		c.Hold = NewHold(dec, nil, 200*time.Millisecond, 8, 0)
 	})
-	dec.set(decision.Traces, decision.DenyShed)
+	dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	err := f.export(context.Background())
 	// CANCELLED when the message was still unread, else the refusal the
 	// tap answers; the OTLP exporters retry both.
@@ -690,7 +690,7 @@ func TestGRPCShedWaitEnds(t *testing.T) {
 		requireRetryable(t, err, "shed", grpcRetryHigh)
 	}
 	assert.Zero(t, f.traces.calls.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyShed))
 	assert.EqualValues(t, 1, f.rec.total())
 	assert.Zero(t, f.mw.hold.Held())
 	f.requireReleased(t)
@@ -712,17 +712,17 @@ func TestGRPCOpenHeld(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dec.set(decision.Traces, decision.DenyOpen)
+	dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
 	held := make(chan error, 1)
 	go func() { held <- f.export(ctx) }()
 	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
 	assert.EqualValues(t, 1000, b.Held(), "its expected message is counted while it waits")
 
-	dec.set(decision.Logs, decision.DenyShed)
+	dec.set(decision.SignalLogs, decision.VerdictDenyShed)
 	requireRetryable(t, f.pushAll(ctx, 1, 10), "shed", grpcRetryHigh)
 	assert.Zero(t, f.push.messages.Load(), "the only place is taken: refused at the tap")
 
-	dec.set(decision.Traces, decision.Admit) // the Open ends
+	dec.set(decision.SignalTraces, decision.VerdictAdmit) // the Open ends
 	require.NoError(t, <-held)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
 	assert.Zero(t, b.Held())
@@ -734,7 +734,7 @@ func TestGRPCOpenHeld(t *testing.T) {
 		c.Decider = dec
 		c.Hold = NewHold(dec, nil, time.Minute, 8, 0)
 	})
-	dec.set(decision.Traces, decision.DenyOpen)
+	dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
 	go func() { held <- f2.export(ctx) }()
 	require.Eventually(t, func() bool { return f2.budget.Held() == 1000 }, 10*time.Second, time.Millisecond)
 	requireRetryable(t, f2.export(ctx), "open", grpcRetryHigh)
@@ -745,7 +745,7 @@ func TestGRPCOpenHeld(t *testing.T) {
 	held2 := make(chan error, 1)
 	go func() { held2 <- f2.export(ctx) }()
 	require.Eventually(t, func() bool { return f2.budget.Held() == 2000 }, 10*time.Second, time.Millisecond)
-	dec.set(decision.Traces, decision.Admit)
+	dec.set(decision.SignalTraces, decision.VerdictAdmit)
 	require.NoError(t, <-held)
 	require.NoError(t, <-held2)
 	f2.requireReleased(t)
@@ -756,11 +756,11 @@ func TestGRPCOpenHeld(t *testing.T) {
 func TestGRPCShedThenBudget(t *testing.T) {
 	f, release := fullBudgetFixture(t, 5*time.Second)
 	dec := f.dec
-	dec.set(decision.Traces, decision.DenyShed)
+	dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
 	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
-	dec.set(decision.Traces, decision.Admit)
+	dec.set(decision.SignalTraces, decision.VerdictAdmit)
 	// Admitted by the decision, it now waits for the budget, still held.
 	require.Never(t, func() bool { return f.traces.calls.Load() > 0 }, 300*time.Millisecond, 10*time.Millisecond)
 	assert.EqualValues(t, 1, f.mw.hold.Held())
@@ -768,8 +768,8 @@ func TestGRPCShedThenBudget(t *testing.T) {
 	release()
 	require.NoError(t, <-errc)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyShed))
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.Traces, decision.DenyBudget))
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyShed))
+	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
 	assert.Zero(t, f.mw.hold.Held())
 	f.requireReleased(t)
 }
@@ -785,7 +785,7 @@ func TestGRPCWaitEndsBeforeDeadline(t *testing.T) {
 			f, release := fullBudgetFixture(t, 30*time.Second)
 			defer release()
 			if shed {
-				f.dec.set(decision.Traces, decision.DenyShed)
+				f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 			defer cancel()

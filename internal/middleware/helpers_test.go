@@ -42,17 +42,17 @@ func (f *fakeDecider) Exempt(s decision.Signal) bool { return f.exempt[s].Load()
 // Pressed is true while pressed is set or the verdict set for s is a
 // denial.
 func (f *fakeDecider) Pressed(s decision.Signal) bool {
-	return f.pressed.Load() || stateOf(decision.Verdict(f.verdict[s].Load())) != decision.Normal
+	return f.pressed.Load() || stateOf(decision.Verdict(f.verdict[s].Load())) != decision.StateNormal
 }
 
 func stateOf(v decision.Verdict) decision.State {
 	switch v {
-	case decision.DenyOpen:
-		return decision.Open
-	case decision.DenyShed:
-		return decision.Shedding
+	case decision.VerdictDenyOpen:
+		return decision.StateOpen
+	case decision.VerdictDenyShed:
+		return decision.StateShedding
 	}
-	return decision.Normal
+	return decision.StateNormal
 }
 
 // countingRecorder counts Record calls per (protocol, signal, verdict).

@@ -130,7 +130,7 @@ func (q *Hold) hold(ctx context.Context, sig decision.Signal, v decision.Verdict
 	last := false
 	select {
 	case <-w.admitted:
-		return decision.Admit
+		return decision.VerdictAdmit
 	case <-timer.C:
 		last = true
 	case <-ctx.Done():
@@ -140,7 +140,7 @@ func (q *Hold) hold(ctx context.Context, sig decision.Signal, v decision.Verdict
 	select {
 	case <-w.admitted: // admitted while the lock was awaited
 		q.mu.Unlock()
-		return decision.Admit
+		return decision.VerdictAdmit
 	default:
 	}
 	w.gone = true

@@ -27,7 +27,7 @@ func TestHoldOff(t *testing.T) {
 	assert.Nil(t, NewHold(dec, nil, 0, 10, 0))
 	assert.Nil(t, NewHold(dec, nil, time.Second, 0, 0))
 	var q *Hold
-	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed, 0))
+	assert.Equal(t, decision.VerdictDenyShed, q.Wait(context.Background(), decision.SignalTraces, decision.VerdictDenyShed, 0))
 	assert.Zero(t, q.Held())
 	q.Close()
 }
@@ -35,7 +35,7 @@ func TestHoldOff(t *testing.T) {
 // waitResult runs Wait for traces on its own goroutine.
 func waitResult(ctx context.Context, q *Hold, v decision.Verdict) <-chan decision.Verdict {
 	out := make(chan decision.Verdict, 1)
-	go func() { out <- q.Wait(ctx, decision.Traces, v, 0) }()
+	go func() { out <- q.Wait(ctx, decision.SignalTraces, v, 0) }()
 	return out
 }
 
@@ -46,19 +46,19 @@ func heldEventually(t *testing.T, q *Hold, n int64) {
 
 func TestHoldAdmitsWhenTheDecisionDoes(t *testing.T) {
 	dec := &fakeDecider{}
-	dec.setAll(decision.DenyOpen)
+	dec.setAll(decision.VerdictDenyOpen)
 	q := NewHold(dec, nil, long, 10, testTick)
-	got := waitResult(context.Background(), q, decision.DenyOpen)
+	got := waitResult(context.Background(), q, decision.VerdictDenyOpen)
 	heldEventually(t, q, 1)
 	select {
 	case v := <-got:
 		t.Fatalf("answered %v while the decision still refuses", v)
 	case <-time.After(20 * testTick):
 	}
-	dec.set(decision.Traces, decision.Admit)
+	dec.set(decision.SignalTraces, decision.VerdictAdmit)
 	select {
 	case v := <-got:
-		assert.Equal(t, decision.Admit, v)
+		assert.Equal(t, decision.VerdictAdmit, v)
 	case <-time.After(long):
 		t.Fatal("not admitted")
 	}
@@ -67,31 +67,31 @@ func TestHoldAdmitsWhenTheDecisionDoes(t *testing.T) {
 
 func TestHoldRefusesAfterMaxWait(t *testing.T) {
 	dec := &fakeDecider{}
-	dec.setAll(decision.DenyShed)
+	dec.setAll(decision.VerdictDenyShed)
 	q := NewHold(dec, nil, 30*time.Millisecond, 10, testTick)
 	start := time.Now()
 	// The last decision's denial is the answer: Open now, though the
 	// request was first refused for shedding.
-	dec.set(decision.Logs, decision.DenyOpen)
-	assert.Equal(t, decision.DenyOpen, q.Wait(context.Background(), decision.Logs, decision.DenyShed, 0))
+	dec.set(decision.SignalLogs, decision.VerdictDenyOpen)
+	assert.Equal(t, decision.VerdictDenyOpen, q.Wait(context.Background(), decision.SignalLogs, decision.VerdictDenyShed, 0))
 	assert.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
 	assert.Zero(t, q.Held())
 }
 
 func TestHoldFull(t *testing.T) {
 	dec := &fakeDecider{}
-	dec.setAll(decision.DenyShed)
+	dec.setAll(decision.VerdictDenyShed)
 	q := NewHold(dec, nil, long, 2, testTick)
 	ctx, cancel := context.WithCancel(context.Background())
-	a := waitResult(ctx, q, decision.DenyShed)
-	b := waitResult(ctx, q, decision.DenyShed)
+	a := waitResult(ctx, q, decision.VerdictDenyShed)
+	b := waitResult(ctx, q, decision.VerdictDenyShed)
 	heldEventually(t, q, 2)
 	// The third is answered at once, with the denial it came with.
-	assert.Equal(t, decision.DenyBudget, q.Wait(context.Background(), decision.Traces, decision.DenyBudget, 0))
+	assert.Equal(t, decision.VerdictDenyBudget, q.Wait(context.Background(), decision.SignalTraces, decision.VerdictDenyBudget, 0))
 	cancel()
 	// A client gone: the held requests stop waiting at once.
-	assert.Equal(t, decision.DenyShed, <-a)
-	assert.Equal(t, decision.DenyShed, <-b)
+	assert.Equal(t, decision.VerdictDenyShed, <-a)
+	assert.Equal(t, decision.VerdictDenyShed, <-b)
 	heldEventually(t, q, 0)
 }
 
@@ -104,9 +104,9 @@ type orderedDecider struct {
 
 func (d *orderedDecider) Decide(decision.Signal) decision.Verdict {
 	if d.calls.Add(1)%d.n.Load() == 0 {
-		return decision.Admit
+		return decision.VerdictAdmit
 	}
-	return decision.DenyShed
+	return decision.VerdictDenyShed
 }
 
 func (*orderedDecider) Exempt(decision.Signal) bool { return false }
@@ -124,7 +124,7 @@ func TestHoldOldestFirst(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Go(func() {
-			if q.Wait(context.Background(), decision.Metrics, decision.DenyShed, 0) == decision.Admit {
+			if q.Wait(context.Background(), decision.SignalMetrics, decision.VerdictDenyShed, 0) == decision.VerdictAdmit {
 				mu.Lock()
 				order = append(order, i)
 				mu.Unlock()
@@ -146,18 +146,18 @@ func TestHoldOldestFirst(t *testing.T) {
 
 func TestHoldClose(t *testing.T) {
 	dec := &fakeDecider{}
-	dec.setAll(decision.DenyOpen)
+	dec.setAll(decision.VerdictDenyOpen)
 	q := NewHold(dec, nil, long, 10, testTick)
-	a := waitResult(context.Background(), q, decision.DenyOpen)
+	a := waitResult(context.Background(), q, decision.VerdictDenyOpen)
 	heldEventually(t, q, 1)
 	q.Close()
 	select {
 	case v := <-a:
-		assert.Equal(t, decision.DenyOpen, v)
+		assert.Equal(t, decision.VerdictDenyOpen, v)
 	case <-time.After(long):
 		t.Fatal("Close did not wake the held request")
 	}
 	// Closed: nothing is held any more.
-	assert.Equal(t, decision.DenyShed, q.Wait(context.Background(), decision.Traces, decision.DenyShed, 0))
+	assert.Equal(t, decision.VerdictDenyShed, q.Wait(context.Background(), decision.SignalTraces, decision.VerdictDenyShed, 0))
 	q.Close()
 }

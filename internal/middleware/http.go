@@ -89,7 +89,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if m.budget == nil || r.Body == nil || r.Body == http.NoBody {
-		m.rec.Record(ProtocolHTTP, sig, decision.Admit)
+		m.rec.Record(ProtocolHTTP, sig, decision.VerdictAdmit)
 		m.inflight.add(1)
 		defer m.inflight.add(-1)
 		h.next.ServeHTTP(w, r)
@@ -100,7 +100,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// what may need it, before it is decompressed up to its share.
 	if (r.ContentLength < 0 || r.ContentLength > m.budget.maxFor(p)) && !m.observe &&
 		m.budget.laneIndebted(p, t) && m.dec.Pressed(sig) {
-		m.reject(w, r, sig, decision.DenyBudget)
+		m.reject(w, r, sig, decision.VerdictDenyBudget)
 		return
 	}
 	// An HTTP request does not wait for the budget (measured: design
@@ -109,14 +109,14 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// are, with an overdraft the others cannot take (admitExempt).
 	if !m.budget.admitNow(initial, p) && (!m.dec.Exempt(sig) || !m.budget.admitExempt(initial, p)) {
 		if m.observe {
-			m.rec.Record(ProtocolHTTP, sig, decision.DenyBudget)
+			m.rec.Record(ProtocolHTTP, sig, decision.VerdictDenyBudget)
 			h.next.ServeHTTP(w, r)
 			return
 		}
-		m.reject(w, r, sig, decision.DenyBudget)
+		m.reject(w, r, sig, decision.VerdictDenyBudget)
 		return
 	}
-	m.rec.Record(ProtocolHTTP, sig, decision.Admit)
+	m.rec.Record(ProtocolHTTP, sig, decision.VerdictAdmit)
 	m.inflight.add(1)
 	defer m.inflight.add(-1)
 	body := m.newBody(w, r, sig, p, initial, t)
@@ -174,11 +174,11 @@ func (m *HTTP) newBody(w http.ResponseWriter, r *http.Request, sig decision.Sign
 
 func (m *HTTP) reject(w http.ResponseWriter, r *http.Request, sig decision.Signal, v decision.Verdict) {
 	m.rec.Record(ProtocolHTTP, sig, v)
-	if v == decision.DenyBudget {
+	if v == decision.VerdictDenyBudget {
 		m.peers.refused(now())
 	}
 	read := false
-	if v != decision.DenyOpen {
+	if v != decision.VerdictDenyOpen {
 		read = m.tarpit.Hold(r) // nil-safe; see Tarpit for why and for what is held
 	}
 	closeConn := !read && closesConnection(r, v)
@@ -523,5 +523,5 @@ func (b *budgetBody) finish() {
 // client retries instead of dropping the data as it would on a 400.
 func (m *HTTP) budgetError() error {
 	m.peers.refused(now())
-	return m.rejections.get(decision.DenyBudget, m.retry.Draw(decision.DenyBudget))
+	return m.rejections.get(decision.VerdictDenyBudget, m.retry.Draw(decision.VerdictDenyBudget))
 }

@@ -107,7 +107,7 @@ func newHTTPFixture(tb testing.TB, budget *Budget, unknownSize int64, retry *Ret
 	tb.Helper()
 	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, highWater: budget.WatchHighWater(), next: &countingHandler{}}
 	cfg := Config{
-		Classifier:  mustClassifier(tb, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.Metrics}}),
+		Classifier:  mustClassifier(tb, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.SignalMetrics}}),
 		Decider:     f.dec,
 		Retry:       retry,
 		Budget:      budget,
@@ -141,9 +141,9 @@ func TestHTTPAdmit(t *testing.T) {
 		assert.Equal(t, http.StatusOK, rec.Code, target)
 	}
 	assert.EqualValues(t, 6, f.next.calls.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit))
-	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.Metrics, decision.Admit))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Logs, decision.Admit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit))
+	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictAdmit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalLogs, decision.VerdictAdmit))
 	assert.EqualValues(t, 4, f.rec.total(), "unclassified requests are not counted")
 	assert.Zero(t, f.budget.Reserved())
 	assert.EqualValues(t, 5, f.highWater.Load())
@@ -155,7 +155,7 @@ func TestHTTPUnclassifiedNeverRejected(t *testing.T) {
 	b := NewBudget(10)
 	require.True(t, b.Reserve(10))
 	f := newHTTPFixture(t, b, 0, nil)
-	f.dec.setAll(decision.DenyOpen)
+	f.dec.setAll(decision.VerdictDenyOpen)
 	for _, target := range []string{"/health", "/v1/trace", "/metrics", "/v1/traces/x"} {
 		rec := httptest.NewRecorder()
 		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, target, strings.NewReader("0123456789")))
@@ -173,17 +173,17 @@ func TestHTTPUnclassifiedNeverRejected(t *testing.T) {
 func TestHTTPExempt(t *testing.T) {
 	b := NewBudget(16)
 	f := newHTTPFixture(t, b, 0, nil)
-	f.dec.setAll(decision.DenyOpen)
-	f.dec.set(decision.Metrics, decision.Admit)
-	f.dec.exempt[decision.Metrics].Store(true)
+	f.dec.setAll(decision.VerdictDenyOpen)
+	f.dec.set(decision.SignalMetrics, decision.VerdictAdmit)
+	f.dec.exempt[decision.SignalMetrics].Store(true)
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("0123456789abcdef")))
 	assert.Equal(t, http.StatusOK, rec.Code, "admitted in Open")
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("x")))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.Admit))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyOpen))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictAdmit))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyOpen))
 	assert.Zero(t, b.Reserved())
 
 	require.True(t, b.Reserve(16))
@@ -191,25 +191,25 @@ func TestHTTPExempt(t *testing.T) {
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("01")))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "the budget bounds an exempt signal too, at twice its size")
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.DenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictDenyBudget))
 	b.release(15, 0)
-	f.dec.set(decision.Traces, decision.Admit)
+	f.dec.set(decision.SignalTraces, decision.VerdictAdmit)
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("01")))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "a full budget refuses the others")
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("01")))
 	assert.Equal(t, http.StatusOK, rec.Code, "within the overdraft, the others filling the budget do not refuse an exempt signal")
-	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.Metrics, decision.Admit))
+	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictAdmit))
 	assert.EqualValues(t, 16, b.Reserved(), "its bytes released")
-	f.dec.set(decision.Traces, decision.DenyOpen)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
 	b.Release(16)
 
-	f.dec.set(decision.Metrics, decision.DenyOpen) // the memory backstop
+	f.dec.set(decision.SignalMetrics, decision.VerdictDenyOpen) // the memory backstop
 	rec = httptest.NewRecorder()
 	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("x")))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Metrics, decision.DenyOpen))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictDenyOpen))
 }
 
 func TestHTTPRejection(t *testing.T) {
@@ -226,12 +226,12 @@ func TestHTTPRejection(t *testing.T) {
 		{"text/plain", false},
 		{"application/x-protobuf; =broken", false}, // otlpreceiver falls back to JSON too
 	}
-	verdicts := []decision.Verdict{decision.DenyShed, decision.DenyOpen, decision.DenyBudget}
+	verdicts := []decision.Verdict{decision.VerdictDenyShed, decision.VerdictDenyOpen, decision.VerdictDenyBudget}
 	for _, v := range verdicts {
 		for _, ct := range contentTypes {
 			t.Run(v.Reason()+"/"+ct.ct, func(t *testing.T) {
 				var f *httpFixture
-				if v == decision.DenyBudget {
+				if v == decision.VerdictDenyBudget {
 					// Another request holds 1 byte: the 1000-byte request
 					// below would take the whole budget (runs alone), which
 					// cannot be reserved until that one finishes.
@@ -240,7 +240,7 @@ func TestHTTPRejection(t *testing.T) {
 					f = newHTTPFixture(t, b, 0, NewRetryDelay(0, 30*time.Second, nil, nil))
 				} else {
 					f = newHTTPFixture(t, nil, 0, NewRetryDelay(0, 30*time.Second, nil, nil))
-					f.dec.set(decision.Traces, v)
+					f.dec.set(decision.SignalTraces, v)
 				}
 				body := &failingBody{t: t}
 				req := httptest.NewRequest(http.MethodPost, "/v1/traces?x=y", body)
@@ -253,16 +253,16 @@ func TestHTTPRejection(t *testing.T) {
 
 				assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 				assert.Zero(t, f.next.calls.Load(), "next must not run")
-				assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, v))
+				assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, v))
 				assert.EqualValues(t, 1, f.rec.total())
 				secs, err := strconv.Atoi(rec.Header().Get("Retry-After"))
 				require.NoError(t, err)
 				assert.GreaterOrEqual(t, secs, 0)
 				assert.LessOrEqual(t, secs, 30)
-				if v == decision.DenyBudget {
+				if v == decision.VerdictDenyBudget {
 					assert.Equal(t, 1, secs, "short delay for a full budget")
 				}
-				if v == decision.DenyOpen {
+				if v == decision.VerdictDenyOpen {
 					assert.Equal(t, "close", rec.Header().Get("Connection"))
 				} else {
 					assert.Empty(t, rec.Header().Get("Connection"))
@@ -288,7 +288,7 @@ func TestHTTPRejection(t *testing.T) {
 // (Open, without an estimate of its length, draws from the whole range).
 func TestHTTPRetryAfterRange(t *testing.T) {
 	f := newHTTPFixture(t, nil, 0, NewRetryDelay(3*time.Second, 7*time.Second, nil, nil))
-	f.dec.set(decision.Logs, decision.DenyOpen)
+	f.dec.set(decision.SignalLogs, decision.VerdictDenyOpen)
 	seen := map[int]int{}
 	for range 1000 {
 		rec := httptest.NewRecorder()
@@ -353,10 +353,10 @@ func rejectionServer(t *testing.T, f *httpFixture) (*httptest.Server, *countingL
 // the announced close.
 func TestHTTPRejectionServerBytes(t *testing.T) {
 	for _, bodySize := range []int{4 << 20, 200 << 10} {
-		for _, v := range []decision.Verdict{decision.DenyShed, decision.DenyOpen} {
+		for _, v := range []decision.Verdict{decision.VerdictDenyShed, decision.VerdictDenyOpen} {
 			t.Run(fmt.Sprintf("%s/%d", v.Reason(), bodySize), func(t *testing.T) {
 				f := newHTTPFixture(t, nil, 0, nil)
-				f.dec.set(decision.Traces, v)
+				f.dec.set(decision.SignalTraces, v)
 				srv, cl := rejectionServer(t, f)
 
 				conn, err := net.Dial("tcp", srv.Listener.Addr().String())
@@ -398,7 +398,7 @@ func TestHTTPRejectionServerBytes(t *testing.T) {
 // on it is served.
 func TestHTTPRejectionSmallBodyKeepsConnection(t *testing.T) {
 	f := newHTTPFixture(t, nil, 0, nil)
-	f.dec.set(decision.Traces, decision.DenyShed)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	srv, _ := rejectionServer(t, f)
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
 	require.NoError(t, err)
@@ -418,7 +418,7 @@ func TestHTTPRejectionSmallBodyKeepsConnection(t *testing.T) {
 	resp := send()
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	assert.False(t, resp.Close)
-	f.dec.set(decision.Traces, decision.Admit)
+	f.dec.set(decision.SignalTraces, decision.VerdictAdmit)
 	resp = send()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.EqualValues(t, drainMax, f.next.read.Load())
@@ -431,10 +431,10 @@ func TestHTTPRejectionTLSKeepsConnection(t *testing.T) {
 	for _, tc := range []struct {
 		v     decision.Verdict
 		reuse bool
-	}{{decision.DenyShed, true}, {decision.DenyOpen, false}} {
+	}{{decision.VerdictDenyShed, true}, {decision.VerdictDenyOpen, false}} {
 		t.Run(tc.v.Reason(), func(t *testing.T) {
 			f := newHTTPFixture(t, nil, 0, nil)
-			f.dec.set(decision.Traces, tc.v)
+			f.dec.set(decision.SignalTraces, tc.v)
 			srv := httptest.NewTLSServer(f.h)
 			defer srv.Close()
 			client := srv.Client()
@@ -465,7 +465,7 @@ func TestHTTPRejectionTLSKeepsConnection(t *testing.T) {
 // its next request.
 func TestHTTPRejectionGoClientGetsAnswer(t *testing.T) {
 	f := newHTTPFixture(t, nil, 0, nil)
-	f.dec.set(decision.Traces, decision.DenyShed)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	srv, cl := rejectionServer(t, f)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -488,7 +488,7 @@ func TestHTTPRejectionGoClientGetsAnswer(t *testing.T) {
 // the test when read.
 func TestHTTPExpectContinueBodyNeverSent(t *testing.T) {
 	f := newHTTPFixture(t, nil, 0, nil)
-	f.dec.set(decision.Traces, decision.DenyShed)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	srv := httptest.NewServer(f.h)
 	defer srv.Close()
 	tr := &http.Transport{ExpectContinueTimeout: time.Minute}
@@ -568,7 +568,7 @@ func TestHTTPBudgetConcurrent(t *testing.T) {
 	assert.Positive(t, ok.Load())
 	assert.Positive(t, refused.Load())
 	assert.EqualValues(t, 400, rec.total())
-	assert.Equal(t, refused.Load(), rec.get(ProtocolHTTP, decision.Logs, decision.DenyBudget))
+	assert.Equal(t, refused.Load(), rec.get(ProtocolHTTP, decision.SignalLogs, decision.VerdictDenyBudget))
 }
 
 func TestHTTPBudgetContentLength(t *testing.T) {
@@ -589,7 +589,7 @@ func TestHTTPBudgetContentLength(t *testing.T) {
 	f.h.ServeHTTP(rec, req)
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
 	assert.EqualValues(t, 1, f.budget.Reserved())
 	f.budget.Release(1)
 
@@ -612,7 +612,7 @@ func TestHTTPBudgetContentLength(t *testing.T) {
 	req.ContentLength = 1 << 30
 	h.ServeHTTP(httptest.NewRecorder(), req)
 	assert.Equal(t, http.StatusTooManyRequests, inner)
-	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyBudget))
+	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
 	assert.Zero(t, f.budget.Reserved())
 	assert.LessOrEqual(t, f.highWater.Load(), int64(100))
 }
@@ -644,7 +644,7 @@ func TestHTTPChunkedCannotBypass(t *testing.T) {
 	assert.EqualValues(t, other, f.budget.Reserved(), "only the other request's bytes remain")
 	f.budget.Release(other)
 	assert.Zero(t, f.budget.Reserved())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.Admit), "counted once, as admitted")
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit), "counted once, as admitted")
 }
 
 // TestHTTPChunkedAlone: a body without Content-Length larger than its
@@ -854,7 +854,7 @@ func TestHTTPRealServerBudget(t *testing.T) {
 // small body keeps its connection for the next request.
 func TestHTTPRejectionHeldBackBody(t *testing.T) {
 	f := newHTTPFixture(t, nil, 0, nil)
-	f.dec.set(decision.Traces, decision.DenyShed)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	srv := httptest.NewServer(f.h)
 	t.Cleanup(srv.Close)
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())

@@ -121,7 +121,7 @@ func closesConnection(r *http.Request, v decision.Verdict) bool {
 	if r.ProtoMajor != 1 {
 		return false
 	}
-	if v == decision.DenyOpen {
+	if v == decision.VerdictDenyOpen {
 		return true
 	}
 	return r.TLS == nil && r.Body != nil && r.Body != http.NoBody && (r.ContentLength < 0 || r.ContentLength > drainMax)
@@ -140,8 +140,8 @@ func closesConnection(r *http.Request, v decision.Verdict) bool {
 // otherwise never see the 429, and a slow one would see it only once its
 // body had been read.
 func writeHTTPRejection(w http.ResponseWriter, r *http.Request, bodies *httpBodies, v decision.Verdict, delay time.Duration, closeConn bool) {
-	if v >= decision.NumVerdicts || v == decision.Admit {
-		v = decision.DenyOpen
+	if v >= decision.NumVerdicts || v == decision.VerdictAdmit {
+		v = decision.VerdictDenyOpen
 	}
 	h := w.Header()
 	enc := 0
@@ -202,7 +202,7 @@ func newGRPCRejections(d *RetryDelay) *grpcRejections {
 	n := min(maxS-minS+1, maxPrecomputedDelays)
 	t := &grpcRejections{minS: minS}
 	for v := range decision.NumVerdicts {
-		if v == decision.Admit {
+		if v == decision.VerdictAdmit {
 			continue
 		}
 		t.errs[v] = make([]error, n)

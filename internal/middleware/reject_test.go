@@ -27,7 +27,7 @@ import (
 // the client multiplexes on that connection.
 func TestHTTPOpenKeepsHTTP2Connection(t *testing.T) {
 	f := newHTTPFixture(t, nil, 0, nil)
-	f.dec.set(decision.Traces, decision.DenyOpen)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
 	srv := httptest.NewUnstartedServer(f.h)
 	var conns atomic.Int64
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -65,7 +65,7 @@ func TestHTTPOpenKeepsHTTP2Connection(t *testing.T) {
 func TestGRPCRejectionTable(t *testing.T) {
 	for _, r := range []struct{ lo, hi time.Duration }{{0, 30 * time.Second}, {5 * time.Second, 200 * time.Second}} {
 		tab := newGRPCRejections(NewRetryDelay(r.lo, r.hi, nil, nil))
-		for _, v := range []decision.Verdict{decision.DenyShed, decision.DenyOpen, decision.DenyBudget} {
+		for _, v := range []decision.Verdict{decision.VerdictDenyShed, decision.VerdictDenyOpen, decision.VerdictDenyBudget} {
 			for d := r.lo; d <= r.hi; d += time.Second {
 				st, ok := status.FromError(tab.get(v, d))
 				require.True(t, ok)
@@ -81,9 +81,9 @@ func TestGRPCRejectionTable(t *testing.T) {
 // TestGRPCRejectAllocs: a rejection in the tap, which runs on the
 // connection's reader goroutine, builds nothing: its status is shared.
 func TestGRPCRejectAllocs(t *testing.T) {
-	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: constDecider(decision.DenyShed), Recorder: &countingRecorder{}})
+	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: constDecider(decision.VerdictDenyShed), Recorder: &countingRecorder{}})
 	require.NoError(t, err)
-	if allocs := testing.AllocsPerRun(1000, func() { _ = mw.reject(decision.Traces, decision.DenyShed) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(1000, func() { _ = mw.reject(decision.SignalTraces, decision.VerdictDenyShed) }); allocs != 0 {
 		t.Fatalf("a gRPC rejection allocates %v times", allocs)
 	}
 }

@@ -89,13 +89,13 @@ func (d *RetryDelay) seconds() (minS, maxS int64) { return d.minS, d.maxS }
 func (d *RetryDelay) Draw(v decision.Verdict) time.Duration {
 	lo, hi := d.minS, d.maxS
 	switch v {
-	case decision.Admit:
+	case decision.VerdictAdmit:
 		return 0
-	case decision.DenyBudget:
+	case decision.VerdictDenyBudget:
 		return time.Duration(d.budgetS) * time.Second
-	case decision.DenyShed:
+	case decision.VerdictDenyShed:
 		hi = d.shedS
-	case decision.DenyOpen:
+	case decision.VerdictDenyOpen:
 		if d.openFor != nil {
 			est := int64((d.openFor() + time.Second - 1) / time.Second)
 			hi = min(max(est, d.minS), d.maxS)

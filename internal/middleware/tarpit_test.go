@@ -158,7 +158,7 @@ func TestHTTPTarpitRejection(t *testing.T) {
 		return c.Do(req)
 	}
 
-	f.dec.set(decision.Traces, decision.DenyShed)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
@@ -175,7 +175,7 @@ func TestHTTPTarpitRejection(t *testing.T) {
 	default:
 	}
 
-	f.dec.set(decision.Traces, decision.DenyOpen)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
 	resp, err := post(context.Background())
 	require.NoError(t, err, "Open: answered at once, while the other is still held")
 	resp.Body.Close()
@@ -185,6 +185,6 @@ func TestHTTPTarpitRejection(t *testing.T) {
 	cancel()
 	require.Error(t, <-errc, "the client gave up")
 	require.Eventually(t, func() bool { return p.Held() == 0 }, 10*time.Second, time.Millisecond)
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.Traces, decision.DenyShed))
+	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyShed))
 	assert.Zero(t, f.next.calls.Load())
 }

@@ -133,25 +133,25 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		cpuN, memN := cpuT.BreachN, memT.BreachN
 		hard := cpuHard >= cpuN || memHard >= memN
 		switch state {
-		case decision.Normal:
+		case decision.StateNormal:
 			if hard {
-				state = decision.Open
+				state = decision.StateOpen
 			} else if cpuEnter >= cpuN || memEnter >= memN {
-				state = decision.Shedding
+				state = decision.StateShedding
 			}
-		case decision.Shedding:
+		case decision.StateShedding:
 			if hard {
-				state = decision.Open
+				state = decision.StateOpen
 			} else if cpuExit >= cpuN && memExit >= memN {
-				state = decision.Normal
+				state = decision.StateNormal
 			}
-		case decision.Open:
+		case decision.StateOpen:
 			if cpuBelowHard >= cpuN && memBelowHard >= memN {
 				leftOpen = i
 				if slow > cpuT.Exit || mem > memT.Exit {
-					state = decision.Shedding
+					state = decision.StateShedding
 				} else {
-					state = decision.Normal
+					state = decision.StateNormal
 				}
 			}
 		}
@@ -166,20 +166,20 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		// The CPU controller sheds what holds CPU at enter, at most
 		// max_shed; memory sheds by its severity.
 		switch state {
-		case decision.Shedding:
+		case decision.StateShedding:
 			cpuShare = math.Min(cpuT.MaxShed, math.Max(0, cpuShare+interval.Seconds()*(fast-cpuT.Enter)))
-		case decision.Normal:
+		case decision.StateNormal:
 			cpuShare = math.Max(0, cpuShare-interval.Seconds()*0.1)
 		}
 		pDrop := 0.0
 		switch state {
-		case decision.Shedding:
+		case decision.StateShedding:
 			pDrop = math.Max(cpuShare, math.Min(1, math.Max(0, (mem-memT.Enter)/(memT.Hard-memT.Enter))))
-		case decision.Open:
+		case decision.StateOpen:
 			pDrop = 1
 		}
 		// The recovery ramp after a memory Open (5 s, design §4).
-		if leftOpen >= 0 && state != decision.Open {
+		if leftOpen >= 0 && state != decision.StateOpen {
 			pDrop = math.Max(pDrop, 1-float64(i-leftOpen)*interval.Seconds()/5)
 		}
 		pPrev = pDrop
@@ -197,16 +197,16 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 			st.State = state
 			if rule.Enabled {
 				switch state {
-				case decision.Shedding:
+				case decision.StateShedding:
 					p = rule.DropMin + (rule.DropMax-rule.DropMin)*pDrop
-				case decision.Open:
+				case decision.StateOpen:
 					p = 1
 				}
 			}
 			st.DropProbability = p
 			denied := uint64(float64(req) * p)
 			st.Allowed += req - denied
-			if state == decision.Open {
+			if state == decision.StateOpen {
 				st.DeniedOpen += denied
 			} else {
 				st.DeniedShed += denied
@@ -231,13 +231,13 @@ func fixtureReason(from, to decision.State, slow, fast, mem float64, cpuT, memT 
 		}
 	}
 	switch {
-	case to == decision.Open:
+	case to == decision.StateOpen:
 		add(&first, fast >= cpuT.Hard, "cpu fast", fast, "≥", "hard", cpuT.Hard)
 		add(&first, mem >= memT.Hard, "memory", mem, "≥", "hard", memT.Hard)
-	case from == decision.Normal:
+	case from == decision.StateNormal:
 		add(&first, slow > cpuT.Enter, "cpu slow", slow, ">", "enter", cpuT.Enter)
 		add(&first, mem > memT.Enter, "memory", mem, ">", "enter", memT.Enter)
-	case from == decision.Shedding:
+	case from == decision.StateShedding:
 		add(&first, true, "cpu slow", slow, "<", "exit", cpuT.Exit)
 		add(&first, true, "memory", mem, "<", "exit", memT.Exit)
 	default:

@@ -34,10 +34,10 @@ func testLive() LiveStatus {
 		Mem: 0.5, MemValid: true, WorkingSet: 256 << 20, MemLimit: 512 << 20, Cores: 1.5,
 		Stale: true,
 		Signals: [decision.NumSignals]SignalStatus{
-			{State: decision.Shedding, DropProbability: 0.4, Allowed: 100, DeniedShed: 7, DeniedOpen: 2, DeniedBudget: 1},
-			{State: decision.Normal, Allowed: 50},
-			{State: decision.Open, DropProbability: 1, Allowed: 3, DeniedOpen: 9},
-			{State: decision.Shedding, DropProbability: 0.2, DeniedBudget: 4},
+			{State: decision.StateShedding, DropProbability: 0.4, Allowed: 100, DeniedShed: 7, DeniedOpen: 2, DeniedBudget: 1},
+			{State: decision.StateNormal, Allowed: 50},
+			{State: decision.StateOpen, DropProbability: 1, Allowed: 3, DeniedOpen: 9},
+			{State: decision.StateShedding, DropProbability: 0.2, DeniedBudget: 4},
 		},
 		BudgetReserved: 3 << 20,
 		BudgetLimit:    24 << 20,
@@ -45,11 +45,11 @@ func testLive() LiveStatus {
 		Transitions: []Transition{
 			{
 				At: time.Date(2025, 6, 1, 12, 9, 58, 0, time.UTC), Signals: [decision.NumSignals]bool{true, false, true, false},
-				From: decision.Shedding, To: decision.Open, Why: "memory 93% ≥ hard 92%",
+				From: decision.StateShedding, To: decision.StateOpen, Why: "memory 93% ≥ hard 92%",
 			},
 			{
 				At: time.Date(2025, 6, 1, 12, 9, 50, 0, time.UTC), Signals: [decision.NumSignals]bool{true, true, true, true},
-				From: decision.Normal, To: decision.Shedding, Why: "cpu slow 91% > enter 90%",
+				From: decision.StateNormal, To: decision.StateShedding, Why: "cpu slow 91% > enter 90%",
 			},
 		},
 	}
@@ -174,13 +174,13 @@ func TestHistoryJSON(t *testing.T) {
 		At:  base.Add(100*time.Millisecond + 400*time.Microsecond),
 		CPU: 0.123456789, CPUFast: 0.2, CPUSlow: 0.3, CPUValid: true,
 		Mem: math.NaN(), MemValid: false, WorkingSet: math.NaN(),
-		States:  [decision.NumSignals]decision.State{decision.Normal, decision.Shedding, decision.Open, decision.Normal},
+		States:  [decision.NumSignals]decision.State{decision.StateNormal, decision.StateShedding, decision.StateOpen, decision.StateNormal},
 		Allowed: 10, Denied: 1,
 	})
 	ring.Record(Sample{
 		At:  base.Add(350 * time.Millisecond),
 		CPU: 1.5, CPUFast: 1.2, CPUSlow: 0.9, CPUValid: true, Mem: 0.92, MemValid: true, WorkingSet: 0.950049,
-		States:  [decision.NumSignals]decision.State{decision.Open, decision.Open, decision.Open, decision.Open},
+		States:  [decision.NumSignals]decision.State{decision.StateOpen, decision.StateOpen, decision.StateOpen, decision.StateOpen},
 		Allowed: 12, Denied: 40,
 	})
 	h := newTestHandler(ring, testInfo, testLive)
@@ -343,7 +343,7 @@ func TestLiveStatusSample(t *testing.T) {
 	assert.Equal(t, Sample{
 		At: l.At, CPU: 0.93, CPUFast: 0.88, CPUSlow: 0.84, CPUValid: true, Mem: 0.5, MemValid: true,
 		WorkingSet: 0.5, // 256 MiB of 512 MiB
-		States:     [decision.NumSignals]decision.State{decision.Shedding, decision.Normal, decision.Open, decision.Shedding},
+		States:     [decision.NumSignals]decision.State{decision.StateShedding, decision.StateNormal, decision.StateOpen, decision.StateShedding},
 		Allowed:    153, Denied: 23,
 	}, l.Sample())
 }

@@ -19,20 +19,20 @@ func TestTransitionsJoinOneFrame(t *testing.T) {
 	var l Transitions
 	at := t0
 	for s := range decision.NumSignals {
-		l.Add(at, s, decision.Normal, decision.Shedding, "cpu slow 91% > enter 90%")
+		l.Add(at, s, decision.StateNormal, decision.StateShedding, "cpu slow 91% > enter 90%")
 	}
 	// The same frame with another reason, and a later frame: new entries.
-	l.Add(at, decision.Traces, decision.Normal, decision.Shedding, "memory 86% > enter 85%")
-	l.Add(at.Add(time.Second), decision.Logs, decision.Shedding, decision.Open, "memory 93% ≥ hard 92%")
-	l.Add(at.Add(time.Second), decision.NumSignals, decision.Shedding, decision.Open, "ignored") // out of range
+	l.Add(at, decision.SignalTraces, decision.StateNormal, decision.StateShedding, "memory 86% > enter 85%")
+	l.Add(at.Add(time.Second), decision.SignalLogs, decision.StateShedding, decision.StateOpen, "memory 93% ≥ hard 92%")
+	l.Add(at.Add(time.Second), decision.NumSignals, decision.StateShedding, decision.StateOpen, "ignored") // out of range
 
 	got := l.Newest()
 	require.Len(t, got, 3)
 	assert.Equal(t, Transition{
-		At: at.Add(time.Second), Signals: [decision.NumSignals]bool{decision.Logs: true},
-		From: decision.Shedding, To: decision.Open, Why: "memory 93% ≥ hard 92%",
+		At: at.Add(time.Second), Signals: [decision.NumSignals]bool{decision.SignalLogs: true},
+		From: decision.StateShedding, To: decision.StateOpen, Why: "memory 93% ≥ hard 92%",
 	}, got[0])
-	assert.Equal(t, [decision.NumSignals]bool{decision.Traces: true}, got[1].Signals)
+	assert.Equal(t, [decision.NumSignals]bool{decision.SignalTraces: true}, got[1].Signals)
 	assert.Equal(t, "memory 86% > enter 85%", got[1].Why)
 	assert.Equal(t, [decision.NumSignals]bool{true, true, true, true}, got[2].Signals)
 	assert.Equal(t, "cpu slow 91% > enter 90%", got[2].Why)
@@ -47,11 +47,11 @@ func TestTransitionsBounded(t *testing.T) {
 	var l Transitions
 	assert.Empty(t, l.Newest())
 	for i := range MaxTransitions + 5 {
-		from, to := decision.Normal, decision.Shedding
+		from, to := decision.StateNormal, decision.StateShedding
 		if i%2 == 1 {
 			from, to = to, from
 		}
-		l.Add(t0.Add(time.Duration(i)*time.Second), decision.Traces, from, to, "")
+		l.Add(t0.Add(time.Duration(i)*time.Second), decision.SignalTraces, from, to, "")
 	}
 	got := l.Newest()
 	require.Len(t, got, MaxTransitions)

@@ -98,10 +98,10 @@ func (f *Fake) RetryDelay(decision.Verdict) time.Duration { return f.delay }
 
 // State is Open for a signal refused as in Open, Normal otherwise.
 func (f *Fake) State(s decision.Signal) decision.State {
-	if f.verdict(s) == decision.DenyOpen {
-		return decision.Open
+	if f.verdict(s) == decision.VerdictDenyOpen {
+		return decision.StateOpen
 	}
-	return decision.Normal
+	return decision.StateNormal
 }
 
 func (*Fake) ObserveOnly() bool { return false }
@@ -210,7 +210,7 @@ func StartReal(tb testing.TB, extra ...map[string]any) *Real {
 	tb.Cleanup(func() { require.NoError(tb, tel.Shutdown(context.Background())) })
 	ext, th := Start(tb, src, conf, tel)
 	r := &Real{Throttle: th, Ext: ext, Src: src, Tel: tel}
-	r.SetLevel(tb, Calm, decision.Normal)
+	r.SetLevel(tb, Calm, decision.StateNormal)
 	return r
 }
 

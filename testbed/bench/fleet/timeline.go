@@ -388,7 +388,7 @@ func (r *recorder) sample(now time.Time) {
 	row = append(row, opt(p.state, 0), opt(lvl("cpu_slow"), 4), opt(lvl("cpu_fast"), 4), opt(lvl("memory"), 4),
 		opt(lvl("memory_working_set"), 4), opt(lvl("memory_heap_spare"), 4), opt(lvl("memory_heap_held_back"), 4),
 		opt(g("otelcol_throttle_gc_percent", nil), 0), opt(g("otelcol_throttle_go_memory_limit", nil), 0),
-		opt(lvl("cpu_enter"), 2), opt(lvl("mem_enter"), 2), opt(lvl("mem_hard"), 2),
+		opt(lvl("cpu_enter"), 2), opt(lvl("memory_enter"), 2), opt(lvl("memory_hard"), 2),
 		opt(g("otelcol_throttle_inflight_bytes", map[string]string{"budget": "reserved"}), 0),
 		opt(g("otelcol_throttle_inflight_bytes", map[string]string{"budget": "limit"}), 0),
 		opt(g("otelcol_throttle_requests", map[string]string{"decision": "allowed"}), 0),

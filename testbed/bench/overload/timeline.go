@@ -31,7 +31,7 @@ var timelineHeader = []string{
 	"scrape_age_ms",
 	"state_traces", "state_metrics", "state_logs",
 	"wl_cpu", "wl_cpu_slow", "wl_cpu_fast", "wl_mem",
-	"cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard",
+	"cpu_enter", "cpu_exit", "cpu_hard", "memory_enter", "memory_exit", "memory_hard",
 	"inflight_reserved", "inflight_limit",
 	"thr_allowed", "thr_denied_shed", "thr_denied_open", "thr_denied_budget",
 	"rcv_accepted_items", "rcv_refused_items", "heap_alloc_bytes",
@@ -151,7 +151,7 @@ func (r *recorder) run(ctx context.Context, interval time.Duration) {
 				p.maxState[s] = x
 			}
 		}
-		for _, k := range []string{"cpu", "cpu_slow", "cpu_fast", "memory", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"} {
+		for _, k := range []string{"cpu", "cpu_slow", "cpu_fast", "memory", "cpu_enter", "cpu_exit", "cpu_hard", "memory_enter", "memory_exit", "memory_hard"} {
 			row = append(row, metric("otelcol_throttle_water_level", map[string]string{"kind": k}, 4))
 		}
 		row = append(row,

@@ -75,7 +75,7 @@ func TestChartsFitABaseline(t *testing.T) {
 		dir := t.TempDir()
 		header := []string{
 			"scenario", "t_s", "phase", "restarts", "oom_kills", "ws_pct", "cpu_pct", "state_traces", "state_metrics", "state_logs",
-			"wl_cpu_slow", "wl_cpu_fast", "wl_mem", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard",
+			"wl_cpu_slow", "wl_cpu_fast", "wl_mem", "cpu_enter", "cpu_exit", "cpu_hard", "memory_enter", "memory_exit", "memory_hard",
 			"thr_denied_shed", "thr_denied_open", "thr_denied_budget", "inflight_reserved", "lg_ok", "lg_rejected", "lg_unavailable", "lg_other", "lg_errors",
 		}
 		var ok, rej, shed, open, budget counter
@@ -91,7 +91,7 @@ func TestChartsFitABaseline(t *testing.T) {
 				"restarts": 0, "oom_kills": 0, "ws_pct": ws, "cpu_pct": 100 + r.NormFloat64()*25,
 				"state_traces": state, "state_metrics": 0, "state_logs": state,
 				"wl_cpu_slow": slow / 100, "wl_cpu_fast": (slow + r.NormFloat64()*15) / 100, "wl_mem": (ws + r.NormFloat64()*5) / 100,
-				"cpu_enter": 0.9, "cpu_exit": 0.8, "cpu_hard": 1.1, "mem_enter": 0.85, "mem_exit": 0.78, "mem_hard": 0.92,
+				"cpu_enter": 0.9, "cpu_exit": 0.8, "cpu_hard": 1.1, "memory_enter": 0.85, "memory_exit": 0.78, "memory_hard": 0.92,
 				"thr_denied_shed": shed.add(r, 100), "thr_denied_open": open.add(r, 20), "thr_denied_budget": budget.add(r, 700),
 				"inflight_reserved": r.Float64() * (5 << 20),
 				"lg_ok":             ok.add(r, 700), "lg_rejected": rej.add(r, 800), "lg_unavailable": 0, "lg_other": 0, "lg_errors": float64(i / 100),

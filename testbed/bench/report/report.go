@@ -205,7 +205,7 @@ func loadSeries(tl *Table) []*Series {
 		s.Budgetps = rate(s.T, col("thr_denied_budget", 1))
 		s.InflightMiB = col("inflight_reserved", 1.0/(1<<20))
 		s.CPUEnter, s.CPUExit, s.CPUHard = last(col("cpu_enter", 100)), last(col("cpu_exit", 100)), last(col("cpu_hard", 100))
-		s.MemEnter, s.MemExit, s.MemHard = last(col("mem_enter", 100)), last(col("mem_exit", 100)), last(col("mem_hard", 100))
+		s.MemEnter, s.MemExit, s.MemHard = last(col("memory_enter", 100)), last(col("memory_exit", 100)), last(col("memory_hard", 100))
 		oom, restarts := col("oom_kills", 1), col("restarts", 1)
 		po, pr := math.NaN(), math.NaN()
 		for i := range s.T {

@@ -31,7 +31,7 @@ func writeRun(t *testing.T, dir string) {
 	w := csv.NewWriter(f)
 	header := []string{
 		"scenario", "t_s", "phase", "restarts", "oom_kills", "ws_pct", "cpu_pct", "state_traces", "state_metrics", "state_logs",
-		"wl_cpu_slow", "wl_cpu_fast", "wl_mem", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard",
+		"wl_cpu_slow", "wl_cpu_fast", "wl_mem", "cpu_enter", "cpu_exit", "cpu_hard", "memory_enter", "memory_exit", "memory_hard",
 		"thr_denied_shed", "thr_denied_open", "thr_denied_budget", "inflight_reserved", "lg_ok", "lg_rejected", "lg_unavailable", "lg_other", "lg_errors",
 	}
 	require.NoError(t, w.Write(header))
@@ -66,7 +66,7 @@ func writeRun(t *testing.T, dir string) {
 				for k, v := range map[string]string{
 					"state_traces": state, "state_metrics": state, "state_logs": state,
 					"wl_cpu_slow": "0.8", "wl_cpu_fast": "0.9", "wl_mem": "0.3", "cpu_enter": "0.8", "cpu_exit": "0.7", "cpu_hard": "0.9",
-					"mem_enter": "0.85", "mem_exit": "0.78", "mem_hard": "0.92", "thr_denied_shed": strconv.Itoa(2 * i),
+					"memory_enter": "0.85", "memory_exit": "0.78", "memory_hard": "0.92", "thr_denied_shed": strconv.Itoa(2 * i),
 					"thr_denied_open": strconv.Itoa(3 * i), "thr_denied_budget": "0", "inflight_reserved": "1048576",
 				} {
 					row[k] = v

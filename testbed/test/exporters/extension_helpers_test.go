@@ -197,10 +197,10 @@ type e2eSignal struct {
 }
 
 var e2eSignals = []e2eSignal{
-	{decision.Traces, func(env *e2eEnv) int { return env.traces.SpanCount() }},
-	{decision.Metrics, func(env *e2eEnv) int { return env.metrics.DataPointCount() }},
-	{decision.Logs, func(env *e2eEnv) int { return env.logs.LogRecordCount() }},
-	{decision.Profiles, func(env *e2eEnv) int { return env.profiles.SampleCount() }},
+	{decision.SignalTraces, func(env *e2eEnv) int { return env.traces.SpanCount() }},
+	{decision.SignalMetrics, func(env *e2eEnv) int { return env.metrics.DataPointCount() }},
+	{decision.SignalLogs, func(env *e2eEnv) int { return env.logs.LogRecordCount() }},
+	{decision.SignalProfiles, func(env *e2eEnv) int { return env.profiles.SampleCount() }},
 }
 
 // e2eExporters are real OTLP exporters of every signal for one protocol.
@@ -262,10 +262,10 @@ func (env *e2eEnv) startExporters(tb testing.TB, protocol string) *e2eExporters 
 	return &e2eExporters{
 		protocol: protocol,
 		send: map[decision.Signal]func(context.Context, int) error{
-			decision.Traces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, e2edata.Traces(n)) },
-			decision.Metrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, e2edata.Metrics(n)) },
-			decision.Logs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, e2edata.Logs(n)) },
-			decision.Profiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, e2edata.Profiles(n)) },
+			decision.SignalTraces:   func(ctx context.Context, n int) error { return te.ConsumeTraces(ctx, e2edata.Traces(n)) },
+			decision.SignalMetrics:  func(ctx context.Context, n int) error { return me.ConsumeMetrics(ctx, e2edata.Metrics(n)) },
+			decision.SignalLogs:     func(ctx context.Context, n int) error { return le.ConsumeLogs(ctx, e2edata.Logs(n)) },
+			decision.SignalProfiles: func(ctx context.Context, n int) error { return pe.ConsumeProfiles(ctx, e2edata.Profiles(n)) },
 		},
 	}
 }

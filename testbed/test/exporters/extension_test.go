@@ -53,7 +53,7 @@ func TestE2ENormalAdmitsEverything(t *testing.T) {
 // Normal: nothing is lost.
 func TestE2EExportersRetryUntilNormal(t *testing.T) {
 	env := startE2E(t, nil)
-	env.setLevel(t, e2eOpen, decision.Open)
+	env.setLevel(t, e2eOpen, decision.StateOpen)
 	protocols := []string{"http", "grpc"}
 	items := map[string]int{"http": 11, "grpc": 13}
 
@@ -87,7 +87,7 @@ func TestE2EExportersRetryUntilNormal(t *testing.T) {
 		require.Zero(t, s.received(env))
 	}
 
-	env.setLevel(t, e2eCalm, decision.Normal)
+	env.setLevel(t, e2eCalm, decision.StateNormal)
 	wg.Wait() // bounded by ctx and the exporters' max_elapsed_time
 	close(errs)
 	for err := range errs {

@@ -67,9 +67,9 @@ func newFakeDriver(*testing.T) throttleDriver {
 
 func (d fakeDriver) host() component.Host { return throttletest.HostWith(defaultExtensionID, d.fake) }
 
-func (d fakeDriver) overload(testing.TB) { d.fake.SetAll(decision.DenyOpen) }
+func (d fakeDriver) overload(testing.TB) { d.fake.SetAll(decision.VerdictDenyOpen) }
 
-func (d fakeDriver) calm(testing.TB) { d.fake.SetAll(decision.Admit) }
+func (d fakeDriver) calm(testing.TB) { d.fake.SetAll(decision.VerdictAdmit) }
 
 func (fakeDriver) retryRange() (time.Duration, time.Duration) {
 	return fakeDriverDelay, fakeDriverDelay
@@ -81,10 +81,10 @@ type realDriver struct{ rt *throttletest.Real }
 func (d realDriver) host() component.Host { return throttletest.HostWith(defaultExtensionID, d.rt.Ext) }
 
 func (d realDriver) overload(tb testing.TB) {
-	d.rt.SetLevel(tb, throttletest.Overloaded, decision.Open)
+	d.rt.SetLevel(tb, throttletest.Overloaded, decision.StateOpen)
 }
 
-func (d realDriver) calm(tb testing.TB) { d.rt.SetLevel(tb, throttletest.Calm, decision.Normal) }
+func (d realDriver) calm(tb testing.TB) { d.rt.SetLevel(tb, throttletest.Calm, decision.StateNormal) }
 
 func (realDriver) retryRange() (time.Duration, time.Duration) {
 	return throttletest.MinRetry, throttletest.MaxRetry
@@ -292,10 +292,10 @@ func TestEndToEndDrop(t *testing.T) {
 			assert.Zero(t, logs.FilterMessage(retryLogMessage).Len())
 
 			metadatatest.AssertEqualProcessorThrottleItems(t, p.tel,
-				throttletest.ProcessorOutcomePoints(decision.Traces, map[string]int64{"passed": 16, "dropped": int64(sentWhileOpen)}),
+				throttletest.ProcessorOutcomePoints(decision.SignalTraces, map[string]int64{"passed": 16, "dropped": int64(sentWhileOpen)}),
 				metricdatatest.IgnoreTimestamp())
 			metadatatest.AssertEqualProcessorThrottleBatches(t, p.tel,
-				throttletest.ProcessorOutcomePoints(decision.Traces, map[string]int64{"passed": 2, "dropped": 4}),
+				throttletest.ProcessorOutcomePoints(decision.SignalTraces, map[string]int64{"passed": 2, "dropped": 4}),
 				metricdatatest.IgnoreTimestamp())
 		})
 	}

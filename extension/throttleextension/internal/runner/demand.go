@@ -55,7 +55,7 @@ func decisionTotals(c *decisionCounts) (admitted, refused uint64) {
 		for s := range decision.NumSignals {
 			for v := range decision.NumVerdicts {
 				n := c.loadProtocol(p, s, v)
-				if v == decision.Admit {
+				if v == decision.VerdictAdmit {
 					admitted += n
 				} else {
 					refused += n

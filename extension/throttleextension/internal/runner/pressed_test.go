@@ -24,17 +24,17 @@ func TestPressed(t *testing.T) {
 		r.engine.Observe(&sampler.WaterLevel{CPU: cpu, CPUFast: cpu, CPUSlow: cpu, CPUValid: true, Mem: mem, MemValid: true, At: at})
 	}
 	observe(0.5, 0.5)
-	assert.False(t, r.Pressed(decision.Traces), "below every exit line")
+	assert.False(t, r.Pressed(decision.SignalTraces), "below every exit line")
 	observe(0.85, 0.5) // cpu exit 0.80 < 0.85 < enter 0.90
-	assert.Equal(t, decision.Normal, r.State(decision.Traces))
-	assert.True(t, r.Pressed(decision.Traces), "CPU past its exit line")
+	assert.Equal(t, decision.StateNormal, r.State(decision.SignalTraces))
+	assert.True(t, r.Pressed(decision.SignalTraces), "CPU past its exit line")
 	observe(0.5, 0.80) // memory exit 0.78
-	assert.True(t, r.Pressed(decision.Traces), "memory past its exit line")
+	assert.True(t, r.Pressed(decision.SignalTraces), "memory past its exit line")
 	observe(0.5, 0.97) // memory hard 0.92: Open
-	assert.Equal(t, decision.Open, r.State(decision.Traces))
-	assert.True(t, r.Pressed(decision.Traces))
+	assert.Equal(t, decision.StateOpen, r.State(decision.SignalTraces))
+	assert.True(t, r.Pressed(decision.SignalTraces))
 
 	off := newTestRunner(t, testConfig(func(c *Config) { c.Decision.CPU.Enabled = false }))
 	off.engine.Observe(&sampler.WaterLevel{CPU: 0.95, CPUFast: 0.95, CPUSlow: 0.95, CPUValid: true, Mem: 0.1, MemValid: true, At: at})
-	assert.False(t, off.Pressed(decision.Traces), "a disabled slot never presses")
+	assert.False(t, off.Pressed(decision.SignalTraces), "a disabled slot never presses")
 }

@@ -364,7 +364,7 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 	r.engine.Observe(wl)
 	admitted, refused := decisionTotals(&r.tel.counts)
 	r.demand.observe(wl, admitted, refused, r.inflight.Load(), r.hold.Held())
-	if started, ended := r.open.observe(r.engine.State(decision.Traces) == decision.Open); started {
+	if started, ended := r.open.observe(r.engine.State(decision.SignalTraces) == decision.StateOpen); started {
 		r.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until memory falls",
 			zap.Float64("mem", wl.Mem),
 			zap.Uint64("working_set_bytes", wl.WorkingSet),
@@ -438,7 +438,7 @@ func (r *Runner) State(s decision.Signal) decision.State { return r.engine.State
 // is past its exit line (the state has not changed yet, but a burst that
 // costs more would take it there).
 func (r *Runner) Pressed(s decision.Signal) bool {
-	if r.engine.State(s) != decision.Normal {
+	if r.engine.State(s) != decision.StateNormal {
 		return true
 	}
 	wl := r.engine.Level()

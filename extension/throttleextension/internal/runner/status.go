@@ -263,8 +263,8 @@ func (st *status) record(wl *sampler.WaterLevel) {
 func (st *status) totals() (allowed, denied uint64) {
 	c := &st.r.tel.counts
 	for s := range decision.NumSignals {
-		allowed += c.load(s, decision.Admit)
-		for v := decision.DenyShed; v <= decision.DenyBudget; v++ {
+		allowed += c.load(s, decision.VerdictAdmit)
+		for v := decision.VerdictDenyShed; v <= decision.VerdictDenyBudget; v++ {
 			denied += c.load(s, v)
 		}
 	}
@@ -289,7 +289,7 @@ func (st *status) reportChange() {
 	}
 	var open uint8
 	for s := range decision.NumSignals {
-		if !st.r.exempt[s] && st.r.State(s) == decision.Open {
+		if !st.r.exempt[s] && st.r.State(s) == decision.StateOpen {
 			open |= 1 << s
 		}
 	}
@@ -357,10 +357,10 @@ func (st *status) live() statuspage.LiveStatus {
 		if !r.exempt[s] && !stale {
 			sig.DropProbability = stat.Signals[s].DropProbability
 		}
-		sig.Allowed = c.load(s, decision.Admit)
-		sig.DeniedShed = c.load(s, decision.DenyShed)
-		sig.DeniedOpen = c.load(s, decision.DenyOpen)
-		sig.DeniedBudget = c.load(s, decision.DenyBudget)
+		sig.Allowed = c.load(s, decision.VerdictAdmit)
+		sig.DeniedShed = c.load(s, decision.VerdictDenyShed)
+		sig.DeniedOpen = c.load(s, decision.VerdictDenyOpen)
+		sig.DeniedBudget = c.load(s, decision.VerdictDenyBudget)
 	}
 	l.BudgetReserved, l.BudgetLimit = r.budgetValues()
 	l.Go.MemoryLimit, l.Go.GCPercent = st.goMemLimit(), st.gcPercent()

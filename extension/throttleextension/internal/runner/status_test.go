@@ -93,7 +93,7 @@ func TestStatusRecordDoesNotAllocate(t *testing.T) {
 	wl := &sampler.WaterLevel{Mem: 0.5, MemValid: true, At: time.Now()}
 	allocs := testing.AllocsPerRun(100, func() {
 		r.status.record(wl)
-		r.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
+		r.Record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
 	})
 	assert.Zero(t, allocs)
 	assert.Positive(t, r.status.ring.Len())
@@ -117,7 +117,7 @@ func TestReportStatusStaleFallback(t *testing.T) {
 	live := r.status.live()
 	assert.True(t, live.Stale)
 	for _, s := range live.Signals {
-		assert.Equal(t, decision.Normal, s.State)
+		assert.Equal(t, decision.StateNormal, s.State)
 		assert.Zero(t, s.DropProbability)
 	}
 	r.status.reportChange()
@@ -149,10 +149,10 @@ func TestStatusPageTransitions(t *testing.T) {
 	all := [decision.NumSignals]bool{true, true, true, true}
 	assert.Equal(t, []statuspage.Transition{
 		{
-			At: t2, Signals: all, From: decision.Open, To: decision.Normal,
+			At: t2, Signals: all, From: decision.StateOpen, To: decision.StateNormal,
 			Why: "cpu not measured, memory 50% < hard 92%; memory 50% < exit 78%",
 		},
-		{At: t1, Signals: all, From: decision.Normal, To: decision.Open, Why: "memory 95% ≥ hard 92%"},
+		{At: t1, Signals: all, From: decision.StateNormal, To: decision.StateOpen, Why: "memory 95% ≥ hard 92%"},
 	}, r.status.live().Transitions)
 }
 

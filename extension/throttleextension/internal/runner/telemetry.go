@@ -18,7 +18,7 @@ import (
 )
 
 // The water_level kinds, in the order observed.
-var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "memory", "memory_working_set", "memory_heap_spare", "memory_heap_held_back", "cpu_enter", "cpu_exit", "cpu_hard", "mem_enter", "mem_exit", "mem_hard"}
+var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "memory", "memory_working_set", "memory_heap_spare", "memory_heap_held_back", "cpu_enter", "cpu_exit", "cpu_hard", "memory_enter", "memory_exit", "memory_hard"}
 
 // firstLineKind is the index in levelKinds of the first threshold line.
 const firstLineKind = 7

@@ -30,7 +30,7 @@ var idAttr = attribute.String("extension", "throttle")
 func quietSources(wl *sampler.WaterLevel) telemetrySources {
 	return telemetrySources{
 		level:  func() *sampler.WaterLevel { return wl },
-		state:  func(decision.Signal) decision.State { return decision.Normal },
+		state:  func(decision.Signal) decision.State { return decision.StateNormal },
 		budget: func() (int64, int64) { return 0, 0 },
 		stale:  func() bool { return false },
 		held:   func() int64 { return 0 },
@@ -56,9 +56,9 @@ func TestRecordResourceFallback(t *testing.T) {
 		{Attributes: attribute.NewSet(idAttr, attribute.String("resource", "limits")), Value: 2},
 	}, metricdatatest.IgnoreTimestamp())
 	// Out-of-range inputs are ignored, not a panic.
-	tel.record(middleware.ProtocolHTTP, decision.NumSignals, decision.Admit)
-	tel.record(middleware.ProtocolHTTP, decision.Traces, decision.NumVerdicts)
-	tel.record(middleware.NumProtocols, decision.Traces, decision.Admit)
+	tel.record(middleware.ProtocolHTTP, decision.NumSignals, decision.VerdictAdmit)
+	tel.record(middleware.ProtocolHTTP, decision.SignalTraces, decision.NumVerdicts)
+	tel.record(middleware.NumProtocols, decision.SignalTraces, decision.VerdictAdmit)
 	_, err = tt.GetMetric("otelcol_throttle_requests")
 	require.Error(t, err, "nothing recorded")
 }
@@ -81,10 +81,10 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(nil))
 	require.NoError(t, err)
 	defer tel.shutdown()
-	tel.record(middleware.ProtocolHTTP, decision.Traces, decision.Admit) // first use creates the series
+	tel.record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit) // first use creates the series
 	allocs := testing.AllocsPerRun(1000, func() {
-		tel.record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
-		tel.record(middleware.ProtocolGRPC, decision.Logs, decision.DenyOpen)
+		tel.record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
+		tel.record(middleware.ProtocolGRPC, decision.SignalLogs, decision.VerdictDenyOpen)
 	})
 	assert.Zero(t, allocs)
 }
@@ -134,9 +134,9 @@ func TestObserveOnlyLabelsDenials(t *testing.T) {
 			require.Len(t, started, 1)
 			assert.Equal(t, observeOnly, started[0].ContextMap()["observe_only"])
 
-			r.Record(middleware.ProtocolHTTP, decision.Traces, decision.Admit)
-			r.Record(middleware.ProtocolHTTP, decision.Traces, decision.DenyShed)
-			r.RecordProcessorDecision(decision.Logs, decision.DenyBudget)
+			r.Record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
+			r.Record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyShed)
+			r.RecordProcessorDecision(decision.SignalLogs, decision.VerdictDenyBudget)
 			denied := "denied"
 			if observeOnly {
 				denied = "would_deny"

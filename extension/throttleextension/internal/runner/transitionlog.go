@@ -179,21 +179,21 @@ func transitionReason(t decision.Transition, cpu, mem decision.Slot) string {
 			continue
 		}
 		switch {
-		case t.To == decision.Open:
+		case t.To == decision.StateOpen:
 			if s.fast >= s.slot.Hard {
 				first = append(first, s.fastName+" "+percent(s.fast)+" ≥ hard "+percent(s.slot.Hard))
 			}
-		case t.From == decision.Normal: // to Shedding
+		case t.From == decision.StateNormal: // to Shedding
 			if s.slow > s.slot.Enter {
 				first = append(first, s.slowName+" "+percent(s.slow)+" > enter "+percent(s.slot.Enter))
 			}
-		case t.From == decision.Shedding: // to Normal
+		case t.From == decision.StateShedding: // to Normal
 			first = append(first, s.slowName+" "+percent(s.slow)+" < exit "+percent(s.slot.Exit))
 		default: // from Open, below every hard line; the exit lines pick where to land
 			first = append(first, s.fastName+" "+percent(s.fast)+" < hard "+percent(s.slot.Hard))
 			if s.slow > s.slot.Exit {
 				second = append(second, s.slowName+" "+percent(s.slow)+" > exit "+percent(s.slot.Exit))
-			} else if t.To == decision.Normal {
+			} else if t.To == decision.StateNormal {
 				second = append(second, s.slowName+" "+percent(s.slow)+" < exit "+percent(s.slot.Exit))
 			}
 		}

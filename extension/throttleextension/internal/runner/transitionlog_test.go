@@ -19,8 +19,8 @@ import (
 )
 
 var (
-	allSignals = []decision.Signal{decision.Traces, decision.Metrics, decision.Logs, decision.Profiles}
-	allStates  = []decision.State{decision.Normal, decision.Shedding, decision.Open}
+	allSignals = []decision.Signal{decision.SignalTraces, decision.SignalMetrics, decision.SignalLogs, decision.SignalProfiles}
+	allStates  = []decision.State{decision.StateNormal, decision.StateShedding, decision.StateOpen}
 )
 
 // TestSamplingDropsRepeatedMessages is the premise: under the collector's
@@ -28,7 +28,7 @@ var (
 func TestSamplingDropsRepeatedMessages(t *testing.T) {
 	logger, logs, dropped := testutil.SampledLogger()
 	for range 80 {
-		logger.Info(testutil.TransitionMessage(decision.Traces, decision.Normal, decision.Open))
+		logger.Info(testutil.TransitionMessage(decision.SignalTraces, decision.StateNormal, decision.StateOpen))
 	}
 	assert.Equal(t, 10, logs.Len())
 	assert.Equal(t, int64(70), dropped.Load())
@@ -46,7 +46,7 @@ func TestTransitionLogUnderSamplingLongRun(t *testing.T) {
 
 	const interval = 250 * time.Millisecond
 	var changes [decision.NumSignals]int
-	state := decision.Normal
+	state := decision.StateNormal
 	end := clock.Now().Add(30 * time.Minute)
 	for clock.Now().Before(end) {
 		clock.Advance(interval)
@@ -100,8 +100,8 @@ func TestLogMessagesHaveDistinctSamplerKeys(t *testing.T) {
 	}
 	info := []string{transitionSummaryMessage, "throttle started"}
 	for _, s := range allSignals {
-		for from := decision.Normal; from <= decision.Open; from++ {
-			for to := decision.Normal; to <= decision.Open; to++ {
+		for from := decision.StateNormal; from <= decision.StateOpen; from++ {
+			for to := decision.StateNormal; to <= decision.StateOpen; to++ {
 				if from != to {
 					info = append(info, testutil.TransitionMessage(s, from, to))
 				}
@@ -135,23 +135,23 @@ func TestTransitionReason(t *testing.T) {
 		cpu      decision.Slot
 		want     string
 	}{
-		{decision.Normal, decision.Shedding, lvl(0.95, 0.97, 0.5), d.CPU, "cpu slow 95% > enter 90%"},
-		{decision.Normal, decision.Shedding, lvl(0.95, 0.97, 0.9234), d.CPU, "cpu slow 95% > enter 90%, memory 92.3% > enter 85%"},
-		{decision.Normal, decision.Open, lvl(1, 1.2, 0.93), d.CPU, "cpu fast 120% ≥ hard 110%, memory 93% ≥ hard 92%"},
-		{decision.Shedding, decision.Open, lvl(1, 1.2, 0.93), cpuOff, "memory 93% ≥ hard 92%"},
-		{decision.Shedding, decision.Normal, lvl(0.7, 0.75, 0.6), d.CPU, "cpu slow 70% < exit 80%, memory 60% < exit 78%"},
+		{decision.StateNormal, decision.StateShedding, lvl(0.95, 0.97, 0.5), d.CPU, "cpu slow 95% > enter 90%"},
+		{decision.StateNormal, decision.StateShedding, lvl(0.95, 0.97, 0.9234), d.CPU, "cpu slow 95% > enter 90%, memory 92.3% > enter 85%"},
+		{decision.StateNormal, decision.StateOpen, lvl(1, 1.2, 0.93), d.CPU, "cpu fast 120% ≥ hard 110%, memory 93% ≥ hard 92%"},
+		{decision.StateShedding, decision.StateOpen, lvl(1, 1.2, 0.93), cpuOff, "memory 93% ≥ hard 92%"},
+		{decision.StateShedding, decision.StateNormal, lvl(0.7, 0.75, 0.6), d.CPU, "cpu slow 70% < exit 80%, memory 60% < exit 78%"},
 		{
-			decision.Open, decision.Shedding, lvl(0.85, 0.85, 0.8), d.CPU,
+			decision.StateOpen, decision.StateShedding, lvl(0.85, 0.85, 0.8), d.CPU,
 			"cpu fast 85% < hard 110%, memory 80% < hard 92%; cpu slow 85% > exit 80%, memory 80% > exit 78%",
 		},
 		{
-			decision.Open, decision.Normal, lvl(0.5, 0.6, 0.7), d.CPU,
+			decision.StateOpen, decision.StateNormal, lvl(0.5, 0.6, 0.7), d.CPU,
 			"cpu fast 60% < hard 110%, memory 70% < hard 92%; cpu slow 50% < exit 80%, memory 70% < exit 78%",
 		},
 		// A slot without a reading counts as safe: it lets the state
 		// recover, and is not why it worsened.
-		{decision.Shedding, decision.Normal, sampler.WaterLevel{CPUValid: true, CPUSlow: 0.7}, d.CPU, "cpu slow 70% < exit 80%, memory not measured"},
-		{decision.Normal, decision.Shedding, sampler.WaterLevel{MemValid: true, Mem: 0.9}, d.CPU, "memory 90% > enter 85%"},
+		{decision.StateShedding, decision.StateNormal, sampler.WaterLevel{CPUValid: true, CPUSlow: 0.7}, d.CPU, "cpu slow 70% < exit 80%, memory not measured"},
+		{decision.StateNormal, decision.StateShedding, sampler.WaterLevel{MemValid: true, Mem: 0.9}, d.CPU, "memory 90% > enter 85%"},
 	} {
 		got := transitionReason(decision.Transition{From: tc.from, To: tc.to, Level: tc.level}, tc.cpu, d.Mem)
 		assert.Equal(t, tc.want, got, "%v -> %v", tc.from, tc.to)
