@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/confmap"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
@@ -81,13 +82,6 @@ const (
 	// without an endpoint. localhost, as the collector's own defaults: the
 	// page has no authentication.
 	defaultStatusEndpoint = "localhost:55680"
-
-	// minIdleTimeout: TCP's retransmission timeouts start at 1s, so a
-	// shorter bound would cut off healthy connections that lost a packet.
-	minIdleTimeout = time.Second
-	// maxWaitTimeout bounds how long a body may hold its handler and stop
-	// admissions while it waits for the budget.
-	maxWaitTimeout = 10 * time.Second
 )
 
 // ruleKeyDefault is the key of the default rule under rules.
@@ -142,13 +136,6 @@ var (
 	errRetryAfterMin   = errors.New("min must be >= 0")
 	errRetryAfterMax   = fmt.Errorf("max must be between 0s and %v: a longer delay outlasts the clients' retry windows", maxRetryAfter)
 	errRetryAfterOrder = errors.New("min must be <= max")
-
-	errUnknownSizeZero       = errors.New("unknown_size must be > 0 when max_inflight_bytes is not 0")
-	errUnknownSizeOverBudget = errors.New("unknown_size must be <= max_inflight_bytes")
-	errIdleTimeout           = fmt.Errorf("idle_timeout must be 0 (off) or >= %v", minIdleTimeout)
-	errPeerShare             = errors.New("peer_share must be in (0, 1]")
-	errWaitTimeout           = fmt.Errorf("wait_timeout must be between 0s and %v", maxWaitTimeout)
-	errSizeTooLarge          = fmt.Errorf("must be at most %v", maxByteSize)
 )
 
 // Config is the configuration of the throttle extension (design §8).
@@ -200,13 +187,13 @@ type Config struct {
 	// leaving Open does not release a burst. Default 5s; 0 = no ramp.
 	RecoveryRamp time.Duration `mapstructure:"recovery_ramp"`
 
-	// Admission bounds the bytes of admitted, unfinished requests.
-	Admission AdmissionConfig `mapstructure:"admission"`
+	// Admission bounds the bytes of admitted, unfinished requests and
+	// shares them fairly between clients.
+	Admission admission.Config `mapstructure:"admission"`
 
 	// Hold keeps requests the throttle would refuse, before their body is
-	// read, until it admits them or they have waited max_wait (see
-	// hold.go).
-	Hold HoldConfig `mapstructure:"hold"`
+	// read, until it admits them or they have waited max_wait.
+	Hold admission.HoldConfig `mapstructure:"hold"`
 
 	// Tarpit holds HTTP rejections in Shedding (and by the admission
 	// budget) before they are answered, so that clients which re-send at
@@ -340,37 +327,6 @@ type RetryAfterConfig struct {
 	_ struct{}
 }
 
-// AdmissionConfig bounds the work admitted and not yet finished.
-type AdmissionConfig struct {
-	// MaxInflightBytes is the budget of bytes reserved by admitted,
-	// unfinished requests: "auto" (default; a share of the memory limit, see
-	// InflightBudget.resolve), 0 = off, or a size such as 24MiB.
-	MaxInflightBytes InflightBudget `mapstructure:"max_inflight_bytes"`
-	// UnknownSize is what a request reserves when it is admitted while no
-	// size has been learnt for its signal (HTTP without Content-Length, or
-	// compressed; gRPC). Default 1MiB.
-	UnknownSize ByteSize `mapstructure:"unknown_size"`
-	// IdleTimeout bounds how long a request can hold the budget without
-	// sending: an HTTP body that receives nothing for this long fails, a
-	// gRPC call that sends no message within it is cancelled, and an HTTP
-	// body older than it keeps at most 64KiB reserved beyond what it has
-	// received. Default 10s; 0 = off; else at least 1s.
-	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
-	// PeerShare is the share of the budget that the admitted requests of
-	// one peer (remote IP; IPv6 by /64) may hold. Default 0.5; in (0, 1];
-	// 1 = no per-peer limit.
-	PeerShare float64 `mapstructure:"peer_share"`
-	// WaitTimeout is how long, in total, an admitted HTTP body that
-	// outgrows its reservation waits for bytes to be released before it
-	// fails (429). A gRPC stream that finds the budget full waits for most
-	// of its deadline instead, unless this is 0 (refused at once). Default
-	// 1s; at most 10s.
-	WaitTimeout time.Duration `mapstructure:"wait_timeout"`
-
-	// prevent unkeyed literal initialization
-	_ struct{}
-}
-
 // RoutesConfig maps extra HTTP paths and gRPC methods to signals.
 type RoutesConfig struct {
 	// HTTP maps a URL path (clean, starting with "/") to a signal name.
@@ -392,8 +348,6 @@ var (
 	_ confmap.Validator   = RulesConfig{}
 	_ confmap.Validator   = RuleConfig{}
 	_ confmap.Validator   = RetryAfterConfig{}
-	_ confmap.Validator   = AdmissionConfig{}
-	_ confmap.Validator   = HoldConfig{}
 	_ confmap.Validator   = TarpitConfig{}
 	_ confmap.Validator   = RoutesConfig{}
 )
@@ -436,16 +390,10 @@ func createDefaultConfig() component.Config {
 		},
 		RetryAfter:   RetryAfterConfig{Min: middleware.DefaultRetryFloor, Max: middleware.DefaultRetryCeiling},
 		RecoveryRamp: engine.RecoveryRamp,
-		Admission: AdmissionConfig{
-			MaxInflightBytes: autoInflightBudget(),
-			UnknownSize:      middleware.DefaultUnknownSize,
-			IdleTimeout:      middleware.DefaultIdleTimeout,
-			PeerShare:        middleware.DefaultPeerShare,
-			WaitTimeout:      middleware.DefaultBudgetWait,
-		},
-		Hold:   HoldConfig{MaxWait: defaultHoldMaxWait, MaxRequests: defaultHoldMaxRequests},
-		Tarpit: TarpitConfig{MaxRequests: defaultTarpitMaxRequests},
-		Status: configoptional.Default(defaultStatusServerConfig()),
+		Admission:    admission.NewDefaultConfig(),
+		Hold:         admission.NewDefaultHoldConfig(),
+		Tarpit:       TarpitConfig{MaxRequests: defaultTarpitMaxRequests},
+		Status:       configoptional.Default(defaultStatusServerConfig()),
 		// ReportStatus false: see the field.
 	}
 }
@@ -664,36 +612,6 @@ func (c RetryAfterConfig) Validate() error {
 	}
 	if c.Min > c.Max {
 		errs = append(errs, fmt.Errorf("%w, got %v and %v", errRetryAfterOrder, c.Min, c.Max))
-	}
-	return errors.Join(errs...)
-}
-
-// Validate checks the admission section. With the budget on, a request of
-// unknown size must reserve something, and must fit in a fixed budget, or
-// every chunked request would be rejected.
-func (a AdmissionConfig) Validate() error {
-	var errs []error
-	if !a.MaxInflightBytes.isOff() {
-		if a.UnknownSize == 0 {
-			errs = append(errs, errUnknownSizeZero)
-		} else if !a.MaxInflightBytes.isAuto() && a.UnknownSize > a.MaxInflightBytes.fixedSize() {
-			errs = append(errs, fmt.Errorf("%w, got %v and %v", errUnknownSizeOverBudget, a.UnknownSize, a.MaxInflightBytes.fixedSize()))
-		}
-	}
-	if a.IdleTimeout != 0 && a.IdleTimeout < minIdleTimeout {
-		errs = append(errs, fmt.Errorf("%w, got %v", errIdleTimeout, a.IdleTimeout))
-	}
-	if !(a.PeerShare > 0 && a.PeerShare <= 1) { // also rejects NaN
-		errs = append(errs, fmt.Errorf("%w, got %s", errPeerShare, formatConfigFloat(a.PeerShare)))
-	}
-	if a.WaitTimeout < 0 || a.WaitTimeout > maxWaitTimeout {
-		errs = append(errs, fmt.Errorf("%w, got %v", errWaitTimeout, a.WaitTimeout))
-	}
-	if a.MaxInflightBytes.fixedSize() > maxByteSize {
-		errs = append(errs, fmt.Errorf("max_inflight_bytes %w, got %v", errSizeTooLarge, a.MaxInflightBytes.fixedSize()))
-	}
-	if a.UnknownSize > maxByteSize {
-		errs = append(errs, fmt.Errorf("unknown_size %w, got %v", errSizeTooLarge, a.UnknownSize))
 	}
 	return errors.Join(errs...)
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
@@ -84,14 +85,18 @@ func TestLoadConfig(t *testing.T) {
 				},
 				RetryAfter:   RetryAfterConfig{Min: time.Second, Max: 10 * time.Second},
 				RecoveryRamp: 2 * time.Second,
-				Admission: AdmissionConfig{
-					MaxInflightBytes: fixedInflightBudget(24 * mib),
-					UnknownSize:      512 * kib,
-					IdleTimeout:      5 * time.Second,
-					PeerShare:        0.25,
-					WaitTimeout:      2 * time.Second,
+				Admission: admission.Config{
+					MaxInflightBytes:   admission.FixedInflightBudget(24 * admission.MiB),
+					UnknownSize:        512 * admission.KiB,
+					IdleTimeout:        5 * time.Second,
+					WaitTimeout:        2 * time.Second,
+					GRPCMaxMessageSize: 8 * admission.MiB,
+					Fairness: admission.FairnessConfig{
+						Key: admission.KeyHeader, Header: "X-Scope-OrgID", Share: 0.25,
+						Weights: map[string]float64{"tenant-a": 4}, TrustedProxies: []string{"10.0.0.0/8"},
+					},
 				},
-				Hold:   HoldConfig{MaxWait: 2 * time.Second, MaxRequests: 32},
+				Hold:   admission.HoldConfig{MaxWait: 2 * time.Second, MaxRequests: 32},
 				Tarpit: TarpitConfig{Delay: 250 * time.Millisecond, MaxRequests: 64},
 				Routes: RoutesConfig{
 					HTTP: map[string]string{
@@ -139,21 +144,21 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "sizes_int"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Admission.MaxInflightBytes = fixedInflightBudget(32 * mib)
-				c.Admission.UnknownSize = 64 * kib
+				c.Admission.MaxInflightBytes = admission.FixedInflightBudget(32 * admission.MiB)
+				c.Admission.UnknownSize = 64 * admission.KiB
 			}),
 		},
 		{
 			id: component.NewIDWithName(metadata.Type, "sizes_units"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Admission.MaxInflightBytes = fixedInflightBudget(64_000_000)
+				c.Admission.MaxInflightBytes = admission.FixedInflightBudget(64_000_000)
 				c.Admission.UnknownSize = 1536
 			}),
 		},
 		{
 			id: component.NewIDWithName(metadata.Type, "budget_off"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Admission.MaxInflightBytes = fixedInflightBudget(0)
+				c.Admission.MaxInflightBytes = admission.FixedInflightBudget(0)
 				c.Admission.UnknownSize = 0
 			}),
 		},
@@ -165,7 +170,7 @@ func TestLoadConfig(t *testing.T) {
 			id: component.NewIDWithName(metadata.Type, "admission_limits_off"),
 			expected: defaultConfigWith(func(c *Config) {
 				c.Admission.IdleTimeout = 0
-				c.Admission.PeerShare = 1
+				c.Admission.Fairness.Share = 1
 				c.Admission.WaitTimeout = 0
 			}),
 		},
@@ -250,17 +255,17 @@ func TestLoadConfigInvalid(t *testing.T) {
 		"retry_after_negative":      {{errRetryAfterMin, "retry_after: min"}},
 		"retry_after_too_long":      {{errRetryAfterMax, "retry_after: max must be between 0s and 1m0s"}},
 		"recovery_ramp_negative":    {{errRecoveryRamp, "recovery_ramp"}},
-		"unknown_size_zero":         {{errUnknownSizeZero, "admission: unknown_size"}},
-		"unknown_size_over_budget":  {{errUnknownSizeOverBudget, "admission: unknown_size must be <= max_inflight_bytes, got 2MiB and 1MiB"}},
+		"unknown_size_zero":         {{admission.ErrUnknownSizeZero, "admission: unknown_size"}},
+		"unknown_size_over_budget":  {{admission.ErrUnknownSizeOverBudget, "admission: unknown_size must be <= max_inflight_bytes, got 2MiB and 1MiB"}},
 		"admission_limits_invalid": {
-			{errIdleTimeout, "admission: idle_timeout"},
-			{errPeerShare, "\npeer_share"},
-			{errWaitTimeout, "\nwait_timeout"},
+			{admission.ErrIdleTimeout, "admission: idle_timeout"},
+			{admission.ErrShare, "admission::fairness: share"},
+			{admission.ErrWaitTimeout, "\nwait_timeout"},
 		},
 		"admission_limits_negative": {
-			{errIdleTimeout, "admission: idle_timeout"},
-			{errPeerShare, "\npeer_share"},
-			{errWaitTimeout, "\nwait_timeout"},
+			{admission.ErrIdleTimeout, "admission: idle_timeout"},
+			{admission.ErrShare, "admission::fairness: share"},
+			{admission.ErrWaitTimeout, "\nwait_timeout"},
 		},
 		"route_unknown_signal": {
 			{errUnknownSignal, `routes: http "/x": unknown signal "foo", want one of traces, metrics, logs, profiles`},
@@ -279,8 +284,8 @@ func TestLoadConfigInvalid(t *testing.T) {
 		"stale_after_under_two_checks": {{errStaleAfter, "got 1.5s at a check_interval of 1s"}},
 		"heap_target_over_share":       {{errHeapTargetOverShare, "memory::soft_limit: heap_target must be below share (or 0), got 0.6 and share 0.5"}},
 		"hold_invalid": {
-			{errHoldMaxWait, "hold: max_wait must be between 0s and 30s, got 1m0s"},
-			{errHoldMaxRequests, "\nmax_requests must be >= 0, got -1"},
+			{admission.ErrHoldMaxWait, "hold: max_wait must be between 0s and 30s, got 1m0s"},
+			{admission.ErrHoldMaxRequests, "\nmax_requests must be between 0 and 4096"},
 		},
 		"many": {
 			{errCheckInterval, "check_interval"},
@@ -374,12 +379,12 @@ func TestCreateDefaultConfig(t *testing.T) {
 	assert.Equal(t, RetryAfterConfig{Min: time.Second, Max: 5 * time.Second}, cfg.RetryAfter)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
 	assert.Equal(t, TarpitConfig{MaxRequests: 512}, cfg.Tarpit)
-	assert.Equal(t, HoldConfig{MaxWait: 8 * time.Second, MaxRequests: 256}, cfg.Hold)
+	assert.Equal(t, admission.HoldConfig{MaxWait: 8 * time.Second, MaxRequests: 256}, cfg.Hold)
 	assert.Equal(t, 5*time.Second, cfg.StaleAfter)
-	assert.True(t, cfg.Admission.MaxInflightBytes.isAuto())
-	assert.Equal(t, mib, cfg.Admission.UnknownSize)
+	assert.True(t, cfg.Admission.MaxInflightBytes.IsAuto())
+	assert.Equal(t, admission.MiB, cfg.Admission.UnknownSize)
 	assert.Equal(t, 10*time.Second, cfg.Admission.IdleTimeout)
-	assert.Equal(t, 0.5, cfg.Admission.PeerShare)
+	assert.Equal(t, 0.5, cfg.Admission.Fairness.Share)
 	assert.Equal(t, time.Second, cfg.Admission.WaitTimeout)
 	assert.False(t, cfg.Status.HasValue(), "the status page is off by default")
 	assert.False(t, cfg.ReportStatus)
@@ -417,14 +422,14 @@ func TestConfigValidateNonFinite(t *testing.T) {
 		c.CPU.FallbackCores = inf
 		c.Memory.Enter = nan
 		c.Rules["traces"] = RuleConfig{DropMax: ptrTo(nan)}
-		c.Admission.PeerShare = nan
+		c.Admission.Fairness.Share = nan
 	})
 	requireInvalid(t, []fieldError{
 		{errNotFinite, "cpu: hard must be a finite number, got +Inf"},
 		{errFallbackCores, "\nfallback_cores must be a number >= 0, got +Inf"},
 		{errNotFinite, "memory: enter must be a finite number, got NaN"},
 		{errDropRange, "rules::traces: drop_max must be in [0, 1], got NaN"},
-		{errPeerShare, "admission: peer_share must be in (0, 1], got NaN"},
+		{admission.ErrShare, "admission::fairness: share must be in (0, 1], got NaN"},
 	}, confmap.Validate(cfg))
 }
 
@@ -438,12 +443,12 @@ func TestConfigValidateMemoryLimitOverflow(t *testing.T) {
 func TestConfigValidateSizeBounds(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfigWith(func(c *Config) {
-		c.Admission.MaxInflightBytes = fixedInflightBudget(2 * tib)
-		c.Admission.UnknownSize = 2 * tib
+		c.Admission.MaxInflightBytes = admission.FixedInflightBudget(2 * admission.TiB)
+		c.Admission.UnknownSize = 2 * admission.TiB
 	})
 	requireInvalid(t, []fieldError{
-		{errSizeTooLarge, "admission: max_inflight_bytes must be at most 1TiB, got 2TiB"},
-		{errSizeTooLarge, "\nunknown_size must be at most 1TiB, got 2TiB"},
+		{admission.ErrSizeTooLarge, "admission: max_inflight_bytes must be at most 1TiB, got 2TiB"},
+		{admission.ErrSizeTooLarge, "\nunknown_size must be at most 1TiB, got 2TiB"},
 	}, confmap.Validate(cfg))
 }
 
@@ -461,10 +466,10 @@ func TestConfigValidateSections(t *testing.T) {
 			},
 		},
 		"hold": {
-			func(c *Config) { c.Hold = HoldConfig{MaxWait: time.Minute, MaxRequests: -1} },
+			func(c *Config) { c.Hold = admission.HoldConfig{MaxWait: time.Minute, MaxRequests: -1} },
 			[]fieldError{
-				{errHoldMaxWait, "hold: max_wait must be between 0s and 30s, got 1m0s"},
-				{errHoldMaxRequests, "\nmax_requests must be >= 0, got -1"},
+				{admission.ErrHoldMaxWait, "hold: max_wait must be between 0s and 30s, got 1m0s"},
+				{admission.ErrHoldMaxRequests, "\nmax_requests must be between 0 and 4096"},
 			},
 		},
 		"tarpit": {
@@ -574,14 +579,14 @@ func TestSizeFromScalarTypes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		in        any
-		want      ByteSize
+		want      admission.ByteSize
 		wantError string
 	}{
-		{int(1048576), mib, ""},
-		{int64(2048), 2 * kib, ""},
-		{uint64(1 << 40), tib, ""},
-		{float64(4096), 4 * kib, ""}, // YAML 4096.0 or 4e3-style numbers
-		{"1MiB", mib, ""},
+		{int(1048576), admission.MiB, ""},
+		{int64(2048), 2 * admission.KiB, ""},
+		{uint64(1 << 40), admission.TiB, ""},
+		{float64(4096), 4 * admission.KiB, ""}, // YAML 4096.0 or 4e3-style numbers
+		{"1MiB", admission.MiB, ""},
 		{"0", 0, ""},
 		{int(-1), 0, "invalid size -1: must be >= 0"},
 		{float64(-1), 0, "invalid size -1: want a whole number of bytes >= 0"},
@@ -600,72 +605,7 @@ func TestSizeFromScalarTypes(t *testing.T) {
 		}
 		require.NoError(t, err, "%#v", tc.in)
 		assert.Equal(t, tc.want, cfg.Admission.UnknownSize, "%#v", tc.in)
-		assert.Equal(t, fixedInflightBudget(tc.want), cfg.Admission.MaxInflightBytes, "%#v", tc.in)
-	}
-}
-
-func TestParseByteSize(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in        string
-		want      ByteSize
-		wantError string
-	}{
-		{"0", 0, ""},
-		{"1048576", mib, ""},
-		{"1B", 1, ""},
-		{"24MiB", 24 * mib, ""},
-		{"24 MiB", 24 * mib, ""},
-		{" 24mib ", 24 * mib, ""},
-		{"256Mi", 256 * mib, ""},
-		{"64MB", 64_000_000, ""},
-		{"64M", 64_000_000, ""},
-		{"1kB", 1000, ""},
-		{"1KiB", kib, ""},
-		{"1GiB", gib, ""},
-		{"1.5GiB", gib + gib/2, ""},
-		{"2TiB", 2 * tib, ""},
-		{"1TB", 1_000_000_000_000, ""},
-		{"18446744073709551615", math.MaxUint64, ""},
-		{"", 0, `invalid size "": want a number of bytes or a size like 24MiB, 64MB or 1GiB`},
-		{"MiB", 0, `invalid size "MiB": want a number of bytes or a size like 24MiB, 64MB or 1GiB`},
-		{"-1MiB", 0, `invalid size "-1MiB": want a number of bytes or a size like 24MiB, 64MB or 1GiB`},
-		{"1XB", 0, `invalid size "1XB": want a number of bytes or a size like 24MiB, 64MB or 1GiB`},
-		{"1.2.3MiB", 0, `invalid size "1.2.3MiB": want a number of bytes or a size like 24MiB, 64MB or 1GiB`},
-		{"0.3KiB", 0, `invalid size "0.3KiB": not a whole number of bytes`},
-		{"18446744073709551616", 0, `invalid size "18446744073709551616": too large`},
-		{"16777216TiB", 0, `invalid size "16777216TiB": too large`},
-		{"16777216.0TiB", 0, `invalid size "16777216.0TiB": too large`},
-	} {
-		got, err := parseByteSize(tc.in)
-		if tc.wantError != "" {
-			require.EqualError(t, err, tc.wantError, tc.in)
-			continue
-		}
-		require.NoError(t, err, tc.in)
-		assert.Equal(t, tc.want, got, tc.in)
-	}
-}
-
-func TestByteSizeRoundTrip(t *testing.T) {
-	t.Parallel()
-	for _, n := range []ByteSize{0, 1, 1000, 1023, kib, 1536, mib, 24 * mib, 64_000_000, gib, 3 * tib, math.MaxUint64} {
-		text, err := n.MarshalText()
-		require.NoError(t, err)
-		var back ByteSize
-		require.NoError(t, back.UnmarshalText(text), string(text))
-		assert.Equal(t, n, back, string(text))
-	}
-	assert.Equal(t, "24MiB", (24 * mib).String())
-	assert.Equal(t, "1536KiB", ByteSize(1536*1024).String())
-	assert.Equal(t, "1000B", ByteSize(1000).String())
-
-	for _, b := range []InflightBudget{autoInflightBudget(), fixedInflightBudget(0), fixedInflightBudget(24 * mib), fixedInflightBudget(12345)} {
-		text, err := b.MarshalText()
-		require.NoError(t, err)
-		var back InflightBudget
-		require.NoError(t, back.UnmarshalText(text), string(text))
-		assert.Equal(t, b, back, string(text))
+		assert.Equal(t, admission.FixedInflightBudget(tc.want), cfg.Admission.MaxInflightBytes, "%#v", tc.in)
 	}
 }
 
@@ -695,42 +635,6 @@ func TestConfigRoundTrip(t *testing.T) {
 			assert.Equal(t, cfg, back)
 		})
 	}
-}
-
-func TestConfigResolveBudget(t *testing.T) {
-	t.Parallel()
-	auto := autoInflightBudget()
-	for _, tc := range []struct {
-		name     string
-		budget   InflightBudget
-		memLimit uint64
-		cores    float64
-		want     uint64
-	}{
-		{"auto, 1 core, 300MiB: by CPU", auto, 300 << 20, 1, 10 << 20},
-		{"auto, 0.3 core, 150MiB: by CPU", auto, 150 << 20, 0.3, 3145728},
-		{"auto, 4 cores, 300MiB: by memory", auto, 300 << 20, 4, 25 << 20},
-		{"auto, 16 cores, 1GiB: by memory", auto, 1 << 30, 16, (1 << 30) / 12},
-		{"auto clamps low", auto, 6 << 20, 2, 1 << 20},
-		{"auto clamps low by CPU", auto, 1 << 30, 0.05, 1 << 20},
-		{"auto clamps high", auto, 64 << 30, 64, 256 << 20},
-		{"auto, cores unknown: by memory", auto, 300 << 20, 0, 25 << 20},
-		{"auto without a limit: 32MiB at most", auto, 0, 16, 32 << 20},
-		{"auto without a limit, 1 core", auto, 0, 1, 10 << 20},
-		{"off", fixedInflightBudget(0), 300 << 20, 1, 0},
-		{"off without a limit", fixedInflightBudget(0), 0, 1, 0},
-		{"fixed ignores the limit", fixedInflightBudget(24 * mib), 1 << 30, 1, 24 << 20},
-		{"fixed without a limit", fixedInflightBudget(24 * mib), 0, 0, 24 << 20},
-	} {
-		assert.Equal(t, tc.want, tc.budget.resolve(tc.memLimit, tc.cores), tc.name)
-	}
-	// The held pool is the memory part alone: a held stream does no work.
-	assert.EqualValues(t, 25<<20, heldPool(300<<20), "300MiB, whatever the cores")
-	assert.EqualValues(t, 32<<20, heldPool(0), "no limit")
-	assert.True(t, fixedInflightBudget(0).isOff())
-	assert.True(t, InflightBudget{}.isOff(), "the zero value is off")
-	assert.False(t, auto.isOff())
-	assert.Equal(t, ByteSize(0), auto.fixedSize())
 }
 
 func TestConfigStaleAfter(t *testing.T) {

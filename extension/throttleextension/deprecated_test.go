@@ -235,7 +235,7 @@ func TestWarningsLoggedAtCreation(t *testing.T) {
 				"traces": map[string]any{"enabled": false},
 				"logs":   map[string]any{"enabled": false},
 			},
-			"admission": map[string]any{"idle_timeout": "0s", "peer_share": 1},
+			"admission": map[string]any{"idle_timeout": "0s", "fairness": map[string]any{"share": 1}},
 		})))
 	})
 	t.Run("every signal exempt by the default rule", func(t *testing.T) {

@@ -566,7 +566,7 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 		resp, err := env.tryPost(c, e2eSignals[0].path, pbType, pb)
 		got <- result{resp, err}
 	}()
-	require.Eventually(t, func() bool { return e.runner.Hold().Held() == 1 }, e2eWait, time.Millisecond, "held")
+	require.Eventually(t, func() bool { return e.runner.Admission().Stats().HeldRequests == 1 }, e2eWait, time.Millisecond, "held")
 	assert.Zero(t, e2eSignals[0].received(env), "a held body is not read")
 	env.setLevel(t, e2eCalm, decision.StateNormal)
 	select {
@@ -577,7 +577,7 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 		t.Fatal("the held request was not admitted")
 	}
 	assert.Equal(t, 5, e2eSignals[0].received(env))
-	assert.Zero(t, e.runner.Hold().Held())
+	assert.Zero(t, e.runner.Admission().Stats().HeldRequests)
 	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
 	assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "open"), "a held request that got in is no denial")
 }

@@ -26,23 +26,12 @@ func (cfg *Config) runnerConfig() runner.Config {
 		RetryAfterMax:     cfg.RetryAfter.Max,
 		TarpitDelay:       cfg.Tarpit.Delay,
 		TarpitMaxRequests: cfg.Tarpit.MaxRequests,
-		HoldMaxWait:       cfg.Hold.MaxWait,
-		HoldMaxRequests:   cfg.Hold.MaxRequests,
-		Admission: runner.Admission{
-			AutoBudget:  cfg.Admission.MaxInflightBytes.isAuto(),
-			PeerShare:   cfg.Admission.PeerShare,
-			WaitTimeout: cfg.Admission.WaitTimeout,
-			UnknownSize: int64(cfg.Admission.UnknownSize), //nolint:gosec // G115: at most 1 TiB (Validate)
-			IdleTimeout: cfg.Admission.IdleTimeout,
-		},
-		GoMemLimit:   cfg.Memory.SoftLimit.ownerConfig(),
-		StaleAfter:   cfg.StaleAfter,
-		ReportStatus: cfg.ReportStatus,
-		Effective:    cfg,
-	}
-	if !cfg.Admission.MaxInflightBytes.isOff() {
-		rc.Admission.Budget = cfg.Admission.MaxInflightBytes.resolve
-		rc.Admission.HeldPool = heldPool
+		Hold:              cfg.Hold,
+		Admission:         cfg.Admission,
+		GoMemLimit:        cfg.Memory.SoftLimit.ownerConfig(),
+		StaleAfter:        cfg.StaleAfter,
+		ReportStatus:      cfg.ReportStatus,
+		Effective:         cfg,
 	}
 	if cfg.Status.HasValue() {
 		status := *cfg.Status.Get() // ToServer fills in defaults; keep the config as loaded

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/collector/extension/extensioncapabilities"
 	"go.opentelemetry.io/collector/extension/extensionmiddleware"
 	"google.golang.org/grpc"
 
@@ -27,10 +28,11 @@ type throttleExtension struct {
 }
 
 var (
-	_ extension.Extension            = (*throttleExtension)(nil)
-	_ extensionmiddleware.HTTPServer = (*throttleExtension)(nil)
-	_ extensionmiddleware.GRPCServer = (*throttleExtension)(nil)
-	_ throttleapi.Throttle           = (*throttleExtension)(nil)
+	_ extension.Extension                   = (*throttleExtension)(nil)
+	_ extensionmiddleware.HTTPServer        = (*throttleExtension)(nil)
+	_ extensionmiddleware.GRPCServer        = (*throttleExtension)(nil)
+	_ extensioncapabilities.PipelineWatcher = (*throttleExtension)(nil)
+	_ throttleapi.Throttle                  = (*throttleExtension)(nil)
 )
 
 func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*throttleExtension, error) {
@@ -58,6 +60,18 @@ func (e *throttleExtension) Start(ctx context.Context, host component.Host) erro
 // than once.
 func (e *throttleExtension) Shutdown(ctx context.Context) error {
 	return e.runner.Shutdown(ctx)
+}
+
+// Ready implements extensioncapabilities.PipelineWatcher.
+func (e *throttleExtension) Ready() error { return nil }
+
+// NotReady implements extensioncapabilities.PipelineWatcher: the collector
+// calls it before it stops the receivers, whose servers wait for the
+// requests in flight. Held requests are refused and unfinished ones cut off
+// within a second, so that no client can delay the shutdown.
+func (e *throttleExtension) NotReady() error {
+	e.runner.NotReady()
+	return nil
 }
 
 // Decide implements throttleapi.Throttle.

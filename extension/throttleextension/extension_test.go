@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/testutil"
@@ -195,8 +196,8 @@ func TestLifecycle(t *testing.T) {
 		assert.Equal(t, uint64(0), fields["memory_limit_bytes"])
 		cores, ok := fields["effective_cores"].(float64)
 		require.True(t, ok)
-		assert.Equal(t, int64(autoInflightBudget().resolve(0, cores)), fields["admission_budget_bytes"])
-		assert.LessOrEqual(t, fields["admission_budget_bytes"], int64(noLimitAutoBudget))
+		assert.Equal(t, int64(admission.AutoInflightBudget().Resolve(0, cores)), fields["admission_budget_bytes"])
+		assert.LessOrEqual(t, fields["admission_budget_bytes"], int64(32<<20), "at most the no-limit budget")
 		require.NoError(t, e.Shutdown(ctx))
 	})
 }

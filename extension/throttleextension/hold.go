@@ -9,29 +9,6 @@ import (
 	"time"
 )
 
-// HoldConfig is the hold section: requests the throttle would refuse are
-// held, unread, and decided again until they are admitted or have waited
-// MaxWait (the middleware's hold says why). A gRPC request waits on its own
-// goroutine once its handler starts, its message unread and counted in the
-// held pool, for most of its deadline rather than MaxWait: for a decision
-// that admits it, then for its bytes (up to admission.wait_timeout).
-type HoldConfig struct {
-	// MaxWait is the longest an HTTP request (or a gRPC request without a
-	// deadline) is held before it is refused; 0 turns holding off (refuse
-	// at once). Under the SDKs' 10 s export budget, so that a request held
-	// to the end is still answered within it, and long enough that their
-	// fixed retries spread over a long Open (design §7). Default 8s; at
-	// most 30s.
-	MaxWait time.Duration `mapstructure:"max_wait"`
-	// MaxRequests is how many requests are held at once (each costs its
-	// goroutine and connection buffers, docs/design.md §7); beyond it a
-	// request is refused at once. Default 256.
-	MaxRequests int `mapstructure:"max_requests"`
-
-	// prevent unkeyed literal initialization
-	_ struct{}
-}
-
 // TarpitConfig is the tarpit section: how long HTTP shed and budget
 // rejections are held before they are answered. Open rejections, gRPC
 // rejections, and requests whose body is over 256 KiB, of unknown length or
@@ -59,10 +36,6 @@ type TarpitConfig struct {
 }
 
 const (
-	defaultHoldMaxWait     = 8 * time.Second
-	defaultHoldMaxRequests = 256
-	maxHoldMaxWait         = 30 * time.Second
-
 	// maxTarpitDelay bounds how long a rejected client and a shutdown wait
 	// on a held request.
 	maxTarpitDelay = 10 * time.Second
@@ -72,26 +45,12 @@ const (
 	defaultTarpitMaxRequests = 512
 )
 
-// Errors of the hold and tarpit sections; the collector prefixes the field
+// Errors of the tarpit section; the collector prefixes the field
 // path.
 var (
-	errHoldMaxWait       = fmt.Errorf("max_wait must be between 0s and %v", maxHoldMaxWait)
-	errHoldMaxRequests   = errors.New("max_requests must be >= 0")
 	errTarpitDelay       = fmt.Errorf("delay must be between 0s and %v", maxTarpitDelay)
 	errTarpitMaxRequests = errors.New("max_requests must be >= 0")
 )
-
-// Validate checks the section.
-func (c HoldConfig) Validate() error {
-	var errs []error
-	if c.MaxWait < 0 || c.MaxWait > maxHoldMaxWait {
-		errs = append(errs, fmt.Errorf("%w, got %v", errHoldMaxWait, c.MaxWait))
-	}
-	if c.MaxRequests < 0 {
-		errs = append(errs, fmt.Errorf("%w, got %d", errHoldMaxRequests, c.MaxRequests))
-	}
-	return errors.Join(errs...)
-}
 
 // Validate checks the section.
 func (c TarpitConfig) Validate() error {

@@ -262,7 +262,7 @@ func TestHostileCompressedBurst(t *testing.T) {
 		"admission": map[string]any{
 			"max_inflight_bytes": fit*len(plain) + len(plain)/2,
 			"unknown_size":       hostileUnknown,
-			"peer_share":         1,
+			"fairness":           map[string]any{"share": 1},
 		},
 	}})
 	c := e2eHTTPClient(t)
@@ -334,7 +334,7 @@ func TestHostileGRPCEstimateNotPoisoned(t *testing.T) {
 	plain, spans := hostileTraces(t, 200<<10)
 	gate := &hostileGate{}
 	env := startE2E(t, e2eOptions{traces: gate, conf: map[string]any{
-		"admission": map[string]any{"max_inflight_bytes": 320 << 10, "unknown_size": hostileUnknown, "peer_share": 1},
+		"admission": map[string]any{"max_inflight_bytes": 320 << 10, "unknown_size": hostileUnknown, "fairness": map[string]any{"share": 1}},
 	}})
 	cc := env.grpcConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)

@@ -72,7 +72,7 @@ const (
 func hostileBudgetConf() map[string]any {
 	return map[string]any{
 		// No per-peer share: every client of these tests is 127.0.0.1.
-		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown, "peer_share": 1},
+		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown, "fairness": map[string]any{"share": 1}},
 		"rules":     map[string]any{"metrics": map[string]any{"enabled": false}},
 	}
 }
@@ -221,13 +221,19 @@ func hostileReserved(env *e2eEnv) int64 {
 	return -1
 }
 
-// hostileHighWater starts a mark of the largest amount the admission budget
-// holds from now on.
-func hostileHighWater(t *testing.T, env *e2eEnv) *middleware.HighWater {
+// peakMark is the largest amount the admission budget has held since the
+// extension started.
+type peakMark struct{ e *throttleExtension }
+
+func (p peakMark) Load() int64 { return p.e.runner.Admission().Stats().Peak }
+
+// hostileHighWater is the mark of the largest amount the admission budget
+// holds; every test starts its own extension.
+func hostileHighWater(t *testing.T, env *e2eEnv) peakMark {
 	t.Helper()
 	e, ok := env.ext.(*throttleExtension)
 	require.True(t, ok)
-	return e.runner.Budget().WatchHighWater()
+	return peakMark{e}
 }
 
 // requireBudgetCutOff checks the answer otlpreceiver gives when the body
@@ -656,7 +662,7 @@ func TestHostileChunkedBudget(t *testing.T) {
 		return hostileRaw(t, env.httpAddr, append(hostileHead(http.MethodPost, "/v1/traces", "HTTP/1.1", h...), body...), false)
 	}
 	chunked := []string{"Transfer-Encoding: chunked"}
-	released := func(t *testing.T, env *e2eEnv, hw *middleware.HighWater) {
+	released := func(t *testing.T, env *e2eEnv, hw peakMark) {
 		t.Helper()
 		require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond, "reservation not released")
 		assert.LessOrEqual(t, hw.Load(), int64(hostileBudget))

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/testutil"
 )
@@ -270,7 +271,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 	for range 2 * n {
 		<-g.entered
 	}
-	reserved := e.runner.Budget().Reserved()
+	reserved := e.runner.Admission().Stats().Reserved
 	assert.Positive(t, reserved, "the held HTTP requests hold budget")
 
 	require.NoError(t, e.Shutdown(context.Background()), "Shutdown returns with requests in flight")
@@ -287,7 +288,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 		assert.Equal(t, codes.OK, c)
 	}
 	assert.Equal(t, int64(2*n), rcv.accepted.Load())
-	reserved = e.runner.Budget().Reserved()
+	reserved = e.runner.Admission().Stats().Reserved
 	assert.Zero(t, reserved, "every reservation was released")
 
 	// After Shutdown (a receiver that outlives it, in a wrong order): still
@@ -309,7 +310,7 @@ func TestSharedByManyServers(t *testing.T) {
 	// A budget that 20 concurrent streams of unknown size (1 MiB each)
 	// cannot exhaust: the "auto" one of the fake 100 MiB limit is 8 MiB.
 	e := startTestExtension(t, src, testConfig(t, func(c *Config) {
-		c.Admission.MaxInflightBytes = fixedInflightBudget(64 * mib)
+		c.Admission.MaxInflightBytes = admission.FixedInflightBudget(64 * admission.MiB)
 	}), metadatatest.NewSettings(tel))
 	rcv := &traceReceiver{}
 	urls := []string{serveHTTP(t, e, rcv), serveHTTP(t, e, rcv)}
@@ -386,7 +387,7 @@ func TestTwoThrottleExtensions(t *testing.T) {
 			// No budget: with "auto" (8 MiB of the 100 MiB limit) ten
 			// concurrent gRPC streams of unknown size (1 MiB each) would
 			// exhaust it.
-			c.Admission.MaxInflightBytes = fixedInflightBudget(0)
+			c.Admission.MaxInflightBytes = admission.FixedInflightBudget(0)
 		})},
 	}
 	for _, in := range insts {

@@ -123,12 +123,12 @@ func TestGoMemLimitTurnedOff(t *testing.T) {
 func TestAutoBudgetFollowsTheContainer(t *testing.T) {
 	src := newResizableSource(300 << 20)
 	e, _ := startResizable(t, src, newFakeMemoryLimit())
-	require.EqualValues(t, 10<<20, e.runner.Budget().Max(), "1 core: 10 MiB")
+	require.EqualValues(t, 10<<20, e.runner.Admission().Stats().Budget, "1 core: 10 MiB")
 	src.SetLimits(cgroup.Limits{MemLimit: 300 << 20, QuotaCores: 4})
-	require.Eventually(t, func() bool { return e.runner.Budget().Max() == 25<<20 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.runner.Admission().Stats().Budget == 25<<20 }, 10*time.Second, time.Millisecond,
 		"4 cores: the memory limit's share, 300 MiB / 12")
 	src.SetLimits(cgroup.Limits{MemLimit: 120 << 20, QuotaCores: 4})
-	require.Eventually(t, func() bool { return e.runner.Budget().Max() == 10<<20 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.runner.Admission().Stats().Budget == 10<<20 }, 10*time.Second, time.Millisecond,
 		"a smaller limit: 120 MiB / 12")
 }
 

@@ -23,9 +23,9 @@ import (
 	"go.opentelemetry.io/collector/extension/extensiontest"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
@@ -128,10 +128,10 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 	defer tr.CloseIdleConnections()
 
 	// Decisions counted by every path show up per signal.
-	e.runner.Record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
-	e.runner.Record(middleware.ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit)
+	e.runner.Record(admission.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
+	e.runner.Record(admission.ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit)
 	e.RecordProcessorDecision(decision.SignalTraces, decision.VerdictDenyShed)
-	e.runner.Record(middleware.ProtocolGRPC, decision.SignalMetrics, decision.VerdictDenyBudget)
+	e.runner.Record(admission.ProtocolGRPC, decision.SignalMetrics, decision.VerdictDenyBudget)
 
 	doc := getStatus(t, c, base)
 	assert.Equal(t, testutil.SourceDescription, doc.Source)

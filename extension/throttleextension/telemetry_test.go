@@ -6,6 +6,7 @@ package throttleextension
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -24,8 +25,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
@@ -132,16 +133,29 @@ func TestTelemetryThroughSeam(t *testing.T) {
 
 	// auto with a 100 MiB limit: 100MiB/12, inside the [4MiB, 256MiB] clamp.
 	const budget = 8738133
-	require.Equal(t, int64(budget), int64(autoInflightBudget().resolve(testMemLimit, 0)))
+	require.Equal(t, int64(budget), int64(admission.AutoInflightBudget().Resolve(testMemLimit, 0)))
 
-	// A tiny receiver behind the HTTP middleware; it records the reserved
-	// bytes it sees while it runs, then runs during (if set) while its
-	// request still holds its reservation.
+	// A tiny receiver behind the HTTP middleware: it reads the first byte
+	// of the body (nothing is reserved before one arrives), or the whole
+	// body with readAll, answers 429 when the read is refused, records the
+	// reserved bytes it sees, then runs during (if set) while its request
+	// still holds its reservation.
 	var seenReserved int64
 	var during func()
+	readAll := false
 	wrap, err := e.GetHTTPHandler(ctx)
 	require.NoError(t, err)
-	h, err := wrap(ctx, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h, err := wrap(ctx, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		if readAll {
+			_, err = io.Copy(io.Discard, r.Body)
+		} else {
+			_, err = r.Body.Read(make([]byte, 1))
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
 		seenReserved = inflightReserved(t, tt)
 		if f := during; f != nil {
 			during = nil
@@ -150,13 +164,14 @@ func TestTelemetryThroughSeam(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	require.NoError(t, err)
-	post := func(path string, contentLength int64) int {
-		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(strings.Repeat("x", 1000)))
+	postN := func(path string, contentLength int64, size int) int {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(strings.Repeat("x", size)))
 		req.ContentLength = contentLength
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec.Code
 	}
+	post := func(path string, contentLength int64) int { return postN(path, contentLength, 1000) }
 	paths := map[decision.Signal]string{
 		decision.SignalTraces: "/v1/traces", decision.SignalMetrics: "/v1/metrics",
 		decision.SignalLogs: "/v1/logs", decision.SignalProfiles: "/v1development/profiles",
@@ -211,7 +226,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	want.add("http", decision.SignalLogs, decision.VerdictDenyOpen)
 	e.RecordProcessorDecision(decision.SignalLogs, decision.VerdictDenyOpen)
 	want.add("processor", decision.SignalLogs, decision.VerdictDenyOpen)
-	e.runner.Record(middleware.ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyOpen)
+	e.runner.Record(admission.ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyOpen)
 	want.add("grpc", decision.SignalTraces, decision.VerdictDenyOpen)
 	assertRequests()
 
@@ -223,15 +238,15 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.87), metricdatatest.IgnoreTimestamp())
 	e.RecordProcessorDecision(decision.SignalTraces, decision.VerdictDenyShed)
 	want.add("processor", decision.SignalTraces, decision.VerdictDenyShed)
-	e.runner.Record(middleware.ProtocolGRPC, decision.SignalProfiles, decision.VerdictAdmit)
+	e.runner.Record(admission.ProtocolGRPC, decision.SignalProfiles, decision.VerdictAdmit)
 	want.add("grpc", decision.SignalProfiles, decision.VerdictAdmit)
 	assertRequests()
 
-	// Step 4: Normal again at 50%; a request is admitted with its first
-	// reservation (its Content-Length, or unknown_size if that is smaller:
-	// the handler here reads nothing), also when it is larger than the
-	// budget and another request holds part of it; it is denied by the
-	// budget when the rest is held; nothing stays reserved.
+	// Step 4: Normal again at 50%; a body reserves, once its first byte
+	// has come, its Content-Length, or unknown_size if that is smaller,
+	// also when it is larger than the budget and another request holds part
+	// of it; a request of a client that holds its whole share is denied by
+	// the budget before its body is read; nothing stays reserved.
 	src.SetMemoryShare(0.5)
 	waitState(t, e, decision.StateNormal)
 	waitValid(t, e, 0.5)
@@ -243,12 +258,14 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	want.add("http", decision.SignalTraces, decision.VerdictAdmit)
 	require.Equal(t, http.StatusOK, innerCode, "larger than the budget, while another request holds 1000 bytes")
 	want.add("http", decision.SignalTraces, decision.VerdictAdmit)
-	assert.Equal(t, int64(1000+middleware.DefaultUnknownSize), seenReserved, "1000 bytes and the larger request's unknown_size")
-	held := e.runner.Budget()
-	require.True(t, held.Reserve(budget-500))
-	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.SignalTraces], 1000), "1000 bytes with 500 left")
+	assert.Equal(t, int64(1000+admission.DefaultUnknownSize), seenReserved, "1000 bytes and the larger request's unknown_size")
+	// A client alone may hold half of the budget (fairness.share).
+	readAll = true
+	during = func() { readAll = false; innerCode = post(paths[decision.SignalTraces], 1000) }
+	require.Equal(t, http.StatusOK, postN(paths[decision.SignalTraces], budget/2, budget/2))
+	want.add("http", decision.SignalTraces, decision.VerdictAdmit)
+	require.Equal(t, http.StatusTooManyRequests, innerCode, "its client holds its whole share")
 	want.add("http", decision.SignalTraces, decision.VerdictDenyBudget)
-	held.Release(budget - 500)
 	require.Equal(t, http.StatusOK, post(paths[decision.SignalTraces], 500))
 	want.add("http", decision.SignalTraces, decision.VerdictAdmit)
 	assert.Equal(t, int64(500), seenReserved, "a Content-Length below unknown_size is reserved exactly")
@@ -280,11 +297,11 @@ func TestTelemetryThroughSeam(t *testing.T) {
 // the disabled budget (0 = off: no limit, nothing reserved).
 func TestTelemetryBudgetSettings(t *testing.T) {
 	for name, tc := range map[string]struct {
-		budget InflightBudget
+		budget admission.InflightBudget
 		limit  int64
 	}{
-		"fixed": {fixedInflightBudget(24 << 20), 24 << 20},
-		"off":   {fixedInflightBudget(0), 0},
+		"fixed": {admission.FixedInflightBudget(24 << 20), 24 << 20},
+		"off":   {admission.FixedInflightBudget(0), 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tt := newTestTelemetry(t)

@@ -33,18 +33,18 @@ func (cfg *Config) warnings() []string {
 		if r := cfg.Rules[s.String()]; r.Enabled != nil {
 			field = s.String()
 		}
-		msgs = append(msgs, fmt.Sprintf("`rules::%s::enabled` is false: %s are exempt: admitted in every state short of the memory hard line, and may take the admission budget over by as much again", field, s))
+		msgs = append(msgs, fmt.Sprintf("`rules::%s::enabled` is false: %s are exempt: admitted in every state short of the memory hard line, and bounded by the admission budget, a quarter of which only exempt signals may take", field, s))
 	}
 	a := cfg.Admission
-	if a.MaxInflightBytes.isOff() {
+	if a.MaxInflightBytes.IsOff() {
 		msgs = append(msgs, "`admission::max_inflight_bytes` is 0: the admission budget is off, nothing bounds the bytes admitted between two checks")
-		return msgs // idle_timeout and peer_share bound the budget
+		return msgs // idle_timeout and the share bound the budget
 	}
 	if a.IdleTimeout == 0 {
 		msgs = append(msgs, "`admission::idle_timeout` is 0: a client that stops sending keeps its share of the admission budget for as long as its connection stays open")
 	}
-	if a.PeerShare >= 1 {
-		msgs = append(msgs, "`admission::peer_share` is 1: one client (remote IP) may hold the whole admission budget and refuse every other")
+	if a.Fairness.Share >= 1 {
+		msgs = append(msgs, "`admission::fairness::share` is 1: one client key may hold the whole admission budget and refuse every other")
 	}
 	return msgs
 }

@@ -288,6 +288,17 @@ func (e *Engine) Decide(s Signal) Verdict {
 	return e.admissions[s].Load().verdict(e.rand)
 }
 
+// Pressure returns whether signal s refuses everything (Open, its rule
+// enabled) and otherwise its drop probability: Decide without the draw, for
+// a caller that draws against a probability of its own (a key's fair drop).
+func (e *Engine) Pressure(s Signal) (open bool, drop float64) {
+	if s >= NumSignals {
+		return false, 0
+	}
+	a := e.admissions[s].Load()
+	return a.open, a.pDrop
+}
+
 // State returns the signal's current state.
 func (e *Engine) State(s Signal) State {
 	if s >= NumSignals {

@@ -56,15 +56,17 @@ type Tarpit struct {
 	maxHeld int64
 	held    atomic.Int64
 	bufs    sync.Pool
+	// closing ends every hold: the receivers are stopping.
+	closing <-chan struct{}
 }
 
 // NewTarpit returns a Tarpit that holds rejections for delay, at most maxHeld
 // at a time, or nil (no tarpit) when either is <= 0.
-func NewTarpit(delay time.Duration, maxHeld int) *Tarpit {
+func NewTarpit(delay time.Duration, maxHeld int, closing <-chan struct{}) *Tarpit {
 	if delay <= 0 || maxHeld <= 0 {
 		return nil
 	}
-	p := &Tarpit{delay: delay, maxHeld: int64(maxHeld)}
+	p := &Tarpit{delay: delay, maxHeld: int64(maxHeld), closing: closing}
 	p.bufs.New = func() any {
 		b := make([]byte, tarpitBufSize)
 		return &b
@@ -117,6 +119,8 @@ func (p *Tarpit) Hold(r *http.Request) bool {
 	select {
 	case <-t.C:
 	case <-r.Context().Done():
+		t.Stop()
+	case <-p.closing:
 		t.Stop()
 	}
 	return true

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/collector/config/confighttp"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
@@ -36,11 +37,11 @@ type Config struct {
 	// TarpitDelay and TarpitMaxRequests configure the HTTP tarpit (0: off).
 	TarpitDelay       time.Duration
 	TarpitMaxRequests int
-	// HoldMaxWait and HoldMaxRequests configure the hold (0: off).
-	HoldMaxWait     time.Duration
-	HoldMaxRequests int
-	Admission       Admission
-	GoMemLimit      softlimit.Config
+	// Hold configures the hold (0: off).
+	Hold admission.HoldConfig
+	// Admission configures the admission budget and its fairness.
+	Admission  admission.Config
+	GoMemLimit softlimit.Config
 	// StaleAfter is how old the water level may get before decisions fall
 	// back to admitting (0: hold the last level).
 	StaleAfter time.Duration
@@ -52,22 +53,4 @@ type Config struct {
 	// filled in), which the status page shows: it is marshalled through
 	// confmap, so its keys are the mapstructure tags. Nil shows none.
 	Effective any
-}
-
-// Admission is the admission section: the budget of in-flight bytes shared
-// by every server, and how requests are sized against it.
-type Admission struct {
-	// Budget sizes the budget for a memory limit and a number of cores;
-	// nil turns the budget off.
-	Budget func(memLimit uint64, cores float64) uint64
-	// HeldPool sizes the pool of what waiting gRPC streams may buffer for
-	// a memory limit (at least the budget); nil: the budget's size.
-	HeldPool func(memLimit uint64) uint64
-	// AutoBudget resizes the budget whenever the memory limit or the cores
-	// change.
-	AutoBudget  bool
-	PeerShare   float64
-	WaitTimeout time.Duration
-	UnknownSize int64
-	IdleTimeout time.Duration
 }

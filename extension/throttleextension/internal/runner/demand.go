@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
@@ -51,7 +51,7 @@ type demandMark struct {
 // decisionTotals sums the counts: what was admitted and what was refused
 // (or would have been, in observe_only) over every protocol and signal.
 func decisionTotals(c *decisionCounts) (admitted, refused uint64) {
-	for p := range middleware.NumProtocols {
+	for p := range admission.NumProtocols {
 		for s := range decision.NumSignals {
 			for v := range decision.NumVerdicts {
 				n := c.loadProtocol(p, s, v)

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.uber.org/zap"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
@@ -71,23 +73,16 @@ type Runner struct {
 	retry      *middleware.RetryDelay
 	// tarpit is shared by every HTTP server of this extension (nil = off).
 	tarpit *middleware.Tarpit
-	// hold is shared by every server of this extension (nil = off).
-	hold *middleware.Hold
-	// peers tells the remote peers apart for the per-peer limits of the
-	// budget and the hold, shared by every server.
-	peers *middleware.Peers
-	// inflight counts the admitted, unfinished requests of every server;
-	// demand is the demand signal computed from it (demand.go).
-	inflight *middleware.Inflight
-	demand   demandMeter
+	// adm decides and bounds the requests of every server of this
+	// extension: the budget, the fair shares, the hold.
+	adm *admission.Controller
+	// demand is the demand signal (demand.go).
+	demand demandMeter
 	// unclassified warns of requests no route matches (unclassified.go).
 	unclassified unclassifiedWarner
-	// exempt[s]: signal s is always admitted and bypasses the budget.
+	// exempt[s]: signal s is always admitted, within the budget's reserve
+	// for exempt signals.
 	exempt [decision.NumSignals]bool
-
-	// budget is shared by every server of this extension; set at Start once
-	// the memory limit is known (nil = no budget).
-	budget atomic.Pointer[middleware.Budget]
 
 	mu      sync.Mutex // guards the lifecycle below
 	started bool
@@ -126,8 +121,8 @@ type Runner struct {
 }
 
 var (
-	_ middleware.Decider  = (*Runner)(nil)
-	_ middleware.Recorder = (*Runner)(nil)
+	_ admission.Decider  = (*Runner)(nil)
+	_ admission.Recorder = (*Runner)(nil)
 )
 
 // New builds the machinery of the extension id; nothing runs until Start.
@@ -156,13 +151,24 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 		return nil, err
 	}
 	r.retry = middleware.NewRetryDelay(cfg.RetryAfterMin, cfg.RetryAfterMax, r.open.openFor, nil)
-	r.tarpit = middleware.NewTarpit(cfg.TarpitDelay, cfg.TarpitMaxRequests)
-	r.peers = middleware.NewPeers(cfg.Admission.PeerShare)
-	r.inflight = &middleware.Inflight{}
-	r.unclassified.logger = set.Logger
-	if cfg.Enabled {
-		r.hold = middleware.NewHold(r, r.peers, cfg.HoldMaxWait, cfg.HoldMaxRequests, 0)
+	hold := cfg.Hold
+	if !cfg.Enabled {
+		hold = admission.HoldConfig{} // nothing is refused: nothing to hold
 	}
+	// Until Start knows the memory limit and the cores, the budget is what
+	// "auto" gives without a limit on this process's cores.
+	r.adm, err = admission.New(cfg.Admission, hold, admission.Settings{
+		Decider:     r,
+		Recorder:    r,
+		ObserveOnly: cfg.ObserveOnly,
+		Budget:      int64(cfg.Admission.MaxInflightBytes.Resolve(0, float64(runtime.GOMAXPROCS(0)))), //nolint:gosec // G115: at most 1 TiB (Validate)
+		HeldPool:    int64(admission.HeldPool(0)),                                                     //nolint:gosec // G115: at most 256 MiB
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.tarpit = middleware.NewTarpit(cfg.TarpitDelay, cfg.TarpitMaxRequests, r.adm.Closing())
+	r.unclassified.logger = set.Logger
 	if r.tel, err = newTelemetry(set, id, cfg.ObserveOnly, r.telemetrySources()); err != nil {
 		return nil, err
 	}
@@ -228,14 +234,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	}
 	r.stale = startStaleWatchdog(r.engine, r.logger, r.cfg.StaleAfter, r.cfg.Sampler.Interval, r.status.reportChange)
 	wl := r.sampler.Load()
-	if a := r.cfg.Admission; a.Budget != nil {
-		r.budget.Store(middleware.NewBudgetWith(middleware.BudgetConfig{
-			Max:   int64(a.Budget(wl.MemLimit, wl.Cores)), //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
-			Peers: r.peers,
-			Wait:  a.WaitTimeout,
-		}))
-		r.resizeBudget(wl)
-	}
+	r.resizeBudget(wl, true)
 	goLimit := r.memLimit.Limit()
 	r.status.goRuntimeSetBy(r.memLimit.Status().String(), r.pace.String())
 	r.logger.Info("throttle started",
@@ -246,7 +245,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		zap.String("go_memory_limit", r.memLimit.Status().String()),
 		zap.Int64("go_memory_limit_bytes", goMemLimitBytes(goLimit)),
 		zap.String("gc_pace", r.pace.String()),
-		zap.Int64("admission_budget_bytes", r.budget.Load().Max()),
+		zap.Int64("admission_budget_bytes", r.adm.Stats().Budget),
 		zap.Duration("check_interval", r.cfg.Sampler.Interval),
 	)
 	return nil
@@ -281,7 +280,7 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 	if !r.stopped {
 		r.stopped = true
 		r.closed.Store(true)
-		r.hold.Close()
+		r.adm.Close()
 		err = r.status.shutdown(ctx)
 		r.stale.stop()
 		// A late sample's updates are no-ops once these are released.
@@ -318,22 +317,19 @@ func (r *Runner) stopSampler(stopped chan<- struct{}) {
 	}
 }
 
-// resizeBudget keeps an "auto" admission budget sized to the memory limit
-// and the cores in force: both can change while the collector runs (an
-// in-place pod resize, a move to another cgroup).
-func (r *Runner) resizeBudget(wl *sampler.WaterLevel) {
-	b := r.budget.Load()
-	if b == nil {
+// resizeBudget keeps the admission budget sized to the memory limit and
+// the cores in force: both can change while the collector runs (an
+// in-place pod resize, a move to another cgroup). first: Start's sizing,
+// which is not logged as a change.
+func (r *Runner) resizeBudget(wl *sampler.WaterLevel, first bool) {
+	a := r.cfg.Admission.MaxInflightBytes
+	if a.IsOff() {
 		return
 	}
-	if pool := r.cfg.Admission.HeldPool; pool != nil {
-		b.SetHeldMax(int64(pool(wl.MemLimit))) //nolint:gosec // G115: at most 256 MiB
-	}
-	if !r.cfg.Admission.AutoBudget {
-		return
-	}
-	if want := int64(r.cfg.Admission.Budget(wl.MemLimit, wl.Cores)); want != b.Max() { //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
-		b.SetMax(want)
+	want := int64(a.Resolve(wl.MemLimit, wl.Cores)) //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
+	prev := r.adm.Stats().Budget
+	r.adm.SetBudget(want, int64(admission.HeldPool(wl.MemLimit))) //nolint:gosec // G115: at most 256 MiB
+	if !first && want != prev {
 		r.logger.Info("throttle: the admission budget follows the memory limit and the cores",
 			zap.Int64("admission_budget_bytes", want), zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Float64("effective_cores", wl.Cores))
 	}
@@ -360,10 +356,11 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 			zap.Uint64("memory_limit_bytes", wl.MemLimit), zap.Int64("go_memory_limit_bytes", goMemLimitBytes(limit)))
 	}
 	r.pace.Update(wl.MemLimit, r.memLimit.Limit(), wl.WorkingSet, r.heapView.Last())
-	r.resizeBudget(wl)
+	r.resizeBudget(wl, false)
 	r.engine.Observe(wl)
 	admitted, refused := decisionTotals(&r.tel.counts)
-	r.demand.observe(wl, admitted, refused, r.inflight.Load(), r.hold.Held())
+	st := r.adm.Stats()
+	r.demand.observe(wl, admitted, refused, st.Inflight, st.HeldRequests)
 	if started, ended := r.open.observe(r.engine.State(decision.SignalTraces) == decision.StateOpen); started {
 		r.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until memory falls",
 			zap.Float64("mem", wl.Mem),
@@ -426,6 +423,9 @@ func (r *Runner) logTransition(t decision.Transition) {
 // false nothing feeds it, so it stays Normal and admits everything.
 func (r *Runner) Decide(s decision.Signal) decision.Verdict { return r.engine.Decide(s) }
 
+// Pressure implements admission.Decider.
+func (r *Runner) Pressure(s decision.Signal) (bool, float64) { return r.engine.Pressure(s) }
+
 // Exempt implements middleware.Decider.
 func (r *Runner) Exempt(s decision.Signal) bool {
 	return s < decision.NumSignals && r.exempt[s]
@@ -454,11 +454,11 @@ func (r *Runner) ObserveOnly() bool { return r.cfg.ObserveOnly }
 
 // RecordProcessorDecision counts a decision taken by a processor.
 func (r *Runner) RecordProcessorDecision(s decision.Signal, v decision.Verdict) {
-	r.tel.record(middleware.ProtocolProcessor, s, v)
+	r.tel.record(admission.ProtocolProcessor, s, v)
 }
 
-// Record implements middleware.Recorder.
-func (r *Runner) Record(p middleware.Protocol, s decision.Signal, v decision.Verdict) {
+// Record implements admission.Recorder.
+func (r *Runner) Record(p admission.Protocol, s decision.Signal, v decision.Verdict) {
 	r.tel.record(p, s, v)
 }
 
@@ -468,18 +468,10 @@ func (r *Runner) Record(p middleware.Protocol, s decision.Signal, v decision.Ver
 func (r *Runner) MiddlewareConfig() middleware.Config {
 	return middleware.Config{
 		Classifier:   r.classifier,
-		Decider:      r,
+		Admission:    r.adm,
 		Retry:        r.retry,
-		Budget:       r.budget.Load(),
-		Peers:        r.peers,
-		Inflight:     r.inflight,
 		Unclassified: r.unclassified.warn,
-		UnknownSize:  r.cfg.Admission.UnknownSize,
-		IdleTimeout:  r.cfg.Admission.IdleTimeout,
-		Recorder:     r,
 		Tarpit:       r.tarpit,
-		Hold:         r.hold,
-		ObserveOnly:  r.cfg.ObserveOnly,
 	}
 }
 
@@ -494,12 +486,13 @@ func (r *Runner) Level() *sampler.WaterLevel {
 	return wl
 }
 
-// Budget is the admission budget shared by every server; nil before Start
-// and when it is off.
-func (r *Runner) Budget() *middleware.Budget { return r.budget.Load() }
+// Admission is the admission shared by every server.
+func (r *Runner) Admission() *admission.Controller { return r.adm }
 
-// Hold is the hold shared by every server; nil when it is off.
-func (r *Runner) Hold() *middleware.Hold { return r.hold }
+// NotReady tells the runner the receivers are about to stop: every held
+// request is refused and every unfinished one cut off within a second, so
+// that the receivers' servers stop whatever the clients do.
+func (r *Runner) NotReady() { r.adm.Close() }
 
 // Engine is the decision engine.
 func (r *Runner) Engine() *decision.Engine { return r.engine }
@@ -521,8 +514,8 @@ func (r *Runner) Watchdog() bool { return r.stale != nil }
 func (r *Runner) StatusAddr() net.Addr { return r.status.addr() }
 
 func (r *Runner) budgetValues() (reserved, limit int64) {
-	b := r.budget.Load()
-	return b.Reserved(), b.Max()
+	st := r.adm.Stats()
+	return st.Reserved, st.Budget
 }
 
 func (r *Runner) telemetrySources() telemetrySources {
@@ -532,7 +525,7 @@ func (r *Runner) telemetrySources() telemetrySources {
 		state:      r.State,
 		budget:     r.budgetValues,
 		stale:      r.engine.Stale,
-		held:       func() int64 { return r.tarpit.Held() + r.hold.Held() },
+		held:       func() int64 { return r.tarpit.Held() + r.adm.Stats().HeldRequests },
 		goMemLimit: func() int64 { return goMemLimitBytes(softlimit.Current()) },
 		gcPercent:  softlimit.CurrentGCPercent,
 		openFor:    r.open.openFor,

@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 	"go.uber.org/zap"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/statuspage"
 )
@@ -32,26 +32,26 @@ import (
 // them, and the status page reads them. Each (protocol, signal) row has its
 // own cache line so that receivers of different signals do not contend.
 type decisionCounts struct {
-	rows [middleware.NumProtocols][decision.NumSignals]struct {
+	rows [admission.NumProtocols][decision.NumSignals]struct {
 		n [decision.NumVerdicts]atomic.Uint64
 		_ [64 - decision.NumVerdicts*8%64]byte
 	}
 }
 
 // add counts one decision. Callers check the bounds of p, s and v.
-func (c *decisionCounts) add(p middleware.Protocol, s decision.Signal, v decision.Verdict) {
+func (c *decisionCounts) add(p admission.Protocol, s decision.Signal, v decision.Verdict) {
 	c.rows[p][s].n[v].Add(1)
 }
 
 // loadProtocol returns the count of (p, s, v).
-func (c *decisionCounts) loadProtocol(p middleware.Protocol, s decision.Signal, v decision.Verdict) uint64 {
+func (c *decisionCounts) loadProtocol(p admission.Protocol, s decision.Signal, v decision.Verdict) uint64 {
 	return c.rows[p][s].n[v].Load()
 }
 
 // load returns the count of (s, v) over every protocol.
 func (c *decisionCounts) load(s decision.Signal, v decision.Verdict) uint64 {
 	var n uint64
-	for p := range middleware.NumProtocols {
+	for p := range admission.NumProtocols {
 		n += c.rows[p][s].n[v].Load()
 	}
 	return n

@@ -24,9 +24,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/statuspage"
 	"github.com/otelthrottle/throttle/internal/testutil"
@@ -93,7 +93,7 @@ func TestStatusRecordDoesNotAllocate(t *testing.T) {
 	wl := &sampler.WaterLevel{Mem: 0.5, MemValid: true, At: time.Now()}
 	allocs := testing.AllocsPerRun(100, func() {
 		r.status.record(wl)
-		r.Record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
+		r.Record(admission.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
 	})
 	assert.Zero(t, allocs)
 	assert.Positive(t, r.status.ring.Len())

@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
@@ -80,8 +80,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 	if observeOnly {
 		denied = "would_deny"
 	}
-	var requestOpts [middleware.NumProtocols][decision.NumSignals][decision.NumVerdicts]metric.ObserveOption
-	for p := range middleware.NumProtocols {
+	var requestOpts [admission.NumProtocols][decision.NumSignals][decision.NumVerdicts]metric.ObserveOption
+	for p := range admission.NumProtocols {
 		for s := range decision.NumSignals {
 			for v := range decision.NumVerdicts {
 				attrs := []attribute.KeyValue{
@@ -105,7 +105,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 	// Only cells that counted something are observed, as a synchronous
 	// counter would only have the series it was incremented with.
 	err = tb.RegisterThrottleRequestsCallback(func(_ context.Context, o metric.Int64Observer) error {
-		for p := range middleware.NumProtocols {
+		for p := range admission.NumProtocols {
 			for s := range decision.NumSignals {
 				for v := range decision.NumVerdicts {
 					if n := t.counts.loadProtocol(p, s, v); n > 0 {
@@ -236,8 +236,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 }
 
 // record counts one decision. It is on the request path: no allocation.
-func (t *telemetry) record(p middleware.Protocol, s decision.Signal, v decision.Verdict) {
-	if p >= middleware.NumProtocols || s >= decision.NumSignals || v >= decision.NumVerdicts {
+func (t *telemetry) record(p admission.Protocol, s decision.Signal, v decision.Verdict) {
+	if p >= admission.NumProtocols || s >= decision.NumSignals || v >= decision.NumVerdicts {
 		return
 	}
 	t.counts.add(p, s, v)

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
@@ -56,9 +56,9 @@ func TestRecordResourceFallback(t *testing.T) {
 		{Attributes: attribute.NewSet(idAttr, attribute.String("resource", "limits")), Value: 2},
 	}, metricdatatest.IgnoreTimestamp())
 	// Out-of-range inputs are ignored, not a panic.
-	tel.record(middleware.ProtocolHTTP, decision.NumSignals, decision.VerdictAdmit)
-	tel.record(middleware.ProtocolHTTP, decision.SignalTraces, decision.NumVerdicts)
-	tel.record(middleware.NumProtocols, decision.SignalTraces, decision.VerdictAdmit)
+	tel.record(admission.ProtocolHTTP, decision.NumSignals, decision.VerdictAdmit)
+	tel.record(admission.ProtocolHTTP, decision.SignalTraces, decision.NumVerdicts)
+	tel.record(admission.NumProtocols, decision.SignalTraces, decision.VerdictAdmit)
 	_, err = tt.GetMetric("otelcol_throttle_requests")
 	require.Error(t, err, "nothing recorded")
 }
@@ -72,7 +72,7 @@ func BenchmarkRecord(b *testing.B) {
 	defer tel.shutdown()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		tel.record(middleware.Protocol(i%int(middleware.NumProtocols)), decision.Signal(i%int(decision.NumSignals)), decision.Verdict(i%4))
+		tel.record(admission.Protocol(i%int(admission.NumProtocols)), decision.Signal(i%int(decision.NumSignals)), decision.Verdict(i%4))
 	}
 }
 
@@ -81,10 +81,10 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 	tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(nil))
 	require.NoError(t, err)
 	defer tel.shutdown()
-	tel.record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit) // first use creates the series
+	tel.record(admission.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit) // first use creates the series
 	allocs := testing.AllocsPerRun(1000, func() {
-		tel.record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
-		tel.record(middleware.ProtocolGRPC, decision.SignalLogs, decision.VerdictDenyOpen)
+		tel.record(admission.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
+		tel.record(admission.ProtocolGRPC, decision.SignalLogs, decision.VerdictDenyOpen)
 	})
 	assert.Zero(t, allocs)
 }
@@ -134,8 +134,8 @@ func TestObserveOnlyLabelsDenials(t *testing.T) {
 			require.Len(t, started, 1)
 			assert.Equal(t, observeOnly, started[0].ContextMap()["observe_only"])
 
-			r.Record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
-			r.Record(middleware.ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyShed)
+			r.Record(admission.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
+			r.Record(admission.ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyShed)
 			r.RecordProcessorDecision(decision.SignalLogs, decision.VerdictDenyBudget)
 			denied := "denied"
 			if observeOnly {

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/otelthrottle/throttle/internal/middleware"
+	"github.com/otelthrottle/throttle/internal/admission"
 )
 
 // unclassifiedEvery is how often at most the unclassified requests are
@@ -28,7 +28,7 @@ type unclassifiedWarner struct {
 	warned atomic.Int64 // unix nanoseconds of the last warning
 }
 
-func (u *unclassifiedWarner) warn(p middleware.Protocol, path string) {
+func (u *unclassifiedWarner) warn(p admission.Protocol, path string) {
 	n := u.count.Add(1)
 	last := u.warned.Load()
 	t := time.Now().UnixNano()

@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
+package admission // import "github.com/otelthrottle/throttle/internal/admission"
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ var (
 	_ confmap.ScalarUnmarshaler = (*InflightBudget)(nil)
 )
 
-// The bounds of "auto" in InflightBudget.resolve.
+// The bounds of "auto" in InflightBudget.Resolve.
 const (
 	// autoBudgetDivisor: "auto" never reserves more than memLimit/12
 	// (8.3%) for the bytes of admitted, unfinished requests: every admitted
@@ -31,7 +31,7 @@ const (
 	// its cores busy grows with its cores, not its memory; beyond it,
 	// admitted requests only wait for the CPU while they hold memory and
 	// take CPU from the exporters that drain the pipeline (docs/design.md,
-	// "Admission budget", has the fleet measurements behind the figure).
+	// "Admission budget", has the measurements behind the figure).
 	autoBudgetPerCore = 10 << 20
 	// minAutoBudget: a budget is always at least one ordinary OTLP batch
 	// (the SDK exporters' default is 1 MiB); a larger request runs alone.
@@ -45,10 +45,10 @@ const (
 	noLimitAutoBudget = 32 << 20
 )
 
-// maxByteSize bounds admission sizes: 1 TiB, far above any container's
+// MaxByteSize bounds admission sizes: 1 TiB, far above any container's
 // memory. Sizes are byte counts in int64 arithmetic: past 2^63 they would
 // wrap negative and turn the budget off.
-const maxByteSize = ByteSize(1 << 40)
+const MaxByteSize = ByteSize(1 << 40)
 
 // ByteSize is a number of bytes. In configuration it is an integer (bytes)
 // or a string: a number with an optional unit, decimal (B, KB, MB, GB, TB;
@@ -59,10 +59,10 @@ type ByteSize uint64
 
 // The binary units.
 const (
-	kib ByteSize = 1 << 10
-	mib ByteSize = 1 << 20
-	gib ByteSize = 1 << 30
-	tib ByteSize = 1 << 40
+	KiB ByteSize = 1 << 10
+	MiB ByteSize = 1 << 20
+	GiB ByteSize = 1 << 30
+	TiB ByteSize = 1 << 40
 )
 
 var sizeUnits = map[string]uint64{
@@ -73,8 +73,8 @@ var sizeUnits = map[string]uint64{
 	"t": 1e12, "tb": 1e12, "ti": 1 << 40, "tib": 1 << 40,
 }
 
-// parseByteSize parses a size such as "1048576", "1MiB", "64MB" or "1.5GiB".
-func parseByteSize(s string) (ByteSize, error) {
+// ParseByteSize parses a size such as "1048576", "1MiB", "64MB" or "1.5GiB".
+func ParseByteSize(s string) (ByteSize, error) {
 	t := strings.TrimSpace(s)
 	i := 0
 	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
@@ -107,7 +107,7 @@ func parseByteSize(s string) (ByteSize, error) {
 }
 
 // String formats b in the largest binary unit that divides it exactly, or in
-// bytes ("0", "1MiB", "1536KiB", "1000B"). parseByteSize reads it back.
+// bytes ("0", "1MiB", "1536KiB", "1000B"). ParseByteSize reads it back.
 func (b ByteSize) String() string {
 	n := uint64(b)
 	if n == 0 {
@@ -129,7 +129,7 @@ func (b ByteSize) MarshalText() ([]byte, error) { return []byte(b.String()), nil
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (b *ByteSize) UnmarshalText(text []byte) error {
-	v, err := parseByteSize(string(text))
+	v, err := ParseByteSize(string(text))
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (b *ByteSize) UnmarshalScalar(sv confmap.ScalarValue) error {
 func sizeFromScalar(raw any) (ByteSize, error) {
 	switch v := raw.(type) {
 	case string:
-		return parseByteSize(v)
+		return ParseByteSize(v)
 	case int:
 		return sizeFromInt(int64(v))
 	case int64:
@@ -176,7 +176,7 @@ func sizeFromScalar(raw any) (ByteSize, error) {
 		return ByteSize(v), nil
 	case float64:
 		if !(v >= 0) || v >= math.MaxUint64 || v != math.Trunc(v) {
-			return 0, fmt.Errorf("invalid size %s: want a whole number of bytes >= 0", formatConfigFloat(v))
+			return 0, fmt.Errorf("invalid size %s: want a whole number of bytes >= 0", strconv.FormatFloat(v, 'g', -1, 64))
 		}
 		return ByteSize(v), nil
 	case nil:
@@ -200,26 +200,27 @@ type InflightBudget struct {
 	size ByteSize
 }
 
-// autoInflightBudget is the "auto" budget, a share of the memory limit.
-func autoInflightBudget() InflightBudget { return InflightBudget{auto: true} }
+// AutoInflightBudget is the "auto" budget, a share of the memory limit
+// and of the cores.
+func AutoInflightBudget() InflightBudget { return InflightBudget{auto: true} }
 
-// fixedInflightBudget is a budget of n bytes; 0 is off.
-func fixedInflightBudget(n ByteSize) InflightBudget { return InflightBudget{size: n} }
+// FixedInflightBudget is a budget of n bytes; 0 is off.
+func FixedInflightBudget(n ByteSize) InflightBudget { return InflightBudget{size: n} }
 
-// isAuto reports whether the budget is "auto".
-func (b InflightBudget) isAuto() bool { return b.auto }
+// IsAuto reports whether the budget is "auto".
+func (b InflightBudget) IsAuto() bool { return b.auto }
 
-// isOff reports whether the budget is disabled (0).
-func (b InflightBudget) isOff() bool { return !b.auto && b.size == 0 }
+// IsOff reports whether the budget is disabled (0).
+func (b InflightBudget) IsOff() bool { return !b.auto && b.size == 0 }
 
-// fixedSize is the fixed size of the budget; 0 when auto or off.
-func (b InflightBudget) fixedSize() ByteSize { return b.size }
+// Fixed is the fixed size of the budget; 0 when auto or off.
+func (b InflightBudget) Fixed() ByteSize { return b.size }
 
-// resolve returns the budget in bytes for a memory limit of memLimit
+// Resolve returns the budget in bytes for a memory limit of memLimit
 // bytes (0 = no limit) and cores effective cores (<= 0 = unknown), or 0 when
 // the budget is off. "auto" is the smaller of memLimit/12 (32 MiB without a
 // limit) and 10 MiB per core, within [1 MiB, 256 MiB].
-func (b InflightBudget) resolve(memLimit uint64, cores float64) uint64 {
+func (b InflightBudget) Resolve(memLimit uint64, cores float64) uint64 {
 	if !b.auto {
 		return uint64(b.size)
 	}
@@ -234,12 +235,12 @@ func (b InflightBudget) resolve(memLimit uint64, cores float64) uint64 {
 	return min(max(min(byMem, byCPU), minAutoBudget), maxAutoBudget)
 }
 
-// heldPool is the size of the pool that counts what waiting gRPC streams
+// HeldPool is the size of the pool that counts what waiting gRPC streams
 // may buffer for a memory limit of memLimit bytes: the memory part of the
 // "auto" budget (memLimit/12, 32 MiB without a limit, within [1 MiB,
 // 256 MiB]), without its per-core bound, which is about CPU work in
 // progress: a held stream does no work.
-func heldPool(memLimit uint64) uint64 { return autoInflightBudget().resolve(memLimit, 0) }
+func HeldPool(memLimit uint64) uint64 { return AutoInflightBudget().Resolve(memLimit, 0) }
 
 // String is "auto", "0" or the size.
 func (b InflightBudget) String() string {
@@ -255,14 +256,14 @@ func (b InflightBudget) MarshalText() ([]byte, error) { return []byte(b.String()
 // UnmarshalText implements encoding.TextUnmarshaler: "auto" or a size.
 func (b *InflightBudget) UnmarshalText(text []byte) error {
 	if strings.EqualFold(strings.TrimSpace(string(text)), "auto") {
-		*b = autoInflightBudget()
+		*b = AutoInflightBudget()
 		return nil
 	}
-	n, err := parseByteSize(string(text))
+	n, err := ParseByteSize(string(text))
 	if err != nil {
 		return fmt.Errorf("%w; or \"auto\", or 0 for off", err)
 	}
-	*b = fixedInflightBudget(n)
+	*b = FixedInflightBudget(n)
 	return nil
 }
 
@@ -284,6 +285,6 @@ func (b *InflightBudget) UnmarshalScalar(sv confmap.ScalarValue) error {
 	if err != nil {
 		return fmt.Errorf("%w; or \"auto\", or 0 for off", err)
 	}
-	*b = fixedInflightBudget(n)
+	*b = FixedInflightBudget(n)
 	return nil
 }

@@ -1,0 +1,529 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package admission // import "github.com/otelthrottle/throttle/internal/admission"
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// budget bounds the bytes reserved by admitted, unfinished requests, shared
+// by every server of one extension, with each key's share of it (keyTable).
+//
+// Reservations are lock-free: CASes on the key's counter (and its
+// origin's) and on the budget. Only a request that has been admitted may
+// wait for bytes (an HTTP body growing past its reservation, a gRPC call
+// waiting for what its message may decode to), and waits are served oldest
+// first: while requests wait, new reservations leave free what the waiting
+// ones need.
+//
+// Beside it are two pools: the oversize lane's, for the bytes of bodies
+// beyond their key's share, and the held pool, for what waiting gRPC
+// streams buffer.
+type budget struct {
+	max  atomic.Int64
+	keys *keyTable
+	// exemptReserve is the part of the budget only exempt signals may
+	// take (a quarter, when any signal is exempt): the others filling the
+	// budget do not refuse them, and the exempt signals stay within what
+	// the budget's size assumes.
+	exemptShare float64
+
+	reserved atomic.Int64
+	// peak is the largest reserved has been (Stats.Peak).
+	peak atomic.Int64
+	// read counts the bytes every request read, for the lane's allowance.
+	read counter
+
+	// pending is what the waiting bodies still need; waiting counts them,
+	// so that a release takes the lock only when someone waits.
+	pending  atomic.Int64
+	waiting  atomic.Int32
+	entering atomic.Int32
+	// headKeep is what the oldest entrant the budget (not its key's share)
+	// holds back needs: reservations that do not wait in line leave it
+	// free, so that a call waiting for its bytes is not passed by them
+	// until its deadline.
+	headKeep atomic.Int64
+	mu       sync.Mutex // guards queue, entrants and the lane's waiters
+	queue    []*waiter  // bodies waiting to grow, oldest first
+	entrants []*entrant // requests waiting to be admitted, oldest first
+
+	lane lanePool
+
+	// held is what waiting gRPC streams are expected to buffer, in a pool
+	// of heldMax bytes, at least max.
+	held, heldMax atomic.Int64
+
+	// closing is closed when the receivers stop: every wait ends.
+	closing chan struct{}
+}
+
+func newBudget(maxBytes int64, keys *keyTable, exemptShare float64) *budget {
+	b := &budget{keys: keys, exemptShare: exemptShare, closing: make(chan struct{})}
+	b.lane.b = b
+	b.setMax(maxBytes)
+	return b
+}
+
+// setMax resizes the budget (and the lane's pool, of the same size), as
+// the memory limit or the cores it was derived from change. Reservations
+// made under the old size stay.
+func (b *budget) setMax(n int64) {
+	if b == nil || n <= 0 {
+		return
+	}
+	b.max.Store(n)
+	b.lane.max.Store(n)
+	b.wakeAll()
+}
+
+// limitOf is the most key k may hold now, and its origin.
+func (b *budget) limitOf(k Key, at time.Duration) (lim, parentLim int64) {
+	m := b.max.Load()
+	lim = b.keys.limit(k, m, at)
+	parentLim = m
+	if p := b.keys.parentOf(k); p != 0 {
+		parentLim = b.keys.limit(p, m, at)
+	}
+	return lim, parentLim
+}
+
+// keepFor is what a new reservation leaves free of the budget besides the
+// waiting requests' needs: the exempt reserve, unless it is exempt.
+func (b *budget) keepFor(exempt bool) int64 {
+	if exempt || b.exemptShare <= 0 {
+		return 0
+	}
+	return int64(float64(b.max.Load()) * b.exemptShare)
+}
+
+// take reserves n bytes for key k if they fit in its share and in the
+// budget with keep bytes left free. An exempt request may take its key's
+// share over by the exempt reserve.
+func (b *budget) take(n int64, k Key, keep int64, exempt bool, at time.Duration) bool {
+	if n <= 0 {
+		return true
+	}
+	lim, plim := b.limitOf(k, at)
+	if exempt {
+		extra := b.keepFor(false)
+		lim, plim = lim+extra, plim+extra
+	}
+	if !b.keys.reserve(k, n, lim, plim) {
+		return false
+	}
+	for {
+		cur := b.reserved.Load()
+		if n > b.max.Load()-cur-keep {
+			b.keys.add(k, -n)
+			return false
+		}
+		if b.reserved.CompareAndSwap(cur, cur+n) {
+			b.notePeak(cur + n)
+			return true
+		}
+	}
+}
+
+// notePeak raises the peak to v if v is above it.
+func (b *budget) notePeak(v int64) {
+	for {
+		p := b.peak.Load()
+		if v <= p || b.peak.CompareAndSwap(p, v) {
+			return
+		}
+	}
+}
+
+// admitNow reserves n bytes for a new reservation of k that does not wait
+// in line, leaving free what the waiting requests need.
+func (b *budget) admitNow(n int64, k Key, exempt bool, at time.Duration) bool {
+	return b.take(n, k, b.pending.Load()+b.headKeep.Load()+b.keepFor(exempt), exempt, at)
+}
+
+// charge adds n bytes that are already in memory, even beyond the budget,
+// so that it shows them and refuses others meanwhile.
+func (b *budget) charge(n int64, k Key) {
+	if n <= 0 {
+		return
+	}
+	b.notePeak(b.reserved.Add(n))
+	b.keys.add(k, n)
+}
+
+// release returns n bytes of key k and hands them to the waiting requests.
+func (b *budget) release(n int64, k Key) {
+	if n <= 0 {
+		return
+	}
+	b.reserved.Add(-n)
+	b.keys.add(k, -n)
+	b.wakeAll()
+}
+
+// noteRead counts n bytes read by a request of k at at.
+func (b *budget) noteRead(n int64, k Key, lane bool, at time.Duration) {
+	if n <= 0 {
+		return
+	}
+	b.read.add(n, at, readWindow)
+	b.keys.noteRead(k, n, lane, at)
+}
+
+// wakeAll wakes the growing bodies and hands the freed bytes to the
+// entrants and to the lane's waiters, if any wait.
+func (b *budget) wakeAll() {
+	if b.waiting.Load() == 0 && b.entering.Load() == 0 && b.lane.waiting.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.wakeLocked()
+	b.admitEntrantsLocked()
+	b.lane.wakeLocked()
+	b.mu.Unlock()
+}
+
+// tryGrow adds up to need bytes to an admitted request's reservation of
+// key k, what is free of them within its share, if no body is waiting
+// (waiting bodies are served first), and returns how many. Lock-free.
+func (b *budget) tryGrow(need int64, k Key, exempt bool, at time.Duration) int64 {
+	if b.waiting.Load() > 0 {
+		return 0
+	}
+	lim, plim := b.limitOf(k, at)
+	take := min(need, b.keys.room(k, lim, plim), b.max.Load()-b.reserved.Load()-b.keepFor(exempt))
+	if take <= 0 || !b.take(take, k, b.keepFor(exempt), false, at) {
+		return 0
+	}
+	return take
+}
+
+// atShare reports whether a body of k that holds own bytes holds all its
+// key may have (of what is not the exempt signals' reserve, unless it is
+// exempt): it can go on only in the oversize lane.
+func (b *budget) atShare(own int64, k Key, exempt bool, at time.Duration) bool {
+	lim, plim := b.limitOf(k, at)
+	return own >= min(lim, plim, b.max.Load()-b.keepFor(exempt))
+}
+
+// waiter is a body waiting for its reservation to grow.
+type waiter struct {
+	age  time.Duration // admission time: older bodies are served first
+	need int64
+	held int64
+	wake chan struct{} // buffered: a wake-up between two checks is kept
+}
+
+// waitGrow adds need bytes to the reservation (held bytes) of an admitted
+// request of key k, waiting at most limit for them, and returns whether it
+// did and how long it waited. Waiting bodies are served oldest first; a
+// body younger than a waiting one does not take the bytes it needs. When
+// the oldest could not be served even if every request that is not
+// waiting finished, the youngest gives up at once so that the older ones
+// can finish.
+func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Key, exempt bool, limit time.Duration) (bool, time.Duration) {
+	if limit <= 0 {
+		return false, 0
+	}
+	start := now()
+	w.need, w.held = need, held
+	if w.wake == nil {
+		w.wake = make(chan struct{}, 1)
+	}
+	b.mu.Lock()
+	i, _ := slices.BinarySearchFunc(b.queue, w.age, func(q *waiter, age time.Duration) int { return cmp.Compare(q.age, age) })
+	b.queue = slices.Insert(b.queue, i, w)
+	b.pending.Add(need)
+	b.waiting.Add(1)
+	b.wakeLocked() // a new older waiter changes what the others may take
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		if i := slices.Index(b.queue, w); i >= 0 {
+			b.queue = slices.Delete(b.queue, i, i+1)
+		}
+		b.pending.Add(-need)
+		b.waiting.Add(-1)
+		b.wakeLocked()
+		b.admitEntrantsLocked() // what it needed is no longer kept free
+		b.mu.Unlock()
+	}()
+
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		older, headNeed, waitHeld, youngest := b.position(w)
+		if b.take(need, k, older+b.keepFor(exempt), false, now()) {
+			return true, now() - start
+		}
+		if youngest && headNeed > b.max.Load()-waitHeld {
+			return false, now() - start
+		}
+		select {
+		case <-w.wake:
+		case <-t.C:
+			return false, now() - start
+		case <-ctx.Done():
+			return false, now() - start
+		case <-b.closing:
+			return false, now() - start
+		}
+	}
+}
+
+// position returns what the bodies older than w need, what the oldest
+// waiting body needs, what all waiting bodies hold, and whether w is the
+// youngest.
+func (b *budget) position(w *waiter) (older, headNeed, waitHeld int64, youngest bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	before := true
+	for _, q := range b.queue {
+		if q == w {
+			before = false
+		} else if before {
+			older += q.need
+		}
+		waitHeld += q.held
+	}
+	if len(b.queue) > 0 {
+		headNeed = b.queue[0].need
+		youngest = b.queue[len(b.queue)-1] == w
+	}
+	return older, headNeed, waitHeld, youngest
+}
+
+func (b *budget) wakeLocked() {
+	for _, q := range b.queue {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// entrant is a request waiting to be admitted.
+type entrant struct {
+	n        int64
+	k        Key
+	exempt   bool
+	admitted chan struct{} // closed when its bytes were reserved for it
+}
+
+// waitAdmit reserves n bytes for a request of key k that may wait for them
+// (a gRPC call, on its own goroutine), at most limit. Released bytes are
+// handed to the waiting requests oldest first, and new reservations do not
+// pass them; one whose key is at its share is passed over, so that a key
+// flooding the wait holds back no other.
+func (b *budget) waitAdmit(ctx context.Context, n int64, k Key, exempt bool, limit time.Duration) bool {
+	if b.entering.Load() == 0 && b.admitNow(n, k, exempt, now()) {
+		return true
+	}
+	if limit <= 0 {
+		return false
+	}
+	b.keys.noteRefused(k, now())
+	e := &entrant{n: n, k: k, exempt: exempt, admitted: make(chan struct{})}
+	b.mu.Lock()
+	b.entrants = append(b.entrants, e)
+	b.entering.Add(1)
+	b.admitEntrantsLocked() // it may fit behind no one
+	b.mu.Unlock()
+
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-e.admitted:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-b.closing:
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.Index(b.entrants, e)
+	if i < 0 {
+		return true // admitted as its wait ended
+	}
+	b.entrants = slices.Delete(b.entrants, i, i+1)
+	b.entering.Add(-1)
+	b.admitEntrantsLocked() // those behind it may fit now
+	return false
+}
+
+// admitEntrantsLocked admits the waiting requests, oldest first, until one
+// does not fit in the budget; one whose key is at its share is passed
+// over. One pass.
+func (b *budget) admitEntrantsLocked() {
+	kept := b.entrants[:0]
+	short := false
+	var keep int64
+	at := now()
+	for _, e := range b.entrants {
+		if !short && b.take(e.n, e.k, b.pending.Load()+b.keepFor(e.exempt), e.exempt, at) {
+			b.entering.Add(-1)
+			close(e.admitted)
+			continue
+		}
+		// The budget, not its key's share, is short for it: the younger
+		// ones wait behind it, and requests that cannot wait leave it what
+		// it needs.
+		if lim, plim := b.limitOf(e.k, at); !short && b.keys.room(e.k, lim, plim) >= e.n {
+			short, keep = true, e.n
+		}
+		kept = append(kept, e)
+	}
+	clear(b.entrants[len(kept):])
+	b.entrants = kept
+	b.headKeep.Store(keep)
+}
+
+// reserveHeld counts n bytes a waiting gRPC stream may buffer, if they fit
+// in the held pool (at least the budget's size).
+func (b *budget) reserveHeld(n int64) bool {
+	if n <= 0 {
+		return true
+	}
+	return casAdd(&b.held, n, max(b.heldMax.Load(), b.max.Load()))
+}
+
+// releaseHeld returns what reserveHeld counted.
+func (b *budget) releaseHeld(n int64) {
+	if n > 0 {
+		b.held.Add(-n)
+	}
+}
+
+// close ends every wait: the receivers are stopping.
+func (b *budget) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.closing:
+	default:
+		close(b.closing)
+	}
+}
+
+// lanePool is the oversize lane: bodies whose own reservation is their
+// key's whole share read on in it, charged to a pool of the budget's size
+// rather than to their key, so that a large honest batch is not refused
+// for ever (a retryable refusal that can never succeed is data lost after
+// the client's retries) and takes nothing from the other keys. Several
+// bodies read in it side by side while the pool has room, so that a slow
+// one cannot keep the others out; one body alone may read past the pool,
+// bounded by the receiver's max_request_body_size, since nothing else
+// could ever admit it.
+type lanePool struct {
+	b       *budget
+	max     atomic.Int64
+	used    atomic.Int64
+	bodies  atomic.Int32
+	waiting atomic.Int32
+	queue   []*waiter // guarded by b.mu
+}
+
+// enter counts a body in the lane.
+func (l *lanePool) enter() { l.bodies.Add(1) }
+
+// leave takes a body and its n bytes out of the lane.
+func (l *lanePool) leave(n int64) {
+	l.bodies.Add(-1)
+	l.used.Add(-n)
+	l.b.wakeAll()
+}
+
+// tryTake takes n bytes of the pool if they fit, or if the body is alone
+// in the lane and no body waits.
+func (l *lanePool) tryTake(n int64) bool {
+	if l.waiting.Load() > 0 {
+		return false
+	}
+	if l.bodies.Load() <= 1 {
+		l.used.Add(n)
+		return true
+	}
+	return casAdd(&l.used, n, l.max.Load())
+}
+
+// take takes n bytes of the pool for w, waiting at most limit, oldest
+// first.
+func (l *lanePool) take(ctx context.Context, w *waiter, n int64, limit time.Duration) (bool, time.Duration) {
+	if l.tryTake(n) {
+		return true, 0
+	}
+	if limit <= 0 {
+		return false, 0
+	}
+	start := now()
+	if w.wake == nil {
+		w.wake = make(chan struct{}, 1)
+	}
+	b := l.b
+	b.mu.Lock()
+	i, _ := slices.BinarySearchFunc(l.queue, w.age, func(q *waiter, age time.Duration) int { return cmp.Compare(q.age, age) })
+	l.queue = slices.Insert(l.queue, i, w)
+	l.waiting.Add(1)
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		if i := slices.Index(l.queue, w); i >= 0 {
+			l.queue = slices.Delete(l.queue, i, i+1)
+		}
+		l.waiting.Add(-1)
+		l.wakeLocked()
+		b.mu.Unlock()
+	}()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		b.mu.Lock()
+		first := len(l.queue) > 0 && l.queue[0] == w
+		b.mu.Unlock()
+		if first {
+			if l.bodies.Load() <= 1 {
+				l.used.Add(n)
+				return true, now() - start
+			}
+			if casAdd(&l.used, n, l.max.Load()) {
+				return true, now() - start
+			}
+		}
+		select {
+		case <-w.wake:
+		case <-t.C:
+			return false, now() - start
+		case <-ctx.Done():
+			return false, now() - start
+		case <-b.closing:
+			return false, now() - start
+		}
+	}
+}
+
+func (l *lanePool) wakeLocked() {
+	if len(l.queue) > 0 {
+		select {
+		case l.queue[0].wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// laneIndebted reports whether key k has lately read its allowance in the
+// oversize lane: the larger of the budget's size and its share of what
+// every other key read in the same time. Under pressure such a key's
+// requests that may need the lane are refused rather than decompressed up
+// to its share first.
+func (b *budget) laneIndebted(k Key, at time.Duration) bool {
+	lane, all := b.keys.laneRecent(k, at)
+	others := b.read.recent(at, readWindow) - all
+	share := b.keys.share
+	return lane >= max(b.max.Load(), int64(float64(others)*share))
+}

@@ -1,0 +1,807 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package admission // import "github.com/otelthrottle/throttle/internal/admission"
+
+import (
+	"cmp"
+	"hash/maphash"
+	"math"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+// Key is a request's fairness key as the controller tracks it: one slot of
+// a table of fixed size. Keys are hashed into the slots with a seed chosen
+// at start, so that no client can aim at another's slot; two keys in one
+// slot share its limits, which errs on the side of refusing. The zero Key
+// is no key (an address that is not IP): it has no per-key limits.
+type Key uint32
+
+// keySlots is the number of tracked keys: memory stays bounded however
+// many addresses or header values clients use.
+const keySlots = 4096
+
+// activeFor is how long a key counts towards the shares after it last read
+// a byte or was refused for the budget: long enough to span an exporter's
+// back-off after a refusal, so that a key refused because others hold the
+// budget still counts when the shares are computed. Requests that send no
+// byte do not make a key active: silent requests cannot shrink the others'
+// shares.
+const activeFor = 5 * time.Second
+
+// recountEvery is how often the shares and the fair drops are computed
+// again, by whichever request finds it due.
+const recountEvery = 250 * time.Millisecond
+
+// contendedFor is how long after a budget refusal the budget counts as
+// contended: then every key holds at most its fair share, otherwise up to
+// the configured share (room nobody wants).
+const contendedFor = 2 * time.Second
+
+// readWindow is the window of the read counters: what a key read lately,
+// for the oversize lane's allowance.
+const readWindow = 10 * time.Second
+
+// arrivalWindow is the window of the arrival counters the fair drops are
+// computed from: short, so that the drops follow a key that starts or
+// stops a flood within a second or two.
+const arrivalWindow = time.Second
+
+// maxNameLen bounds a key's name in the telemetry and on the status page.
+const maxNameLen = 64
+
+type keySlot struct {
+	id     atomic.Uint64 // hash of the key the slot holds now; 0: unused
+	parent atomic.Uint32 // the origin's Key of a nested key; 0: top-level
+	name   atomic.Pointer[string]
+	weight atomic.Uint64 // float64 bits
+
+	// frac is the slot's fair share of the budget (float64 bits) and epoch
+	// the recount it was computed at; places its fair share of the hold.
+	frac, places atomic.Uint64
+	epoch        atomic.Int64
+	kids         atomic.Int32 // active nested keys of an origin
+
+	reserved atomic.Int64 // bytes of the admission budget
+	held     atomic.Int32 // places in the hold
+	seen     atomic.Int64 // now() of the last request
+	busy     atomic.Int64 // now() of the last byte read or budget refusal
+
+	hasKids atomic.Bool // an origin some nested key names as parent
+
+	read, laneRead    counter // bytes, readWindow
+	admitted, refused counter // requests, readWindow
+	arrivals          [decision.NumSignals]counter
+	// drop is the fair drop of each signal as a 53-bit threshold, computed
+	// at the recount dropEpoch says.
+	drop      [decision.NumSignals]atomic.Uint64
+	dropEpoch [decision.NumSignals]atomic.Int64
+	sizes     atomic.Pointer[[decision.NumSignals]sizeWindow]
+	wire      atomic.Pointer[[decision.NumSignals]sizeWindow]
+}
+
+// keyTable tracks every key of one extension: what each holds of the
+// budget and of the hold's places, its shares, and its fair drops.
+type keyTable struct {
+	source  KeySource
+	share   float64
+	seed    maphash.Seed
+	weights map[string]float64
+	cidrs   []weightedPrefix
+	slots   [keySlots]keySlot
+
+	recounted atomic.Int64 // now() of the last recount
+	epoch     atomic.Int64
+	// newFrac and newPlaces are the shares of a key that became active
+	// since the last recount (float64 bits).
+	newFrac, newPlaces atomic.Uint64
+	active             atomic.Int32
+	refusedAt          atomic.Int64 // now() of the last budget refusal or wait
+
+	mu      sync.Mutex // guards scratch, the recount's working space
+	scratch recountScratch
+}
+
+type weightedPrefix struct {
+	p netip.Prefix
+	w float64
+}
+
+type recountScratch struct {
+	kidsWeight, kidsPlaceW, arrivalsW [keySlots]float64
+	kids                              [keySlots]int32
+	flows                             []flow
+}
+
+// flow is one key's arrivals of a signal for the fair drops.
+type flow struct {
+	slot    int
+	arrived float64
+	weight  float64
+}
+
+func newKeyTable(cfg FairnessConfig) *keyTable {
+	t := &keyTable{source: cfg.Key, share: cfg.Share, seed: maphash.MakeSeed()}
+	if t.source == "" {
+		t.source = KeyAddress
+	}
+	if !(t.share > 0 && t.share <= 1) {
+		t.share = 1
+	}
+	for k, w := range cfg.Weights {
+		if t.source == KeyAddress {
+			if p, err := parsePrefix(k); err == nil {
+				t.cidrs = append(t.cidrs, weightedPrefix{p, w})
+			}
+			continue
+		}
+		if t.weights == nil {
+			t.weights = map[string]float64{}
+		}
+		t.weights[k] = w
+	}
+	// Longest prefix first: the most specific range wins.
+	slices.SortFunc(t.cidrs, func(a, b weightedPrefix) int { return cmp.Compare(b.p.Bits(), a.p.Bits()) })
+	t.newFrac.Store(math.Float64bits(t.share))
+	t.newPlaces.Store(math.Float64bits(t.share))
+	// Recounts are numbered from 1: a slot's zero epoch is never current.
+	t.epoch.Store(1)
+	return t
+}
+
+func (t *keyTable) slot(k Key) *keySlot {
+	if t == nil || k == 0 || k > keySlots {
+		return nil
+	}
+	return &t.slots[k-1]
+}
+
+// key returns the Key of a request from origin (its client's address)
+// with tenant (the header's or the auth attribute's value; "" for none).
+// A header value is nested under the origin: its key has the origin's key
+// as parent and shares the origin's share, so that a client choosing its
+// own values gains nothing. An auth value is a key of its own.
+func (t *keyTable) key(origin netip.Addr, tenant string) Key {
+	if t == nil {
+		return 0
+	}
+	if len(tenant) > 0 && t.source == KeyAuth {
+		var h maphash.Hash
+		h.SetSeed(t.seed)
+		h.WriteByte('a')
+		h.WriteString(tenant)
+		return t.claim(h.Sum64(), 0, tenant, netip.Addr{})
+	}
+	if !origin.IsValid() {
+		return 0
+	}
+	var k [17]byte
+	if origin = origin.Unmap(); origin.Is4() {
+		v := origin.As4()
+		copy(k[:], v[:])
+		k[16] = 4
+	} else {
+		// An IPv6 client by its /64, what one host or site gets, so that
+		// it cannot escape its share by changing the low bits.
+		v := origin.As16()
+		copy(k[:8], v[:8])
+		k[16] = 6
+	}
+	oid := maphash.Bytes(t.seed, k[:])
+	ok := t.claim(oid, 0, "", origin)
+	if len(tenant) == 0 || t.source != KeyHeader {
+		return ok
+	}
+	var h maphash.Hash
+	h.SetSeed(t.seed)
+	h.Write(k[:])
+	h.WriteByte('h')
+	h.WriteString(tenant)
+	return t.claim(h.Sum64(), ok, tenant, netip.Addr{})
+}
+
+// claim returns the slot of id, (re)labelling it when it held another key
+// (a collision, or its first use): its parent, name and weight.
+func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) Key {
+	id |= 1 // 0 is an unused slot
+	k := Key(id%keySlots) + 1
+	s := &t.slots[k-1]
+	if s.id.Load() == id {
+		return k
+	}
+	s.id.Store(id)
+	s.parent.Store(uint32(parent))
+	if p := t.slot(parent); p != nil {
+		p.hasKids.Store(true)
+	}
+	w := 1.0
+	var name string
+	if addr.IsValid() {
+		name = addr.String()
+		if addr.Is6() {
+			name = netip.PrefixFrom(addr, 64).Masked().String()
+		}
+		for _, c := range t.cidrs {
+			if c.p.Contains(addr) {
+				w = c.w
+				break
+			}
+		}
+	} else {
+		name = tenant
+		if len(name) > maxNameLen {
+			name = name[:maxNameLen]
+		}
+		if v, ok := t.weights[tenant]; ok {
+			w = v
+		}
+	}
+	s.name.Store(&name)
+	s.weight.Store(math.Float64bits(w))
+	return k
+}
+
+// parentOf returns the origin of a nested key, 0 for a top-level one.
+func (t *keyTable) parentOf(k Key) Key {
+	if s := t.slot(k); s != nil {
+		return Key(s.parent.Load())
+	}
+	return 0
+}
+
+// touch records a request of k for sig arriving at t and computes the
+// shares again when that is due.
+func (t *keyTable) touch(k Key, sig decision.Signal, at time.Duration, dec Decider) {
+	if t == nil {
+		return
+	}
+	if s := t.slot(k); s != nil {
+		if at-time.Duration(s.seen.Load()) >= recountEvery/2 {
+			s.seen.Store(int64(at))
+		}
+		if sig < decision.NumSignals {
+			s.arrivals[sig].add(1, at, arrivalWindow)
+		}
+	}
+	last := t.recounted.Load()
+	if at-time.Duration(last) < recountEvery || !t.recounted.CompareAndSwap(last, int64(at)) {
+		return
+	}
+	t.recount(at, dec)
+}
+
+// busy marks k and its origin as reading (or refused for the budget) at t:
+// only such keys share the budget.
+func (t *keyTable) busy(k Key, at time.Duration) {
+	for s := t.slot(k); s != nil; s = t.slot(Key(s.parent.Load())) {
+		if at-time.Duration(s.busy.Load()) >= recountEvery/2 {
+			s.busy.Store(int64(at))
+		}
+		if s.parent.Load() == 0 {
+			return
+		}
+	}
+}
+
+// contended reports whether a request was refused for the budget, or made
+// to wait for it, within contendedFor of at.
+func (t *keyTable) contended(at time.Duration) bool {
+	r := t.refusedAt.Load()
+	return r != 0 && at-time.Duration(r) < contendedFor
+}
+
+// noteRefused records a budget refusal (or wait) of k at at.
+func (t *keyTable) noteRefused(k Key, at time.Duration) {
+	if t == nil {
+		return
+	}
+	if time.Duration(t.refusedAt.Load()) < at {
+		t.refusedAt.Store(int64(at))
+	}
+	t.busy(k, at)
+}
+
+// fraction is the share of the budget k may hold at at: its fair share
+// while the budget is contended, the configured share otherwise (of its
+// origin's for a nested key).
+func (t *keyTable) fraction(k Key, at time.Duration) float64 {
+	s := t.slot(k)
+	if s == nil || t.share >= 1 && t.parentOf(k) == 0 {
+		return 1
+	}
+	if !t.contended(at) {
+		if s.parent.Load() != 0 {
+			return t.share * t.share
+		}
+		return t.share
+	}
+	return t.fairFraction(s)
+}
+
+// fairFraction is the fair share of the slot as last computed, or that of
+// a key that became active since.
+func (t *keyTable) fairFraction(s *keySlot) float64 {
+	if s.epoch.Load() == t.epoch.Load() {
+		return math.Float64frombits(s.frac.Load())
+	}
+	f := math.Float64frombits(t.newFrac.Load())
+	if p := t.slot(Key(s.parent.Load())); p != nil {
+		pf := f
+		if p.epoch.Load() == t.epoch.Load() {
+			pf = math.Float64frombits(p.frac.Load())
+		}
+		return pf / float64(p.kids.Load()+1)
+	}
+	return f
+}
+
+// limit is the most that k may hold of total bytes at at, at least 1.
+func (t *keyTable) limit(k Key, total int64, at time.Duration) int64 {
+	return max(int64(float64(total)*t.fraction(k, at)), 1)
+}
+
+// placeLimit is how many of maxPlaces k may hold, at least 1.
+func (t *keyTable) placeLimit(k Key, maxPlaces int64) int32 {
+	s := t.slot(k)
+	if s == nil {
+		return math.MaxInt32
+	}
+	f := math.Float64frombits(t.newPlaces.Load())
+	if s.epoch.Load() == t.epoch.Load() {
+		f = math.Float64frombits(s.places.Load())
+	}
+	return int32(min(max(int64(float64(maxPlaces)*f), 1), math.MaxInt32))
+}
+
+// reserve adds n bytes to k's reservation (and its origin's) if they fit
+// in lim and its origin's limit parentLim; lock-free.
+func (t *keyTable) reserve(k Key, n, lim, parentLim int64) bool {
+	s := t.slot(k)
+	if s == nil {
+		return true
+	}
+	if !casAdd(&s.reserved, n, lim) {
+		return false
+	}
+	if p := t.slot(Key(s.parent.Load())); p != nil && !casAdd(&p.reserved, n, parentLim) {
+		s.reserved.Add(-n)
+		return false
+	}
+	return true
+}
+
+// casAdd adds n to v if the sum stays within lim.
+func casAdd(v *atomic.Int64, n, lim int64) bool {
+	for {
+		cur := v.Load()
+		// Written as a subtraction so a huge n cannot overflow.
+		if n > lim-cur {
+			return false
+		}
+		if v.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// add counts n bytes (negative: released) for k and its origin,
+// unconditionally.
+func (t *keyTable) add(k Key, n int64) {
+	s := t.slot(k)
+	if s == nil {
+		return
+	}
+	s.reserved.Add(n)
+	if p := t.slot(Key(s.parent.Load())); p != nil {
+		p.reserved.Add(n)
+	}
+}
+
+// room is what k may still take of lim (and its origin of parentLim).
+func (t *keyTable) room(k Key, lim, parentLim int64) int64 {
+	s := t.slot(k)
+	if s == nil {
+		return lim
+	}
+	r := lim - s.reserved.Load()
+	if p := t.slot(Key(s.parent.Load())); p != nil {
+		r = min(r, parentLim-p.reserved.Load())
+	}
+	return max(r, 0)
+}
+
+// reserved is what k holds of the budget.
+func (t *keyTable) reserved(k Key) int64 {
+	if s := t.slot(k); s != nil {
+		return s.reserved.Load()
+	}
+	return 0
+}
+
+// takePlace takes one of k's places in a hold of maxPlaces; false when k
+// is at its share of them.
+func (t *keyTable) takePlace(k Key, maxPlaces int64) bool {
+	s := t.slot(k)
+	if s == nil || t.share >= 1 {
+		return true
+	}
+	if s.held.Add(1) > t.placeLimit(k, maxPlaces) {
+		s.held.Add(-1)
+		return false
+	}
+	parent := Key(s.parent.Load())
+	if p := t.slot(parent); p != nil && p.held.Add(1) > t.placeLimit(parent, maxPlaces) {
+		p.held.Add(-1)
+		s.held.Add(-1)
+		return false
+	}
+	return true
+}
+
+// freePlace gives back a place taken by takePlace.
+func (t *keyTable) freePlace(k Key) {
+	s := t.slot(k)
+	if s == nil || t.share >= 1 {
+		return
+	}
+	s.held.Add(-1)
+	if p := t.slot(Key(s.parent.Load())); p != nil {
+		p.held.Add(-1)
+	}
+}
+
+// noteRead records that a request of k read n bytes at at, in the lane or
+// not, for its origin too.
+func (t *keyTable) noteRead(k Key, n int64, lane bool, at time.Duration) {
+	if n <= 0 {
+		return
+	}
+	t.busy(k, at)
+	for s := t.slot(k); s != nil; s = t.slot(Key(s.parent.Load())) {
+		s.read.add(n, at, readWindow)
+		if lane {
+			s.laneRead.add(n, at, readWindow)
+		}
+		if s.parent.Load() == 0 {
+			return
+		}
+	}
+}
+
+// noteDecision counts an admitted or refused request of k for the
+// telemetry of the busiest keys.
+func (t *keyTable) noteDecision(k Key, admitted bool, at time.Duration) {
+	s := t.slot(k)
+	if s == nil {
+		return
+	}
+	if admitted {
+		s.admitted.add(1, at, readWindow)
+	} else {
+		s.refused.add(1, at, readWindow)
+	}
+}
+
+// laneRecent is what k read in the oversize lane lately, and what it read
+// in all.
+func (t *keyTable) laneRecent(k Key, at time.Duration) (lane, all int64) {
+	if s := t.topOf(k); s != nil {
+		return s.laneRead.recent(at, readWindow), s.read.recent(at, readWindow)
+	}
+	return 0, 0
+}
+
+// topOf is the slot of k's origin, or of k when it is top-level: the lane's
+// allowance is an origin's, so that a client cannot renew it by changing
+// its header values.
+func (t *keyTable) topOf(k Key) *keySlot {
+	s := t.slot(k)
+	if s == nil {
+		return nil
+	}
+	if p := t.slot(Key(s.parent.Load())); p != nil {
+		return p
+	}
+	return s
+}
+
+// sizeOf returns the largest body of k and sig learnt lately, 0 if none.
+func (t *keyTable) sizeOf(k Key, sig decision.Signal, at time.Duration, wire bool) int64 {
+	s := t.slot(k)
+	if s == nil || sig >= decision.NumSignals {
+		return 0
+	}
+	p := s.sizes.Load()
+	if wire {
+		p = s.wire.Load()
+	}
+	if p == nil {
+		return 0
+	}
+	return p[sig].get(at)
+}
+
+// learn records the size of an accepted request of k and sig.
+func (t *keyTable) learn(k Key, sig decision.Signal, n int64, at time.Duration, wire bool) {
+	s := t.slot(k)
+	if s == nil || sig >= decision.NumSignals {
+		return
+	}
+	ptr := &s.sizes
+	if wire {
+		ptr = &s.wire
+	}
+	w := ptr.Load()
+	if w == nil {
+		w = new([decision.NumSignals]sizeWindow)
+		if !ptr.CompareAndSwap(nil, w) {
+			w = ptr.Load()
+		}
+	}
+	w[sig].observe(n, at)
+}
+
+// dropThreshold is the 53-bit threshold a request of k and sig is dropped
+// under while its signal sheds with probability p: the key's fair drop
+// when one has been computed, p itself otherwise.
+func (t *keyTable) dropThreshold(k Key, sig decision.Signal, p float64) uint64 {
+	if s := t.slot(k); s != nil && sig < decision.NumSignals && s.dropEpoch[sig].Load() == t.epoch.Load() {
+		return s.drop[sig].Load()
+	}
+	return threshold(p)
+}
+
+// threshold scales a probability to 53 bits: a draw r in [0, 2^53) drops
+// when r < threshold.
+func threshold(p float64) uint64 {
+	switch {
+	case !(p > 0):
+		return 0
+	case p >= 1:
+		return 1 << 53
+	}
+	return uint64(p * (1 << 53))
+}
+
+// recount computes, at at, every key's fair shares of the budget and of
+// the hold, and for every signal that sheds, every key's fair drop. Only
+// busy keys (a byte read or a budget refusal lately, or bytes held) share
+// the budget, and only those and the keys holding places share the hold:
+// requests that send nothing cannot shrink the others' shares.
+func (t *keyTable) recount(at time.Duration, dec Decider) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sc := &t.scratch
+	epoch := t.epoch.Load() + 1
+	clear(sc.kidsWeight[:])
+	clear(sc.kidsPlaceW[:])
+	clear(sc.kids[:])
+	var topW, placeW float64
+	n := 0
+	isBusy := func(s *keySlot) bool {
+		b := s.busy.Load()
+		return s.reserved.Load() > 0 || (b != 0 && at-time.Duration(b) <= activeFor)
+	}
+	for i := range t.slots {
+		s := &t.slots[i]
+		if s.id.Load() == 0 {
+			continue
+		}
+		w := math.Float64frombits(s.weight.Load())
+		busy := isBusy(s)
+		placed := busy || s.held.Load() > 0
+		if p := s.parent.Load(); p != 0 {
+			if busy {
+				sc.kidsWeight[p-1] += w
+				sc.kids[p-1]++
+			}
+			if placed {
+				sc.kidsPlaceW[p-1] += w
+			}
+			continue
+		}
+		if busy {
+			topW += w
+			n++
+		}
+		if placed {
+			placeW += w
+		}
+	}
+	// The origins and top-level keys first, then the keys nested in them.
+	for pass := range 2 {
+		for i := range t.slots {
+			s := &t.slots[i]
+			parent := s.parent.Load()
+			if s.id.Load() == 0 || (pass == 0) != (parent == 0) {
+				continue
+			}
+			w := math.Float64frombits(s.weight.Load())
+			busy := isBusy(s)
+			placed := busy || s.held.Load() > 0
+			var frac, places float64
+			if parent == 0 {
+				// A key not counted yet is counted as if it had just joined.
+				frac = min(t.share, w/(topW+boolW(!busy, w)))
+				places = min(t.share, w/(placeW+boolW(!placed, w)))
+				s.kids.Store(sc.kids[i])
+			} else {
+				p := &t.slots[parent-1]
+				frac = math.Float64frombits(p.frac.Load()) * w / (sc.kidsWeight[parent-1] + boolW(!busy, w))
+				places = math.Float64frombits(p.places.Load()) * w / (sc.kidsPlaceW[parent-1] + boolW(!placed, w))
+			}
+			s.frac.Store(math.Float64bits(frac))
+			s.places.Store(math.Float64bits(places))
+			s.epoch.Store(epoch)
+		}
+	}
+	t.newFrac.Store(math.Float64bits(min(t.share, 1/(topW+1))))
+	t.newPlaces.Store(math.Float64bits(min(t.share, 1/(placeW+1))))
+	t.active.Store(int32(n))
+	t.recountDrops(at, epoch, dec)
+	t.epoch.Store(epoch)
+}
+
+func boolW(b bool, w float64) float64 {
+	if b {
+		return w
+	}
+	return 0
+}
+
+// recountDrops computes, for every signal that sheds with probability p,
+// each key's drop so that the keys that send more than their weighted fair
+// share of the requests are refused first (approximate fair dropping):
+// with f the fair rate per unit of weight such that the keys' admitted
+// requests, min(arrived, f × weight) each, add up to 1 − p of all that
+// arrived, a key is dropped with probability 1 − f × weight / arrived.
+// Nine quiet tenants and one sending ten times as much: the quiet ones are
+// not refused at all while the noisy one's excess is. A key nested in an
+// origin weighs its share of the origin's weight.
+func (t *keyTable) recountDrops(at time.Duration, epoch int64, dec Decider) {
+	if dec == nil {
+		return
+	}
+	sc := &t.scratch
+	for sig := range decision.NumSignals {
+		open, p := dec.Pressure(sig)
+		if open || !(p > 0 && p < 1) {
+			continue
+		}
+		// The weights of the origins and top-level keys that sent requests,
+		// and of the nested keys within their origin.
+		clear(sc.arrivalsW[:])
+		var topW float64
+		sc.flows = sc.flows[:0]
+		for i := range t.slots {
+			s := &t.slots[i]
+			if s.id.Load() == 0 {
+				continue
+			}
+			a := s.arrivals[sig].recent(at, arrivalWindow)
+			if a == 0 {
+				continue
+			}
+			w := math.Float64frombits(s.weight.Load())
+			if parent := s.parent.Load(); parent != 0 {
+				if sc.arrivalsW[parent-1] == 0 {
+					topW += math.Float64frombits(t.slots[parent-1].weight.Load())
+				}
+				sc.arrivalsW[parent-1] += w
+			} else {
+				topW += w
+			}
+			sc.flows = append(sc.flows, flow{slot: i, arrived: float64(a), weight: w})
+		}
+		if len(sc.flows) == 0 || topW == 0 {
+			continue
+		}
+		var total float64
+		for j := range sc.flows {
+			f := &sc.flows[j]
+			if parent := t.slots[f.slot].parent.Load(); parent != 0 {
+				pw := math.Float64frombits(t.slots[parent-1].weight.Load())
+				f.weight = pw / topW * f.weight / sc.arrivalsW[parent-1]
+			} else {
+				f.weight /= topW
+			}
+			total += f.arrived
+		}
+		fair := fairRate(sc.flows, (1-p)*total)
+		for _, f := range sc.flows {
+			d := 0.0
+			if limit := fair * f.weight; f.arrived > limit {
+				d = 1 - limit/f.arrived
+			}
+			s := &t.slots[f.slot]
+			s.drop[sig].Store(threshold(d))
+			s.dropEpoch[sig].Store(epoch)
+		}
+	}
+}
+
+// fairRate returns f, the admitted requests per unit of weight such that
+// the sum over flows of min(arrived, f × weight) is target (water filling).
+// It sorts flows.
+func fairRate(flows []flow, target float64) float64 {
+	slices.SortFunc(flows, func(a, b flow) int { return cmp.Compare(a.arrived/a.weight, b.arrived/b.weight) })
+	rest, weight := target, 0.0
+	for _, f := range flows {
+		weight += f.weight
+	}
+	for _, f := range flows {
+		if weight <= 0 {
+			break
+		}
+		if f.arrived <= rest*f.weight/weight {
+			rest -= f.arrived
+			weight -= f.weight
+			continue
+		}
+		return rest / weight
+	}
+	return math.Inf(1)
+}
+
+// KeyStat is what one key holds and how its requests fared lately: the
+// telemetry and the status page show the busiest.
+type KeyStat struct {
+	Name     string
+	Reserved int64
+	Held     int32
+	Admitted int64 // requests admitted in the last 10 to 20 s
+	Refused  int64 // requests refused in the last 10 to 20 s
+}
+
+// top returns the n busiest keys, by bytes held, then places held, then
+// requests refused and admitted lately, and the sum of the others as
+// "other".
+func (t *keyTable) top(n int, at time.Duration) (top []KeyStat, other KeyStat) {
+	if t == nil {
+		return nil, KeyStat{}
+	}
+	var all []KeyStat
+	for i := range t.slots {
+		s := &t.slots[i]
+		if s.id.Load() == 0 {
+			continue
+		}
+		ks := KeyStat{
+			Reserved: s.reserved.Load(),
+			Held:     s.held.Load(),
+			Admitted: s.admitted.recent(at, readWindow),
+			Refused:  s.refused.recent(at, readWindow),
+		}
+		if ks == (KeyStat{}) {
+			continue
+		}
+		if s.hasKids.Load() {
+			continue // an origin's figures are its nested keys'
+		}
+		if name := s.name.Load(); name != nil {
+			ks.Name = *name
+		}
+		all = append(all, ks)
+	}
+	slices.SortFunc(all, func(a, b KeyStat) int {
+		return cmp.Or(cmp.Compare(b.Reserved, a.Reserved), cmp.Compare(b.Held, a.Held),
+			cmp.Compare(b.Refused, a.Refused), cmp.Compare(b.Admitted, a.Admitted), cmp.Compare(a.Name, b.Name))
+	})
+	if len(all) <= n {
+		return all, KeyStat{Name: "other"}
+	}
+	other = KeyStat{Name: "other"}
+	for _, ks := range all[n:] {
+		other.Reserved += ks.Reserved
+		other.Held += ks.Held
+		other.Admitted += ks.Admitted
+		other.Refused += ks.Refused
+	}
+	return all[:n], other
+}
