@@ -103,17 +103,39 @@ func (b *budget) keepFor(exempt bool) int64 {
 	return int64(float64(b.max.Load()) * b.exemptShare)
 }
 
+// use says what a reservation is for.
+type use uint8
+
+const (
+	// useExempt: a request of an exempt signal, which may take the
+	// exempt signals' reserve and its key's share over by as much.
+	useExempt use = 1 << iota
+	// useDecode: what a gRPC message may decode to, which a key within its
+	// share may take whole (see callSize): one decode at a time is always
+	// possible, however small the key's share.
+	useDecode
+)
+
+func useOf(exempt bool) use {
+	if exempt {
+		return useExempt
+	}
+	return 0
+}
+
 // take reserves n bytes for key k if they fit in its share and in the
-// budget with keep bytes left free. An exempt request may take its key's
-// share over by the exempt reserve.
-func (b *budget) take(n int64, k Key, keep int64, exempt bool, at time.Duration) bool {
+// budget with keep bytes left free.
+func (b *budget) take(n int64, k Key, keep int64, u use, at time.Duration) bool {
 	if n <= 0 {
 		return true
 	}
 	lim, plim := b.limitOf(k, at)
-	if exempt {
+	if u&useExempt != 0 {
 		extra := b.keepFor(false)
 		lim, plim = lim+extra, plim+extra
+	}
+	if u&useDecode != 0 {
+		lim, plim = lim+n, plim+n
 	}
 	if !b.keys.reserve(k, n, lim, plim) {
 		return false
@@ -143,8 +165,8 @@ func (b *budget) notePeak(v int64) {
 
 // admitNow reserves n bytes for a new reservation of k that does not wait
 // in line, leaving free what the waiting requests need.
-func (b *budget) admitNow(n int64, k Key, exempt bool, at time.Duration) bool {
-	return b.take(n, k, b.pending.Load()+b.headKeep.Load()+b.keepFor(exempt), exempt, at)
+func (b *budget) admitNow(n int64, k Key, u use, at time.Duration) bool {
+	return b.take(n, k, b.pending.Load()+b.headKeep.Load()+b.keepFor(u&useExempt != 0), u, at)
 }
 
 // charge adds n bytes that are already in memory, even beyond the budget,
@@ -198,7 +220,7 @@ func (b *budget) tryGrow(need int64, k Key, exempt bool, at time.Duration) int64
 	}
 	lim, plim := b.limitOf(k, at)
 	take := min(need, b.keys.room(k, lim, plim), b.max.Load()-b.reserved.Load()-b.keepFor(exempt))
-	if take <= 0 || !b.take(take, k, b.keepFor(exempt), false, at) {
+	if take <= 0 || !b.take(take, k, b.keepFor(exempt), 0, at) {
 		return 0
 	}
 	return take
@@ -259,7 +281,7 @@ func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Ke
 	defer t.Stop()
 	for {
 		older, headNeed, waitHeld, youngest := b.position(w)
-		if b.take(need, k, older+b.keepFor(exempt), false, now()) {
+		if b.take(need, k, older+b.keepFor(exempt), 0, now()) {
 			return true, now() - start
 		}
 		if youngest && headNeed > b.max.Load()-waitHeld {
@@ -312,7 +334,7 @@ func (b *budget) wakeLocked() {
 type entrant struct {
 	n        int64
 	k        Key
-	exempt   bool
+	u        use
 	admitted chan struct{} // closed when its bytes were reserved for it
 }
 
@@ -321,15 +343,15 @@ type entrant struct {
 // handed to the waiting requests oldest first, and new reservations do not
 // pass them; one whose key is at its share is passed over, so that a key
 // flooding the wait holds back no other.
-func (b *budget) waitAdmit(ctx context.Context, n int64, k Key, exempt bool, limit time.Duration) bool {
-	if b.entering.Load() == 0 && b.admitNow(n, k, exempt, now()) {
+func (b *budget) waitAdmit(ctx context.Context, n int64, k Key, u use, limit time.Duration) bool {
+	if b.entering.Load() == 0 && b.admitNow(n, k, u, now()) {
 		return true
 	}
 	if limit <= 0 {
 		return false
 	}
 	b.keys.noteRefused(k, now())
-	e := &entrant{n: n, k: k, exempt: exempt, admitted: make(chan struct{})}
+	e := &entrant{n: n, k: k, u: u, admitted: make(chan struct{})}
 	b.mu.Lock()
 	b.entrants = append(b.entrants, e)
 	b.entering.Add(1)
@@ -366,7 +388,7 @@ func (b *budget) admitEntrantsLocked() {
 	var keep int64
 	at := now()
 	for _, e := range b.entrants {
-		if !short && b.take(e.n, e.k, b.pending.Load()+b.keepFor(e.exempt), e.exempt, at) {
+		if !short && b.take(e.n, e.k, b.pending.Load()+b.keepFor(e.u&useExempt != 0), e.u, at) {
 			b.entering.Add(-1)
 			close(e.admitted)
 			continue
@@ -374,7 +396,7 @@ func (b *budget) admitEntrantsLocked() {
 		// The budget, not its key's share, is short for it: the younger
 		// ones wait behind it, and requests that cannot wait leave it what
 		// it needs.
-		if lim, plim := b.limitOf(e.k, at); !short && b.keys.room(e.k, lim, plim) >= e.n {
+		if lim, plim := b.limitOf(e.k, at); !short && (b.keys.room(e.k, lim, plim) >= e.n || e.u&useDecode != 0 && b.keys.room(e.k, lim, plim) > 0) {
 			short, keep = true, e.n
 		}
 		kept = append(kept, e)

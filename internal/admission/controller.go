@@ -337,7 +337,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.Duration, exempt bool) (*Ticket, decision.Verdict) {
 	n := c.estimate(k, req.Signal, at)
 	switch {
-	case c.budget.admitNow(n, k, exempt, at):
+	case c.budget.admitNow(n, k, useOf(exempt), at):
 		t := c.newTicket(ctx, k, req, at)
 		t.reserved = n
 		return t.admitted(decision.VerdictAdmit)
@@ -382,15 +382,22 @@ func (c *Controller) estimate(k Key, sig decision.Signal, at time.Duration) int6
 	return max(min(n, lim, plim), 1)
 }
 
-// callSize is what a gRPC call of k reserves from before its message is
-// read until it has been decoded: what grpc-go may decode for it, at most
-// its key's share and the budget. Nothing smaller is safe: grpc-go
-// decompresses and decodes the whole message before anything sees its
-// size, and a client's earlier messages say nothing of its next one.
-func (c *Controller) callSize(k Key, at time.Duration) int64 {
-	b := c.budget
-	lim, plim := b.limitOf(k, at)
-	return max(min(c.grpcMaxMessage, lim, plim, b.max.Load()), 1)
+// decodesAtOnce is how many gRPC messages as large as the budget allows may
+// be decoded at once: a call reserves at least a quarter of the budget
+// before its message is read (see callSize).
+const decodesAtOnce = 4
+
+// callSize is what a gRPC call reserves from before its message is read
+// until it has been decoded: what grpc-go may decode for it
+// (grpc_max_message_size), but at most a quarter of the budget. grpc-go
+// decompresses and decodes the whole message before anything sees its size,
+// and a client's earlier messages say nothing of its next one, so no
+// estimate is safe; reserving this bounds how many messages are decoded at
+// once, at most four of the largest the budget allows, whatever their
+// clients claim. A key within its share may take it whole (useDecode), so
+// that one decode at a time is always possible, however small its share.
+func (c *Controller) callSize() int64 {
+	return max(min(c.grpcMaxMessage, c.budget.max.Load()/decodesAtOnce), 1)
 }
 
 // takeHeld takes a hold place for a gRPC call of k and sig that waits, and

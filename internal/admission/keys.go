@@ -739,7 +739,7 @@ func fairRate(flows []flow, target float64) float64 {
 		if weight <= 0 {
 			break
 		}
-		if f.arrived <= rest*f.weight/weight {
+		if f.arrived <= rest*f.weight/weight*(1+1e-9) { // rounding: the last may fit exactly
 			rest -= f.arrived
 			weight -= f.weight
 			continue

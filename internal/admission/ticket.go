@@ -206,7 +206,7 @@ func (t *Ticket) startCall(ctx context.Context) decision.Verdict {
 func (t *Ticket) reserveDecode(ctx context.Context) bool {
 	c, b := t.c, t.c.budget
 	at := now()
-	n := c.callSize(t.key, at)
+	n := c.callSize()
 	t.mu.Lock()
 	had := t.reserved
 	if had >= n {
@@ -218,11 +218,11 @@ func (t *Ticket) reserveDecode(ctx context.Context) bool {
 	b.release(had, t.key)
 	ok := true
 	switch {
-	case b.entering.Load() == 0 && b.admitNow(n, t.key, t.exempt, at):
+	case b.entering.Load() == 0 && b.admitNow(n, t.key, useOf(t.exempt)|useDecode, at):
 	case c.observe:
 		b.charge(n, t.key)
 	case c.cfg.WaitTimeout > 0:
-		ok = b.waitAdmit(ctx, n, t.key, t.exempt, t.callWaitLeft(ctx))
+		ok = b.waitAdmit(ctx, n, t.key, useOf(t.exempt)|useDecode, t.callWaitLeft(ctx))
 	default:
 		ok = false
 		c.keys.noteRefused(t.key, at)
@@ -437,7 +437,7 @@ func (t *Ticket) grow(want int) error {
 		}
 		lim, plim := b.limitOf(t.key, at)
 		n = max(min(n, b.keys.room(t.key, lim, plim), b.max.Load()), need)
-		if !b.admitNow(n, t.key, t.exempt, at) {
+		if !b.admitNow(n, t.key, useOf(t.exempt), at) {
 			t.record(decision.VerdictDenyBudget)
 			if !c.observe {
 				c.keys.noteRefused(t.key, at)
@@ -489,7 +489,9 @@ func (t *Ticket) record(v decision.Verdict) {
 }
 
 // enterLane moves the body into the oversize lane, unless its key owes the
-// lane while the collector is under pressure.
+// lane while the collector is under pressure. What it holds of the budget
+// stays there (its key's share); what it reads beyond goes to the lane's
+// pool.
 func (t *Ticket) enterLane(at time.Duration) bool {
 	c := t.c
 	if !c.observe && c.dec.Pressed(t.sig) && c.budget.laneIndebted(t.key, at) {

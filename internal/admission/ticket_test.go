@@ -1,0 +1,415 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package admission
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// counts is a Recorder counting per (protocol, signal, verdict).
+type counts struct {
+	mu sync.Mutex
+	n  map[[3]int]int
+}
+
+func (c *counts) Record(p Protocol, s decision.Signal, v decision.Verdict) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[[3]int]int{}
+	}
+	c.n[[3]int{int(p), int(s), int(v)}]++
+}
+
+func (c *counts) get(p Protocol, v decision.Verdict) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[[3]int{int(p), int(decision.SignalTraces), int(v)}]
+}
+
+type fixture struct {
+	c   *Controller
+	dec *fakeDecider
+	rec *counts
+}
+
+// newFixture returns a controller with a budget of size bytes, the hold
+// off unless edit turns it on.
+func newFixture(t *testing.T, size int64, edit func(*Config, *HoldConfig)) *fixture {
+	t.Helper()
+	cfg := NewDefaultConfig()
+	cfg.MaxInflightBytes = FixedInflightBudget(ByteSize(size))
+	cfg.UnknownSize = 16 << 10
+	hold := HoldConfig{}
+	if edit != nil {
+		edit(&cfg, &hold)
+	}
+	f := &fixture{dec: &fakeDecider{}, rec: &counts{}}
+	c, err := New(cfg, hold, Settings{Decider: f.dec, Recorder: f.rec, Budget: size, HeldPool: size})
+	require.NoError(t, err)
+	f.c = c
+	t.Cleanup(c.Close)
+	return f
+}
+
+func (f *fixture) http(t *testing.T, remote string, length int64) (*Ticket, decision.Verdict) {
+	t.Helper()
+	return f.c.Admit(context.Background(), Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr(remote), Length: length})
+}
+
+func (f *fixture) grpc(ctx context.Context, remote string) (*Ticket, decision.Verdict) {
+	return f.c.Admit(ctx, Request{Protocol: ProtocolGRPC, Signal: decision.SignalTraces, Remote: addr(remote), Length: -1})
+}
+
+// stallCount counts Stall calls and fails a pipe's pending read.
+type stallCount struct {
+	n  atomic.Int32
+	pr *io.PipeReader
+}
+
+func (s *stallCount) Stall() {
+	s.n.Add(1)
+	if s.pr != nil {
+		_ = s.pr.CloseWithError(errors.New("cut off"))
+	}
+}
+
+func readAll(t *Ticket, r io.Reader) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		m, err := t.Read(r, buf)
+		n += int64(m)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return n, nil
+			}
+			return n, err
+		}
+	}
+}
+
+// TestHTTPNothingReservedBeforeFirstByte: an admitted body holds nothing
+// until its first byte arrives, then what bodies of its key turn out to
+// be (unknown_size before any), or its length if smaller.
+func TestHTTPNothingReservedBeforeFirstByte(t *testing.T) {
+	f := newFixture(t, 1<<20, nil)
+	tk, v := f.http(t, "10.0.0.1", 4000)
+	require.True(t, v.Admitted())
+	pr, pw := io.Pipe()
+	tk.Start(context.Background(), &stallCount{pr: pr}, false)
+	done := make(chan error, 1)
+	go func() {
+		_, err := readAll(tk, pr)
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	assert.Zero(t, f.c.Stats().Reserved, "a body that sent nothing holds nothing")
+	assert.Zero(t, f.rec.get(ProtocolHTTP, decision.VerdictAdmit), "decided, but recorded at its first reservation")
+	_, _ = pw.Write([]byte{1})
+	require.Eventually(t, func() bool { return f.c.Stats().Reserved == 4000 }, time.Second, time.Millisecond)
+	assert.Equal(t, 1, f.rec.get(ProtocolHTTP, decision.VerdictAdmit))
+	_, _ = pw.Write(make([]byte, 3999))
+	require.NoError(t, pw.Close())
+	require.NoError(t, <-done)
+	tk.Release(true)
+	assert.Zero(t, f.c.Stats().Reserved)
+	assert.EqualValues(t, 4000, f.c.Stats().Peak)
+
+	// The size is learnt: the next body of the key reserves it at once.
+	tk, _ = f.http(t, "10.0.0.1", -1)
+	tk.Start(context.Background(), nil, false)
+	var one [1]byte
+	_, err := tk.Read(bytes.NewReader(make([]byte, 10)), one[:])
+	require.NoError(t, err)
+	assert.EqualValues(t, 4000, f.c.Stats().Reserved)
+	tk.Release(false)
+}
+
+// TestHTTPRefusedAtFirstByteIsRecorded: a body whose first bytes find no
+// room fails with ErrBudget and counts as a budget refusal, not as admitted.
+func TestHTTPRefusedAtFirstByteIsRecorded(t *testing.T) {
+	f := newFixture(t, 64<<10, func(c *Config, _ *HoldConfig) { c.Fairness.Share = 1 })
+	big, _ := f.http(t, "10.0.0.1", 64<<10)
+	big.Start(context.Background(), nil, false)
+	_, err := readAll(big, io.LimitReader(bytes.NewReader(make([]byte, 64<<10)), 60<<10))
+	require.NoError(t, err)
+	tk, v := f.http(t, "10.0.0.2", 16<<10)
+	require.True(t, v.Admitted())
+	tk.Start(context.Background(), nil, false)
+	_, err = readAll(tk, bytes.NewReader(make([]byte, 16<<10)))
+	require.ErrorIs(t, err, ErrBudget)
+	tk.Release(false)
+	big.Release(true)
+	assert.Equal(t, 1, f.rec.get(ProtocolHTTP, decision.VerdictDenyBudget))
+	assert.Equal(t, 1, f.rec.get(ProtocolHTTP, decision.VerdictAdmit))
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
+// TestLaneSharedBySeveralBodies: bodies larger than their key's share read
+// on side by side in the oversize lane; one that trickles does not keep
+// the others out, and is cut off after its tenure.
+func TestLaneSharedBySeveralBodies(t *testing.T) {
+	// A key holds at most a quarter of the budget, what it reads beyond
+	// goes to the lane's pool (of the budget's size).
+	f := newFixture(t, 1<<20, func(c *Config, _ *HoldConfig) { c.Fairness.Share = 0.25 })
+	f.c.laneTenure = 300 * time.Millisecond
+
+	trickle, _ := f.http(t, "10.0.0.9", -1)
+	trickle.Start(context.Background(), nil, false)
+	pr, pw := io.Pipe()
+	trickled := make(chan error, 1)
+	go func() {
+		_, err := readAll(trickle, pr)
+		trickled <- err
+	}()
+	// Past its share, then nothing.
+	_, _ = pw.Write(make([]byte, 300<<10))
+	require.Eventually(t, func() bool { return f.c.budget.lane.bodies.Load() == 1 }, time.Second, time.Millisecond)
+
+	var wg sync.WaitGroup
+	for _, remote := range []string{"10.0.0.1", "10.0.0.2"} {
+		wg.Go(func() {
+			tk, v := f.http(t, remote, -1)
+			assert.True(t, v.Admitted())
+			tk.Start(context.Background(), nil, false)
+			n, err := readAll(tk, bytes.NewReader(make([]byte, 700<<10)))
+			assert.NoError(t, err)
+			assert.EqualValues(t, 700<<10, n)
+			tk.Release(true)
+		})
+	}
+	wg.Wait()
+	// Past its tenure: its next reservation fails.
+	time.Sleep(f.c.laneTenure)
+	go func() { _, _ = pw.Write(make([]byte, 128<<10)) }()
+	select {
+	case err := <-trickled:
+		require.ErrorIs(t, err, ErrBudget)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the trickling body outlived its tenure in the lane")
+	}
+	_ = pr.Close()
+	trickle.Release(false)
+	assert.Zero(t, f.c.Stats().Reserved)
+	assert.Zero(t, f.c.budget.lane.bodies.Load())
+}
+
+// TestExemptReserve: with a signal exempt, the others fill at most three
+// quarters of the budget; the exempt one has the rest, and nothing is
+// ever reserved past the budget.
+func TestExemptReserve(t *testing.T) {
+	f := &fixture{dec: &fakeDecider{}, rec: &counts{}}
+	f.dec.exempt[decision.SignalMetrics] = true
+	cfg := NewDefaultConfig()
+	cfg.MaxInflightBytes = FixedInflightBudget(1 << 20)
+	cfg.Fairness.Share = 1
+	c, err := New(cfg, HoldConfig{}, Settings{Decider: f.dec, Recorder: f.rec, Budget: 1 << 20})
+	require.NoError(t, err)
+	defer c.Close()
+	b := c.budget
+	k := c.keys.key(addr("10.0.0.1"), "")
+	assert.True(t, b.admitNow(768<<10, k, 0, t0))
+	assert.False(t, b.admitNow(1, k, 0, t0), "the last quarter is the exempt signals'")
+	assert.True(t, b.admitNow(256<<10, k, useExempt, t0))
+	assert.False(t, b.admitNow(1, k, useExempt, t0), "never past the budget")
+	assert.EqualValues(t, 1<<20, b.reserved.Load())
+}
+
+// TestGRPCReservesWhatMayBeDecoded: whatever a key's past messages taught
+// its estimate, a call holds what grpc-go may decode for it from before
+// its message is read until it has been decoded; then its size.
+func TestGRPCReservesWhatMayBeDecoded(t *testing.T) {
+	f := newFixture(t, 16<<20, func(c *Config, _ *HoldConfig) { c.GRPCMaxMessageSize = 4 * MiB })
+	k := f.c.keys.key(addr("10.0.0.1"), "")
+	// An empty accepted export: the estimate falls to its floor.
+	f.c.keys.learn(k, decision.SignalTraces, 0, now(), false)
+	f.c.keys.learn(k, decision.SignalTraces, 0, now(), true)
+	tk, v := f.grpc(context.Background(), "10.0.0.1")
+	require.True(t, v.Admitted())
+	assert.EqualValues(t, minEstimate, f.c.Stats().Reserved, "the tap reserves the estimate")
+	require.True(t, tk.Start(context.Background(), nil, false).Admitted())
+	assert.EqualValues(t, 4<<20, f.c.Stats().Reserved, "before the message is read: what it may decode to")
+	tk.Decoded(100<<10, 10<<10)
+	assert.EqualValues(t, 100<<10, f.c.Stats().Reserved, "then what it decoded to")
+	tk.Release(true)
+	assert.Zero(t, f.c.Stats().Reserved)
+	assert.Equal(t, 1, f.rec.get(ProtocolGRPC, decision.VerdictAdmit))
+
+	// A streaming call keeps what a message may decode to.
+	tk, _ = f.grpc(context.Background(), "10.0.0.1")
+	require.True(t, tk.Start(context.Background(), nil, true).Admitted())
+	tk.Decoded(100<<10, 10<<10)
+	assert.EqualValues(t, 4<<20, f.c.Stats().Reserved)
+	tk.Release(true)
+}
+
+// TestGRPCDecodesBounded: however many calls a key sends at once, only as
+// many are decoded at once as fit in its share plus one, each holding a
+// quarter of the budget; the others wait their turn, and go on as the ones
+// before are decoded.
+func TestGRPCDecodesBounded(t *testing.T) {
+	f := newFixture(t, 8<<20, nil) // share 4 MiB; a decode holds 2 MiB
+	const n = 6
+	var calls []*Ticket
+	for range n {
+		tk, v := f.grpc(context.Background(), "10.0.0.1")
+		require.True(t, v.Admitted())
+		calls = append(calls, tk)
+	}
+	started := make(chan *Ticket, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, tk := range calls {
+		go func() {
+			if tk.Start(ctx, nil, false).Admitted() {
+				started <- tk
+			}
+		}()
+	}
+	var decoding []*Ticket
+	for range 3 {
+		decoding = append(decoding, <-started)
+	}
+	select {
+	case <-started:
+		t.Fatal("a fourth call was let decode beside three")
+	case <-time.After(50 * time.Millisecond):
+	}
+	assert.EqualValues(t, 6<<20, f.c.Stats().Reserved, "three decodes; the waiting calls gave their estimates back")
+	// Each decode that ends lets one more in.
+	for range n - 3 {
+		decoding[0].Decoded(1000, 100)
+		decoding[0].Release(true)
+		decoding = append(decoding[1:], <-started)
+	}
+	for _, tk := range decoding {
+		tk.Release(true)
+	}
+	assert.Zero(t, f.c.Stats().Reserved)
+	assert.LessOrEqual(t, f.c.Stats().Peak, int64(6<<20)+n*(16<<10))
+}
+
+// TestGRPCDecodeWithTinyShare: a key whose share is smaller than a decode
+// still has one at a time.
+func TestGRPCDecodeWithTinyShare(t *testing.T) {
+	f := newFixture(t, 8<<20, nil)
+	for i := range 20 { // twenty busy keys: a twentieth of the budget each
+		k := f.c.keys.key(addr(fmt.Sprintf("10.0.1.%d", i)), "")
+		busyAt(f.c.keys, k, now())
+	}
+	f.c.keys.recount(now(), nil)
+	f.c.keys.noteRefused(0, now())
+	tk, v := f.grpc(context.Background(), "10.0.1.1")
+	require.True(t, v.Admitted())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	require.True(t, tk.Start(ctx, nil, false).Admitted())
+	assert.GreaterOrEqual(t, f.c.Stats().Reserved, int64(2<<20))
+	tk.Release(true)
+}
+
+// TestCloseEndsWaitsAndCutsOff: when the receivers stop, held requests are
+// refused at once, waits end, and bodies still being received are cut off
+// after the grace.
+func TestCloseEndsWaitsAndCutsOff(t *testing.T) {
+	f := newFixture(t, 1<<20, func(_ *Config, h *HoldConfig) { *h = HoldConfig{MaxWait: time.Minute, MaxRequests: 10} })
+	f.c.shutdownGrace = 50 * time.Millisecond
+
+	reading, _ := f.http(t, "10.0.0.1", -1)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	stall := &stallCount{pr: pr}
+	reading.Start(context.Background(), stall, false)
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := readAll(reading, pr)
+		readErr <- err
+	}()
+
+	f.dec.setOpen(decision.SignalTraces, true)
+	held := make(chan decision.Verdict, 1)
+	go func() {
+		_, v := f.http(t, "10.0.0.2", 10)
+		held <- v
+	}()
+	require.Eventually(t, func() bool { return f.c.Stats().HeldRequests == 1 }, time.Second, time.Millisecond)
+
+	start := time.Now()
+	f.c.Close()
+	assert.Equal(t, decision.VerdictDenyOpen, <-held)
+	require.Error(t, <-readErr)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.EqualValues(t, 1, stall.n.Load())
+	reading.Release(false)
+	// After Close, nothing is held any more.
+	_, v := f.http(t, "10.0.0.3", 10)
+	assert.Equal(t, decision.VerdictDenyOpen, v)
+	assert.Zero(t, f.c.Stats().HeldRequests)
+}
+
+// TestIdleBodyIsCutOff: a body that stops sending within the idle timeout
+// is cut off (Stall) and its read fails with ErrIdle.
+func TestIdleBodyIsCutOff(t *testing.T) {
+	f := newFixture(t, 1<<20, func(c *Config, _ *HoldConfig) { c.IdleTimeout = 100 * time.Millisecond })
+	tk, _ := f.http(t, "10.0.0.1", -1)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	stall := &stallCount{pr: pr}
+	tk.Start(context.Background(), stall, false)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := readAll(tk, pr)
+		errc <- err
+	}()
+	_, _ = pw.Write([]byte{1, 2, 3})
+	require.ErrorIs(t, <-errc, ErrIdle)
+	assert.EqualValues(t, 1, stall.n.Load())
+	tk.Release(false)
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
+// TestHoldPlacesPerKey: a key holds at most its share of the hold's places;
+// a second key still finds its own.
+func TestHoldPlacesPerKey(t *testing.T) {
+	f := newFixture(t, 1<<20, func(_ *Config, h *HoldConfig) { *h = HoldConfig{MaxWait: time.Minute, MaxRequests: 8} })
+	f.dec.setOpen(decision.SignalTraces, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	refused := atomic.Int32{}
+	for range 8 {
+		wg.Go(func() {
+			_, v := f.c.Admit(ctx, Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr("10.0.0.1"), Length: 1})
+			if v == decision.VerdictDenyOpen && ctx.Err() == nil {
+				refused.Add(1)
+			}
+		})
+	}
+	require.Eventually(t, func() bool { return refused.Load() == 4 }, time.Second, time.Millisecond, "one key: half of the places")
+	assert.EqualValues(t, 4, f.c.Stats().HeldRequests)
+	wg.Go(func() {
+		_, _ = f.c.Admit(ctx, Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr("10.0.0.2"), Length: 1})
+	})
+	require.Eventually(t, func() bool { return f.c.Stats().HeldRequests == 5 }, time.Second, time.Millisecond, "another key finds a place")
+	// Admitted when the decision admits again.
+	f.dec.setOpen(decision.SignalTraces, false)
+	cancel()
+	wg.Wait()
+}
