@@ -28,7 +28,9 @@ type fakeDecider struct {
 
 func (d *fakeDecider) setOpen(s decision.Signal, v bool)    { d.open[s].Store(v) }
 func (d *fakeDecider) setDrop(s decision.Signal, p float64) { d.drop[s].Store(math.Float64bits(p)) }
-func (d *fakeDecider) dropOf(s decision.Signal) float64     { return math.Float64frombits(d.drop[s].Load()) }
+func (d *fakeDecider) dropOf(s decision.Signal) float64 {
+	return math.Float64frombits(d.drop[s].Load())
+}
 
 func (d *fakeDecider) Pressure(s decision.Signal) (bool, float64) {
 	return d.open[s].Load(), d.dropOf(s)
