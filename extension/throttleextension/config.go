@@ -228,11 +228,6 @@ type Config struct {
 	// out of its Service and moves the load onto the others.
 	ReportStatus bool `mapstructure:"report_status"`
 
-	// deprecations are the messages of the deprecated keys Unmarshal moved
-	// to their new names (deprecated.go), logged when the extension is
-	// created.
-	deprecations []string
-
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
@@ -384,7 +379,6 @@ type RoutesConfig struct {
 
 var (
 	_ component.Config    = (*Config)(nil)
-	_ confmap.Unmarshaler = (*Config)(nil)
 	_ confmap.Validator   = (*Config)(nil)
 	_ confmap.Validator   = CPUConfig{}
 	_ confmap.Validator   = MemoryConfig{}

@@ -18,9 +18,10 @@ import (
 // FuzzConfigUnmarshal feeds fuzzed values to the fields with the most
 // parsing and validation logic, through confmap as the collector does, and
 // checks that unmarshalling and validation never panic, and that whatever
-// validates keeps the invariants the engine relies on. The count and the
-// weight go in under their deprecated names (stale_after_intervals,
-// signal::cpu_slow_beta), so that their conversions are fuzzed too. Seeds are in
+// validates keeps the invariants the engine relies on. The count is a
+// number of checks for stale_after and the weight an EWMA weight of
+// history for cpu::slow_window, as sampler.EWMABeta turns one into the
+// other. Seeds are in
 // testdata/fuzz/FuzzConfigUnmarshal; run longer with
 // go test -run '^$' -fuzz FuzzConfigUnmarshal -fuzztime 30s ./extension/throttleextension/
 func FuzzConfigUnmarshal(f *testing.F) {
@@ -30,12 +31,12 @@ func FuzzConfigUnmarshal(f *testing.F) {
 		interval, budget, unknownSize, ruleKey, route, signal string,
 	) {
 		conf := confmap.NewFromStringMap(map[string]any{
-			"check_interval":        interval,
-			"stale_after_intervals": breachN,
-			"signal":                map[string]any{"cpu_slow_beta": beta},
+			"check_interval": interval,
+			"stale_after":    (time.Duration(breachN) * 250 * time.Millisecond).String(),
 			"cpu": map[string]any{
 				"enter": enter, "exit": exit, "hard": hard, "fallback_cores": dropMax,
 				"breach_duration": (time.Duration(breachN) * time.Millisecond).String(),
+				"slow_window":     windowOf(beta),
 			},
 			"memory": map[string]any{"enter": enter, "exit": exit, "hard": hard, "soft_limit": map[string]any{"heap_target": dropMin}},
 			"rules": map[string]any{
@@ -111,4 +112,15 @@ func FuzzConfigUnmarshal(f *testing.F) {
 		require.NoError(t, back.UnmarshalText([]byte(b.String())))
 		require.Equal(t, b, back)
 	})
+}
+
+// windowOf is the time constant of an EWMA weight of history at the default
+// check interval (sampler.EWMABeta inverted), or a weight that is no
+// duration as it is, for the decoder to reject.
+func windowOf(beta float64) any {
+	w := float64(sampler.DefaultInterval) / -math.Log(beta)
+	if !(w > 0 && w < math.MaxInt64) { // also NaN
+		return beta
+	}
+	return time.Duration(w).String()
 }

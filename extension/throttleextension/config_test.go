@@ -335,10 +335,7 @@ func TestConfigErrorsInOrder(t *testing.T) {
 // component).
 func TestLoadConfigDecodeErrors(t *testing.T) {
 	t.Parallel()
-	// Twice: once for the whole configuration, once for the decoding that
-	// follows Unmarshal's move of the deprecated keys (deprecated.go), as
-	// for every component whose Config is a confmap.Unmarshaler.
-	const prefix = "decoding failed due to the following error(s):\n\n'' decoding failed due to the following error(s):\n\n"
+	const prefix = "decoding failed due to the following error(s):\n\n"
 	tests := []struct {
 		name string
 		want string
