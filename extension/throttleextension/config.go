@@ -378,18 +378,18 @@ type RoutesConfig struct {
 }
 
 var (
-	_ component.Config    = (*Config)(nil)
-	_ confmap.Validator   = (*Config)(nil)
-	_ confmap.Validator   = CPUConfig{}
-	_ confmap.Validator   = MemoryConfig{}
-	_ confmap.Validator   = SoftLimitConfig{}
-	_ confmap.Validator   = RulesConfig{}
-	_ confmap.Validator   = RuleConfig{}
-	_ confmap.Validator   = RetryAfterConfig{}
-	_ confmap.Validator   = AdmissionConfig{}
-	_ confmap.Validator   = HoldConfig{}
-	_ confmap.Validator   = TarpitConfig{}
-	_ confmap.Validator   = RoutesConfig{}
+	_ component.Config  = (*Config)(nil)
+	_ confmap.Validator = (*Config)(nil)
+	_ confmap.Validator = CPUConfig{}
+	_ confmap.Validator = MemoryConfig{}
+	_ confmap.Validator = SoftLimitConfig{}
+	_ confmap.Validator = RulesConfig{}
+	_ confmap.Validator = RuleConfig{}
+	_ confmap.Validator = RetryAfterConfig{}
+	_ confmap.Validator = AdmissionConfig{}
+	_ confmap.Validator = HoldConfig{}
+	_ confmap.Validator = TarpitConfig{}
+	_ confmap.Validator = RoutesConfig{}
 )
 
 func ptrTo[T any](v T) *T { return &v }
