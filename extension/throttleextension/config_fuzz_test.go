@@ -58,8 +58,7 @@ func FuzzConfigUnmarshal(f *testing.F) {
 		}
 
 		// What validated holds the invariants.
-		dc := cfg.decisionConfig()
-		for _, s := range []decision.Slot{dc.CPU, dc.Mem} {
+		for _, s := range []decision.Slot{cfg.CPU.Slot(cfg.CheckInterval), cfg.Memory.Slot(cfg.CheckInterval)} {
 			if s.Enabled {
 				require.True(t, 0 < s.Exit && s.Exit < s.Enter && s.Enter < s.Hard, "%+v", s)
 				require.False(t, math.IsInf(s.Hard, 0))
@@ -67,23 +66,23 @@ func FuzzConfigUnmarshal(f *testing.F) {
 			}
 		}
 		if cfg.CPU.Enabled {
-			require.LessOrEqual(t, cfg.CPU.Hard, float64(maxCPULine))
+			require.LessOrEqual(t, cfg.CPU.Hard, decision.CPUBounds.MaxLine)
 		}
 		if cfg.Memory.Enabled {
 			require.LessOrEqual(t, cfg.Memory.Hard, 1.0)
 		}
 		for s := range decision.NumSignals {
-			r := cfg.ruleFor(s)
+			r := cfg.Rules.Rule(s)
 			require.True(t, 0 <= r.DropMin && r.DropMin <= r.DropMax && r.DropMax <= 1, "%s: %+v", s, r)
 		}
-		require.GreaterOrEqual(t, cfg.CheckInterval, minCheckInterval)
-		require.LessOrEqual(t, cfg.CheckInterval, maxCheckInterval)
+		require.GreaterOrEqual(t, cfg.CheckInterval, 10*time.Millisecond)
+		require.LessOrEqual(t, cfg.CheckInterval, 10*time.Second)
 		for _, w := range []time.Duration{cfg.CPU.SlowWindow, cfg.CPU.FastWindow} {
 			beta := sampler.EWMABeta(cfg.CheckInterval, w)
 			require.True(t, beta >= 0 && beta < 1, "β %v of %v at %v", beta, w, cfg.CheckInterval)
 		}
 		if cfg.StaleAfter != 0 {
-			require.GreaterOrEqual(t, cfg.StaleAfter, max(minStaleAfter, 2*cfg.CheckInterval))
+			require.GreaterOrEqual(t, cfg.StaleAfter, max(time.Second, 2*cfg.CheckInterval))
 		}
 		if cfg.Memory.SoftLimit.HeapTarget != 0 {
 			require.Less(t, cfg.Memory.SoftLimit.HeapTarget, cfg.Memory.SoftLimit.Share)
@@ -103,9 +102,8 @@ func FuzzConfigUnmarshal(f *testing.F) {
 			require.NotZero(t, cfg.Admission.UnknownSize)
 		}
 
-		// The mappings to the engine's configurations take anything valid.
-		require.Equal(t, cfg.ruleFor(decision.SignalLogs).DropMax, dc.Rules[decision.SignalLogs].DropMax)
-		require.Equal(t, cfg.Memory.LimitMiB, cfg.samplerConfig().MemoryLimit>>20)
+		// The mapping to the runner's configuration takes anything valid.
+		require.Equal(t, cfg.Memory.LimitMiB, cfg.runnerConfig().Memory.LimitMiB)
 
 		// The size text a budget prints reads back as the same budget.
 		var back InflightBudget

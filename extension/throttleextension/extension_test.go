@@ -51,7 +51,7 @@ func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 	cfg.Memory.BreachDuration = cfg.CheckInterval
 	cfg.RecoveryRamp = 0
 	cfg.StaleAfter = 0
-	cfg.Rules["metrics"] = RuleConfig{Enabled: ptrTo(false)}
+	cfg.Rules["metrics"] = decision.RuleConfig{Enabled: ptrTo(false)}
 	cfg.Hold.MaxWait = 0 // refusals answered at once unless a test turns holding on
 	for _, m := range mutate {
 		m(cfg)

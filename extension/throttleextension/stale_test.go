@@ -27,6 +27,9 @@ import (
 // waitTicksBlocked lets a few more watchdog ticks pass while the sampler is
 // blocked, so that a Warn per tick would show. There is nothing to wait on
 // in a ticker that must not fire, so this one sleeps.
+// shortestStaleAfter is the shortest stale_after the configuration takes.
+const shortestStaleAfter = time.Second
+
 func waitTicksBlocked() { time.Sleep(100 * time.Millisecond) }
 
 // staleGauge reads throttle_sampler_stale (-1 when not reported).
@@ -63,7 +66,7 @@ func TestStaleLevelFallsBackToAdmit(t *testing.T) {
 	// The shortest stale_after there is: short for the test, long enough
 	// that a sampler starved by a loaded -race run does not start a second
 	// episode after the release.
-	cfg := testConfig(t, func(c *Config) { c.StaleAfter = minStaleAfter })
+	cfg := testConfig(t, func(c *Config) { c.StaleAfter = shortestStaleAfter })
 	require.Equal(t, time.Second, cfg.runnerConfig().StaleAfter)
 	e := startTestExtension(t, src, cfg, set)
 	waitState(t, e, decision.StateOpen)
@@ -114,7 +117,7 @@ func TestStaleAfterZeroHolds(t *testing.T) {
 	waitState(t, e, decision.StateOpen)
 	release := src.BlockCPUTime(t)
 	// Longer than the shortest stale_after there is.
-	assert.Never(t, func() bool { return e.Decide(decision.SignalTraces) != decision.VerdictDenyOpen }, minStaleAfter+200*time.Millisecond, 5*time.Millisecond)
+	assert.Never(t, func() bool { return e.Decide(decision.SignalTraces) != decision.VerdictDenyOpen }, shortestStaleAfter+200*time.Millisecond, 5*time.Millisecond)
 	assert.False(t, e.runner.Engine().Stale())
 	release()
 	require.NoError(t, e.Shutdown(context.Background()))
@@ -155,7 +158,7 @@ func TestShutdownDoesNotHangOnABlockedRead(t *testing.T) {
 func TestStaleFallbackReportsStatus(t *testing.T) {
 	src := newFakeSource(95) // over mem hard: Open
 	cfg := testConfig(t, func(c *Config) {
-		c.StaleAfter = minStaleAfter
+		c.StaleAfter = shortestStaleAfter
 		c.ReportStatus = true
 	})
 	e := newTestExtension(t, src, cfg, nopSettings())

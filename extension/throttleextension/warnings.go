@@ -25,10 +25,10 @@ func (cfg *Config) warnings() []string {
 		msgs = append(msgs, "`memory::enabled` is false: nothing is shed or refused for memory; only the OOM killer bounds it")
 	}
 	for s := range decision.NumSignals {
-		if cfg.ruleFor(s).Enabled {
+		if cfg.Rules.Rule(s).Enabled {
 			continue
 		}
-		field := ruleKeyDefault
+		field := decision.RuleKeyDefault
 		if r := cfg.Rules[s.String()]; r.Enabled != nil {
 			field = s.String()
 		}

@@ -85,18 +85,13 @@ const (
 // drop at the enter line to dropping all at the hard line.
 func DefaultRule() Rule { return Rule{Enabled: true, DropMin: 0, DropMax: 1} }
 
-// DefaultConfig returns the defaults of thresholds, rules and recovery_ramp;
-// the extension's configuration takes its defaults from here.
-//
-// CPU's hard line is above 1 and its enter line close to it: CPU is a rate,
-// not a level that kills, so Open is left to memory and every point of enter
-// below the quota is throughput given away (docs/design.md §12). Memory
-// needs a single frame (breach_n 1): it meets the OOM killer, which is final.
+// DefaultConfig is the engine's configuration at the defaults of the lines,
+// the rules and the recovery ramp, at the default check interval.
 func DefaultConfig() Config {
 	cfg := Config{
-		CPU:          Slot{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: DefaultCPUMaxShed},
-		Mem:          Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1},
-		RecoveryRamp: 5 * time.Second,
+		CPU:          DefaultCPULines().Slot(sampler.DefaultInterval),
+		Mem:          DefaultMemoryLines().Slot(sampler.DefaultInterval),
+		RecoveryRamp: DefaultRecoveryRamp,
 		Interval:     sampler.DefaultInterval,
 	}
 	for i := range cfg.Rules {
@@ -104,13 +99,6 @@ func DefaultConfig() Config {
 	}
 	return cfg
 }
-
-// DefaultCPUMaxShed: CPU alone sheds at most a fifth of the requests. A
-// rejection costs CPU too, and clients that re-send at once answer a larger
-// share with more requests, so beyond it shedding for CPU lowers goodput
-// and lengthens the tail (design §12 has the overload sweep behind it);
-// memory, which kills, keeps the full range and Open.
-const DefaultCPUMaxShed = 0.2
 
 // Transition is one state change of one signal.
 type Transition struct {

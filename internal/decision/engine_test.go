@@ -606,13 +606,13 @@ func TestCPUHeldAtEnter(t *testing.T) {
 }
 
 // TestCPUShedCapped: with the defaults CPU alone sheds at most
-// DefaultCPUMaxShed: at twice the quota the collector runs at its quota
+// defaultCPUMaxShed: at twice the quota the collector runs at its quota
 // (the rest waits in clients and queues), never opens, and the share does
 // not wind up above the cap.
 func TestCPUShedCapped(t *testing.T) {
 	mean, p, opens := runCPUModel(t, DefaultConfig())
 	assert.Zero(t, opens, "no Open episode")
-	assert.InDelta(t, DefaultCPUMaxShed, p, 1e-9, "shed share at the cap")
+	assert.InDelta(t, defaultCPUMaxShed, p, 1e-9, "shed share at the cap")
 	assert.Greater(t, mean, 0.97, "CPU at the quota")
 
 	// The cap is on CPU only: memory over its enter line still sheds more.
@@ -976,7 +976,7 @@ func TestDefaultConfig(t *testing.T) {
 	cfg := linesConfig()
 	assert.Equal(t, Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3}, cfg.CPU)
 	assert.Equal(t, Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1}, cfg.Mem)
-	assert.InDelta(t, DefaultCPUMaxShed, DefaultConfig().CPU.MaxShed, 0)
+	assert.InDelta(t, defaultCPUMaxShed, DefaultConfig().CPU.MaxShed, 0)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
 	for _, r := range cfg.Rules {
 		assert.Equal(t, Rule{Enabled: true, DropMin: 0, DropMax: 1}, r)

@@ -11,12 +11,6 @@ import (
 	"sync/atomic"
 )
 
-// DefaultHeapTarget is the default share of the container's memory limit
-// the working set may reach between two collections while what is live is
-// small: well under the soft limit (DefaultShare) and the memory lines, so
-// that the heap's growth between two samples stays inside the soft limit.
-const DefaultHeapTarget = 0.50
-
 // defaultGCPercent is the GC percent the throttle starts from and gives
 // back, and the one the memory level's held-back heap is counted against
 // while the GC percent is raised: GOGC's default.

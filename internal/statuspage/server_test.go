@@ -22,8 +22,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-func serverConfig(endpoint string) confighttp.ServerConfig {
-	return confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: endpoint, Transport: confignet.TransportTypeTCP}}
+func serverConfig(endpoint string) Config {
+	return Config{ServerConfig: confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: endpoint, Transport: confignet.TransportTypeTCP}}}
 }
 
 func TestServerLifecycle(t *testing.T) {

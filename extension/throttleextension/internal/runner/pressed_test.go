@@ -34,7 +34,7 @@ func TestPressed(t *testing.T) {
 	assert.Equal(t, decision.StateOpen, r.State(decision.SignalTraces))
 	assert.True(t, r.Pressed(decision.SignalTraces))
 
-	off := newTestRunner(t, testConfig(func(c *Config) { c.Decision.CPU.Enabled = false }))
+	off := newTestRunner(t, testConfig(func(c *Config) { c.CPU.Enabled = false }))
 	off.engine.Observe(&sampler.WaterLevel{CPU: 0.95, CPUFast: 0.95, CPUSlow: 0.95, CPUValid: true, Mem: 0.1, MemValid: true, At: at})
 	assert.False(t, off.Pressed(decision.SignalTraces), "a disabled slot never presses")
 }

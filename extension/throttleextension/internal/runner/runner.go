@@ -54,7 +54,10 @@ type Options struct {
 // Runner owns the throttle's machinery: it runs the sampler, and hands
 // decisions to the middleware and the processor.
 type Runner struct {
-	cfg    Config
+	cfg Config
+	// lines are what the engine holds the levels to, resolved from cfg
+	// once.
+	lines  decision.Config
 	logger *zap.Logger
 	source sampler.Source // injected by tests; nil = cgroup, else process
 	// processSource stands in for the cgroup or the process (tests only).
@@ -134,6 +137,7 @@ var (
 func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Options) (*Runner, error) {
 	r := &Runner{
 		cfg:           cfg,
+		lines:         cfg.decisionConfig(),
 		logger:        set.Logger,
 		source:        opts.Source,
 		processSource: opts.ProcessSource,
@@ -144,12 +148,12 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 		translog:          newTransitionLog(set.Logger, nil),
 	}
 	relief := softlimit.NewRelief()
-	r.engine = decision.New(cfg.Decision, decision.Options{
+	r.engine = decision.New(r.lines, decision.Options{
 		OnTransition:  r.logTransition,
 		RelieveMemory: func() { relief.Relieve() },
 	})
 	for s := range decision.NumSignals {
-		r.exempt[s] = !cfg.Enabled || !cfg.Decision.Rules[s].Enabled
+		r.exempt[s] = !cfg.Enabled || !r.lines.Rules[s].Enabled
 	}
 	var err error
 	if r.classifier, err = middleware.NewClassifier(cfg.Routes); err != nil {
@@ -202,7 +206,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	// The soft limit is derived from this process's own memory limit: an
 	// injected source describes something else, and must not set it (a test
 	// would squeeze its own process).
-	glCfg := r.cfg.GoMemLimit
+	glCfg := r.cfg.Memory.SoftLimit
 	if r.source != nil && r.memoryLimitSetter == nil {
 		glCfg.Enabled = false
 	}
@@ -213,7 +217,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		r.heapView = softlimit.NewHeapView(r.pace)
 		heap = r.heapView
 	}
-	scfg := r.cfg.Sampler
+	scfg := r.cfg.samplerConfig()
 	scfg.LimitsEvery = r.limitsEvery
 	r.sampler = sampler.New(src, scfg, sampler.Options{
 		OnSample: r.onSample,
@@ -226,7 +230,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	if err := r.sampler.Start(ctx); err != nil {
 		return fmt.Errorf("throttle: reading %s: %w", src.Describe(), err)
 	}
-	r.stale = startStaleWatchdog(r.engine, r.logger, r.cfg.StaleAfter, r.cfg.Sampler.Interval, r.status.reportChange)
+	r.stale = startStaleWatchdog(r.engine, r.logger, r.cfg.StaleAfter, r.cfg.CheckInterval, r.status.reportChange)
 	wl := r.sampler.Load()
 	if a := r.cfg.Admission; a.Budget != nil {
 		r.budget.Store(middleware.NewBudgetWith(middleware.BudgetConfig{
@@ -247,7 +251,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		zap.Int64("go_memory_limit_bytes", goMemLimitBytes(goLimit)),
 		zap.String("gc_pace", r.pace.String()),
 		zap.Int64("admission_budget_bytes", r.budget.Load().Max()),
-		zap.Duration("check_interval", r.cfg.Sampler.Interval),
+		zap.Duration("check_interval", r.cfg.CheckInterval),
 	)
 	return nil
 }
@@ -442,7 +446,7 @@ func (r *Runner) Pressed(s decision.Signal) bool {
 		return true
 	}
 	wl := r.engine.Level()
-	c := &r.cfg.Decision
+	c := &r.lines
 	return (c.CPU.Enabled && wl.CPUValid && wl.CPUSlow >= c.CPU.Exit) || (c.Mem.Enabled && wl.MemValid && wl.Mem >= c.Mem.Exit)
 }
 
@@ -526,7 +530,7 @@ func (r *Runner) budgetValues() (reserved, limit int64) {
 }
 
 func (r *Runner) telemetrySources() telemetrySources {
-	c := &r.cfg.Decision
+	c := &r.lines
 	return telemetrySources{
 		level:      r.Level,
 		state:      r.State,

@@ -115,13 +115,13 @@ func newStatus(r *Runner, set component.TelemetrySettings) *status {
 		gcPercent:  src.gcPercent,
 		info: statuspage.Info{
 			ObserveOnly:    cfg.ObserveOnly,
-			SampleInterval: cfg.Sampler.Interval,
-			CPU:            cfg.Decision.CPU,
-			Mem:            cfg.Decision.Mem,
+			SampleInterval: cfg.CheckInterval,
+			CPU:            r.lines.CPU,
+			Mem:            r.lines.Mem,
 		},
 	}
 	for s := range decision.NumSignals {
-		rule := cfg.Decision.Rules[s]
+		rule := r.lines.Rules[s]
 		st.info.Signals[s] = decision.Rule{Enabled: !r.exempt[s], DropMin: rule.DropMin, DropMax: rule.DropMax}
 	}
 	if cfg.Status != nil {
@@ -130,7 +130,7 @@ func newStatus(r *Runner, set component.TelemetrySettings) *status {
 			// The page is a diagnostic aid: it goes on without this part.
 			set.Logger.Warn("throttle status page: the effective configuration cannot be shown", zap.Error(err))
 		}
-		st.ring = statuspage.NewRingFor(cfg.Sampler.Interval)
+		st.ring = statuspage.NewRingFor(cfg.CheckInterval)
 		st.transitions = &statuspage.Transitions{}
 		st.server = statuspage.NewServer(*cfg.Status, set, st.ring, st.statusInfo, st.live)
 	}
@@ -194,7 +194,7 @@ func (st *status) transition(t decision.Transition) {
 	if st == nil || st.transitions == nil {
 		return
 	}
-	d := &st.r.cfg.Decision
+	d := &st.r.lines
 	st.transitions.Add(t.Level.At, t.Signal, t.From, t.To, transitionReason(t, d.CPU, d.Mem))
 }
 

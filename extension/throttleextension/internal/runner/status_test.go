@@ -34,15 +34,19 @@ import (
 
 // testConfig is the runner's configuration for the extension's defaults,
 // as far as the tests here use it: the default lines and rules, a 250ms
-// interval, no status page, nothing reported.
+// interval, no stale watchdog, no soft memory limit, no status page,
+// nothing reported.
 func testConfig(mutate ...func(*Config)) Config {
 	cfg := Config{
-		Enabled:       true,
-		Sampler:       sampler.Config{Interval: 250 * time.Millisecond},
-		Decision:      decision.DefaultConfig(),
+		Settings:      DefaultSettings(),
+		CPU:           DefaultCPUConfig(),
+		Memory:        DefaultMemoryConfig(),
+		Rules:         decision.DefaultRulesConfig(),
 		RetryAfterMin: time.Second,
 		RetryAfterMax: 5 * time.Second,
 	}
+	cfg.StaleAfter = 0
+	cfg.Memory.SoftLimit.Enabled = false
 	for _, m := range mutate {
 		m(&cfg)
 	}
@@ -88,7 +92,7 @@ func TestStatusPageOff(t *testing.T) {
 func TestStatusRecordDoesNotAllocate(t *testing.T) {
 	r := newTestRunner(t, testConfig(func(c *Config) {
 		c.ReportStatus = true
-		c.Status = &confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: "127.0.0.1:0", Transport: confignet.TransportTypeTCP}}
+		c.Status = &statuspage.Config{ServerConfig: confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: "127.0.0.1:0", Transport: confignet.TransportTypeTCP}}}
 	}))
 	wl := &sampler.WaterLevel{Mem: 0.5, MemValid: true, At: time.Now()}
 	allocs := testing.AllocsPerRun(100, func() {
@@ -133,7 +137,7 @@ func TestReportStatusStaleFallback(t *testing.T) {
 // statusPageConfig turns the status page on (its server is not started
 // unless the runner is).
 func statusPageConfig(c *Config) {
-	c.Status = &confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: "127.0.0.1:0", Transport: confignet.TransportTypeTCP}}
+	c.Status = &statuspage.Config{ServerConfig: confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: "127.0.0.1:0", Transport: confignet.TransportTypeTCP}}}
 }
 
 // The page lists the state changes, newest first, one entry per change of
