@@ -44,7 +44,7 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 	assert.Equal(t, uint64(testMemLimit), f["memory_limit_bytes"])
 	assert.Equal(t, zapcore.InfoLevel, started[0].Level)
 
-	waitValid(t, e, 0.5)
+	waitValid(t, src)
 	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.StateOpen)
 	src.SetMemoryShare(0.5)
@@ -84,7 +84,7 @@ func TestTransitionsSurviveLogSampling(t *testing.T) {
 	set.Logger = logger
 	src := newFakeSource(50)
 	e := startTestExtension(t, src, testConfig(t), set)
-	waitValid(t, e, 0.5)
+	waitValid(t, src)
 
 	const cycles = 40
 	start := time.Now()

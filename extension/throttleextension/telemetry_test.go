@@ -168,7 +168,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	}
 
 	// Step 1: Normal at 50%.
-	waitValid(t, e, 0.5)
+	waitLevel(t, tt, 0.5)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
@@ -200,7 +200,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	// Step 2: Open at 95%.
 	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.StateOpen)
-	waitValid(t, e, 0.95)
+	waitLevel(t, tt, 0.95)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateOpen), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.95), metricdatatest.IgnoreTimestamp())
 	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.SignalTraces], 1000))
@@ -218,7 +218,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	// Step 3: Shedding at 87% (below hard, above exit).
 	src.SetMemoryShare(0.87)
 	waitState(t, e, decision.StateShedding)
-	waitValid(t, e, 0.87)
+	waitLevel(t, tt, 0.87)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateShedding), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.87), metricdatatest.IgnoreTimestamp())
 	e.RecordProcessorDecision(decision.SignalTraces, decision.VerdictDenyShed)
@@ -234,7 +234,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	// budget when the rest is held; nothing stays reserved.
 	src.SetMemoryShare(0.5)
 	waitState(t, e, decision.StateNormal)
-	waitValid(t, e, 0.5)
+	waitLevel(t, tt, 0.5)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
 	innerCode := 0
@@ -244,7 +244,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	require.Equal(t, http.StatusOK, innerCode, "larger than the budget, while another request holds 1000 bytes")
 	want.add("http", decision.SignalTraces, decision.VerdictAdmit)
 	assert.Equal(t, int64(1000+middleware.DefaultUnknownSize), seenReserved, "1000 bytes and the larger request's unknown_size")
-	held := e.runner.Budget()
+	held := e.runner.MiddlewareConfig().Budget
 	require.True(t, held.Reserve(budget-500))
 	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.SignalTraces], 1000), "1000 bytes with 500 left")
 	want.add("http", decision.SignalTraces, decision.VerdictDenyBudget)
@@ -316,7 +316,7 @@ func TestTelemetryDisabledSlot(t *testing.T) {
 	// Not started: only the lines.
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, lines, metricdatatest.IgnoreTimestamp())
 	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
-	waitValid(t, e, 0.5)
+	waitLevel(t, tt, 0.5)
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines, levels...), metricdatatest.IgnoreTimestamp())
 }
 
@@ -332,7 +332,7 @@ func TestSamplerErrors(t *testing.T) {
 	set.Logger = zap.New(core)
 	src := newFakeSource(50)
 	src.FailNext(testutil.WorkingSet, 3, errFakeRead)
-	e := startTestExtension(t, src, testConfig(t), set)
+	startTestExtension(t, src, testConfig(t), set)
 
 	memErrors := func() int64 {
 		m, err := tt.GetMetric("otelcol_throttle_sampler_errors")
@@ -348,7 +348,7 @@ func TestSamplerErrors(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return memErrors() == 3 }, 10*time.Second, time.Millisecond)
 	// Memory reads again: the level is valid and the count stays.
-	waitValid(t, e, 0.5)
+	waitLevel(t, tt, 0.5)
 	assert.Equal(t, int64(3), memErrors())
 
 	m, err := tt.GetMetric("otelcol_throttle_sampler_errors")

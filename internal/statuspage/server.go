@@ -68,14 +68,6 @@ func (s *Server) Start(ctx context.Context, host component.Host) error {
 	return nil
 }
 
-// Addr is the bound address, or nil when the server is not running.
-func (s *Server) Addr() net.Addr {
-	if s == nil || s.ln == nil {
-		return nil
-	}
-	return s.ln.Addr()
-}
-
 // Shutdown stops the server gracefully within ctx, then cuts off what is
 // still in flight, and waits for the serving goroutine. Safe without Start,
 // on nil, and more than once.

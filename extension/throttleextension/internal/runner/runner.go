@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -487,42 +486,16 @@ func (r *Runner) MiddlewareConfig() middleware.Config {
 	}
 }
 
-// Level is the last water level the engine observed, nil before the first
+// level is the last water level the engine observed, nil before the first
 // sample. It takes no lock: metric callbacks call it, and Shutdown holds r.mu
 // while it unregisters them, which waits for a collection in progress.
-func (r *Runner) Level() *sampler.WaterLevel {
+func (r *Runner) level() *sampler.WaterLevel {
 	wl := r.engine.Level()
 	if wl == nil || wl.At.IsZero() {
 		return nil
 	}
 	return wl
 }
-
-// Budget is the admission budget shared by every server; nil before Start
-// and when it is off.
-func (r *Runner) Budget() *middleware.Budget { return r.budget.Load() }
-
-// Hold is the hold shared by every server; nil when it is off.
-func (r *Runner) Hold() *middleware.Hold { return r.hold }
-
-// Engine is the decision engine.
-func (r *Runner) Engine() *decision.Engine { return r.engine }
-
-// Sampler is the sampler Start created; nil before Start and when the
-// throttle is disabled. Call it after Start has returned.
-func (r *Runner) Sampler() *sampler.Sampler { return r.sampler }
-
-// OwnedSource is the source Start created because none was injected; nil
-// otherwise. Call it after Start has returned.
-func (r *Runner) OwnedSource() sampler.Source { return r.ownedSource }
-
-// Watchdog reports whether Start started the stale watchdog
-// (stale_after > 0). Call it after Start has returned.
-func (r *Runner) Watchdog() bool { return r.stale != nil }
-
-// StatusAddr is the status page's bound address, nil when it is not
-// serving. Call it after Start or Shutdown has returned.
-func (r *Runner) StatusAddr() net.Addr { return r.status.addr() }
 
 func (r *Runner) budgetValues() (reserved, limit int64) {
 	b := r.budget.Load()
@@ -532,7 +505,7 @@ func (r *Runner) budgetValues() (reserved, limit int64) {
 func (r *Runner) telemetrySources() telemetrySources {
 	c := &r.lines
 	return telemetrySources{
-		level:      r.Level,
+		level:      r.level,
 		state:      r.State,
 		budget:     r.budgetValues,
 		stale:      r.engine.Stale,

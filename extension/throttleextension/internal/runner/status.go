@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,14 +211,6 @@ func (st *status) start(ctx context.Context, host component.Host, src sampler.So
 		return nil
 	}
 	return st.server.Start(ctx, host)
-}
-
-// addr is the status server's bound address, or nil when it is not running.
-func (st *status) addr() net.Addr {
-	if st == nil {
-		return nil
-	}
-	return st.server.Addr()
 }
 
 // shutdown stops reporting and closes the status server, waiting for its

@@ -84,7 +84,6 @@ func TestStatusPageOff(t *testing.T) {
 	r := newTestRunner(t, testConfig())
 	assert.Nil(t, r.status.ring)
 	assert.Nil(t, r.status.server)
-	assert.Nil(t, r.StatusAddr())
 }
 
 // The sampler goroutine records into the ring and checks for a status
