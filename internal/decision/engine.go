@@ -13,8 +13,8 @@ import (
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
-// Slot is the configuration of one resource's thresholds (thresholds.cpu,
-// thresholds.mem).
+// Slot is one resource's lines as the engine holds the resource to them
+// (Lines at a check interval).
 type Slot struct {
 	// Enabled false makes the slot count as safe: it never triggers a
 	// transition and never blocks a recovery.
@@ -72,7 +72,7 @@ type Config struct {
 // The CPU controller (see Engine.cpuShare). cpuShareGain is the share's rate
 // of change per second per unit of error (cpu_fast - enter): fast enough to
 // match an overload within seconds, slow enough per frame to average out the
-// noise of short CFS windows (docs/design.md §5).
+// noise of short CFS windows.
 // cpuShareOpenStep is added when the CPU slot opens: shedding was too weak.
 // cpuShareNormalDecay is the smallest error the share unlearns at in Normal.
 const (
@@ -115,7 +115,7 @@ type Options struct {
 	// RelieveMemory is called after every frame in which memory is at or
 	// over its hard line, to make the level fall once memory has been freed;
 	// it decides itself whether and how often to collect
-	// (gomemlimit.Relief). Nothing when nil.
+	// (softlimit.Relief). Nothing when nil.
 	RelieveMemory func()
 	// OnTransition is called from Observe for every state change of every signal.
 	OnTransition func(Transition)
@@ -179,7 +179,7 @@ type Engine struct {
 	// that holds CPU at enter whatever the overload factor. A proportional
 	// severity cannot: to shed half the load it needs CPU halfway to the
 	// hard line, where the noise of cpu_fast reaches hard and the state
-	// relays between Shedding and Open (docs/design.md §5). It is kept through
+	// relays between Shedding and Open. It is kept through
 	// Open (raised by cpuShareOpenStep when the CPU slot opens), through
 	// frames without a new CPU reading and through the stale fallback
 	// (like the state itself), and unlearnt in Normal (see
@@ -317,7 +317,7 @@ var admitAll = &admission{state: StateNormal}
 // rejecting everything for ever on a level nobody measures any more; a
 // protection that fails must fail open. The cost is that a starved sampler
 // may be starved by the very overload it should act on, hence a generous
-// bound (stale_after_intervals in the extension's config).
+// bound (stale_after in the extension's configuration).
 //
 // The check and the publication are under the lock Observe holds, so an
 // Observe that lands between them cannot be overwritten by an admit-all
@@ -391,9 +391,9 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	// memory level drops in one sample and a burst let in during the next
 	// interval can exceed the headroom (the prototype's OOM kill). CPU
 	// overshoot only costs CFS throttling, and a ramp after a CPU-only Open
-	// made the load oscillate between Open and near-total shedding
-	// (docs/design.md §4). So the ramp follows only an Open episode in which
-	// memory was at its hard line.
+	// made the load oscillate between Open and near-total shedding at 1.5
+	// to 2 times the capacity. So the ramp follows only an Open episode in
+	// which memory was at its hard line.
 	if to == StateOpen && !e.mem.safe(mem) && mem.fast >= e.mem.Hard {
 		e.openByMem = true
 	}
@@ -431,7 +431,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	e.relieveMemory()
 }
 
-// next is the transition table of design §4. Worsening is OR over the
+// next is the transition table. Worsening is OR over the
 // slots, recovery is AND. When a frame satisfies both Normal->Shedding and
 // Normal->Open (or Shedding->Normal and Shedding->Open), Open wins: the hard
 // line is the one that protects the process, and the most severe state is the

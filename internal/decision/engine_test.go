@@ -387,7 +387,7 @@ func TestOpenExitDecidedOnCurrentFrame(t *testing.T) {
 }
 
 // TestDropProbability covers p_drop = drop_min + (drop_max - drop_min) * t
-// with t the larger of the memory severity (proportional, design §5)
+// with t the larger of the memory severity (proportional)
 // and the CPU share (integral, see TestCPUShare). The memory rows use
 // linesConfig's memory lines: enter 0.85, hard 0.92.
 func TestDropProbability(t *testing.T) {

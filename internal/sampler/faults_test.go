@@ -22,7 +22,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
-// Fault injection (issue 8 item 1). The documented outcomes:
+// Fault injection. The documented outcomes:
 //   - a failed read is reported to OnError as a *ReadError naming the
 //     resource; CPU or memory is invalid in that frame (the CPU EWMAs are
 //     kept for the next valid window), limits keep their previous value;

@@ -58,7 +58,7 @@ func testConfig() map[string]any {
 // a few huge requests that take memory over its hard line, a fall, quiet
 // again. CPU cannot go far over the quota (CFS throttles it), so CPU alone
 // sheds at most max_shed and memory opens. The CPU EWMAs, the states, the
-// CPU controller and the recovery ramp follow design §3 to §5, simplified;
+// CPU controller and the recovery ramp follow the engine's, simplified;
 // the counters follow the decisions. It returns the final live status too,
 // so the header matches the charts.
 func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
@@ -74,7 +74,7 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		fast, slow  float64
 		state, prev decision.State
 		trans       Transitions
-		// Streaks of frames in which each line's condition held (design §4).
+		// Streaks of frames in which each line's condition held.
 		cpuEnter, memEnter, cpuHard, memHard         int
 		cpuExit, memExit, cpuBelowHard, memBelowHard int
 		cpuShare, pPrev                              float64
@@ -124,7 +124,7 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		}
 		mem := heap + rng.NormFloat64()*0.003
 
-		// The state machine over both slots (design §4): worsening is OR
+		// The state machine over both slots: worsening is OR
 		// over the slots, recovery AND.
 		cpuEnter, memEnter = inc(cpuEnter, slow > cpuT.Enter), inc(memEnter, mem > memT.Enter)
 		cpuHard, memHard = inc(cpuHard, fast >= cpuT.Hard), inc(memHard, mem >= memT.Hard)
@@ -178,7 +178,7 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		case decision.StateOpen:
 			pDrop = 1
 		}
-		// The recovery ramp after a memory Open (5 s, design §4).
+		// The recovery ramp after a memory Open (5 s).
 		if leftOpen >= 0 && state != decision.StateOpen {
 			pDrop = math.Max(pDrop, 1-float64(i-leftOpen)*interval.Seconds()/5)
 		}

@@ -39,9 +39,9 @@ type Info struct {
 	Config map[string]any
 	// SampleInterval is the configured sample interval.
 	SampleInterval time.Duration
-	// CPU and Mem are the resource slots' thresholds (design §4).
+	// CPU and Mem are the resource slots' thresholds.
 	CPU, Mem decision.Slot
-	// Signals holds the rules, indexed by decision.Signal (design §5).
+	// Signals holds the rules, indexed by decision.Signal.
 	// Enabled is false for a signal that is always admitted: its rule is
 	// disabled, or the whole throttle is.
 	Signals [decision.NumSignals]decision.Rule

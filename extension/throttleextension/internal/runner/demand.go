@@ -13,7 +13,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
-// The demand signal (design §9): the load offered to the collector against
+// The demand signal: the load offered to the collector against
 // what it can take, for an autoscaler. The throttle holds CPU near its
 // enter line and memory under its lines by refusing and holding work, so
 // utilisation alone understates what was turned away:

@@ -151,7 +151,7 @@ func (u unloggedChanges) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 }
 
 // transitionReason says what in the frame of t made the change, in the terms
-// of the transition table (docs/design.md §4): the levels of the frame
+// of the transition table (decision.Engine): the levels of the frame
 // against the lines they crossed, slot by slot. Disabled slots are left out;
 // a slot without a reading counts as safe, so it is named only where it lets
 // the state recover. The streak a line needs (breach_n) is not repeated.
