@@ -204,7 +204,7 @@ func createDefaultConfig() component.Config {
 // and the collector's confmap.Validate calls them all, whether the
 // throttle is enabled or not, so that a typo fails at start and not on the
 // day the throttle is switched on.
-func (cfg *Config) Validate() error { return cfg.Settings.Check() }
+func (cfg *Config) Validate() error { return cfg.Check() }
 
 // Validate checks the retry_after range.
 func (c RetryAfterConfig) Validate() error {

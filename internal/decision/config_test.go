@@ -69,8 +69,10 @@ func TestRulesConfig(t *testing.T) {
 	assert.Equal(t, Rule{Enabled: true, DropMin: 0.1, DropMax: 0.5}, rs.Rule(SignalTraces))
 	assert.Equal(t, Rule{Enabled: false, DropMin: 0.1, DropMax: 0.9}, rs.Rule(SignalMetrics))
 	assert.Equal(t, [NumSignals]Rule{
-		{Enabled: true, DropMin: 0.1, DropMax: 0.5}, {Enabled: false, DropMin: 0.1, DropMax: 0.9},
-		{Enabled: true, DropMin: 0.1, DropMax: 0.9}, {Enabled: true, DropMin: 0.1, DropMax: 0.9},
+		{Enabled: true, DropMin: 0.1, DropMax: 0.5},
+		{Enabled: false, DropMin: 0.1, DropMax: 0.9},
+		{Enabled: true, DropMin: 0.1, DropMax: 0.9},
+		{Enabled: true, DropMin: 0.1, DropMax: 0.9},
 	}, rs.Rules())
 	for s := range NumSignals {
 		assert.Equal(t, DefaultRule(), DefaultRulesConfig().Rule(s))
@@ -85,7 +87,8 @@ func TestRulesConfig(t *testing.T) {
 		"out of range":       {RulesConfig{"logs": {DropMin: f(-0.1)}}, errDropRange, "logs: drop_min must be in [0, 1], got -0.1"},
 		"in the wrong order": {RulesConfig{"logs": {DropMin: f(0.6), DropMax: f(0.4)}}, errDropOrder, "logs: drop_min must be <= drop_max, got 0.6 and 0.4"},
 		"order with an inherited bound": {
-			RulesConfig{RuleKeyDefault: {DropMax: f(0.3)}, "logs": {DropMin: f(0.5)}}, errDropOrder,
+			RulesConfig{RuleKeyDefault: {DropMax: f(0.3)}, "logs": {DropMin: f(0.5)}},
+			errDropOrder,
 			"logs: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_max inherited from default)",
 		},
 	} {

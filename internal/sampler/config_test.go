@@ -28,7 +28,7 @@ func TestCPUConfigCheck(t *testing.T) {
 	err := CPUConfig{SlowWindow: 2 * time.Minute, FastWindow: 0, FallbackCores: math.Inf(1)}.Check()
 	require.ErrorIs(t, err, errCPUWindow)
 	require.ErrorIs(t, err, errFallbackCores)
-	assert.EqualError(t, err, "slow_window must be > 0 and <= 1m0s, got 2m0s\n"+
+	require.EqualError(t, err, "slow_window must be > 0 and <= 1m0s, got 2m0s\n"+
 		"fast_window must be > 0 and <= 1m0s, got 0s\n"+
 		"fallback_cores must be a number >= 0, got +Inf")
 	require.ErrorIs(t, CPUConfig{SlowWindow: time.Second, FastWindow: time.Second, FallbackCores: math.NaN()}.Check(), errFallbackCores)
@@ -40,7 +40,7 @@ func TestMemoryConfigCheck(t *testing.T) {
 	}
 	err := MemoryConfig{LimitMiB: 31}.Check()
 	require.ErrorIs(t, err, errLimitTooSmall)
-	assert.EqualError(t, err, "limit_mib must be 0 (the cgroup's limit) or >= 32: a collector's own baseline fills a smaller limit past the hard line, a permanent Open, got 31")
+	require.EqualError(t, err, "limit_mib must be 0 (the cgroup's limit) or >= 32: a collector's own baseline fills a smaller limit past the hard line, a permanent Open, got 31")
 	err = MemoryConfig{LimitMiB: 1 << 44}.Check()
 	require.ErrorIs(t, err, errLimitTooLarge)
 	assert.EqualError(t, err, "limit_mib must be <= 17592186044415, got 17592186044416")

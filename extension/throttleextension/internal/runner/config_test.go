@@ -48,7 +48,7 @@ func TestSectionsValidate(t *testing.T) {
 	cpu.Enter, cpu.Exit, cpu.Hard = 1.5, 1, 2
 	require.NoError(t, confmap.Validate(cpu), "the CPU lines may go up to 2")
 	cpu.Enabled, cpu.FastWindow = false, 0
-	assert.EqualError(t, confmap.Validate(cpu), "fast_window must be > 0 and <= 1m0s, got 0s")
+	require.EqualError(t, confmap.Validate(cpu), "fast_window must be > 0 and <= 1m0s, got 0s")
 
 	mem := DefaultMemoryConfig()
 	mem.Hard, mem.LimitMiB = 1.05, 31
