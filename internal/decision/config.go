@@ -20,16 +20,10 @@ import (
 // few seconds rather than at once.
 const DefaultRecoveryRamp = 5 * time.Second
 
-// defaultCPUMaxShed: CPU alone sheds at most a fifth of the requests. A
-// rejection costs CPU too, and clients that re-send at once answer a larger
-// share with more requests, so beyond it shedding for CPU lowers goodput
-// and lengthens the tail (docs/results.md has the overload sweep behind
-// it); memory, which kills, keeps the full range and Open.
-const defaultCPUMaxShed = 0.2
-
 // Lines are one resource's lines and how the engine holds the resource to
 // them: the part of its section (cpu, memory) the engine reads. The section
-// checks them with Check against its resource's Bounds.
+// checks them with Check against its resource's Bounds, and the resource's
+// registration makes them a Slot.
 type Lines struct {
 	// Enabled includes the resource in the decision. A disabled resource
 	// counts as safe: it never triggers and never blocks recovery; its
@@ -65,36 +59,6 @@ type Bounds struct {
 	// unanswered.
 	MaxBreach time.Duration
 }
-
-// DefaultCPULines are the cpu section's lines. CPU's hard line is above 1
-// and its enter line close to it: CPU is a rate, not a level that kills, so
-// Open is left to memory and every point of enter below the quota is
-// throughput given away (docs/results.md). Three checks of 250ms ride out a
-// CFS period's noise.
-func DefaultCPULines() Lines {
-	return Lines{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachDuration: 750 * time.Millisecond, MaxShed: defaultCPUMaxShed}
-}
-
-// DefaultMemoryLines are the memory section's lines. Memory needs a single
-// check: it meets the OOM killer, which is final.
-func DefaultMemoryLines() Lines {
-	return Lines{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachDuration: 250 * time.Millisecond, MaxShed: 1}
-}
-
-// CPUBounds: the CPU lines are a share of the effective cores. Values above
-// 1 are meaningful (CFS bursts, or fallback_cores below the cores actually
-// used); above 2 they are a percent written as a number (enter: 90), which
-// would never shed.
-var CPUBounds = Bounds{
-	MaxLine:   2,
-	Why:       ": the CPU lines are a share of the effective cores (0.9 is 90%), not a percent",
-	MaxBreach: 10 * time.Second,
-}
-
-// MemoryBounds: memory is a share of the limit, and above 1 the kernel's
-// OOM killer comes first, so a line over 1 would never be reached; a breach
-// longer than 2s meets the OOM killer before the throttle acts.
-var MemoryBounds = Bounds{MaxLine: 1, MaxBreach: 2 * time.Second}
 
 // Errors of the checks; the collector puts the section's path before them.
 var (
@@ -157,14 +121,15 @@ func (l Lines) Check(b Bounds) error {
 	return errors.Join(errs...)
 }
 
-// Slot is the engine's view of the lines at a check interval: the breach
-// counted in checks, rounded up, at least one.
-func (l Lines) Slot(interval time.Duration) Slot {
+// Slot is the engine's slot of the resource named name held to the lines
+// at a check interval: the breach counted in checks, rounded up, at least
+// one. How it sheds is the caller's to set.
+func (l Lines) Slot(name string, interval time.Duration) Slot {
 	n := 1
 	if d := l.BreachDuration; d > 0 && interval > 0 {
 		n = int(max(1, (d+interval-1)/interval))
 	}
-	return Slot{Enabled: l.Enabled, Enter: l.Enter, Exit: l.Exit, Hard: l.Hard, BreachN: n, MaxShed: l.MaxShed}
+	return Slot{Name: name, Enabled: l.Enabled, Enter: l.Enter, Exit: l.Exit, Hard: l.Hard, BreachN: n, MaxShed: l.MaxShed}
 }
 
 // CheckRecoveryRamp checks recovery_ramp.

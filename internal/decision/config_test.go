@@ -13,10 +13,20 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 )
 
+// Lines and bounds like the extension's CPU and memory.
+var (
+	cpu       = Lines{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachDuration: 750 * time.Millisecond, MaxShed: 0.2}
+	mem       = Lines{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachDuration: 250 * time.Millisecond, MaxShed: 1}
+	cpuBounds = Bounds{
+		MaxLine: 2, Why: ": the CPU lines are a share of the effective cores (0.9 is 90%), not a percent",
+		MaxBreach: 10 * time.Second,
+	}
+	memBounds = Bounds{MaxLine: 1, MaxBreach: 2 * time.Second}
+)
+
 func TestLinesCheck(t *testing.T) {
-	cpu, mem := DefaultCPULines(), DefaultMemoryLines()
-	require.NoError(t, cpu.Check(CPUBounds))
-	require.NoError(t, mem.Check(MemoryBounds))
+	require.NoError(t, cpu.Check(cpuBounds))
+	require.NoError(t, mem.Check(memBounds))
 	with := func(l Lines, edit func(*Lines)) Lines { edit(&l); return l }
 	for name, tc := range map[string]struct {
 		lines  Lines
@@ -24,16 +34,16 @@ func TestLinesCheck(t *testing.T) {
 		want   []error
 		text   string
 	}{
-		"exit >= enter":       {with(cpu, func(l *Lines) { l.Exit = l.Enter }), CPUBounds, []error{errExitNotBelowEnter}, "exit must be < enter, got 0.9 and 0.9"},
-		"enter >= hard":       {with(cpu, func(l *Lines) { l.Enter = l.Hard }), CPUBounds, []error{errEnterNotBelowHard}, "enter must be < hard, got 1.1 and 1.1"},
-		"exit 0":              {with(mem, func(l *Lines) { l.Exit = 0 }), MemoryBounds, []error{errExitNotAboveZero}, "exit must be > 0, got 0"},
-		"not finite":          {with(mem, func(l *Lines) { l.Enter = math.NaN() }), MemoryBounds, []error{errNotFinite}, "enter must be a finite number, got NaN"},
-		"a percent for CPU":   {with(cpu, func(l *Lines) { l.Enter, l.Exit, l.Hard = 90, 80, 110 }), CPUBounds, []error{errLineAboveBound}, "enter must be <= 2: the CPU lines are a share of the effective cores (0.9 is 90%), not a percent, got 90"},
-		"memory over 1":       {with(mem, func(l *Lines) { l.Hard = 1.05 }), MemoryBounds, []error{errLineAboveBound}, "hard must be <= 1, got 1.05"},
-		"breach too long":     {with(cpu, func(l *Lines) { l.BreachDuration = 11 * time.Second }), CPUBounds, []error{errBreachDuration}, "breach_duration must be between 0s and 10s, got 11s"},
-		"breach negative":     {with(mem, func(l *Lines) { l.BreachDuration = -time.Millisecond }), MemoryBounds, []error{errBreachDuration}, "breach_duration must be between 0s and 2s, got -1ms"},
-		"max_shed 0":          {with(cpu, func(l *Lines) { l.MaxShed = 0 }), CPUBounds, []error{errMaxShed}, "max_shed must be in (0, 1], got 0"},
-		"disabled: unchecked": {Lines{Hard: 5}, MemoryBounds, nil, ""},
+		"exit >= enter":       {with(cpu, func(l *Lines) { l.Exit = l.Enter }), cpuBounds, []error{errExitNotBelowEnter}, "exit must be < enter, got 0.9 and 0.9"},
+		"enter >= hard":       {with(cpu, func(l *Lines) { l.Enter = l.Hard }), cpuBounds, []error{errEnterNotBelowHard}, "enter must be < hard, got 1.1 and 1.1"},
+		"exit 0":              {with(mem, func(l *Lines) { l.Exit = 0 }), memBounds, []error{errExitNotAboveZero}, "exit must be > 0, got 0"},
+		"not finite":          {with(mem, func(l *Lines) { l.Enter = math.NaN() }), memBounds, []error{errNotFinite}, "enter must be a finite number, got NaN"},
+		"a percent for CPU":   {with(cpu, func(l *Lines) { l.Enter, l.Exit, l.Hard = 90, 80, 110 }), cpuBounds, []error{errLineAboveBound}, "enter must be <= 2: the CPU lines are a share of the effective cores (0.9 is 90%), not a percent, got 90"},
+		"memory over 1":       {with(mem, func(l *Lines) { l.Hard = 1.05 }), memBounds, []error{errLineAboveBound}, "hard must be <= 1, got 1.05"},
+		"breach too long":     {with(cpu, func(l *Lines) { l.BreachDuration = 11 * time.Second }), cpuBounds, []error{errBreachDuration}, "breach_duration must be between 0s and 10s, got 11s"},
+		"breach negative":     {with(mem, func(l *Lines) { l.BreachDuration = -time.Millisecond }), memBounds, []error{errBreachDuration}, "breach_duration must be between 0s and 2s, got -1ms"},
+		"max_shed 0":          {with(cpu, func(l *Lines) { l.MaxShed = 0 }), cpuBounds, []error{errMaxShed}, "max_shed must be in (0, 1], got 0"},
+		"disabled: unchecked": {Lines{Hard: 5}, memBounds, nil, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := tc.lines.Check(tc.bounds)
@@ -51,9 +61,9 @@ func TestLinesCheck(t *testing.T) {
 
 func TestLinesSlot(t *testing.T) {
 	const ci = 250 * time.Millisecond
-	assert.Equal(t, Slot{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2}, DefaultCPULines().Slot(ci))
+	assert.Equal(t, Slot{Name: "cpu", Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2}, cpu.Slot("cpu", ci))
 	for d, want := range map[time.Duration]int{0: 1, -time.Second: 1, time.Millisecond: 1, ci: 1, ci + 1: 2, 400 * time.Millisecond: 2} {
-		assert.Equal(t, want, Lines{BreachDuration: d}.Slot(ci).BreachN, "%v", d)
+		assert.Equal(t, want, Lines{BreachDuration: d}.Slot("x", ci).BreachN, "%v", d)
 	}
 }
 

@@ -51,6 +51,9 @@ type Config struct {
 	Interval time.Duration
 	CPU      CPUConfig
 	Memory   MemoryConfig
+	// Readers read the levels of WaterLevel.Levels, in order; at most
+	// MaxResources.
+	Readers []Reader
 	// LimitsEvery is the slow cadence at which limits and cores are
 	// re-read; DefaultLimitsEvery when 0. Not a user setting.
 	LimitsEvery time.Duration

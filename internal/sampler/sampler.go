@@ -327,6 +327,10 @@ func (s *Sampler) Tick() {
 		}
 	}
 
+	for i, read := range s.cfg.Readers[:min(len(s.cfg.Readers), MaxResources)] {
+		wl.Levels[i] = read(wl)
+	}
+
 	s.level.Store(wl)
 	s.onSample(wl, s.now().Sub(at))
 }

@@ -575,3 +575,26 @@ func BenchmarkTickCgroupFixture(b *testing.B) {
 		})
 	}
 }
+
+// TestReaders: each check's Levels are its readers' readings of the check,
+// in order, once CPU, memory and the limits are in; a reader past
+// MaxResources is not called.
+func TestReaders(t *testing.T) {
+	src := newSource(512, cgroup.Limits{QuotaCores: 1, MemLimit: 1024})
+	extra := 0
+	readers := []Reader{ReadCPU, ReadMemory, func(wl *WaterLevel) Level {
+		extra++
+		return Level{Valid: wl.MemLimit == 1024, Value: 0.25, Slow: 0.25, Fast: 0.25}
+	}}
+	for len(readers) < MaxResources {
+		readers = append(readers, func(*WaterLevel) Level { return Level{} })
+	}
+	readers = append(readers, func(*WaterLevel) Level { panic("a reader past MaxResources") })
+	h := newHarness(Config{Readers: readers}, src)
+	h.step(0, 0)
+	wl := h.step(interval, interval/2)
+	assert.Equal(t, Level{Valid: true, Value: 0.5, Slow: wl.CPUSlow, Fast: wl.CPUFast}, wl.Levels[0])
+	assert.Equal(t, Level{Valid: true, Value: 0.5, Slow: 0.5, Fast: 0.5}, wl.Levels[1])
+	assert.Equal(t, Level{Valid: true, Value: 0.25, Slow: 0.25, Fast: 0.25}, wl.Levels[2])
+	assert.Equal(t, 2, extra, "once a check")
+}

@@ -11,17 +11,19 @@ import (
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 // testInfo is the configuration the fixtures run with (the engine's default
 // lines, metrics exempt, profiles shed at most half).
 func testInfo() Info {
-	d := decision.DefaultConfig()
 	return Info{
 		Source:         "cgroup v2 /sys/fs/cgroup/kubepods/pod-1234/otelcol",
 		SampleInterval: 250 * time.Millisecond,
-		CPU:            d.CPU,
-		Mem:            d.Mem,
+		Resources: []Resource{
+			{Name: "cpu", Averaged: true, Lines: decision.Slot{Name: "cpu", Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2}},
+			{Name: "memory", Lines: decision.Slot{Name: "memory", Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1}},
+		},
 		Signals: [decision.NumSignals]decision.Rule{
 			{Enabled: true, DropMin: 0, DropMax: 1},
 			{Enabled: false, DropMin: 0, DropMax: 1},
@@ -63,7 +65,7 @@ func testConfig() map[string]any {
 // so the header matches the charts.
 func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 	info := testInfo()
-	cpuT, memT := info.CPU, info.Mem
+	cpuT, memT := info.Resources[0].Lines, info.Resources[1].Lines
 	ring := NewRingFor(interval)
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := int(Window / interval)
@@ -184,10 +186,12 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		}
 		pPrev = pDrop
 		perSignal := load * 2500 * interval.Seconds() / 4
-		l.At, l.CPU, l.CPUFast, l.CPUSlow, l.CPUValid = at, cpu, fast, slow, true
+		l.At = at
+		l.Levels[0] = sampler.Level{Valid: true, Value: cpu, Slow: slow, Fast: fast}
 		// The working set holds some spare heap above the level.
 		spare := 0.02 + 0.03*math.Abs(math.Sin(float64(i)/60))
-		l.Mem, l.MemValid, l.MemLimit, l.WorkingSet, l.Cores = mem, true, limit, uint64((mem+spare)*limit), 1.5
+		l.Levels[1] = sampler.Level{Valid: true, Value: mem, Slow: mem, Fast: mem}
+		l.MemLimit, l.WorkingSet, l.Cores = limit, uint64((mem+spare)*limit), 1.5
 		for s := range l.Signals {
 			st := &l.Signals[s]
 			rule := info.Signals[s]

@@ -11,7 +11,6 @@ import (
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
-	"github.com/otelthrottle/throttle/internal/softlimit"
 	"github.com/otelthrottle/throttle/internal/statuspage"
 )
 
@@ -92,47 +91,6 @@ func (s Settings) Check() error {
 	return errors.Join(errs...)
 }
 
-// CPUConfig is the cpu section: the lines CPU is held to and how it is
-// measured.
-type CPUConfig struct {
-	decision.Lines    `mapstructure:",squash"`
-	sampler.CPUConfig `mapstructure:",squash"`
-}
-
-// DefaultCPUConfig is the cpu section's defaults.
-func DefaultCPUConfig() CPUConfig {
-	return CPUConfig{Lines: decision.DefaultCPULines(), CPUConfig: sampler.DefaultCPUConfig()}
-}
-
-// Validate checks the section: the lines of enabled CPU, and how CPU is
-// measured whether it is enabled or not (the status page and the telemetry
-// show it).
-func (c CPUConfig) Validate() error {
-	return errors.Join(c.Lines.Check(decision.CPUBounds), c.CPUConfig.Check())
-}
-
-// MemoryConfig is the memory section: the lines memory is held to, the
-// memory limit, and the Go runtime's soft memory limit.
-type MemoryConfig struct {
-	decision.Lines       `mapstructure:",squash"`
-	sampler.MemoryConfig `mapstructure:",squash"`
-	// SoftLimit is whether and where the throttle sets the Go runtime's
-	// soft memory limit; the section validates itself.
-	SoftLimit softlimit.Config `mapstructure:"soft_limit"`
-}
-
-// DefaultMemoryConfig is the memory section's defaults.
-func DefaultMemoryConfig() MemoryConfig {
-	return MemoryConfig{Lines: decision.DefaultMemoryLines(), SoftLimit: softlimit.DefaultConfig()}
-}
-
-// Validate checks the section: the lines of enabled memory, and the memory
-// limit whether memory is enabled or not (the soft memory limit and the
-// admission budget follow it).
-func (c MemoryConfig) Validate() error {
-	return errors.Join(c.Lines.Check(decision.MemoryBounds), c.MemoryConfig.Check())
-}
-
 // Config is the runner's configuration: the extension's sections that the
 // runner's parts own, passed on as they are, and the request path's,
 // resolved by the extension.
@@ -179,22 +137,4 @@ type Admission struct {
 	WaitTimeout time.Duration
 	UnknownSize int64
 	IdleTimeout time.Duration
-}
-
-// samplerConfig is what the sampler measures, and how often.
-func (c *Config) samplerConfig() sampler.Config {
-	return sampler.Config{Interval: c.CheckInterval, CPU: c.CPU.CPUConfig, Memory: c.Memory.MemoryConfig}
-}
-
-// decisionConfig is what the engine holds the levels to: the lines
-// counted in checks, and every signal's rule resolved over the default
-// rule.
-func (c *Config) decisionConfig() decision.Config {
-	return decision.Config{
-		CPU:          c.CPU.Slot(c.CheckInterval),
-		Mem:          c.Memory.Slot(c.CheckInterval),
-		Rules:        c.Rules.Rules(),
-		RecoveryRamp: c.RecoveryRamp,
-		Interval:     c.CheckInterval,
-	}
 }

@@ -54,11 +54,12 @@ type Options struct {
 // decisions to the middleware and the processor.
 type Runner struct {
 	cfg Config
-	// lines are what the engine holds the levels to, resolved from cfg
-	// once.
-	lines  decision.Config
-	logger *zap.Logger
-	source sampler.Source // injected by tests; nil = cgroup, else process
+	// resources are what the throttle holds to lines (resources.go), and
+	// lines the engine's configuration, with a slot for each.
+	resources []resource
+	lines     decision.Config
+	logger    *zap.Logger
+	source    sampler.Source // injected by tests; nil = cgroup, else process
 	// processSource stands in for the cgroup or the process (tests only).
 	processSource sampler.Source
 	// memoryLimitSetter is the runtime's soft limit setter injected by
@@ -136,7 +137,6 @@ var (
 func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Options) (*Runner, error) {
 	r := &Runner{
 		cfg:           cfg,
-		lines:         cfg.decisionConfig(),
 		logger:        set.Logger,
 		source:        opts.Source,
 		processSource: opts.ProcessSource,
@@ -144,13 +144,15 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 		memoryLimitSetter: opts.SetMemoryLimit,
 		limitsEvery:       opts.LimitsEvery,
 		lastWarn:          map[string]time.Time{},
-		translog:          newTransitionLog(set.Logger, nil),
 	}
 	relief := softlimit.NewRelief()
-	r.engine = decision.New(r.lines, decision.Options{
-		OnTransition:  r.logTransition,
-		RelieveMemory: func() { relief.Relieve() },
-	})
+	r.resources = cfg.resources(func() { relief.Relieve() })
+	r.translog = newTransitionLog(set.Logger, nil, r.resources)
+	r.lines = decision.Config{Rules: cfg.Rules.Rules(), RecoveryRamp: cfg.RecoveryRamp, Interval: cfg.CheckInterval}
+	for i := range r.resources {
+		r.lines.Slots = append(r.lines.Slots, r.resources[i].slot(cfg.CheckInterval))
+	}
+	r.engine = decision.New(r.lines, decision.Options{OnTransition: r.logTransition})
 	for s := range decision.NumSignals {
 		r.exempt[s] = !cfg.Enabled || !r.lines.Rules[s].Enabled
 	}
@@ -216,8 +218,15 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		r.heapView = softlimit.NewHeapView(r.pace)
 		heap = r.heapView
 	}
-	scfg := r.cfg.samplerConfig()
-	scfg.LimitsEvery = r.limitsEvery
+	scfg := sampler.Config{
+		Interval:    r.cfg.CheckInterval,
+		CPU:         r.cfg.CPU.CPUConfig,
+		Memory:      r.cfg.Memory.MemoryConfig,
+		LimitsEvery: r.limitsEvery,
+	}
+	for i := range r.resources {
+		scfg.Readers = append(scfg.Readers, r.resources[i].read)
+	}
 	r.sampler = sampler.New(src, scfg, sampler.Options{
 		OnSample: r.onSample,
 		OnError:  r.onSamplerError,
@@ -369,12 +378,12 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 	r.demand.observe(wl, admitted, refused, r.inflight.Load(), r.hold.Held())
 	if started, ended := r.open.observe(r.engine.State(decision.SignalTraces) == decision.StateOpen); started {
 		r.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until memory falls",
-			zap.Float64("mem", wl.Mem),
-			zap.Uint64("working_set_bytes", wl.WorkingSet),
-			zap.Uint64("heap_spare_bytes", wl.HeapSpare),
-			zap.Uint64("heap_held_back_bytes", wl.HeapHeldBack),
-			zap.Uint64("memory_limit_bytes", wl.MemLimit),
-			zap.Float64("cpu", wl.CPU),
+			append(levelFields(r.resources, wl),
+				zap.Uint64("working_set_bytes", wl.WorkingSet),
+				zap.Uint64("heap_spare_bytes", wl.HeapSpare),
+				zap.Uint64("heap_held_back_bytes", wl.HeapHeldBack),
+				zap.Uint64("memory_limit_bytes", wl.MemLimit),
+			)...,
 		)
 		r.status.reportChange()
 	} else if ended > 0 {
@@ -445,8 +454,12 @@ func (r *Runner) Pressed(s decision.Signal) bool {
 		return true
 	}
 	wl := r.engine.Level()
-	c := &r.lines
-	return (c.CPU.Enabled && wl.CPUValid && wl.CPUSlow >= c.CPU.Exit) || (c.Mem.Enabled && wl.MemValid && wl.Mem >= c.Mem.Exit)
+	for i, slot := range r.lines.Slots {
+		if l := &wl.Levels[i]; slot.Enabled && l.Valid && l.Slow >= slot.Exit {
+			return true
+		}
+	}
+	return false
 }
 
 // RetryDelay draws the delay a client rejected with v is asked to wait.
@@ -503,7 +516,6 @@ func (r *Runner) budgetValues() (reserved, limit int64) {
 }
 
 func (r *Runner) telemetrySources() telemetrySources {
-	c := &r.lines
 	return telemetrySources{
 		level:      r.level,
 		state:      r.State,
@@ -514,8 +526,7 @@ func (r *Runner) telemetrySources() telemetrySources {
 		gcPercent:  softlimit.CurrentGCPercent,
 		openFor:    r.open.openFor,
 		demand:     r.demand.load,
-		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
-		cpuEnabled: c.CPU.Enabled,
-		memEnabled: c.Mem.Enabled,
+		resources:  r.resources,
+		slots:      r.lines.Slots,
 	}
 }

@@ -115,9 +115,12 @@ func newStatus(r *Runner, set component.TelemetrySettings) *status {
 		info: statuspage.Info{
 			ObserveOnly:    cfg.ObserveOnly,
 			SampleInterval: cfg.CheckInterval,
-			CPU:            r.lines.CPU,
-			Mem:            r.lines.Mem,
 		},
+	}
+	for i := range r.resources {
+		lines := r.lines.Slots[i]
+		lines.Relieve = nil // what the page shows are the lines
+		st.info.Resources = append(st.info.Resources, statuspage.Resource{Name: r.resources[i].name, Averaged: r.resources[i].averaged, Lines: lines})
 	}
 	for s := range decision.NumSignals {
 		rule := r.lines.Rules[s]
@@ -193,8 +196,7 @@ func (st *status) transition(t decision.Transition) {
 	if st == nil || st.transitions == nil {
 		return
 	}
-	d := &st.r.lines
-	st.transitions.Add(t.Level.At, t.Signal, t.From, t.To, transitionReason(t, d.CPU, d.Mem))
+	st.transitions.Add(t.Level.At, t.Signal, t.From, t.To, transitionReason(t, st.r.resources, st.r.lines.Slots))
 }
 
 // start keeps the host for status reports and, when the status section is
@@ -234,13 +236,7 @@ func (st *status) record(wl *sampler.WaterLevel) {
 		return
 	}
 	if st.ring != nil {
-		s := statuspage.Sample{
-			At: wl.At, CPU: wl.CPU, CPUFast: wl.CPUFast, CPUSlow: wl.CPUSlow, CPUValid: wl.CPUValid,
-			Mem: wl.Mem, MemValid: wl.MemValid,
-		}
-		if wl.MemLimit > 0 {
-			s.WorkingSet = float64(wl.WorkingSet) / float64(wl.MemLimit)
-		}
+		s := statuspage.Sample{At: wl.At, Levels: statuspage.SampleLevels(&wl.Levels), WorkingSet: share(wl.WorkingSet, wl.MemLimit)}
 		for sig := range decision.NumSignals {
 			s.States[sig] = st.r.State(sig)
 		}
@@ -335,8 +331,7 @@ func (st *status) live() statuspage.LiveStatus {
 	wl := &stat.Level
 	stale := st.stale()
 	l := statuspage.LiveStatus{
-		At: wl.At, CPU: wl.CPU, CPUFast: wl.CPUFast, CPUSlow: wl.CPUSlow, CPUValid: wl.CPUValid,
-		Mem: wl.Mem, MemValid: wl.MemValid, WorkingSet: wl.WorkingSet, MemLimit: wl.MemLimit, Cores: wl.Cores,
+		At: wl.At, Levels: wl.Levels, WorkingSet: wl.WorkingSet, MemLimit: wl.MemLimit, Cores: wl.Cores,
 		Stale: stale,
 	}
 	c := &r.tel.counts
