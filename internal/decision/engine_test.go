@@ -889,8 +889,8 @@ func TestBurstReplay(t *testing.T) {
 	var transitions []Transition
 	cfg := linesConfig()
 	e := New(cfg, Options{
-		Now:           newClock().Now,
-		OnTransition:  func(tr Transition) { transitions = append(transitions, tr) },
+		Now:          newClock().Now,
+		OnTransition: func(tr Transition) { transitions = append(transitions, tr) },
 	})
 	var got, want []State
 	for _, fr := range frames {

@@ -17,8 +17,8 @@ func TestExpire(t *testing.T) {
 	clock := newClock()
 	var transitions []Transition
 	e := New(testConfig(1, 1), Options{
-		Now:           clock.Now,
-		OnTransition:  func(tr Transition) { transitions = append(transitions, tr) },
+		Now:          clock.Now,
+		OnTransition: func(tr Transition) { transitions = append(transitions, tr) },
 	})
 	e.Observe(memOnly(0.95).level())
 	require.Equal(t, StateOpen, e.State(SignalTraces))

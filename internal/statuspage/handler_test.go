@@ -41,7 +41,6 @@ func cpuAndMemory(cpu, slow, fast float64, cpuValid bool, mem float64, memValid 
 	}
 }
 
-
 func testLive() LiveStatus {
 	return LiveStatus{
 		At:         time.Date(2025, 6, 1, 12, 9, 59, 750_000_000, time.UTC),
