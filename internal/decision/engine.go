@@ -372,7 +372,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 		// A carried-over frame is no new measurement: counting it would
 		// let one reading fill a breach_n streak.
 		if !levels[i].Carried {
-			e.slots[i].observe(levels[i])
+			e.slots[i].observe(&levels[i])
 		}
 	}
 
@@ -387,7 +387,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	// follows only an Open episode in which a backstop was at its hard line.
 	backstop := false
 	for i := range e.slots {
-		if s := &e.slots[i]; s.Backstop && s.atHardNow(levels[i]) {
+		if s := &e.slots[i]; s.Backstop && s.atHardNow(&levels[i]) {
 			backstop = true
 		}
 	}
@@ -405,7 +405,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	ramp := e.rampAt(now)
 	t := 0.0
 	for i := range e.slots {
-		t = max(t, e.slots[i].severity(from, to, levels[i], e.shareStep))
+		t = max(t, e.slots[i].severity(from, to, &levels[i], e.shareStep))
 	}
 	for i := range e.rules {
 		// Publish on change only: a steady state costs no allocation.
@@ -424,7 +424,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 
 	// After publishing, so that Open takes effect before the (slow) relief.
 	for i := range e.slots {
-		if s := &e.slots[i]; s.Relieve != nil && s.atHardNow(levels[i]) {
+		if s := &e.slots[i]; s.Relieve != nil && s.atHardNow(&levels[i]) {
 			s.Relieve()
 		}
 	}
@@ -435,42 +435,36 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 // Shedding->Normal and Shedding->Open), Open wins: the hard line is the one
 // that protects the process, and the most severe state is the safe choice.
 func (e *Engine) next(levels *[sampler.MaxResources]sampler.Level) State {
-	anySlot := func(cond func(*slot, sampler.Level) bool) bool {
-		for i := range e.slots {
-			if cond(&e.slots[i], levels[i]) {
-				return true
-			}
-		}
-		return false
+	// One pass: worsening conditions OR over the slots, recovery ones AND.
+	hard, enter, aboveExit := false, false, false
+	exit, hardCleared := true, true
+	for i := range e.slots {
+		s, r := &e.slots[i], &levels[i]
+		hard = hard || s.hardReached(r)
+		enter = enter || s.enterReached(r)
+		aboveExit = aboveExit || s.aboveExit(r)
+		exit = exit && s.exitReached(r)
+		hardCleared = hardCleared && s.hardCleared(r)
 	}
-	everySlot := func(cond func(*slot, sampler.Level) bool) bool {
-		for i := range e.slots {
-			if !cond(&e.slots[i], levels[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	hard := anySlot((*slot).hardReached)
 	switch e.state {
 	case StateNormal:
 		switch {
 		case hard:
 			return StateOpen
-		case anySlot((*slot).enterReached):
+		case enter:
 			return StateShedding
 		}
 	case StateShedding:
 		switch {
 		case hard:
 			return StateOpen
-		case everySlot((*slot).exitReached):
+		case exit:
 			return StateNormal
 		}
 	case StateOpen:
-		if everySlot((*slot).hardCleared) {
+		if hardCleared {
 			// Where to land is decided on this frame alone.
-			if anySlot((*slot).aboveExit) {
+			if aboveExit {
 				return StateShedding
 			}
 			return StateNormal
@@ -546,14 +540,14 @@ type slot struct {
 
 // safe reports whether the slot counts as safe in this frame: disabled, or
 // its level is invalid (or not a number).
-func (s *slot) safe(r sampler.Level) bool {
+func (s *slot) safe(r *sampler.Level) bool {
 	return !s.Enabled || !r.Valid || math.IsNaN(r.Slow) || math.IsNaN(r.Fast)
 }
 
 // reset breaks every streak.
 func (s *slot) reset() { s.aboveEnter, s.atHard, s.belowExit, s.belowHard = 0, 0, 0, 0 }
 
-func (s *slot) observe(r sampler.Level) {
+func (s *slot) observe(r *sampler.Level) {
 	if s.safe(r) {
 		s.reset()
 		return
@@ -567,26 +561,26 @@ func (s *slot) observe(r sampler.Level) {
 func (s *slot) breachN() int { return max(s.BreachN, 1) }
 
 // Worsening conditions: a safe slot never triggers.
-func (s *slot) enterReached(r sampler.Level) bool { return !s.safe(r) && s.aboveEnter >= s.breachN() }
-func (s *slot) hardReached(r sampler.Level) bool  { return !s.safe(r) && s.atHard >= s.breachN() }
+func (s *slot) enterReached(r *sampler.Level) bool { return !s.safe(r) && s.aboveEnter >= s.breachN() }
+func (s *slot) hardReached(r *sampler.Level) bool  { return !s.safe(r) && s.atHard >= s.breachN() }
 
 // Recovery conditions: a safe slot never blocks.
-func (s *slot) exitReached(r sampler.Level) bool { return s.safe(r) || s.belowExit >= s.breachN() }
-func (s *slot) hardCleared(r sampler.Level) bool { return s.safe(r) || s.belowHard >= s.breachN() }
+func (s *slot) exitReached(r *sampler.Level) bool { return s.safe(r) || s.belowExit >= s.breachN() }
+func (s *slot) hardCleared(r *sampler.Level) bool { return s.safe(r) || s.belowHard >= s.breachN() }
 
 // atHardNow reports whether the level is at or over the hard line in this
 // frame (no streak): a backstop's refusal of the exempt signals, and the
 // relief.
-func (s *slot) atHardNow(r sampler.Level) bool { return !s.safe(r) && r.Fast >= s.Hard }
+func (s *slot) atHardNow(r *sampler.Level) bool { return !s.safe(r) && r.Fast >= s.Hard }
 
 // aboveExit is the current-frame test that picks Shedding over Normal when
 // leaving Open.
-func (s *slot) aboveExit(r sampler.Level) bool { return !s.safe(r) && r.Slow > s.Exit }
+func (s *slot) aboveExit(r *sampler.Level) bool { return !s.safe(r) && r.Slow > s.Exit }
 
 // severity is the slot's share of the shedding severity in this frame, in
 // [0, MaxShed]: a SeverityRate slot's controller advanced by one frame, or
 // how far a SeverityLevel slot's slow level is from enter towards hard.
-func (s *slot) severity(from, to State, r sampler.Level, step float64) float64 {
+func (s *slot) severity(from, to State, r *sampler.Level, step float64) float64 {
 	if s.Severity == SeverityRate {
 		s.updateShare(from, to, r, step)
 		return s.share
@@ -595,7 +589,7 @@ func (s *slot) severity(from, to State, r sampler.Level, step float64) float64 {
 }
 
 // updateShare advances the rate controller by one frame (see share).
-func (s *slot) updateShare(from, to State, r sampler.Level, step float64) {
+func (s *slot) updateShare(from, to State, r *sampler.Level, step float64) {
 	switch {
 	case !s.Enabled:
 		s.share = 0
@@ -624,7 +618,7 @@ func (s *slot) updateShare(from, to State, r sampler.Level, step float64) {
 
 // levelSeverity is how far the slow level is from enter towards hard,
 // clamped to [0, 1]; 0 for a safe slot.
-func (s *slot) levelSeverity(r sampler.Level) float64 {
+func (s *slot) levelSeverity(r *sampler.Level) float64 {
 	if s.safe(r) {
 		return 0
 	}
