@@ -109,8 +109,8 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 
 	errs := samplerErrors(t, tel)
 	assert.GreaterOrEqual(t, errs["cpu"], int64(50))
-	assert.GreaterOrEqual(t, errs["mem"], int64(50))
-	assert.Equal(t, map[string]int{"cpu": 1, "mem": 1}, samplerWarns(logs),
+	assert.GreaterOrEqual(t, errs["memory"], int64(50))
+	assert.Equal(t, map[string]int{"cpu": 1, "memory": 1}, samplerWarns(logs),
 		"one Warn per resource per 30s, not one per tick")
 
 	src.Fail(testutil.CPUTime, nil)
@@ -118,7 +118,7 @@ func TestFaultsCountedAndWarnedOnce(t *testing.T) {
 	waitState(t, e, decision.StateOpen)
 	assert.Equal(t, decision.VerdictDenyOpen, e.Decide(decision.SignalTraces))
 	waitTicks(t, src, 5)
-	assert.Equal(t, map[string]int{"cpu": 1, "mem": 1}, samplerWarns(logs))
+	assert.Equal(t, map[string]int{"cpu": 1, "memory": 1}, samplerWarns(logs))
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 
@@ -215,7 +215,7 @@ func TestFaultsRealCgroupReader(t *testing.T) {
 
 	// Garbage in memory.current: mem invalid, counted; the state falls back.
 	write("memory.current", "garbage\n")
-	require.Eventually(t, func() bool { return samplerErrors(t, tel)["mem"] >= 20 }, 30*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return samplerErrors(t, tel)["memory"] >= 20 }, 30*time.Second, time.Millisecond)
 	waitState(t, e, decision.StateNormal)
 
 	// A partial line in cpu.stat.
@@ -231,7 +231,7 @@ func TestFaultsRealCgroupReader(t *testing.T) {
 
 	warns := samplerWarns(logs)
 	assert.Equal(t, 1, warns["cpu"], "%v", warns)
-	assert.Equal(t, 1, warns["mem"], "%v", warns)
+	assert.Equal(t, 1, warns["memory"], "%v", warns)
 	require.NoError(t, e.Shutdown(context.Background()))
 }
 

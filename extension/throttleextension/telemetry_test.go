@@ -340,7 +340,7 @@ func TestSamplerErrors(t *testing.T) {
 			return 0
 		}
 		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-			if v, _ := dp.Attributes.Value("resource"); v.AsString() == "mem" {
+			if v, _ := dp.Attributes.Value("resource"); v.AsString() == "memory" {
 				return dp.Value
 			}
 		}
@@ -359,13 +359,13 @@ func TestSamplerErrors(t *testing.T) {
 		r, _ := dp.Attributes.Value("resource")
 		// Skipped CPU windows (timer jitter) may be counted under cpu;
 		// every point carries the component ID.
-		assert.Contains(t, []string{"mem", "cpu"}, r.AsString())
+		assert.Contains(t, []string{"memory", "cpu"}, r.AsString())
 		id, _ := dp.Attributes.Value("extension")
 		assert.Equal(t, "throttle", id.AsString())
 		assert.Equal(t, 2, dp.Attributes.Len())
 	}
 
-	warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("resource", "mem")).All()
+	warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("resource", "memory")).All()
 	require.Len(t, warns, 1, "a failing read is logged once per 30s, not per tick")
 	assert.Contains(t, warns[0].ContextMap()["error"], errFakeRead.Error())
 }

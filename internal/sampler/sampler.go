@@ -53,7 +53,7 @@ const cpuCeilingMargin = 2
 // failed. Skipped CPU windows are reported with ErrCPUCounterBackwards,
 // ErrShortWindow, ErrSlowRead or ErrImpossibleCPU instead.
 type ReadError struct {
-	// Resource is "cpu", "mem" or "limits".
+	// Resource is "cpu", "memory" or "limits".
 	Resource string
 	Err      error
 }
@@ -306,7 +306,7 @@ func (s *Sampler) Tick() {
 	// Memory is read every tick and not smoothed: it is a level, not a rate,
 	// and smoothing would delay the hard line that stands before the OOM kill.
 	if ws, err := s.src.WorkingSet(); err != nil {
-		s.onError(&ReadError{Resource: "mem", Err: fmt.Errorf("reading memory working set: %w", err)})
+		s.onError(&ReadError{Resource: "memory", Err: fmt.Errorf("reading memory working set: %w", err)})
 	} else {
 		wl.WorkingSet = ws
 		// Memory the heap has freed beyond what it grows into before its

@@ -93,7 +93,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 			}
 		}
 	}
-	for _, r := range []string{"cpu", "mem", "limits"} {
+	for _, r := range []string{"cpu", "memory", "limits"} {
 		t.errors[r] = metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("resource", r)))
 	}
 
