@@ -16,11 +16,10 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
 )
 
@@ -68,21 +67,6 @@ func TestStartFindsExtension(t *testing.T) {
 	}
 }
 
-// retryInfo returns the code and the RetryInfo delay of a refusal as the
-// receiver sees them.
-func retryInfo(t *testing.T, err error) (codes.Code, time.Duration) {
-	t.Helper()
-	st, ok := status.FromError(err)
-	require.True(t, ok, "not a gRPC status error: %v", err)
-	for _, d := range st.Details() {
-		if ri, ok := d.(*errdetails.RetryInfo); ok {
-			return st.Code(), ri.GetRetryDelay().AsDuration()
-		}
-	}
-	t.Fatalf("no RetryInfo in %v", st.Details())
-	return 0, 0
-}
-
 func TestProcessorDecisions(t *testing.T) {
 	const delay = 7 * time.Second
 	for _, h := range signalHarnesses {
@@ -122,7 +106,7 @@ func TestProcessorDecisions(t *testing.T) {
 						assert.NoError(t, errShed)
 					} else {
 						for _, err := range []error{errOpen, errShed} {
-							code, d := retryInfo(t, err)
+							code, d := e2edata.RetryInfo(t, err)
 							assert.Equal(t, codes.ResourceExhausted, code)
 							assert.Equal(t, delay, d)
 							assert.False(t, consumererror.IsPermanent(err), "a refusal must be retryable")
@@ -180,7 +164,7 @@ func TestRefusalSurvivesWrapping(t *testing.T) {
 		"joined":     errors.Join(err),
 	} {
 		t.Run(name, func(t *testing.T) {
-			code, d := retryInfo(t, wrapped)
+			code, d := e2edata.RetryInfo(t, wrapped)
 			assert.Equal(t, codes.ResourceExhausted, code)
 			assert.Equal(t, 1500*time.Millisecond, d)
 			assert.False(t, consumererror.IsPermanent(wrapped))

@@ -15,9 +15,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/collector/processor/xprocessor"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	throttleprocessor "github.com/otelthrottle/throttle"
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
@@ -78,20 +76,6 @@ func processorTestConfig(t *testing.T, mutate ...func(*Config)) *Config {
 	}}, mutate...)...)
 }
 
-// retryInfo is the gRPC code of err and the delay of its RetryInfo.
-func retryInfo(t *testing.T, err error) (codes.Code, time.Duration) {
-	t.Helper()
-	st, ok := status.FromError(err)
-	require.True(t, ok, "not a gRPC status error: %v", err)
-	for _, d := range st.Details() {
-		if ri, ok := d.(*errdetails.RetryInfo); ok {
-			return st.Code(), ri.GetRetryDelay().AsDuration()
-		}
-	}
-	t.Fatalf("no RetryInfo in %v", st.Details())
-	return 0, 0
-}
-
 // TestProcessorWithThrottleExtension: every signal's processor refuses in
 // Open with a retry hint from the extension's retry_after range, lets
 // everything through in Normal, and its decisions are counted in the
@@ -111,7 +95,7 @@ func TestProcessorWithThrottleExtension(t *testing.T) {
 			src.SetMemoryShare(0.95) // over the hard line
 			waitState(t, e, decision.StateOpen)
 			err := send(5)
-			code, delay := retryInfo(t, err)
+			code, delay := e2edata.RetryInfo(t, err)
 			assert.Equal(t, codes.ResourceExhausted, code)
 			assert.GreaterOrEqual(t, delay, time.Second)
 			assert.LessOrEqual(t, delay, 2*time.Second)
@@ -145,7 +129,7 @@ func TestProcessorFollowsItsSignalRule(t *testing.T) {
 
 	src.SetMemoryShare(0.88) // between the enter and hard lines
 	waitState(t, e, decision.StateShedding)
-	code, _ := retryInfo(t, sendTraces(3))
+	code, _ := e2edata.RetryInfo(t, sendTraces(3))
 	assert.Equal(t, codes.ResourceExhausted, code)
 	require.NoError(t, sendMetrics(3))
 	assert.Equal(t, 0, tracesReceived())
