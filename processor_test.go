@@ -15,16 +15,12 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumererror"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
-	"github.com/otelthrottle/throttle/internal/throttletest"
 )
 
 func TestStartFindsExtension(t *testing.T) {
@@ -41,17 +37,17 @@ func TestStartFindsExtension(t *testing.T) {
 		},
 		{
 			name:    "other ID",
-			host:    throttletest.HostWith(component.MustNewID("throttle"), throttletest.NewFake(0)),
+			host:    hostWith(component.MustNewID("throttle"), newFakeThrottle(0)),
 			wantErr: `throttle processor: extension "throttle/edge" not found; add it under extensions: and list it in service.extensions`,
 		},
 		{
 			name:    "wrong type",
-			host:    throttletest.HostWith(edge, notThrottle{}),
+			host:    hostWith(edge, notThrottle{}),
 			wantErr: `throttle processor: extension "throttle/edge" is a throttleprocessor.notThrottle, not a throttle extension; set the processor's extension: to the ID of a throttle extension`,
 		},
 		{
 			name: "found",
-			host: throttletest.HostWith(edge, throttletest.NewFake(0)),
+			host: hostWith(edge, newFakeThrottle(0)),
 		},
 	}
 	for _, tt := range tests {
@@ -71,21 +67,6 @@ func TestStartFindsExtension(t *testing.T) {
 	}
 }
 
-// retryInfo returns the code and the RetryInfo delay of a refusal as the
-// receiver sees them.
-func retryInfo(t *testing.T, err error) (codes.Code, time.Duration) {
-	t.Helper()
-	st, ok := status.FromError(err)
-	require.True(t, ok, "not a gRPC status error: %v", err)
-	for _, d := range st.Details() {
-		if ri, ok := d.(*errdetails.RetryInfo); ok {
-			return st.Code(), ri.GetRetryDelay().AsDuration()
-		}
-	}
-	t.Fatalf("no RetryInfo in %v", st.Details())
-	return 0, 0
-}
-
 func TestProcessorDecisions(t *testing.T) {
 	const delay = 7 * time.Second
 	for _, h := range signalHarnesses {
@@ -94,10 +75,10 @@ func TestProcessorDecisions(t *testing.T) {
 				t.Run(string(onReject), func(t *testing.T) {
 					tel := componenttest.NewTelemetry()
 					t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
-					fake := throttletest.NewFake(delay)
+					fake := newFakeThrottle(delay)
 					cfg := &Config{Extension: defaultExtensionID, OnReject: onReject}
 					c, send, received := h.create(t, metadatatest.NewSettings(tel), cfg)
-					require.NoError(t, c.Start(context.Background(), throttletest.HostWith(defaultExtensionID, fake)))
+					require.NoError(t, c.Start(context.Background(), hostWith(defaultExtensionID, fake)))
 					t.Cleanup(func() { require.NoError(t, c.Shutdown(context.Background())) })
 
 					// Normal: 2 batches pass.
@@ -106,15 +87,15 @@ func TestProcessorDecisions(t *testing.T) {
 					assert.Equal(t, 7, received())
 
 					// Open: 5 items rejected.
-					fake.Set(h.signal, decision.VerdictDenyOpen)
+					fake.set(h.signal, decision.VerdictDenyOpen)
 					errOpen := send(context.Background(), 5)
 					// Shedding, and the draw fell under p_drop: 6 items rejected.
-					fake.Set(h.signal, decision.VerdictDenyShed)
+					fake.set(h.signal, decision.VerdictDenyShed)
 					errShed := send(context.Background(), 6)
 					assert.Equal(t, 7, received(), "a rejected batch must not reach the next consumer")
 
 					// Back to Normal.
-					fake.Set(h.signal, decision.VerdictAdmit)
+					fake.set(h.signal, decision.VerdictAdmit)
 					require.NoError(t, send(context.Background(), 1))
 					assert.Equal(t, 8, received())
 
@@ -125,7 +106,7 @@ func TestProcessorDecisions(t *testing.T) {
 						assert.NoError(t, errShed)
 					} else {
 						for _, err := range []error{errOpen, errShed} {
-							code, d := retryInfo(t, err)
+							code, d := e2edata.RetryInfo(t, err)
 							assert.Equal(t, codes.ResourceExhausted, code)
 							assert.Equal(t, delay, d)
 							assert.False(t, consumererror.IsPermanent(err), "a refusal must be retryable")
@@ -141,21 +122,21 @@ func TestProcessorDecisions(t *testing.T) {
 						if s == h.signal {
 							want = 5
 						}
-						assert.Equal(t, want, fake.Decides(s), "decisions for %v", s)
+						assert.Equal(t, want, fake.decides[s].Load(), "decisions for %v", s)
 					}
-					assert.Equal(t, []throttletest.Recorded{
+					assert.Equal(t, []recorded{
 						{Signal: h.signal, Verdict: decision.VerdictAdmit},
 						{Signal: h.signal, Verdict: decision.VerdictAdmit},
 						{Signal: h.signal, Verdict: decision.VerdictDenyOpen},
 						{Signal: h.signal, Verdict: decision.VerdictDenyShed},
 						{Signal: h.signal, Verdict: decision.VerdictAdmit},
-					}, fake.Recorded())
+					}, fake.recordedDecisions())
 
 					metadatatest.AssertEqualProcessorThrottleItems(t, tel,
-						throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 8, rejected: 11}),
+						outcomePoints(h.signal, map[string]int64{"passed": 8, rejected: 11}),
 						metricdatatest.IgnoreTimestamp())
 					metadatatest.AssertEqualProcessorThrottleBatches(t, tel,
-						throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 3, rejected: 2}),
+						outcomePoints(h.signal, map[string]int64{"passed": 3, rejected: 2}),
 						metricdatatest.IgnoreTimestamp())
 				})
 			}
@@ -167,11 +148,11 @@ func TestProcessorDecisions(t *testing.T) {
 // through the wrappers the service puts around errors on the way back
 // (consumererror.NewDownstream in its pipeline instrumentation, or any %w).
 func TestRefusalSurvivesWrapping(t *testing.T) {
-	fake := throttletest.NewFake(1500 * time.Millisecond)
-	fake.Set(decision.SignalLogs, decision.VerdictDenyOpen)
+	fake := newFakeThrottle(1500 * time.Millisecond)
+	fake.set(decision.SignalLogs, decision.VerdictDenyOpen)
 	c, send, _ := signalHarnesses[decision.SignalLogs].create(t,
 		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
-	require.NoError(t, c.Start(context.Background(), throttletest.HostWith(defaultExtensionID, fake)))
+	require.NoError(t, c.Start(context.Background(), hostWith(defaultExtensionID, fake)))
 	defer func() { require.NoError(t, c.Shutdown(context.Background())) }()
 	err := send(context.Background(), 1)
 	require.Error(t, err)
@@ -183,7 +164,7 @@ func TestRefusalSurvivesWrapping(t *testing.T) {
 		"joined":     errors.Join(err),
 	} {
 		t.Run(name, func(t *testing.T) {
-			code, d := retryInfo(t, wrapped)
+			code, d := e2edata.RetryInfo(t, wrapped)
 			assert.Equal(t, codes.ResourceExhausted, code)
 			assert.Equal(t, 1500*time.Millisecond, d)
 			assert.False(t, consumererror.IsPermanent(wrapped))
@@ -198,99 +179,4 @@ func TestShutdownWithoutStart(t *testing.T) {
 			require.NoError(t, c.Shutdown(context.Background()))
 		})
 	}
-}
-
-// TestProcessorWithThrottleExtension runs every signal's processor against a
-// real throttle extension whose state is driven through its resource source.
-func TestProcessorWithThrottleExtension(t *testing.T) {
-	for _, h := range signalHarnesses {
-		t.Run(h.signal.String(), func(t *testing.T) {
-			ctx := context.Background()
-			rt := throttletest.StartReal(t)
-			tel := componenttest.NewTelemetry()
-			t.Cleanup(func() { require.NoError(t, tel.Shutdown(ctx)) })
-			c, send, received := h.create(t, metadatatest.NewSettings(tel), createDefaultConfig())
-			require.NoError(t, c.Start(ctx, throttletest.HostWith(defaultExtensionID, rt.Ext)))
-			t.Cleanup(func() { require.NoError(t, c.Shutdown(ctx)) })
-
-			require.NoError(t, send(ctx, 4))
-			assert.Equal(t, 4, received())
-
-			rt.SetLevel(t, throttletest.Overloaded, decision.StateOpen)
-			err := send(ctx, 5)
-			code, delay := retryInfo(t, err)
-			assert.Equal(t, codes.ResourceExhausted, code)
-			assert.GreaterOrEqual(t, delay, throttletest.MinRetry)
-			assert.LessOrEqual(t, delay, throttletest.MaxRetry)
-			assert.Contains(t, err.Error(), "(open)")
-			assert.Equal(t, 4, received())
-
-			rt.SetLevel(t, throttletest.Calm, decision.StateNormal)
-			require.NoError(t, send(ctx, 6))
-			assert.Equal(t, 10, received())
-
-			metadatatest.AssertEqualProcessorThrottleItems(t, tel,
-				throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 10, "refused": 5}),
-				metricdatatest.IgnoreTimestamp())
-			metadatatest.AssertEqualProcessorThrottleBatches(t, tel,
-				throttletest.ProcessorOutcomePoints(h.signal, map[string]int64{"passed": 2, "refused": 1}),
-				metricdatatest.IgnoreTimestamp())
-
-			// Every decision is counted in the extension's requests metric
-			// with protocol=processor.
-			assert.Equal(t, int64(2), extensionRequests(t, rt, h.signal, "allowed", ""))
-			assert.Equal(t, int64(1), extensionRequests(t, rt, h.signal, "denied", "open"))
-		})
-	}
-}
-
-// TestProcessorFollowsItsSignalRule: each processor asks for its own signal,
-// so a signal exempted by its rule passes while another one is refused
-// (Shedding with drop_min 1; an exempt signal is refused only at the memory
-// backstop, the hard line).
-func TestProcessorFollowsItsSignalRule(t *testing.T) {
-	ctx := context.Background()
-	rt := throttletest.StartReal(t, map[string]any{
-		"rules": map[string]any{
-			"default": map[string]any{"drop_min": 1},
-			"metrics": map[string]any{"enabled": false},
-		},
-	})
-	traces, sendTraces, tracesReceived := signalHarnesses[decision.SignalTraces].create(t,
-		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
-	metrics, sendMetrics, metricsReceived := signalHarnesses[decision.SignalMetrics].create(t,
-		metadatatest.NewSettings(componenttest.NewTelemetry()), createDefaultConfig())
-	for _, c := range []component.Component{traces, metrics} {
-		require.NoError(t, c.Start(ctx, throttletest.HostWith(defaultExtensionID, rt.Ext)))
-		t.Cleanup(func() { require.NoError(t, c.Shutdown(ctx)) })
-	}
-
-	rt.SetLevel(t, throttletest.Shedding, decision.StateShedding)
-	code, _ := retryInfo(t, sendTraces(ctx, 3))
-	assert.Equal(t, codes.ResourceExhausted, code)
-	require.NoError(t, sendMetrics(ctx, 3))
-	assert.Equal(t, 0, tracesReceived())
-	assert.Equal(t, 3, metricsReceived())
-}
-
-// extensionRequests sums the extension's otelcol_throttle_requests points of
-// the processor protocol for signal, decision and reason ("" = no reason).
-func extensionRequests(t *testing.T, rt *throttletest.Real, sig decision.Signal, decision, reason string) int64 {
-	t.Helper()
-	m, err := rt.Tel.GetMetric("otelcol_throttle_requests")
-	require.NoError(t, err)
-	sum, ok := m.Data.(metricdata.Sum[int64])
-	require.True(t, ok, "otelcol_throttle_requests is a %T", m.Data)
-	attr := func(dp metricdata.DataPoint[int64], key string) string {
-		v, _ := dp.Attributes.Value(attribute.Key(key))
-		return v.AsString()
-	}
-	var total int64
-	for _, dp := range sum.DataPoints {
-		if attr(dp, "protocol") == "processor" && attr(dp, "signal") == sig.String() &&
-			attr(dp, "decision") == decision && attr(dp, "reason") == reason {
-			total += dp.Value
-		}
-	}
-	return total
 }

@@ -3,7 +3,7 @@
 
 package throttleextension
 
-// Benchmarks of issue 3 ("Speed") through the extension:
+// Benchmarks of the request path's cost through the extension:
 //
 //	go test -run='^$' -bench=E2E -benchmem ./extension/throttleextension/
 

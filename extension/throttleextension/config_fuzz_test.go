@@ -19,9 +19,10 @@ import (
 // FuzzConfigUnmarshal feeds fuzzed values to the fields with the most
 // parsing and validation logic, through confmap as the collector does, and
 // checks that unmarshalling and validation never panic, and that whatever
-// validates keeps the invariants the engine relies on. The count and the
-// weight go in under their deprecated names (stale_after_intervals,
-// signal::cpu_slow_beta), so that their conversions are fuzzed too. Seeds are in
+// validates keeps the invariants the engine relies on. The count is a
+// number of checks for stale_after and the weight an EWMA weight of
+// history for cpu::slow_window, as sampler.EWMABeta turns one into the
+// other. Seeds are in
 // testdata/fuzz/FuzzConfigUnmarshal; run longer with
 // go test -run '^$' -fuzz FuzzConfigUnmarshal -fuzztime 30s ./extension/throttleextension/
 func FuzzConfigUnmarshal(f *testing.F) {
@@ -31,12 +32,12 @@ func FuzzConfigUnmarshal(f *testing.F) {
 		interval, budget, unknownSize, ruleKey, route, signal string,
 	) {
 		conf := confmap.NewFromStringMap(map[string]any{
-			"check_interval":        interval,
-			"stale_after_intervals": breachN,
-			"signal":                map[string]any{"cpu_slow_beta": beta},
+			"check_interval": interval,
+			"stale_after":    (time.Duration(breachN) * 250 * time.Millisecond).String(),
 			"cpu": map[string]any{
 				"enter": enter, "exit": exit, "hard": hard, "fallback_cores": dropMax,
 				"breach_duration": (time.Duration(breachN) * time.Millisecond).String(),
+				"slow_window":     windowOf(beta),
 			},
 			"memory": map[string]any{"enter": enter, "exit": exit, "hard": hard, "soft_limit": map[string]any{"heap_target": dropMin}},
 			"rules": map[string]any{
@@ -58,8 +59,7 @@ func FuzzConfigUnmarshal(f *testing.F) {
 		}
 
 		// What validated holds the invariants.
-		dc := cfg.decisionConfig()
-		for _, s := range []decision.Slot{dc.CPU, dc.Mem} {
+		for _, s := range []decision.Slot{cfg.CPU.Slot("cpu", cfg.CheckInterval), cfg.Memory.Slot("memory", cfg.CheckInterval)} {
 			if s.Enabled {
 				require.True(t, 0 < s.Exit && s.Exit < s.Enter && s.Enter < s.Hard, "%+v", s)
 				require.False(t, math.IsInf(s.Hard, 0))
@@ -67,23 +67,23 @@ func FuzzConfigUnmarshal(f *testing.F) {
 			}
 		}
 		if cfg.CPU.Enabled {
-			require.LessOrEqual(t, cfg.CPU.Hard, float64(maxCPULine))
+			require.LessOrEqual(t, cfg.CPU.Hard, 2.0)
 		}
 		if cfg.Memory.Enabled {
 			require.LessOrEqual(t, cfg.Memory.Hard, 1.0)
 		}
 		for s := range decision.NumSignals {
-			r := cfg.ruleFor(s)
+			r := cfg.Rules.Rule(s)
 			require.True(t, 0 <= r.DropMin && r.DropMin <= r.DropMax && r.DropMax <= 1, "%s: %+v", s, r)
 		}
-		require.GreaterOrEqual(t, cfg.CheckInterval, minCheckInterval)
-		require.LessOrEqual(t, cfg.CheckInterval, maxCheckInterval)
+		require.GreaterOrEqual(t, cfg.CheckInterval, 10*time.Millisecond)
+		require.LessOrEqual(t, cfg.CheckInterval, 10*time.Second)
 		for _, w := range []time.Duration{cfg.CPU.SlowWindow, cfg.CPU.FastWindow} {
 			beta := sampler.EWMABeta(cfg.CheckInterval, w)
 			require.True(t, beta >= 0 && beta < 1, "β %v of %v at %v", beta, w, cfg.CheckInterval)
 		}
 		if cfg.StaleAfter != 0 {
-			require.GreaterOrEqual(t, cfg.StaleAfter, max(minStaleAfter, 2*cfg.CheckInterval))
+			require.GreaterOrEqual(t, cfg.StaleAfter, max(time.Second, 2*cfg.CheckInterval))
 		}
 		if cfg.Memory.SoftLimit.HeapTarget != 0 {
 			require.Less(t, cfg.Memory.SoftLimit.HeapTarget, cfg.Memory.SoftLimit.Share)
@@ -103,13 +103,23 @@ func FuzzConfigUnmarshal(f *testing.F) {
 			require.NotZero(t, cfg.Admission.UnknownSize)
 		}
 
-		// The mappings to the engine's configurations take anything valid.
-		require.Equal(t, cfg.ruleFor(decision.SignalLogs).DropMax, dc.Rules[decision.SignalLogs].DropMax)
-		require.Equal(t, cfg.Memory.LimitMiB, cfg.samplerConfig().MemoryLimit>>20)
+		// The mapping to the runner's configuration takes anything valid.
+		require.Equal(t, cfg.Memory.LimitMiB, cfg.runnerConfig().Memory.LimitMiB)
 
 		// The size text a budget prints reads back as the same budget.
 		var back admission.InflightBudget
 		require.NoError(t, back.UnmarshalText([]byte(b.String())))
 		require.Equal(t, b, back)
 	})
+}
+
+// windowOf is the time constant of an EWMA weight of history at the default
+// check interval (sampler.EWMABeta inverted), or a weight that is no
+// duration as it is, for the decoder to reject.
+func windowOf(beta float64) any {
+	w := float64(sampler.DefaultInterval) / -math.Log(beta)
+	if !(w > 0 && w < math.MaxInt64) { // also NaN
+		return beta
+	}
+	return time.Duration(w).String()
 }

@@ -13,16 +13,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
+	"github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/softlimit"
+	"github.com/otelthrottle/throttle/internal/statuspage"
 )
 
 // defaultConfigWith returns the default configuration changed by edit.
@@ -32,11 +34,13 @@ func defaultConfigWith(edit func(*Config)) *Config {
 	return cfg
 }
 
-func statusAt(endpoint string) configoptional.Optional[confighttp.ServerConfig] {
-	s := defaultStatusServerConfig()
+func statusAt(endpoint string) configoptional.Optional[statuspage.Config] {
+	s := statuspage.DefaultConfig()
 	s.NetAddr.Endpoint = endpoint
 	return configoptional.Some(s)
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // loadConfig unmarshals the configuration named id in testdata/config.yaml
 // over the default one, as the collector does.
@@ -63,28 +67,31 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "full"),
 			expected: &Config{
-				Enabled:       true,
-				ObserveOnly:   true,
-				CheckInterval: 100 * time.Millisecond,
-				StaleAfter:    2 * time.Second,
-				CPU: CPUConfig{
-					Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachDuration: 400 * time.Millisecond, MaxShed: 0.5,
-					SlowWindow: 949100 * time.Microsecond, FastWindow: 144300 * time.Microsecond, FallbackCores: 1.5,
+				Settings: runner.Settings{
+					Enabled:       true,
+					ObserveOnly:   true,
+					CheckInterval: 100 * time.Millisecond,
+					StaleAfter:    2 * time.Second,
+					RecoveryRamp:  2 * time.Second,
+					ReportStatus:  true,
 				},
-				Memory: MemoryConfig{
-					Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachDuration: 200 * time.Millisecond, MaxShed: 0.9,
-					LimitMiB:  512,
-					SoftLimit: SoftLimitConfig{Enabled: false, Share: 0.7, HeapTarget: 0.4},
+				CPU: runner.CPUConfig{
+					Lines:     decision.Lines{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachDuration: 400 * time.Millisecond, MaxShed: 0.5},
+					CPUConfig: sampler.CPUConfig{SlowWindow: 949100 * time.Microsecond, FastWindow: 144300 * time.Microsecond, FallbackCores: 1.5},
 				},
-				Rules: map[string]RuleConfig{
+				Memory: runner.MemoryConfig{
+					Lines:        decision.Lines{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachDuration: 200 * time.Millisecond, MaxShed: 0.9},
+					MemoryConfig: sampler.MemoryConfig{LimitMiB: 512},
+					SoftLimit:    softlimit.Config{Enabled: false, Share: 0.7, HeapTarget: 0.4},
+				},
+				Rules: decision.RulesConfig{
 					"default":  {Enabled: ptrTo(true), DropMin: ptrTo(0.1), DropMax: ptrTo(0.9)},
 					"traces":   {DropMax: ptrTo(0.5)},
 					"metrics":  {Enabled: ptrTo(false)},
 					"logs":     {DropMin: ptrTo(0.2)},
 					"profiles": {Enabled: ptrTo(true), DropMin: ptrTo(0.0), DropMax: ptrTo(0.0)},
 				},
-				RetryAfter:   RetryAfterConfig{Min: time.Second, Max: 10 * time.Second},
-				RecoveryRamp: 2 * time.Second,
+				RetryAfter: RetryAfterConfig{Min: time.Second, Max: 10 * time.Second},
 				Admission: admission.Config{
 					MaxInflightBytes:   admission.FixedInflightBudget(24 * admission.MiB),
 					UnknownSize:        512 * admission.KiB,
@@ -106,8 +113,7 @@ func TestLoadConfig(t *testing.T) {
 					},
 					GRPC: map[string]string{"/my.pkg.Service/Push": "logs"},
 				},
-				Status:       statusAt("127.0.0.1:55681"),
-				ReportStatus: true,
+				Status: statusAt("127.0.0.1:55681"),
 			},
 		},
 		{
@@ -117,7 +123,7 @@ func TestLoadConfig(t *testing.T) {
 				c.CPU.SlowWindow, c.CPU.FastWindow = 4874*time.Millisecond, 700900*time.Microsecond
 				c.CPU.FallbackCores = 1
 				c.Memory.Enter, c.Memory.Exit, c.Memory.Hard = 0.70, 0.60, 0.80
-				c.Rules = map[string]RuleConfig{
+				c.Rules = decision.RulesConfig{
 					// A map entry is decoded afresh: enabled, not written,
 					// stays nil and is inherited (true).
 					"default": {DropMin: ptrTo(0.0), DropMax: ptrTo(0.2)},
@@ -132,13 +138,13 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "status_default"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Status = configoptional.Some(defaultStatusServerConfig())
+				c.Status = configoptional.Some(statuspage.DefaultConfig())
 			}),
 		},
 		{
 			id: component.NewIDWithName(metadata.Type, "status_off"),
 			expected: defaultConfigWith(func(c *Config) {
-				c.Status = configoptional.None[confighttp.ServerConfig]()
+				c.Status = configoptional.None[statuspage.Config]()
 			}),
 		},
 		{
@@ -192,7 +198,8 @@ func TestLoadConfig(t *testing.T) {
 }
 
 // fieldError is an error Validate must give, and the text of the
-// collector's message that names its field.
+// collector's message that names its field. err is nil for an error of a
+// section another package owns: its tests check the error itself.
 type fieldError struct {
 	err   error
 	field string
@@ -206,7 +213,9 @@ func requireInvalid(t *testing.T, want []fieldError, err error) {
 	t.Helper()
 	require.Error(t, err)
 	for _, w := range want {
-		require.ErrorIs(t, err, w.err)
+		if w.err != nil { // the errors of other packages' sections are theirs to check
+			require.ErrorIs(t, err, w.err)
+		}
 		assert.Contains(t, err.Error(), w.field)
 	}
 	assert.Len(t, strings.Split(err.Error(), "\n"), len(want), "one line per error: %v", err)
@@ -215,46 +224,46 @@ func requireInvalid(t *testing.T, want []fieldError, err error) {
 func TestLoadConfigInvalid(t *testing.T) {
 	t.Parallel()
 	tests := map[string][]fieldError{
-		"disabled_invalid":             {{errExitNotBelowEnter, "cpu: exit must be < enter, got 0.95 and 0.9"}},
+		"disabled_invalid":             {{nil, "cpu: exit must be < enter, got 0.95 and 0.9"}},
 		"tarpit_delay_negative":        {{errTarpitDelay, "tarpit: delay"}},
 		"tarpit_delay_too_long":        {{errTarpitDelay, "tarpit: delay"}},
 		"tarpit_max_requests_negative": {{errTarpitMaxRequests, "tarpit: max_requests"}},
-		"cpu_exit_ge_enter":            {{errExitNotBelowEnter, "cpu: exit"}},
-		"cpu_enter_ge_hard":            {{errEnterNotBelowHard, "cpu: enter"}},
+		"cpu_exit_ge_enter":            {{nil, "cpu: exit"}},
+		"cpu_enter_ge_hard":            {{nil, "cpu: enter"}},
 		"cpu_percent": {
-			{errCPULine, "cpu: enter must be <= 2: the CPU lines are a share of the effective cores (0.9 is 90%), not a percent, got 90"},
-			{errCPULine, "\nexit must be <= 2"},
-			{errCPULine, "\nhard must be <= 2"},
+			{nil, "cpu: enter must be <= 2: the CPU lines are a share of the effective cores (0.9 is 90%), not a percent, got 90"},
+			{nil, "\nexit must be <= 2"},
+			{nil, "\nhard must be <= 2"},
 		},
-		"memory_exit_zero":     {{errExitNotAboveZero, "memory: exit"}},
-		"memory_hard_over_one": {{errMemoryHardAboveOne, "memory: hard must be <= 1, got 1.05"}},
+		"memory_exit_zero":     {{nil, "memory: exit"}},
+		"memory_hard_over_one": {{nil, "memory: hard must be <= 1, got 1.05"}},
 		"breach_duration_out_of_range": {
-			{errCPUBreachDuration, "cpu: breach_duration must be between 0s and 10s, got 11s"},
-			{errMemoryBreachDuration, "memory: breach_duration must be between 0s and 2s, got -1ms"},
+			{nil, "cpu: breach_duration must be between 0s and 10s, got 11s"},
+			{nil, "memory: breach_duration must be between 0s and 2s, got -1ms"},
 		},
 		"max_shed_out_of_range": {
-			{errMaxShed, "cpu: max_shed must be in (0, 1], got 0"},
-			{errMaxShed, "memory: max_shed must be in (0, 1], got 1.5"},
+			{nil, "cpu: max_shed must be in (0, 1], got 0"},
+			{nil, "memory: max_shed must be in (0, 1], got 1.5"},
 		},
 		"window_out_of_range": {
-			{errCPUWindow, "cpu: slow_window must be > 0 and <= 1m0s, got 2m0s"},
-			{errCPUWindow, "\nfast_window"},
+			{nil, "cpu: slow_window must be > 0 and <= 1m0s, got 2m0s"},
+			{nil, "\nfast_window"},
 		},
-		"fallback_cores_negative": {{errFallbackCores, "cpu: fallback_cores"}},
-		"memory_limit_tiny":       {{errMemoryLimitTooSmall, "memory: limit_mib must be 0 (the cgroup's limit) or >= 32"}},
-		"check_interval_short":    {{errCheckInterval, "check_interval must be between 10ms and 10s, got 5ms"}},
-		"check_interval_long":     {{errCheckInterval, "check_interval must be between 10ms and 10s, got 11s"}},
+		"fallback_cores_negative": {{nil, "cpu: fallback_cores"}},
+		"memory_limit_tiny":       {{nil, "memory: limit_mib must be 0 (the cgroup's limit) or >= 32"}},
+		"check_interval_short":    {{nil, "check_interval must be between 10ms and 10s, got 5ms"}},
+		"check_interval_long":     {{nil, "check_interval must be between 10ms and 10s, got 11s"}},
 		"drop_out_of_range": {
-			{errDropRange, "rules::traces: drop_min"},
-			{errDropRange, "\ndrop_max"},
+			{nil, "rules::traces: drop_min"},
+			{nil, "\ndrop_max"},
 		},
-		"drop_min_gt_max":           {{errDropOrder, "rules::logs: drop_min"}},
-		"drop_min_gt_inherited_max": {{errDropOrder, "rules: traces: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_max inherited from default)"}},
-		"unknown_rule":              {{errUnknownSignal, `rules: unknown signal "tracez", want one of default, traces, metrics, logs, profiles`}},
+		"drop_min_gt_max":           {{nil, "rules::logs: drop_min"}},
+		"drop_min_gt_inherited_max": {{nil, "rules: traces: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_max inherited from default)"}},
+		"unknown_rule":              {{nil, `rules: unknown signal "tracez", want one of default, traces, metrics, logs, profiles`}},
 		"retry_after_inverted":      {{errRetryAfterOrder, "retry_after: min must be <= max"}},
 		"retry_after_negative":      {{errRetryAfterMin, "retry_after: min"}},
 		"retry_after_too_long":      {{errRetryAfterMax, "retry_after: max must be between 0s and 1m0s"}},
-		"recovery_ramp_negative":    {{errRecoveryRamp, "recovery_ramp"}},
+		"recovery_ramp_negative":    {{nil, "recovery_ramp"}},
 		"unknown_size_zero":         {{admission.ErrUnknownSizeZero, "admission: unknown_size"}},
 		"unknown_size_over_budget":  {{admission.ErrUnknownSizeOverBudget, "admission: unknown_size must be <= max_inflight_bytes, got 2MiB and 1MiB"}},
 		"admission_limits_invalid": {
@@ -279,18 +288,18 @@ func TestLoadConfigInvalid(t *testing.T) {
 			{middleware.ErrRouteMethod, "\n" + `grpc "/x"`},
 			{middleware.ErrRouteMethod, "\n" + `grpc "pkg.Service/Method"`},
 		},
-		"status_empty_endpoint":        {{errStatusEndpoint, "status: endpoint"}},
-		"stale_after_short":            {{errStaleAfter, "stale_after must be 0 (never), or at least 1s and at least 2 × check_interval, got 500ms at a check_interval of 250ms"}},
-		"stale_after_under_two_checks": {{errStaleAfter, "got 1.5s at a check_interval of 1s"}},
-		"heap_target_over_share":       {{errHeapTargetOverShare, "memory::soft_limit: heap_target must be below share (or 0), got 0.6 and share 0.5"}},
+		"status_empty_endpoint":        {{nil, "status: endpoint"}},
+		"stale_after_short":            {{nil, "stale_after must be 0 (never), or at least 1s and at least 2 × check_interval, got 500ms at a check_interval of 250ms"}},
+		"stale_after_under_two_checks": {{nil, "got 1.5s at a check_interval of 1s"}},
+		"heap_target_over_share":       {{nil, "memory::soft_limit: heap_target must be below share (or 0), got 0.6 and share 0.5"}},
 		"hold_invalid": {
 			{admission.ErrHoldMaxWait, "hold: max_wait must be between 0s and 30s, got 1m0s"},
 			{admission.ErrHoldMaxRequests, "\nmax_requests must be between 0 and 4096"},
 		},
 		"many": {
-			{errCheckInterval, "check_interval"},
-			{errExitNotBelowEnter, "cpu: exit"},
-			{errUnknownSignal, `rules: unknown signal "metricz"`},
+			{nil, "check_interval"},
+			{nil, "cpu: exit"},
+			{nil, `rules: unknown signal "metricz"`},
 		},
 	}
 	for name, want := range tests {
@@ -340,10 +349,7 @@ func TestConfigErrorsInOrder(t *testing.T) {
 // component).
 func TestLoadConfigDecodeErrors(t *testing.T) {
 	t.Parallel()
-	// Twice: once for the whole configuration, once for the decoding that
-	// follows Unmarshal's move of the deprecated keys (deprecated.go), as
-	// for every component whose Config is a confmap.Unmarshaler.
-	const prefix = "decoding failed due to the following error(s):\n\n'' decoding failed due to the following error(s):\n\n"
+	const prefix = "decoding failed due to the following error(s):\n\n"
 	tests := []struct {
 		name string
 		want string
@@ -367,14 +373,14 @@ func TestCreateDefaultConfig(t *testing.T) {
 	require.NoError(t, confmap.Validate(cfg))
 	assert.True(t, cfg.Enabled)
 	assert.Equal(t, 250*time.Millisecond, cfg.CheckInterval)
-	// The values of design §8, whichever package owns them.
-	assert.Equal(t, CPUConfig{
-		Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachDuration: 750 * time.Millisecond, MaxShed: 0.2,
-		SlowWindow: 5 * time.Second, FastWindow: 700 * time.Millisecond,
+	// The documented values, whichever package owns them.
+	assert.Equal(t, runner.CPUConfig{
+		Lines:     decision.Lines{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachDuration: 750 * time.Millisecond, MaxShed: 0.2},
+		CPUConfig: sampler.CPUConfig{SlowWindow: 5 * time.Second, FastWindow: 700 * time.Millisecond},
 	}, cfg.CPU)
-	assert.Equal(t, MemoryConfig{
-		Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachDuration: 250 * time.Millisecond, MaxShed: 1,
-		SoftLimit: SoftLimitConfig{Enabled: true, Share: 0.80, HeapTarget: 0.50},
+	assert.Equal(t, runner.MemoryConfig{
+		Lines:     decision.Lines{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachDuration: 250 * time.Millisecond, MaxShed: 1},
+		SoftLimit: softlimit.Config{Enabled: true, Share: 0.80, HeapTarget: 0.50},
 	}, cfg.Memory)
 	assert.Equal(t, RetryAfterConfig{Min: time.Second, Max: 5 * time.Second}, cfg.RetryAfter)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
@@ -389,28 +395,28 @@ func TestCreateDefaultConfig(t *testing.T) {
 	assert.False(t, cfg.Status.HasValue(), "the status page is off by default")
 	assert.False(t, cfg.ReportStatus)
 	for s := range decision.NumSignals {
-		assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 1}, cfg.ruleFor(s), s.String())
+		assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 1}, cfg.Rules.Rule(s), s.String())
 	}
 	// Two calls do not share state (maps, pointers).
 	other := createDefaultConfig().(*Config)
-	*other.Rules[ruleKeyDefault].DropMax = 0.5
-	assert.Equal(t, 1.0, cfg.ruleFor(decision.SignalTraces).DropMax)
+	*other.Rules[decision.RuleKeyDefault].DropMax = 0.5
+	assert.Equal(t, 1.0, cfg.Rules.Rule(decision.SignalTraces).DropMax)
 }
 
 func TestConfigRuleFor(t *testing.T) {
 	t.Parallel()
 	full, err := loadConfig(t, component.NewIDWithName(metadata.Type, "full"))
 	require.NoError(t, err)
-	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.1, DropMax: 0.5}, full.ruleFor(decision.SignalTraces))
-	assert.Equal(t, decision.Rule{Enabled: false, DropMin: 0.1, DropMax: 0.9}, full.ruleFor(decision.SignalMetrics))
-	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.2, DropMax: 0.9}, full.ruleFor(decision.SignalLogs))
-	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 0}, full.ruleFor(decision.SignalProfiles))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.1, DropMax: 0.5}, full.Rules.Rule(decision.SignalTraces))
+	assert.Equal(t, decision.Rule{Enabled: false, DropMin: 0.1, DropMax: 0.9}, full.Rules.Rule(decision.SignalMetrics))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0.2, DropMax: 0.9}, full.Rules.Rule(decision.SignalLogs))
+	assert.Equal(t, decision.Rule{Enabled: true, DropMin: 0, DropMax: 0}, full.Rules.Rule(decision.SignalProfiles))
 
 	bench, err := loadConfig(t, component.NewIDWithName(metadata.Type, "benchmark"))
 	require.NoError(t, err)
 	for s := range decision.NumSignals {
 		want := decision.Rule{Enabled: s != decision.SignalMetrics, DropMin: 0, DropMax: 0.2}
-		assert.Equal(t, want, bench.ruleFor(s), s.String())
+		assert.Equal(t, want, bench.Rules.Rule(s), s.String())
 	}
 }
 
@@ -421,14 +427,14 @@ func TestConfigValidateNonFinite(t *testing.T) {
 		c.CPU.Hard = inf
 		c.CPU.FallbackCores = inf
 		c.Memory.Enter = nan
-		c.Rules["traces"] = RuleConfig{DropMax: ptrTo(nan)}
+		c.Rules["traces"] = decision.RuleConfig{DropMax: ptrTo(nan)}
 		c.Admission.Fairness.Share = nan
 	})
 	requireInvalid(t, []fieldError{
-		{errNotFinite, "cpu: hard must be a finite number, got +Inf"},
-		{errFallbackCores, "\nfallback_cores must be a number >= 0, got +Inf"},
-		{errNotFinite, "memory: enter must be a finite number, got NaN"},
-		{errDropRange, "rules::traces: drop_max must be in [0, 1], got NaN"},
+		{nil, "cpu: hard must be a finite number, got +Inf"},
+		{nil, "\nfallback_cores must be a number >= 0, got +Inf"},
+		{nil, "memory: enter must be a finite number, got NaN"},
+		{nil, "rules::traces: drop_max must be in [0, 1], got NaN"},
 		{admission.ErrShare, "admission::fairness: share must be in (0, 1], got NaN"},
 	}, confmap.Validate(cfg))
 }
@@ -436,7 +442,7 @@ func TestConfigValidateNonFinite(t *testing.T) {
 func TestConfigValidateMemoryLimitOverflow(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfigWith(func(c *Config) { c.Memory.LimitMiB = 1 << 44 })
-	requireInvalid(t, []fieldError{{errMemoryLimitTooLarge, "memory: limit_mib must be <= 17592186044415, got 17592186044416"}},
+	requireInvalid(t, []fieldError{{nil, "memory: limit_mib must be <= 17592186044415, got 17592186044416"}},
 		confmap.Validate(cfg))
 }
 
@@ -482,17 +488,17 @@ func TestConfigValidateSections(t *testing.T) {
 		"memory::soft_limit": {
 			func(c *Config) { c.Memory.SoftLimit.Share, c.Memory.SoftLimit.HeapTarget = 1.5, 1 },
 			[]fieldError{
-				{errSoftLimitShare, "memory::soft_limit: share must be in (0, 1], got 1.5"},
-				{errHeapTarget, "\nheap_target must be in [0, 1), got 1"},
+				{nil, "memory::soft_limit: share must be in (0, 1], got 1.5"},
+				{nil, "\nheap_target must be in [0, 1), got 1"},
 			},
 		},
 		"memory::soft_limit heap_target": {
 			func(c *Config) { c.Memory.SoftLimit.HeapTarget = -0.1 },
-			[]fieldError{{errHeapTarget, "memory::soft_limit: heap_target must be in [0, 1), got -0.1"}},
+			[]fieldError{{nil, "memory::soft_limit: heap_target must be in [0, 1), got -0.1"}},
 		},
 		"heap_target equal to share": {
 			func(c *Config) { c.Memory.SoftLimit.Share, c.Memory.SoftLimit.HeapTarget = 0.5, 0.5 },
-			[]fieldError{{errHeapTargetOverShare, "memory::soft_limit: heap_target must be below share (or 0), got 0.5 and share 0.5"}},
+			[]fieldError{{nil, "memory::soft_limit: heap_target must be below share (or 0), got 0.5 and share 0.5"}},
 		},
 		"heap_target 0 with any share": {
 			func(c *Config) { c.Memory.SoftLimit.Share, c.Memory.SoftLimit.HeapTarget = 0.1, 0 },
@@ -504,7 +510,7 @@ func TestConfigValidateSections(t *testing.T) {
 		},
 		"memory limit under its minimum": {
 			func(c *Config) { c.Memory.LimitMiB = 31 },
-			[]fieldError{{errMemoryLimitTooSmall, "memory: limit_mib must be 0 (the cgroup's limit) or >= 32: a collector's own baseline fills a smaller limit past the hard line, a permanent Open, got 31"}},
+			[]fieldError{{nil, "memory: limit_mib must be 0 (the cgroup's limit) or >= 32: a collector's own baseline fills a smaller limit past the hard line, a permanent Open, got 31"}},
 		},
 		"CPU lines at their bound": {
 			func(c *Config) { c.CPU.Enter, c.CPU.Exit, c.CPU.Hard = 1.5, 1, 2 },
@@ -520,7 +526,7 @@ func TestConfigValidateSections(t *testing.T) {
 		},
 		"stale_after under two checks": {
 			func(c *Config) { c.CheckInterval, c.StaleAfter = 10*time.Second, 15*time.Second },
-			[]fieldError{{errStaleAfter, "got 15s at a check_interval of 10s"}},
+			[]fieldError{{nil, "got 15s at a check_interval of 10s"}},
 		},
 		"stale_after 0 at any interval": {
 			func(c *Config) { c.CheckInterval, c.StaleAfter = 10*time.Millisecond, 0 },
@@ -531,18 +537,20 @@ func TestConfigValidateSections(t *testing.T) {
 			nil,
 		},
 		"default rule order": {
-			func(c *Config) { c.Rules[ruleKeyDefault] = RuleConfig{DropMin: ptrTo(0.6), DropMax: ptrTo(0.4)} },
-			[]fieldError{{errDropOrder, "rules::default: drop_min must be <= drop_max, got 0.6 and 0.4"}},
+			func(c *Config) {
+				c.Rules[decision.RuleKeyDefault] = decision.RuleConfig{DropMin: ptrTo(0.6), DropMax: ptrTo(0.4)}
+			},
+			[]fieldError{{nil, "rules::default: drop_min must be <= drop_max, got 0.6 and 0.4"}},
 		},
 		"inherited drop_min": {
 			func(c *Config) {
-				c.Rules[ruleKeyDefault] = RuleConfig{DropMin: ptrTo(0.5)}
-				c.Rules["logs"] = RuleConfig{DropMax: ptrTo(0.3)}
+				c.Rules[decision.RuleKeyDefault] = decision.RuleConfig{DropMin: ptrTo(0.5)}
+				c.Rules["logs"] = decision.RuleConfig{DropMax: ptrTo(0.3)}
 			},
-			[]fieldError{{errDropOrder, "rules: logs: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_min inherited from default)"}},
+			[]fieldError{{nil, "rules: logs: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_min inherited from default)"}},
 		},
 		"disabled slot is not checked": {
-			func(c *Config) { c.Memory = MemoryConfig{Hard: 5, SoftLimit: c.Memory.SoftLimit} },
+			func(c *Config) { c.Memory.Lines = decision.Lines{Hard: 5} },
 			nil,
 		},
 	} {
@@ -648,41 +656,26 @@ func TestConfigStaleAfter(t *testing.T) {
 	require.NoError(t, confmap.Validate(cfg))
 	assert.Equal(t, time.Duration(0), cfg.runnerConfig().StaleAfter, "0 = never")
 	cfg.StaleAfter = -3 * time.Second
-	requireInvalid(t, []fieldError{{errStaleAfter, "stale_after must be 0 (never), or at least 1s and at least 2 × check_interval, got -3s"}}, confmap.Validate(cfg))
+	requireInvalid(t, []fieldError{{nil, "stale_after must be 0 (never), or at least 1s and at least 2 × check_interval, got -3s"}}, confmap.Validate(cfg))
 }
 
-func TestConfigEngine(t *testing.T) {
+// TestConfigRunner: the runner gets the sections as loaded, and the request
+// path's sections resolved.
+func TestConfigRunner(t *testing.T) {
 	t.Parallel()
-	// The defaults agree with the engine's own.
-	def := createDefaultConfig().(*Config)
-	assert.Equal(t, decision.DefaultConfig(), def.decisionConfig())
-	assert.Equal(t, sampler.Config{
-		Interval:      sampler.DefaultInterval,
-		CPUFastWindow: sampler.DefaultCPUFastWindow,
-		CPUSlowWindow: sampler.DefaultCPUSlowWindow,
-	}, def.samplerConfig())
-
 	full, err := loadConfig(t, component.NewIDWithName(metadata.Type, "full"))
 	require.NoError(t, err)
-	assert.Equal(t, sampler.Config{
-		Interval:      100 * time.Millisecond,
-		CPUFastWindow: 144300 * time.Microsecond,
-		CPUSlowWindow: 949100 * time.Microsecond,
-		FallbackCores: 1.5,
-		MemoryLimit:   512 << 20,
-	}, full.samplerConfig())
-	assert.Equal(t, decision.Config{
-		CPU: decision.Slot{Enabled: true, Enter: 0.75, Exit: 0.65, Hard: 0.95, BreachN: 4, MaxShed: 0.5},
-		Mem: decision.Slot{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachN: 2, MaxShed: 0.9},
-		Rules: [decision.NumSignals]decision.Rule{
-			decision.SignalTraces:   {Enabled: true, DropMin: 0.1, DropMax: 0.5},
-			decision.SignalMetrics:  {Enabled: false, DropMin: 0.1, DropMax: 0.9},
-			decision.SignalLogs:     {Enabled: true, DropMin: 0.2, DropMax: 0.9},
-			decision.SignalProfiles: {Enabled: true, DropMin: 0, DropMax: 0},
-		},
-		RecoveryRamp: 2 * time.Second,
-		Interval:     100 * time.Millisecond,
-	}, full.decisionConfig())
+	rc := full.runnerConfig()
+	assert.Equal(t, full.Settings, rc.Settings)
+	assert.Equal(t, full.CPU, rc.CPU)
+	assert.Equal(t, full.Memory, rc.Memory)
+	assert.Equal(t, full.Rules, rc.Rules)
+	require.NotNil(t, rc.Status)
+	assert.Equal(t, "127.0.0.1:55681", rc.Status.NetAddr.Endpoint)
+	assert.Same(t, full, rc.Effective)
+
+	def := createDefaultConfig().(*Config)
+	assert.Nil(t, def.runnerConfig().Status, "the status page is off by default")
 }
 
 // TestConfigErrorAsCollectorPrints shows the message a user gets: the

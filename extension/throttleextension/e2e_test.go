@@ -3,7 +3,7 @@
 
 package throttleextension
 
-// End-to-end proof of issue 3 with real components: the real otlpreceiver
+// End-to-end tests with real components: the real otlpreceiver
 // with middlewares: [{id: throttle}] on its gRPC and HTTP servers, a started
 // throttle extension whose state is driven through its resource source (the
 // real sampler and state machines decide), and raw net/http and grpc-go
@@ -45,7 +45,7 @@ const (
 	jsonType = "application/json"
 )
 
-// requireHTTPRejection checks a 429 of design §7: Retry-After in the
+// requireHTTPRejection checks the throttle's 429: Retry-After in the
 // configured range, the Status body in the request's encoding, and
 // Connection: close when open.
 func requireHTTPRejection(t *testing.T, resp e2eResponse, contentType string, open bool) {
@@ -89,7 +89,7 @@ func requireGRPCRejection(t *testing.T, err error) {
 }
 
 // TestE2EOpenRejectsHTTP: in Open every signal is rejected over HTTP, in
-// both encodings, with the answer of design §7, also on paths that only
+// both encodings, with the throttle's 429, also on paths that only
 // clean to an OTLP route; nothing reaches the sinks and every rejection is
 // counted.
 func TestE2EOpenRejectsHTTP(t *testing.T) {
@@ -566,7 +566,7 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 		resp, err := env.tryPost(c, e2eSignals[0].path, pbType, pb)
 		got <- result{resp, err}
 	}()
-	require.Eventually(t, func() bool { return e.runner.Admission().Stats().HeldRequests == 1 }, e2eWait, time.Millisecond, "held")
+	require.Eventually(t, func() bool { return e.runner.MiddlewareConfig().Admission.Stats().HeldRequests == 1 }, e2eWait, time.Millisecond, "held")
 	assert.Zero(t, e2eSignals[0].received(env), "a held body is not read")
 	env.setLevel(t, e2eCalm, decision.StateNormal)
 	select {
@@ -577,7 +577,7 @@ func TestE2EQueueHoldsUntilAdmitted(t *testing.T) {
 		t.Fatal("the held request was not admitted")
 	}
 	assert.Equal(t, 5, e2eSignals[0].received(env))
-	assert.Zero(t, e.runner.Admission().Stats().HeldRequests)
+	assert.Zero(t, e.runner.MiddlewareConfig().Admission.Stats().HeldRequests)
 	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
 	assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "open"), "a held request that got in is no denial")
 }

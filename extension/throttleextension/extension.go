@@ -41,6 +41,7 @@ func newExtension(cfg *Config, set extension.Settings, fo factoryOptions) (*thro
 	}
 	r, err := runner.New(cfg.runnerConfig(), set.TelemetrySettings, set.ID, runner.Options{
 		Source:         fo.source,
+		ProcessSource:  fo.processSource,
 		SetMemoryLimit: fo.memoryLimit,
 		LimitsEvery:    fo.limitsEvery,
 	})

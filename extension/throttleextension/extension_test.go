@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -25,6 +26,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
@@ -52,7 +54,7 @@ func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 	cfg.Memory.BreachDuration = cfg.CheckInterval
 	cfg.RecoveryRamp = 0
 	cfg.StaleAfter = 0
-	cfg.Rules["metrics"] = RuleConfig{Enabled: ptrTo(false)}
+	cfg.Rules["metrics"] = decision.RuleConfig{Enabled: ptrTo(false)}
 	cfg.Hold.MaxWait = 0 // refusals answered at once unless a test turns holding on
 	for _, m := range mutate {
 		m(cfg)
@@ -63,7 +65,7 @@ func testConfig(tb testing.TB, mutate ...func(*Config)) *Config {
 
 // newTestExtension creates (but does not start) an extension through the
 // factory, with src injected when not nil. Shutdown runs at cleanup.
-func newTestExtension(tb testing.TB, src resourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+func newTestExtension(tb testing.TB, src sampler.Source, cfg *Config, set extension.Settings) *throttleExtension {
 	var fo factoryOptions
 	if src != nil {
 		fo.source = src
@@ -74,7 +76,7 @@ func newTestExtension(tb testing.TB, src resourceSource, cfg *Config, set extens
 	return ext.(*throttleExtension)
 }
 
-func startTestExtension(tb testing.TB, src resourceSource, cfg *Config, set extension.Settings) *throttleExtension {
+func startTestExtension(tb testing.TB, src sampler.Source, cfg *Config, set extension.Settings) *throttleExtension {
 	e := newTestExtension(tb, src, cfg, set)
 	require.NoError(tb, e.Start(context.Background(), componenttest.NewNopHost()))
 	return e
@@ -94,12 +96,47 @@ func waitState(tb testing.TB, e *throttleExtension, want decision.State) {
 	}, 10*time.Second, time.Millisecond, "state never became %v", want)
 }
 
-// waitValid waits until the published level has a valid CPU window (the
-// second tick) and the given memory level.
-func waitValid(tb testing.TB, e *throttleExtension, mem float64) {
+// waitTicks waits for n more checks of the sampler reading src (one
+// working set read a check). Checks run one after the other, so once n >= 2
+// more have begun, one that read src as it is now has completed.
+func waitTicks(tb testing.TB, src *testutil.Source, n int) {
+	tb.Helper()
+	target := src.Reads(testutil.WorkingSet) + n
+	require.Eventually(tb, func() bool { return src.Reads(testutil.WorkingSet) >= target }, 30*time.Second, time.Millisecond)
+}
+
+// waitValid waits until the engine has acted on src as it is now, with a
+// valid CPU window (from the second check on).
+func waitValid(tb testing.TB, src *testutil.Source) {
+	tb.Helper()
+	waitTicks(tb, src, 2)
+}
+
+// waterLevels are the kinds of throttle_water_level tel holds and their
+// values: a level that is not valid is not reported.
+func waterLevels(tb testing.TB, tel *componenttest.Telemetry) map[string]float64 {
+	tb.Helper()
+	out := map[string]float64{}
+	m, err := tel.GetMetric("otelcol_throttle_water_level")
+	if err != nil {
+		return out
+	}
+	for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
+		k, _ := dp.Attributes.Value("kind")
+		out[k.AsString()] = dp.Value
+	}
+	return out
+}
+
+// waitLevel waits until tel reports a valid CPU level and the memory level
+// mem.
+func waitLevel(tb testing.TB, tel *componenttest.Telemetry, mem float64) {
+	tb.Helper()
 	require.Eventually(tb, func() bool {
-		wl := e.runner.Level()
-		return wl != nil && wl.CPUValid && wl.MemValid && wl.Mem == mem
+		l := waterLevels(tb, tel)
+		_, cpu := l["cpu"]
+		got, ok := l["memory"]
+		return cpu && ok && got == mem
 	}, 10*time.Second, time.Millisecond)
 }
 
@@ -114,9 +151,10 @@ func TestLifecycle(t *testing.T) {
 
 	t.Run("start_shutdown", func(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-		e := newTestExtension(t, newFakeSource(50), testConfig(t), nopSettings())
+		src := newFakeSource(50)
+		e := newTestExtension(t, src, testConfig(t), nopSettings())
 		require.NoError(t, e.Start(ctx, host))
-		require.NotNil(t, e.runner.Sampler())
+		assert.Positive(t, src.Reads(testutil.WorkingSet), "Start takes the first sample")
 		require.NoError(t, e.Shutdown(ctx))
 	})
 	t.Run("shutdown_without_start", func(t *testing.T) {
@@ -127,11 +165,13 @@ func TestLifecycle(t *testing.T) {
 	})
 	t.Run("double_start_double_shutdown", func(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-		e := newTestExtension(t, newFakeSource(50), testConfig(t), nopSettings())
+		core, logs := observer.New(zapcore.InfoLevel)
+		set := nopSettings()
+		set.Logger = zap.New(core)
+		e := newTestExtension(t, newFakeSource(50), testConfig(t), set)
 		require.NoError(t, e.Start(ctx, host))
-		first := e.runner.Sampler()
 		require.NoError(t, e.Start(ctx, host))
-		assert.Same(t, first, e.runner.Sampler(), "a second Start must not create a second sampler")
+		assert.Equal(t, 1, logs.FilterMessage("throttle started").Len(), "a second Start must not start a second sampler")
 		require.NoError(t, e.Shutdown(ctx))
 		require.NoError(t, e.Shutdown(ctx))
 	})
@@ -155,7 +195,6 @@ func TestLifecycle(t *testing.T) {
 		ignore := goleak.IgnoreCurrent()
 		require.NoError(t, e.Start(ctx, host))
 		goleak.VerifyNone(t, ignore)
-		assert.Nil(t, e.runner.Sampler())
 		assert.Zero(t, src.Reads(testutil.WorkingSet), "a disabled throttle must not read resources")
 		for _, s := range allSignals {
 			assert.Equal(t, decision.VerdictAdmit, e.Decide(s), s.String())
@@ -207,7 +246,7 @@ func TestLifecycle(t *testing.T) {
 func TestStateThroughSeam(t *testing.T) {
 	src := newFakeSource(50)
 	e := startTestExtension(t, src, testConfig(t), nopSettings())
-	waitValid(t, e, 0.5)
+	waitValid(t, src)
 	for _, s := range allSignals {
 		require.Equal(t, decision.StateNormal, e.State(s))
 		require.Equal(t, decision.VerdictAdmit, e.Decide(s))
@@ -239,9 +278,6 @@ func TestStateThroughSeam(t *testing.T) {
 	src.SetMemoryShare(0.87)
 	waitState(t, e, decision.StateShedding)
 	wantP := (0.87 - 0.85) / (0.92 - 0.85)
-	st := e.runner.Engine().Stat()
-	assert.InDelta(t, wantP, st.Signals[decision.SignalTraces].DropProbability, 1e-9)
-	assert.Zero(t, st.Signals[decision.SignalMetrics].DropProbability)
 	const n = 4000
 	denied := 0
 	for range n {
@@ -267,7 +303,7 @@ func TestRecoveryRampAfterOpen(t *testing.T) {
 	src := newFakeSource(50)
 	// An hour-long ramp keeps p_drop within 1e-5 of 1 for the whole test.
 	e := startTestExtension(t, src, testConfig(t, func(c *Config) { c.RecoveryRamp = time.Hour }), nopSettings())
-	waitValid(t, e, 0.5)
+	waitValid(t, src)
 	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.StateOpen)
 	src.SetMemoryShare(0.5)
@@ -283,7 +319,6 @@ func TestRecoveryRampAfterOpen(t *testing.T) {
 		require.Equal(t, decision.VerdictAdmit, e.Decide(decision.SignalMetrics), "an exempt signal is not ramped")
 	}
 	assert.Greater(t, shed, 90, "right after Open the ramp must shed nearly everything")
-	assert.Greater(t, e.runner.Engine().Stat().Signals[decision.SignalTraces].DropProbability, 0.99)
 }
 
 func TestRetryDelay(t *testing.T) {
@@ -298,18 +333,24 @@ func TestRetryDelay(t *testing.T) {
 	}
 }
 
-// TestShutdownClosesOwnedSource checks that a source the extension created
-// itself is closed, and an injected one is left to its owner.
+// TestShutdownClosesOwnedSource checks that the source the extension reads
+// this process's resources from (its cgroup, or its own counters) is closed
+// at Shutdown, and an injected one is left to its owner.
 func TestShutdownClosesOwnedSource(t *testing.T) {
 	src := &closeCountingSource{Source: newFakeSource(50)}
 	e := startTestExtension(t, src, testConfig(t), nopSettings())
 	require.NoError(t, e.Shutdown(context.Background()))
 	assert.Zero(t, src.closed.Load(), "an injected source belongs to the caller")
 
-	e = newTestExtension(t, nil, testConfig(t), nopSettings())
-	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
-	require.NotNil(t, e.runner.OwnedSource())
-	require.NoError(t, e.Shutdown(context.Background()))
+	own := &closeCountingSource{Source: newFakeSource(50)}
+	ext, err := newFactory(factoryOptions{processSource: own}).Create(context.Background(), nopSettings(),
+		testConfig(t, func(c *Config) { c.Memory.SoftLimit.Enabled, c.Memory.SoftLimit.HeapTarget = false, 0 }))
+	require.NoError(t, err)
+	require.NoError(t, ext.Start(context.Background(), componenttest.NewNopHost()))
+	require.NoError(t, ext.Shutdown(context.Background()))
+	assert.EqualValues(t, 1, own.closed.Load(), "this process's source is closed with the extension")
+	require.NoError(t, ext.Shutdown(context.Background()))
+	assert.EqualValues(t, 1, own.closed.Load(), "and only once")
 }
 
 type closeCountingSource struct {

@@ -3,7 +3,7 @@
 
 package throttleextension
 
-// Hostile and odd clients against the admission budget (issue 13): it must
+// Hostile and odd clients against the admission budget: it must
 // not be held by slow or silent clients, poisoned by small requests, or
 // wasted on bodies cut off mid-read. Through the real otlpreceiver, as the
 // other hostile tests (hostile_test.go, helpers in e2e_helpers_test.go).
@@ -122,9 +122,10 @@ func hostileSlowBody(t *testing.T, addr string, size, first int, every time.Dura
 // part of its body and then nothing. The slow ones hold only the first
 // reservation of a traces body (unknown_size), not what they announce, so
 // an ordinary request is still delivered; a byte now and then is no
-// progress (issue 28 point 1), so all three are cut off once they have not
-// sent 64 KiB within idle_timeout, with a retryable 429 + Retry-After (a
-// 400 the OTLP exporters would drop, point 6), without any timeout
+// progress (a client trickling a byte at a time would otherwise hold its
+// share for ever), so all three are cut off once they have not sent 64 KiB
+// within idle_timeout, with a retryable 429 + Retry-After (a 400 the OTLP
+// exporters would drop), without any timeout
 // configured on the receiver; their reservations return.
 func TestHostileSlowHTTPBodies(t *testing.T) {
 	conf := hostileBudgetConf()

@@ -3,7 +3,7 @@
 
 package throttleextension
 
-// Hostile and odd requests (issue 8, item 4) against the real otlpreceiver
+// Hostile and odd requests against the real otlpreceiver
 // with middlewares: [{id: throttle}] on both servers, the state driven
 // through the fake resource source (helpers in e2e_helpers_test.go). Each
 // test proves, over the wire, that classification stays right, that nothing
@@ -225,7 +225,7 @@ func hostileReserved(env *e2eEnv) int64 {
 // extension started.
 type peakMark struct{ e *throttleExtension }
 
-func (p peakMark) Load() int64 { return p.e.runner.Admission().Stats().Peak }
+func (p peakMark) Load() int64 { return p.e.runner.MiddlewareConfig().Admission.Stats().Peak }
 
 // hostileHighWater is the mark of the largest amount the admission budget
 // holds; every test starts its own extension.
@@ -935,7 +935,7 @@ func TestHostileGRPCSilentStreamNormal(t *testing.T) {
 // protocols (the budget is shared) and admitting an exempt signal (metrics,
 // enabled: false) in its overdraft, which the traces cannot take. Once the
 // silent streams have sent nothing for idle_timeout they keep 4 KiB each
-// (issue 28 point 5), so traces are admitted again while they are still
+// (a silent stream must not keep a full reservation), so traces are admitted again while they are still
 // open. After the cancel everything is released.
 func TestHostileGRPCSilentStreamFlood(t *testing.T) {
 	conf := hostileBudgetConf()

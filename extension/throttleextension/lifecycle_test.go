@@ -35,7 +35,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
-// Lifecycle (issue 8 item 3): Start and Shutdown in any order and more than
+// Lifecycle: Start and Shutdown in any order and more than
 // once, Shutdown while requests are in flight, several servers sharing one
 // extension, two throttle extensions in one process. Run under -race; every
 // test checks that no goroutine is left.
@@ -271,7 +271,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 	for range 2 * n {
 		<-g.entered
 	}
-	reserved := e.runner.Admission().Stats().Reserved
+	reserved := e.runner.MiddlewareConfig().Admission.Stats().Reserved
 	assert.Positive(t, reserved, "the held HTTP requests hold budget")
 
 	require.NoError(t, e.Shutdown(context.Background()), "Shutdown returns with requests in flight")
@@ -288,7 +288,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 		assert.Equal(t, codes.OK, c)
 	}
 	assert.Equal(t, int64(2*n), rcv.accepted.Load())
-	reserved = e.runner.Admission().Stats().Reserved
+	reserved = e.runner.MiddlewareConfig().Admission.Stats().Reserved
 	assert.Zero(t, reserved, "every reservation was released")
 
 	// After Shutdown (a receiver that outlives it, in a wrong order): still
@@ -340,7 +340,7 @@ func TestSharedByManyServers(t *testing.T) {
 		wg.Wait()
 	}
 
-	waitValid(t, e, 0.5)
+	waitValid(t, src)
 	check(http.StatusOK, codes.OK, decision.VerdictAdmit)
 	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.StateOpen)
@@ -410,7 +410,7 @@ func TestTwoThrottleExtensions(t *testing.T) {
 
 	a, b := insts[0].e, insts[1].e
 	waitState(t, a, decision.StateOpen)
-	waitValid(t, b, 0.95)
+	waitValid(t, insts[1].src)
 	assert.Equal(t, decision.StateNormal, b.State(decision.SignalTraces), "0.95 is under throttle/2's enter line")
 
 	rcvA, rcvB := &traceReceiver{}, &traceReceiver{}

@@ -44,7 +44,7 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 	assert.Equal(t, uint64(testMemLimit), f["memory_limit_bytes"])
 	assert.Equal(t, zapcore.InfoLevel, started[0].Level)
 
-	waitValid(t, e, 0.5)
+	waitValid(t, src)
 	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.StateOpen)
 	src.SetMemoryShare(0.5)
@@ -61,14 +61,14 @@ func TestLogTransitionsAndStartup(t *testing.T) {
 		assert.Equal(t, s.String(), f["signal"])
 		assert.Equal(t, "normal", f["from"])
 		assert.Equal(t, "open", f["to"])
-		assert.Equal(t, 0.95, f["mem"])
-		assert.Equal(t, true, f["mem_valid"])
+		assert.Equal(t, 0.95, f["memory"])
+		assert.Equal(t, true, f["memory_valid"])
 		assert.Equal(t, 0.0, f["cpu_fast"])
 		assert.Equal(t, 0.0, f["cpu_slow"])
 
 		back := logs.FilterMessage(testutil.TransitionMessage(s, decision.StateOpen, decision.StateNormal)).All()
 		require.Len(t, back, 1, s.String())
-		assert.Equal(t, 0.5, back[0].ContextMap()["mem"])
+		assert.Equal(t, 0.5, back[0].ContextMap()["memory"])
 	}
 	assert.Equal(t, 8, logs.FilterMessageSnippet("throttle ").FilterFieldKey("from").Len(), "one line per change per signal")
 	assert.Zero(t, logs.FilterMessage(transitionSummaryMessage).Len(), "nothing to summarise")
@@ -84,7 +84,7 @@ func TestTransitionsSurviveLogSampling(t *testing.T) {
 	set.Logger = logger
 	src := newFakeSource(50)
 	e := startTestExtension(t, src, testConfig(t), set)
-	waitValid(t, e, 0.5)
+	waitValid(t, src)
 
 	const cycles = 40
 	start := time.Now()

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/internal/cgroup"
+	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
@@ -123,12 +124,12 @@ func TestGoMemLimitTurnedOff(t *testing.T) {
 func TestAutoBudgetFollowsTheContainer(t *testing.T) {
 	src := newResizableSource(300 << 20)
 	e, _ := startResizable(t, src, newFakeMemoryLimit())
-	require.EqualValues(t, 10<<20, e.runner.Admission().Stats().Budget, "1 core: 10 MiB")
+	require.EqualValues(t, 10<<20, e.runner.MiddlewareConfig().Admission.Stats().Budget, "1 core: 10 MiB")
 	src.SetLimits(cgroup.Limits{MemLimit: 300 << 20, QuotaCores: 4})
-	require.Eventually(t, func() bool { return e.runner.Admission().Stats().Budget == 25<<20 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.runner.MiddlewareConfig().Admission.Stats().Budget == 25<<20 }, 10*time.Second, time.Millisecond,
 		"4 cores: the memory limit's share, 300 MiB / 12")
 	src.SetLimits(cgroup.Limits{MemLimit: 120 << 20, QuotaCores: 4})
-	require.Eventually(t, func() bool { return e.runner.Admission().Stats().Budget == 10<<20 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.runner.MiddlewareConfig().Admission.Stats().Budget == 10<<20 }, 10*time.Second, time.Millisecond,
 		"a smaller limit: 120 MiB / 12")
 }
 
@@ -167,9 +168,7 @@ func TestGCPaceWithTheDefaultSource(t *testing.T) {
 		// cgroup's) comes off the heap's target: a limit of twice it and
 		// 2 GiB more leaves the heap 1 GiB, and the pace rises while almost
 		// nothing is live.
-		probe, _ := start(t, func(c *Config) { c.Memory.SoftLimit.Enabled, c.Memory.SoftLimit.HeapTarget = false, 0 })
-		ws := probe.runner.Level().WorkingSet
-		require.NoError(t, probe.Shutdown(context.Background()))
+		ws := thisProcessWorkingSet(t)
 		e, pace := start(t, func(c *Config) { c.Memory.LimitMiB = 2*(ws>>20) + 2048 })
 		assert.Equal(t, "owned by throttle", pace)
 		assert.Eventually(t, func() bool { return gcPercent() > 1000 }, 5*time.Second, 10*time.Millisecond,
@@ -198,4 +197,24 @@ func TestGCPaceWithTheDefaultSource(t *testing.T) {
 		assert.Equal(t, uint64(100), gcPercent())
 		require.NoError(t, e.Shutdown(context.Background()))
 	})
+}
+
+// thisProcessWorkingSet reads the working set where the extension's default
+// source does: this process's cgroup, or its own counters where there is
+// none.
+func thisProcessWorkingSet(t *testing.T) uint64 {
+	t.Helper()
+	var src interface {
+		sampler.Source
+		Close() error
+	}
+	if r, err := cgroup.NewReader("/"); err == nil {
+		src = r
+	} else {
+		src = cgroup.NewProcess("/")
+	}
+	defer src.Close()
+	ws, err := src.WorkingSet()
+	require.NoError(t, err)
+	return ws
 }

@@ -21,6 +21,9 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
 	"github.com/otelthrottle/throttle/internal/admission"
@@ -47,6 +50,13 @@ func newStatusTestSource() *testutil.Source {
 // startStatusExtension creates the extension through its factory with a 10ms
 // sample interval and no CPU slot plus the extra keys, and starts it on host.
 func startStatusExtension(t *testing.T, host component.Host, extra map[string]any) (*throttleExtension, *testutil.Source) {
+	e, src, _ := startStatusExtensionLogged(t, host, extra)
+	return e, src
+}
+
+// startStatusExtensionLogged is startStatusExtension, with the extension's
+// log.
+func startStatusExtensionLogged(t *testing.T, host component.Host, extra map[string]any) (*throttleExtension, *testutil.Source, *observer.ObservedLogs) {
 	t.Helper()
 	src := newStatusTestSource()
 	f := newFactory(factoryOptions{source: src})
@@ -61,13 +71,26 @@ func startStatusExtension(t *testing.T, host component.Host, extra map[string]an
 	maps.Copy(conf, extra)
 	require.NoError(t, confmap.NewFromStringMap(conf).Unmarshal(cfg))
 	require.NoError(t, confmap.Validate(cfg))
-	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
+	set := extensiontest.NewNopSettings(metadata.Type)
+	core, logs := observer.New(zapcore.InfoLevel)
+	set.Logger = zap.New(core)
+	ext, err := f.Create(context.Background(), set, cfg)
 	require.NoError(t, err)
 	e := ext.(*throttleExtension)
 	require.NoError(t, e.Start(context.Background(), host))
 	// Shutdown is idempotent: tests that check what it does call it first.
 	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-	return e, src
+	return e, src, logs
+}
+
+// statusPageAddr is where the status page listens, as its log line says;
+// "" when it does not.
+func statusPageAddr(logs *observer.ObservedLogs) string {
+	l := logs.FilterMessage("throttle status page listening").All()
+	if len(l) == 0 {
+		return ""
+	}
+	return l[len(l)-1].ContextMap()["endpoint"].(string)
 }
 
 // statusDoc is the part of GET /status the tests read.
@@ -116,13 +139,13 @@ func getStatus(t require.TestingT, c *http.Client, base string) statusDoc {
 }
 
 func TestStatusPageServesLiveStatus(t *testing.T) {
-	e, src := startStatusExtension(t, componenttest.NewNopHost(), map[string]any{
+	e, src, logs := startStatusExtensionLogged(t, componenttest.NewNopHost(), map[string]any{
 		"status": map[string]any{"endpoint": "127.0.0.1:0"},
 		"rules":  map[string]any{"logs": map[string]any{"enabled": false}},
 	})
-	addr := e.runner.StatusAddr()
-	require.NotNil(t, addr, "status server not listening")
-	base := "http://" + addr.String()
+	addr := statusPageAddr(logs)
+	require.NotEmpty(t, addr, "status server not listening")
+	base := "http://" + addr
 	tr := &http.Transport{}
 	c := &http.Client{Transport: tr}
 	defer tr.CloseIdleConnections()
@@ -205,8 +228,7 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 
 	tr.CloseIdleConnections()
 	require.NoError(t, e.Shutdown(context.Background()))
-	assert.Nil(t, e.runner.StatusAddr())
-	conn, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err == nil {
 		_ = conn.Close()
 	}
@@ -214,8 +236,8 @@ func TestStatusPageServesLiveStatus(t *testing.T) {
 }
 
 func TestStatusPageOffByDefault(t *testing.T) {
-	e, _ := startStatusExtension(t, componenttest.NewNopHost(), nil)
-	assert.Nil(t, e.runner.StatusAddr())
+	_, _, logs := startStatusExtensionLogged(t, componenttest.NewNopHost(), nil)
+	assert.Empty(t, statusPageAddr(logs))
 	// No status section, no page (and no ring: the runner's tests check it).
 	assert.Nil(t, createDefaultConfig().(*Config).runnerConfig().Status)
 }

@@ -14,6 +14,9 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
 )
@@ -31,7 +34,10 @@ func TestStatusPageShowsEffectiveConfig(t *testing.T) {
 		"rules":        map[string]any{"logs": map[string]any{"drop_max": 0.5}},
 	}).Unmarshal(cfg))
 	require.NoError(t, confmap.Validate(cfg))
-	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
+	set := extensiontest.NewNopSettings(metadata.Type)
+	core, logs := observer.New(zapcore.InfoLevel)
+	set.Logger = zap.New(core)
+	ext, err := f.Create(context.Background(), set, cfg)
 	require.NoError(t, err)
 	e := ext.(*throttleExtension)
 	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
@@ -39,7 +45,7 @@ func TestStatusPageShowsEffectiveConfig(t *testing.T) {
 
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Get("http://" + e.runner.StatusAddr().String() + "/status")
+	resp, err := (&http.Client{Transport: tr}).Get("http://" + statusPageAddr(logs) + "/status")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var doc struct {

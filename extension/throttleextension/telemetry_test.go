@@ -183,7 +183,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	}
 
 	// Step 1: Normal at 50%.
-	waitValid(t, e, 0.5)
+	waitLevel(t, tt, 0.5)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleInflightBytes(t, tt, wantInflight(budget), metricdatatest.IgnoreTimestamp())
@@ -215,7 +215,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	// Step 2: Open at 95%.
 	src.SetMemoryShare(0.95)
 	waitState(t, e, decision.StateOpen)
-	waitValid(t, e, 0.95)
+	waitLevel(t, tt, 0.95)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateOpen), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.95), metricdatatest.IgnoreTimestamp())
 	require.Equal(t, http.StatusTooManyRequests, post(paths[decision.SignalTraces], 1000))
@@ -233,7 +233,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	// Step 3: Shedding at 87% (below hard, above exit).
 	src.SetMemoryShare(0.87)
 	waitState(t, e, decision.StateShedding)
-	waitValid(t, e, 0.87)
+	waitLevel(t, tt, 0.87)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateShedding), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.87), metricdatatest.IgnoreTimestamp())
 	e.RecordProcessorDecision(decision.SignalTraces, decision.VerdictDenyShed)
@@ -249,7 +249,7 @@ func TestTelemetryThroughSeam(t *testing.T) {
 	// the budget before its body is read; nothing stays reserved.
 	src.SetMemoryShare(0.5)
 	waitState(t, e, decision.StateNormal)
-	waitValid(t, e, 0.5)
+	waitLevel(t, tt, 0.5)
 	metadatatest.AssertEqualThrottleState(t, tt, wantStates(decision.StateNormal), metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, wantLevels(0.5), metricdatatest.IgnoreTimestamp())
 	innerCode := 0
@@ -333,7 +333,7 @@ func TestTelemetryDisabledSlot(t *testing.T) {
 	// Not started: only the lines.
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, lines, metricdatatest.IgnoreTimestamp())
 	require.NoError(t, e.Start(context.Background(), componenttest.NewNopHost()))
-	waitValid(t, e, 0.5)
+	waitLevel(t, tt, 0.5)
 	metadatatest.AssertEqualThrottleWaterLevel(t, tt, append(lines, levels...), metricdatatest.IgnoreTimestamp())
 }
 
@@ -349,7 +349,7 @@ func TestSamplerErrors(t *testing.T) {
 	set.Logger = zap.New(core)
 	src := newFakeSource(50)
 	src.FailNext(testutil.WorkingSet, 3, errFakeRead)
-	e := startTestExtension(t, src, testConfig(t), set)
+	startTestExtension(t, src, testConfig(t), set)
 
 	memErrors := func() int64 {
 		m, err := tt.GetMetric("otelcol_throttle_sampler_errors")
@@ -357,7 +357,7 @@ func TestSamplerErrors(t *testing.T) {
 			return 0
 		}
 		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-			if v, _ := dp.Attributes.Value("resource"); v.AsString() == "mem" {
+			if v, _ := dp.Attributes.Value("resource"); v.AsString() == "memory" {
 				return dp.Value
 			}
 		}
@@ -365,7 +365,7 @@ func TestSamplerErrors(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return memErrors() == 3 }, 10*time.Second, time.Millisecond)
 	// Memory reads again: the level is valid and the count stays.
-	waitValid(t, e, 0.5)
+	waitLevel(t, tt, 0.5)
 	assert.Equal(t, int64(3), memErrors())
 
 	m, err := tt.GetMetric("otelcol_throttle_sampler_errors")
@@ -376,13 +376,13 @@ func TestSamplerErrors(t *testing.T) {
 		r, _ := dp.Attributes.Value("resource")
 		// Skipped CPU windows (timer jitter) may be counted under cpu;
 		// every point carries the component ID.
-		assert.Contains(t, []string{"mem", "cpu"}, r.AsString())
+		assert.Contains(t, []string{"memory", "cpu"}, r.AsString())
 		id, _ := dp.Attributes.Value("extension")
 		assert.Equal(t, "throttle", id.AsString())
 		assert.Equal(t, 2, dp.Attributes.Len())
 	}
 
-	warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("resource", "mem")).All()
+	warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("resource", "memory")).All()
 	require.Len(t, warns, 1, "a failing read is logged once per 30s, not per tick")
 	assert.Contains(t, warns[0].ContextMap()["error"], errFakeRead.Error())
 }

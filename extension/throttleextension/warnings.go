@@ -10,11 +10,10 @@ import (
 )
 
 // warnings are the messages the extension logs as warnings when it is
-// created: one per deprecated key the configuration used, then one per
-// setting that valid as it is turns a protection off, so that an operator
-// sees on purpose what would otherwise go unnoticed.
+// created: one per setting that, valid as it is, turns a protection off, so
+// that an operator sees on purpose what would otherwise go unnoticed.
 func (cfg *Config) warnings() []string {
-	msgs := append([]string(nil), cfg.deprecations...)
+	var msgs []string
 	if !cfg.Enabled {
 		// Everything below is moot while nothing runs.
 		return append(msgs, "`enabled` is false: the throttle is off, no check runs and every request is admitted")
@@ -26,10 +25,10 @@ func (cfg *Config) warnings() []string {
 		msgs = append(msgs, "`memory::enabled` is false: nothing is shed or refused for memory; only the OOM killer bounds it")
 	}
 	for s := range decision.NumSignals {
-		if cfg.ruleFor(s).Enabled {
+		if cfg.Rules.Rule(s).Enabled {
 			continue
 		}
-		field := ruleKeyDefault
+		field := decision.RuleKeyDefault
 		if r := cfg.Rules[s.String()]; r.Enabled != nil {
 			field = s.String()
 		}

@@ -13,17 +13,20 @@ import (
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
-// Slot is the configuration of one resource's thresholds (thresholds.cpu,
-// thresholds.mem).
+// Slot is one resource as the engine holds it to its lines: slot i of the
+// configuration reads Levels[i] of each water level.
 type Slot struct {
+	// Name names the resource in the telemetry, the logs and the status
+	// page ("cpu", "memory").
+	Name string
 	// Enabled false makes the slot count as safe: it never triggers a
 	// transition and never blocks a recovery.
 	Enabled bool
-	// Enter is the slow-signal line above which the signal starts shedding.
+	// Enter is the slow level above which the signals start shedding.
 	Enter float64
-	// Exit is the slow-signal line below which shedding stops.
+	// Exit is the slow level below which shedding stops.
 	Exit float64
-	// Hard is the fast-signal line at or above which the signal is Open.
+	// Hard is the fast level at or above which the signals are Open.
 	Hard float64
 	// BreachN is the number of consecutive frames every condition of the
 	// slot must hold for before it counts; values below 1 count as 1.
@@ -32,7 +35,31 @@ type Slot struct {
 	// 1): the most this resource alone sheds, before the rules map
 	// severity to a drop probability.
 	MaxShed float64
+	// Severity is how the slot's shedding severity follows its level.
+	Severity Severity
+	// Backstop marks a resource that kills past its limit (memory: the OOM
+	// killer). Its hard line refuses even the exempt signals, and leaving
+	// an Open in which it reached its hard line starts the recovery ramp.
+	Backstop bool
+	// Relieve is called after every frame in which the level is at or over
+	// the hard line, once the decision is published, to make the level
+	// fall (memory: a collection, softlimit.Relief, which decides itself
+	// whether and how often); nil: nothing.
+	Relieve func()
 }
+
+// Severity is how a slot's shedding severity follows its level.
+type Severity uint8
+
+const (
+	// SeverityLevel is how far the slow level is from enter towards hard:
+	// for a level that must be acted on in the frame it is seen (memory).
+	SeverityLevel Severity = iota
+	// SeverityRate is the share of the load that holds the level at enter,
+	// learnt by an integral controller (see slot.share): for a rate, whose
+	// noise a proportional severity would turn into Open (CPU).
+	SeverityRate
+)
 
 // maxShed is MaxShed with 0 (and anything out of range) as 1.
 func (s Slot) maxShed() float64 {
@@ -54,63 +81,36 @@ type Rule struct {
 
 // Config is the decision engine's configuration.
 type Config struct {
-	// CPU and Mem are the two slots; CPU reads the slow and fast CPU EWMAs,
-	// Mem reads the memory level for both.
-	CPU, Mem Slot
+	// Slots are the resources, in the order of the water level's Levels;
+	// at most sampler.MaxResources.
+	Slots []Slot
 	// Rules are indexed by Signal.
 	Rules [NumSignals]Rule
 	// RecoveryRamp is how long, after leaving Open, the drop probability is
 	// held at least on a line falling from 1 to 0; 0 disables the ramp.
 	RecoveryRamp time.Duration
 	// Interval is the time between two Observe calls (the sampler's
-	// interval). It scales the CPU controller's step per frame, so that the
-	// controller reacts in the same wall time at any sample interval; 0
-	// means sampler.DefaultInterval.
+	// interval). It scales the rate controller's step per frame, so that
+	// the controller reacts in the same wall time at any sample interval;
+	// 0 means sampler.DefaultInterval.
 	Interval time.Duration
 }
 
-// The CPU controller (see Engine.cpuShare). cpuShareGain is the share's rate
-// of change per second per unit of error (cpu_fast - enter): fast enough to
-// match an overload within seconds, slow enough per frame to average out the
-// noise of short CFS windows (docs/design.md §5).
-// cpuShareOpenStep is added when the CPU slot opens: shedding was too weak.
-// cpuShareNormalDecay is the smallest error the share unlearns at in Normal.
+// The rate controller (see slot.share). shareGain is the share's rate of
+// change per second per unit of error (fast - enter): fast enough to match
+// an overload within seconds, slow enough per frame to average out the
+// noise of short CFS windows. shareOpenStep is added when the slot opens:
+// shedding was too weak. shareNormalDecay is the smallest error the share
+// unlearns at in Normal.
 const (
-	cpuShareGain        = 1.0
-	cpuShareOpenStep    = 0.1
-	cpuShareNormalDecay = 0.1
+	shareGain        = 1.0
+	shareOpenStep    = 0.1
+	shareNormalDecay = 0.1
 )
 
 // DefaultRule is every signal's rule unless configured: throttled, from no
 // drop at the enter line to dropping all at the hard line.
 func DefaultRule() Rule { return Rule{Enabled: true, DropMin: 0, DropMax: 1} }
-
-// DefaultConfig returns the defaults of thresholds, rules and recovery_ramp;
-// the extension's configuration takes its defaults from here.
-//
-// CPU's hard line is above 1 and its enter line close to it: CPU is a rate,
-// not a level that kills, so Open is left to memory and every point of enter
-// below the quota is throughput given away (docs/design.md §12). Memory
-// needs a single frame (breach_n 1): it meets the OOM killer, which is final.
-func DefaultConfig() Config {
-	cfg := Config{
-		CPU:          Slot{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: DefaultCPUMaxShed},
-		Mem:          Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1},
-		RecoveryRamp: 5 * time.Second,
-		Interval:     sampler.DefaultInterval,
-	}
-	for i := range cfg.Rules {
-		cfg.Rules[i] = DefaultRule()
-	}
-	return cfg
-}
-
-// DefaultCPUMaxShed: CPU alone sheds at most a fifth of the requests. A
-// rejection costs CPU too, and clients that re-send at once answer a larger
-// share with more requests, so beyond it shedding for CPU lowers goodput
-// and lengthens the tail (design §12 has the overload sweep behind it);
-// memory, which kills, keeps the full range and Open.
-const DefaultCPUMaxShed = 0.2
 
 // Transition is one state change of one signal.
 type Transition struct {
@@ -124,11 +124,6 @@ type Transition struct {
 type Options struct {
 	// Now is the clock of the recovery ramp; time.Now when nil.
 	Now func() time.Time
-	// RelieveMemory is called after every frame in which memory is at or
-	// over its hard line, to make the level fall once memory has been freed;
-	// it decides itself whether and how often to collect
-	// (gomemlimit.Relief). Nothing when nil.
-	RelieveMemory func()
 	// OnTransition is called from Observe for every state change of every signal.
 	OnTransition func(Transition)
 	// Rand returns a uniform number in [0, 1); math/rand/v2 Float64 when nil.
@@ -141,7 +136,7 @@ type SignalStat struct {
 	State State
 	// DropProbability is the share of requests rejected: 1 in Open, the
 	// shedding probability (or the recovery ramp) otherwise; for a signal
-	// whose rule is disabled 0, but 1 at the memory backstop.
+	// whose rule is disabled 0, but 1 at a backstop's hard line.
 	DropProbability float64
 }
 
@@ -157,49 +152,34 @@ type Stat struct {
 
 // Engine holds the state machines and makes the admission decisions.
 //
-// All signals see the same water levels against the same (global) thresholds
+// All signals see the same water levels against the same (global) lines
 // and start in Normal, so their state machines would always be in the same
 // state with the same counters. The engine therefore runs one machine (one
-// pair of slots, one state) and specialises per signal only what differs, the
+// set of slots, one state) and specialises per signal only what differs, the
 // rule, when it publishes each signal's admission snapshot. Transitions are
 // still reported per signal, as the contract and telemetry are per signal.
 type Engine struct {
 	rules        [NumSignals]Rule
 	recoveryRamp time.Duration
-	// cpuStep is the CPU controller's gain per frame: cpuShareGain times
+	// shareStep is the rate controller's gain per frame: shareGain times
 	// the interval in seconds.
-	cpuStep       float64
-	now           func() time.Time
-	relieveMemory func()
-	onTransition  func(Transition)
-	rand          func() float64
+	shareStep    float64
+	now          func() time.Time
+	onTransition func(Transition)
+	rand         func() float64
 
 	// Written by Observe only; mu keeps a misuse (two goroutines observing)
 	// from racing.
 	mu         sync.Mutex
-	cpu, mem   slot
+	slots      []slot
 	state      State
 	leftOpenAt time.Time // start of the recovery ramp
 	rampActive bool
-	// openByMem: in the current Open episode the memory slot reached its
-	// hard line, so leaving it starts the recovery ramp.
-	openByMem bool
-	// cpuShare is the CPU part of the shedding severity, an integral
-	// controller: in Shedding each new CPU frame adds
-	// cpuStep*(cpu_fast - enter), so it rises while CPU is above the enter
-	// line and falls while it is below, and settles on the share of load
-	// that holds CPU at enter whatever the overload factor. A proportional
-	// severity cannot: to shed half the load it needs CPU halfway to the
-	// hard line, where the noise of cpu_fast reaches hard and the state
-	// relays between Shedding and Open (docs/design.md §5). It is kept through
-	// Open (raised by cpuShareOpenStep when the CPU slot opens), through
-	// frames without a new CPU reading and through the stale fallback
-	// (like the state itself), and unlearnt in Normal (see
-	// updateCPUShare). Memory keeps the proportional severity: it is a
-	// level that must act in the frame it is seen.
-	cpuShare   float64
-	observedAt time.Time // when Observe last ran, on e.now; New's time before
-	stale      atomic.Bool
+	// openByBackstop: in the current Open episode a backstop slot reached
+	// its hard line, so leaving it starts the recovery ramp.
+	openByBackstop bool
+	observedAt     time.Time // when Observe last ran, on e.now; New's time before
+	stale          atomic.Bool
 
 	// Read by the request path and Stat.
 	level      atomic.Pointer[sampler.WaterLevel]
@@ -249,21 +229,18 @@ func (a *admission) verdict(draw func() float64) Verdict {
 // New returns an engine in Normal for every signal.
 func New(cfg Config, opts Options) *Engine {
 	e := &Engine{
-		rules:         cfg.Rules,
-		recoveryRamp:  max(cfg.RecoveryRamp, 0),
-		cpuStep:       cpuShareGain * intervalOrDefault(cfg.Interval).Seconds(),
-		now:           opts.Now,
-		relieveMemory: opts.RelieveMemory,
-		onTransition:  opts.OnTransition,
-		rand:          opts.Rand,
-		cpu:           slot{Slot: cfg.CPU},
-		mem:           slot{Slot: cfg.Mem},
+		rules:        cfg.Rules,
+		recoveryRamp: max(cfg.RecoveryRamp, 0),
+		shareStep:    shareGain * intervalOrDefault(cfg.Interval).Seconds(),
+		now:          opts.Now,
+		onTransition: opts.OnTransition,
+		rand:         opts.Rand,
+	}
+	for _, s := range cfg.Slots[:min(len(cfg.Slots), sampler.MaxResources)] {
+		e.slots = append(e.slots, slot{Slot: s})
 	}
 	if e.now == nil {
 		e.now = time.Now
-	}
-	if e.relieveMemory == nil {
-		e.relieveMemory = func() {}
 	}
 	if e.onTransition == nil {
 		e.onTransition = func(Transition) {}
@@ -340,7 +317,7 @@ var admitAll = &admission{state: StateNormal}
 // rejecting everything for ever on a level nobody measures any more; a
 // protection that fails must fail open. The cost is that a starved sampler
 // may be starved by the very overload it should act on, hence a generous
-// bound (stale_after_intervals in the extension's config).
+// bound (stale_after in the extension's configuration).
 //
 // The check and the publication are under the lock Observe holds, so an
 // Observe that lands between them cannot be overwritten by an admit-all
@@ -362,8 +339,9 @@ func (e *Engine) Expire(maxAge time.Duration) bool {
 		return false
 	}
 	e.stale.Store(true)
-	e.cpu.reset()
-	e.mem.reset()
+	for i := range e.slots {
+		e.slots[i].reset()
+	}
 	for i := range e.admissions {
 		e.admissions[i].Store(admitAll)
 	}
@@ -386,8 +364,9 @@ func (e *Engine) ObservedAt() time.Time {
 }
 
 // Observe advances the state machine by one frame, publishes every signal's
-// admission snapshot, then relieves memory if needed. It is called by the
-// sampler's goroutine after each tick; wl must not be modified afterwards.
+// admission snapshot, then relieves the slots at their hard line. It is
+// called by the sampler's goroutine after each tick; wl must not be
+// modified afterwards.
 func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	if wl == nil {
 		return
@@ -399,39 +378,46 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	e.stale.Store(false)
 	e.level.Store(wl)
 
-	cpu := reading{valid: wl.CPUValid, slow: wl.CPUSlow, fast: wl.CPUFast}
-	mem := reading{valid: wl.MemValid, slow: wl.Mem, fast: wl.Mem}
-	// A carried-over CPU frame is no new measurement: counting it would
-	// let one reading fill a breach_n streak.
-	if !wl.CPUCarried {
-		e.cpu.observe(cpu)
+	levels := &wl.Levels
+	for i := range e.slots {
+		// A carried-over frame is no new measurement: counting it would
+		// let one reading fill a breach_n streak.
+		if !levels[i].Carried {
+			e.slots[i].observe(&levels[i])
+		}
 	}
-	e.mem.observe(mem)
 
 	from := e.state
-	to := e.next(cpu, mem)
-	// The recovery ramp guards against memory, not CPU: after a GC the
-	// memory level drops in one sample and a burst let in during the next
-	// interval can exceed the headroom (the prototype's OOM kill). CPU
-	// overshoot only costs CFS throttling, and a ramp after a CPU-only Open
-	// made the load oscillate between Open and near-total shedding
-	// (docs/design.md §4). So the ramp follows only an Open episode in which
-	// memory was at its hard line.
-	if to == StateOpen && !e.mem.safe(mem) && mem.fast >= e.mem.Hard {
-		e.openByMem = true
+	to := e.next(levels)
+	// The recovery ramp guards against a backstop (memory), not a rate
+	// (CPU): after a GC the memory level drops in one sample and a burst
+	// let in during the next interval can exceed the headroom (the
+	// prototype's OOM kill). CPU overshoot only costs CFS throttling, and a
+	// ramp after a CPU-only Open made the load oscillate between Open and
+	// near-total shedding at 1.5 to 2 times the capacity. So the ramp
+	// follows only an Open episode in which a backstop was at its hard line.
+	backstop := false
+	for i := range e.slots {
+		if s := &e.slots[i]; s.Backstop && s.atHardNow(&levels[i]) {
+			backstop = true
+		}
+	}
+	if to == StateOpen && backstop {
+		e.openByBackstop = true
 	}
 	if from == StateOpen && to != StateOpen {
-		if e.openByMem && e.recoveryRamp > 0 {
+		if e.openByBackstop && e.recoveryRamp > 0 {
 			e.leftOpenAt, e.rampActive = now, true
 		}
-		e.openByMem = false
+		e.openByBackstop = false
 	}
 	e.state = to
-	e.updateCPUShare(from, to, cpu, wl.CPUCarried)
 
 	ramp := e.rampAt(now)
-	t := max(e.cpuShare, min(e.mem.severity(mem), e.mem.maxShed()))
-	backstop := e.mem.atHardNow(mem)
+	t := 0.0
+	for i := range e.slots {
+		t = max(t, e.slots[i].severity(from, to, &levels[i], e.shareStep))
+	}
 	for i := range e.rules {
 		// Publish on change only: a steady state costs no allocation.
 		a := admissionFor(e.rules[i], to, t, ramp, backstop)
@@ -447,73 +433,55 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 		}
 	}
 
-	// After publishing, so that Open takes effect before the (slow) GC.
-	if e.mem.safe(mem) || mem.fast < e.mem.Hard {
-		return
+	// After publishing, so that Open takes effect before the (slow) relief.
+	for i := range e.slots {
+		if s := &e.slots[i]; s.Relieve != nil && s.atHardNow(&levels[i]) {
+			s.Relieve()
+		}
 	}
-	e.relieveMemory()
 }
 
-// next is the transition table of design §4. Worsening is OR over the
-// slots, recovery is AND. When a frame satisfies both Normal->Shedding and
-// Normal->Open (or Shedding->Normal and Shedding->Open), Open wins: the hard
-// line is the one that protects the process, and the most severe state is the
-// safe choice.
-func (e *Engine) next(cpu, mem reading) State {
-	hard := e.cpu.hardReached(cpu) || e.mem.hardReached(mem)
+// next is the transition table. Worsening is OR over the slots, recovery
+// is AND. When a frame satisfies both Normal->Shedding and Normal->Open (or
+// Shedding->Normal and Shedding->Open), Open wins: the hard line is the one
+// that protects the process, and the most severe state is the safe choice.
+func (e *Engine) next(levels *[sampler.MaxResources]sampler.Level) State {
+	// One pass: worsening conditions OR over the slots, recovery ones AND.
+	hard, enter, aboveExit := false, false, false
+	exit, hardCleared := true, true
+	for i := range e.slots {
+		s, r := &e.slots[i], &levels[i]
+		hard = hard || s.hardReached(r)
+		enter = enter || s.enterReached(r)
+		aboveExit = aboveExit || s.aboveExit(r)
+		exit = exit && s.exitReached(r)
+		hardCleared = hardCleared && s.hardCleared(r)
+	}
 	switch e.state {
 	case StateNormal:
 		switch {
 		case hard:
 			return StateOpen
-		case e.cpu.enterReached(cpu) || e.mem.enterReached(mem):
+		case enter:
 			return StateShedding
 		}
 	case StateShedding:
 		switch {
 		case hard:
 			return StateOpen
-		case e.cpu.exitReached(cpu) && e.mem.exitReached(mem):
+		case exit:
 			return StateNormal
 		}
 	case StateOpen:
-		if e.cpu.hardCleared(cpu) && e.mem.hardCleared(mem) {
+		if hardCleared {
 			// Where to land is decided on this frame alone.
-			if e.cpu.aboveExit(cpu) || e.mem.aboveExit(mem) {
+			if aboveExit {
 				return StateShedding
 			}
 			return StateNormal
 		}
 	}
 	return e.state
-}
-
-// updateCPUShare advances the CPU controller by one frame (see cpuShare).
-func (e *Engine) updateCPUShare(from, to State, cpu reading, carried bool) {
-	switch {
-	case !e.cpu.Enabled:
-		e.cpuShare = 0
-	case e.cpu.safe(cpu) || carried:
-		// Nothing new measured (a failed read, or a repeated frame): keep
-		// the share. Integrating a repeated reading would count it twice,
-		// and dropping the share would leave the next Shedding episode
-		// several seconds to learn it again (a single failed read turns
-		// Shedding into Normal, since an invalid slot counts as safe).
-	case to == StateOpen:
-		if from != StateOpen && e.cpu.hardReached(cpu) {
-			e.cpuShare = min(clamp01(e.cpuShare+cpuShareOpenStep), e.cpu.maxShed())
-		}
-	case to == StateNormal:
-		// Not used in Normal, only unlearnt: at least as fast as with CPU
-		// 0.1 under enter (a full share is gone within 10 s), faster the
-		// lower CPU is. A load that comes back within seconds finds the
-		// share it left.
-		e.cpuShare = min(clamp01(e.cpuShare+e.cpuStep*min(cpu.fast-e.cpu.Enter, -cpuShareNormalDecay)), e.cpu.maxShed())
-	default: // Shedding
-		// Capped where it is integrated, so that it does not wind up above
-		// the cap and stay there after the load has gone.
-		e.cpuShare = min(clamp01(e.cpuShare+e.cpuStep*(cpu.fast-e.cpu.Enter)), e.cpu.maxShed())
-	}
 }
 
 // rampAt is the recovery ramp's floor on the drop probability: 1 when Open is
@@ -557,12 +525,6 @@ func admissionFor(r Rule, state State, t, ramp float64, backstop bool) admission
 	return a
 }
 
-// reading is one slot's inputs in one frame.
-type reading struct {
-	valid      bool
-	slow, fast float64
-}
-
 // slot is a Slot with its consecutive-frame counters. Each counter is the
 // length of the current streak of frames in which its condition held; a frame
 // in which it does not hold resets it. The counters depend on the frames only,
@@ -574,61 +536,111 @@ type slot struct {
 	atHard     int // fast >= hard
 	belowExit  int // slow < exit
 	belowHard  int // fast < hard
+	// share is a SeverityRate slot's severity, an integral controller: in
+	// Shedding each new frame adds step*(fast - enter), so it rises while
+	// the level is above the enter line and falls while it is below, and
+	// settles on the share of load that holds the level at enter whatever
+	// the overload factor. A proportional severity cannot: to shed half
+	// the load it needs the level halfway to the hard line, where the noise
+	// of the fast level reaches hard and the state relays between Shedding
+	// and Open. It is kept through Open (raised by shareOpenStep when the
+	// slot opens), through frames without a new reading and through the
+	// stale fallback (like the state itself), and unlearnt in Normal.
+	share float64
 }
 
 // safe reports whether the slot counts as safe in this frame: disabled, or
-// its signal is invalid (or not a number).
-func (s *slot) safe(r reading) bool {
-	return !s.Enabled || !r.valid || math.IsNaN(r.slow) || math.IsNaN(r.fast)
+// its level is invalid (or not a number).
+func (s *slot) safe(r *sampler.Level) bool {
+	return !s.Enabled || !r.Valid || math.IsNaN(r.Slow) || math.IsNaN(r.Fast)
 }
 
 // reset breaks every streak.
 func (s *slot) reset() { s.aboveEnter, s.atHard, s.belowExit, s.belowHard = 0, 0, 0, 0 }
 
-func (s *slot) observe(r reading) {
+func (s *slot) observe(r *sampler.Level) {
 	if s.safe(r) {
 		s.reset()
 		return
 	}
-	s.aboveEnter = streak(s.aboveEnter, r.slow > s.Enter)
-	s.atHard = streak(s.atHard, r.fast >= s.Hard)
-	s.belowExit = streak(s.belowExit, r.slow < s.Exit)
-	s.belowHard = streak(s.belowHard, r.fast < s.Hard)
+	s.aboveEnter = streak(s.aboveEnter, r.Slow > s.Enter)
+	s.atHard = streak(s.atHard, r.Fast >= s.Hard)
+	s.belowExit = streak(s.belowExit, r.Slow < s.Exit)
+	s.belowHard = streak(s.belowHard, r.Fast < s.Hard)
 }
 
 func (s *slot) breachN() int { return max(s.BreachN, 1) }
 
 // Worsening conditions: a safe slot never triggers.
-func (s *slot) enterReached(r reading) bool { return !s.safe(r) && s.aboveEnter >= s.breachN() }
-func (s *slot) hardReached(r reading) bool  { return !s.safe(r) && s.atHard >= s.breachN() }
+func (s *slot) enterReached(r *sampler.Level) bool { return !s.safe(r) && s.aboveEnter >= s.breachN() }
+func (s *slot) hardReached(r *sampler.Level) bool  { return !s.safe(r) && s.atHard >= s.breachN() }
 
 // Recovery conditions: a safe slot never blocks.
-func (s *slot) exitReached(r reading) bool { return s.safe(r) || s.belowExit >= s.breachN() }
-func (s *slot) hardCleared(r reading) bool { return s.safe(r) || s.belowHard >= s.breachN() }
+func (s *slot) exitReached(r *sampler.Level) bool { return s.safe(r) || s.belowExit >= s.breachN() }
+func (s *slot) hardCleared(r *sampler.Level) bool { return s.safe(r) || s.belowHard >= s.breachN() }
 
-// atHardNow reports whether memory is at or over the hard line in this
-// frame (no streak): the exempt signals' backstop.
-func (s *slot) atHardNow(r reading) bool { return !s.safe(r) && r.fast >= s.Hard }
+// atHardNow reports whether the level is at or over the hard line in this
+// frame (no streak): a backstop's refusal of the exempt signals, and the
+// relief.
+func (s *slot) atHardNow(r *sampler.Level) bool { return !s.safe(r) && r.Fast >= s.Hard }
 
 // aboveExit is the current-frame test that picks Shedding over Normal when
 // leaving Open.
-func (s *slot) aboveExit(r reading) bool { return !s.safe(r) && r.slow > s.Exit }
+func (s *slot) aboveExit(r *sampler.Level) bool { return !s.safe(r) && r.Slow > s.Exit }
 
-// severity is how far the slow signal is from enter towards hard, clamped to
-// [0, 1]; 0 for a safe slot. It is the memory slot's severity (the CPU slot's
-// is the engine's cpuShare).
-func (s *slot) severity(r reading) float64 {
+// severity is the slot's share of the shedding severity in this frame, in
+// [0, MaxShed]: a SeverityRate slot's controller advanced by one frame, or
+// how far a SeverityLevel slot's slow level is from enter towards hard.
+func (s *slot) severity(from, to State, r *sampler.Level, step float64) float64 {
+	if s.Severity == SeverityRate {
+		s.updateShare(from, to, r, step)
+		return s.share
+	}
+	return min(s.levelSeverity(r), s.maxShed())
+}
+
+// updateShare advances the rate controller by one frame (see share).
+func (s *slot) updateShare(from, to State, r *sampler.Level, step float64) {
+	switch {
+	case !s.Enabled:
+		s.share = 0
+	case s.safe(r) || r.Carried:
+		// Nothing new measured (a failed read, or a repeated frame): keep
+		// the share. Integrating a repeated reading would count it twice,
+		// and dropping the share would leave the next Shedding episode
+		// several seconds to learn it again (a single failed read turns
+		// Shedding into Normal, since an invalid slot counts as safe).
+	case to == StateOpen:
+		if from != StateOpen && s.hardReached(r) {
+			s.share = min(clamp01(s.share+shareOpenStep), s.maxShed())
+		}
+	case to == StateNormal:
+		// Not used in Normal, only unlearnt: at least as fast as with the
+		// level 0.1 under enter (a full share is gone within 10 s), faster
+		// the lower it is. A load that comes back within seconds finds the
+		// share it left.
+		s.share = min(clamp01(s.share+step*min(r.Fast-s.Enter, -shareNormalDecay)), s.maxShed())
+	default: // Shedding
+		// Capped where it is integrated, so that it does not wind up above
+		// the cap and stay there after the load has gone.
+		s.share = min(clamp01(s.share+step*(r.Fast-s.Enter)), s.maxShed())
+	}
+}
+
+// levelSeverity is how far the slow level is from enter towards hard,
+// clamped to [0, 1]; 0 for a safe slot.
+func (s *slot) levelSeverity(r *sampler.Level) float64 {
 	if s.safe(r) {
 		return 0
 	}
 	span := s.Hard - s.Enter
 	if span <= 0 { // not a valid config; avoid a division by zero or a sign flip
-		if r.slow > s.Enter {
+		if r.Slow > s.Enter {
 			return 1
 		}
 		return 0
 	}
-	return clamp01((r.slow - s.Enter) / span)
+	return clamp01((r.Slow - s.Enter) / span)
 }
 
 // streak extends a streak when the condition holds and breaks it otherwise.

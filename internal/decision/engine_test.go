@@ -27,10 +27,49 @@ func TestMain(m *testing.M) {
 type frame struct{ slow, fast, mem float64 }
 
 func (f frame) level() *sampler.WaterLevel {
-	return &sampler.WaterLevel{
+	return lv(&sampler.WaterLevel{
 		CPUSlow: f.slow, CPUFast: f.fast, CPU: f.fast, CPUValid: f.slow >= 0 && f.fast >= 0,
 		Mem: f.mem, MemValid: f.mem >= 0,
+	})
+}
+
+// The tests' two slots, as the extension registers them: CPU, a rate, and
+// memory, a level and the backstop.
+const (
+	cpuSlot = 0
+	memSlot = 1
+)
+
+// lv fills wl's levels from its CPU and memory fields, as the sampler's
+// readers of the two slots do.
+func lv(wl *sampler.WaterLevel) *sampler.WaterLevel {
+	wl.Levels[cpuSlot] = sampler.ReadCPU(wl)
+	wl.Levels[memSlot] = sampler.ReadMemory(wl)
+	return wl
+}
+
+// defaultConfig is the two slots at the extension's default lines and
+// breach_duration (at a 250ms check interval), every signal's rule the
+// default one, and the default recovery ramp.
+func defaultConfig() Config {
+	cfg := Config{
+		Slots: []Slot{
+			{Name: "cpu", Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2, Severity: SeverityRate},
+			{Name: "memory", Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1, Severity: SeverityLevel, Backstop: true},
+		},
+		RecoveryRamp: DefaultRecoveryRamp,
+		Interval:     sampler.DefaultInterval,
 	}
+	for i := range cfg.Rules {
+		cfg.Rules[i] = DefaultRule()
+	}
+	return cfg
+}
+
+// withRelief is cfg with relieve as the memory slot's relief.
+func withRelief(cfg Config, relieve func()) Config {
+	cfg.Slots[memSlot].Relieve = relieve
+	return cfg
 }
 
 // Shorthands: cpuOnly leaves memory invalid, memOnly leaves CPU invalid.
@@ -61,16 +100,17 @@ func feed(e *Engine, frames ...frame) string {
 // against: the defaults with explicit CPU lines 0.80/0.70/0.90 under the
 // quota, so that the tests exercise the transitions whatever the defaults.
 func linesConfig() Config {
-	cfg := DefaultConfig()
-	cfg.CPU = Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3}
+	cfg := defaultConfig()
+	c := &cfg.Slots[cpuSlot]
+	c.Enter, c.Exit, c.Hard, c.BreachN, c.MaxShed = 0.80, 0.70, 0.90, 3, 0
 	return cfg
 }
 
 // testConfig is linesConfig with both slots' breach_n set and no ramp.
 func testConfig(cpuN, memN int) Config {
 	cfg := linesConfig()
-	cfg.CPU.BreachN = cpuN
-	cfg.Mem.BreachN = memN
+	cfg.Slots[cpuSlot].BreachN = cpuN
+	cfg.Slots[memSlot].BreachN = memN
 	cfg.RecoveryRamp = 0
 	return cfg
 }
@@ -312,17 +352,17 @@ func TestBreachCountersResetWhenStreakBreaks(t *testing.T) {
 func TestInvalidMemoryCountsAsSafe(t *testing.T) {
 	invalidHigh := func(slow, fast float64) *sampler.WaterLevel {
 		// A memory level far over hard, but marked invalid (no limit).
-		return &sampler.WaterLevel{CPUSlow: slow, CPUFast: fast, CPUValid: true, Mem: 5, MemValid: false}
+		return lv(&sampler.WaterLevel{CPUSlow: slow, CPUFast: fast, CPUValid: true, Mem: 5, MemValid: false})
 	}
 	freed := 0
-	e := New(testConfig(1, 1), Options{RelieveMemory: func() { freed++ }, Rand: fixedRand(0.5)})
+	e := New(withRelief(testConfig(1, 1), func() { freed++ }), Options{Rand: fixedRand(0.5)})
 
 	e.Observe(invalidHigh(0.5, 0.5))
 	assert.Equal(t, StateNormal, e.State(SignalTraces), "never triggers")
 
 	e.Observe(invalidHigh(0.85, 0.85))
 	require.Equal(t, StateShedding, e.State(SignalTraces))
-	assert.InDelta(t, cpuShareGain*0.25*0.05, e.Stat().Signals[SignalTraces].DropProbability, 1e-9, "not in p_drop: the CPU share only")
+	assert.InDelta(t, shareGain*0.25*0.05, e.Stat().Signals[SignalTraces].DropProbability, 1e-9, "not in p_drop: the CPU share only")
 
 	e.Observe(invalidHigh(0.5, 0.5))
 	assert.Equal(t, StateNormal, e.State(SignalTraces), "never blocks Shedding->Normal")
@@ -335,12 +375,12 @@ func TestInvalidMemoryCountsAsSafe(t *testing.T) {
 
 	t.Run("NaN counts as invalid", func(t *testing.T) {
 		nan := math.NaN()
-		e := New(testConfig(1, 1), Options{RelieveMemory: func() { freed++ }})
-		e.Observe(&sampler.WaterLevel{CPUSlow: nan, CPUFast: nan, CPUValid: true, Mem: nan, MemValid: true})
+		e := New(withRelief(testConfig(1, 1), func() { freed++ }), Options{})
+		e.Observe(lv(&sampler.WaterLevel{CPUSlow: nan, CPUFast: nan, CPUValid: true, Mem: nan, MemValid: true}))
 		assert.Equal(t, StateNormal, e.State(SignalTraces))
 		e.Observe(cpuEnter.level())
 		require.Equal(t, StateShedding, e.State(SignalTraces))
-		e.Observe(&sampler.WaterLevel{CPUSlow: 0.5, CPUFast: 0.5, CPUValid: true, Mem: nan, MemValid: true})
+		e.Observe(lv(&sampler.WaterLevel{CPUSlow: 0.5, CPUFast: 0.5, CPUValid: true, Mem: nan, MemValid: true}))
 		assert.Equal(t, StateNormal, e.State(SignalTraces))
 		assert.Zero(t, freed)
 	})
@@ -348,17 +388,17 @@ func TestInvalidMemoryCountsAsSafe(t *testing.T) {
 
 func TestDisabledSlot(t *testing.T) {
 	cfg := testConfig(1, 1)
-	cfg.Mem.Enabled = false
+	cfg.Slots[memSlot].Enabled = false
 	freed := 0
-	e := New(cfg, Options{RelieveMemory: func() { freed++ }})
+	e := New(withRelief(cfg, func() { freed++ }), Options{})
 	assert.Equal(t, "NN", feed(e, frame{0.5, 0.5, 0.88}, frame{0.5, 0.5, 0.99}), "never triggers")
 	assert.Zero(t, freed)
 
 	assert.Equal(t, "SN", feed(e, frame{0.85, 0.85, 0.99}, frame{0.5, 0.5, 0.99}), "never blocks exit")
 	assert.Equal(t, "ON", feed(e, frame{0.5, 0.95, 0.99}, frame{0.5, 0.5, 0.99}), "never blocks Open exit")
 
-	cfg.CPU.Enabled = false
-	cfg.Mem.Enabled = false
+	cfg.Slots[cpuSlot].Enabled = false
+	cfg.Slots[memSlot].Enabled = false
 	e = New(cfg, Options{})
 	assert.Equal(t, "NNN", feed(e, frame{2, 2, 2}, frame{2, 2, 2}, frame{2, 2, 2}), "both disabled")
 }
@@ -387,11 +427,11 @@ func TestOpenExitDecidedOnCurrentFrame(t *testing.T) {
 }
 
 // TestDropProbability covers p_drop = drop_min + (drop_max - drop_min) * t
-// with t the larger of the memory severity (proportional, design §5)
+// with t the larger of the memory severity (proportional)
 // and the CPU share (integral, see TestCPUShare). The memory rows use
 // linesConfig's memory lines: enter 0.85, hard 0.92.
 func TestDropProbability(t *testing.T) {
-	const step = cpuShareGain * 0.25 // per frame at the default 250ms
+	const step = shareGain * 0.25 // per frame at the default 250ms
 	tests := []struct {
 		name   string
 		rule   Rule
@@ -444,7 +484,7 @@ func TestCPUShare(t *testing.T) {
 	carried := func(f frame) *sampler.WaterLevel {
 		wl := f.level()
 		wl.CPUCarried = true
-		return wl
+		return lv(wl)
 	}
 
 	t.Run("integrates the error above and below enter", func(t *testing.T) {
@@ -463,7 +503,7 @@ func TestCPUShare(t *testing.T) {
 
 	t.Run("clamped at 1, then mapped into the rule", func(t *testing.T) {
 		cfg := testConfig(1, 1)
-		cfg.CPU.Hard = 5 // never Open
+		cfg.Slots[cpuSlot].Hard = 5 // never Open
 		cfg.Rules[SignalTraces] = Rule{Enabled: true, DropMin: 0.05, DropMax: 0.2}
 		e := New(cfg, Options{})
 		feed(e, repeat(cpuOnly(1.2, 1.2), 20)...) // +0.1 a frame
@@ -501,7 +541,7 @@ func TestCPUShare(t *testing.T) {
 	})
 
 	t.Run("not raised when memory opened it", func(t *testing.T) {
-		e := New(testConfig(1, 1), Options{RelieveMemory: func() {}})
+		e := New(testConfig(1, 1), Options{})
 		feed(e, repeat(frame{0.85, 0.88, 0.5}, 4)...)
 		require.Equal(t, "O", feed(e, frame{0.85, 0.80, 0.95}))
 		require.Equal(t, "S", feed(e, frame{0.85, 0.80, 0.5}))
@@ -542,7 +582,7 @@ func TestCPUShare(t *testing.T) {
 
 	t.Run("none with the CPU slot disabled", func(t *testing.T) {
 		cfg := testConfig(1, 1)
-		cfg.CPU.Enabled = false
+		cfg.Slots[cpuSlot].Enabled = false
 		e := New(cfg, Options{})
 		require.Equal(t, "S", feed(e, frame{0.99, 0.99, 0.86}))
 		assert.InDelta(t, 1.0/7, p(e), 1e-9, "the memory severity only")
@@ -580,7 +620,7 @@ func runCPUModel(t *testing.T, cfg Config) (meanCPU, pDrop float64, opens int) {
 		}
 		fast = 0.7*fast + 0.3*cpu
 		slow = 0.95*slow + 0.05*cpu
-		e.Observe(&sampler.WaterLevel{CPU: cpu, CPUFast: fast, CPUSlow: slow, CPUValid: true})
+		e.Observe(lv(&sampler.WaterLevel{CPU: cpu, CPUFast: fast, CPUSlow: slow, CPUValid: true}))
 		if e.State(SignalTraces) == StateOpen {
 			opens++
 		}
@@ -596,28 +636,28 @@ func runCPUModel(t *testing.T, cfg Config) (meanCPU, pDrop float64, opens int) {
 // controller holds CPU at the enter line, not at the quota, never opens,
 // and sheds the share the overload needs.
 func TestCPUHeldAtEnter(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.CPU.MaxShed = 1
+	cfg := defaultConfig()
+	cfg.Slots[cpuSlot].MaxShed = 1
 	mean, p, opens := runCPUModel(t, cfg)
 	assert.Zero(t, opens, "no Open episode")
-	assert.InDelta(t, cfg.CPU.Enter, mean, 0.02, "CPU held at enter, not at the quota")
+	assert.InDelta(t, cfg.Slots[cpuSlot].Enter, mean, 0.02, "CPU held at enter, not at the quota")
 	// CPU at enter: 2(1-p) + 0.3p = 0.9 -> p = 1.1/1.7.
 	assert.InDelta(t, 1.1/1.7, p, 0.05)
 }
 
 // TestCPUShedCapped: with the defaults CPU alone sheds at most
-// DefaultCPUMaxShed: at twice the quota the collector runs at its quota
+// its max_shed: at twice the quota the collector runs at its quota
 // (the rest waits in clients and queues), never opens, and the share does
 // not wind up above the cap.
 func TestCPUShedCapped(t *testing.T) {
-	mean, p, opens := runCPUModel(t, DefaultConfig())
+	mean, p, opens := runCPUModel(t, defaultConfig())
 	assert.Zero(t, opens, "no Open episode")
-	assert.InDelta(t, DefaultCPUMaxShed, p, 1e-9, "shed share at the cap")
+	assert.InDelta(t, defaultConfig().Slots[cpuSlot].MaxShed, p, 1e-9, "shed share at the cap")
 	assert.Greater(t, mean, 0.97, "CPU at the quota")
 
 	// The cap is on CPU only: memory over its enter line still sheds more.
-	e := New(DefaultConfig(), Options{Now: newClock().Now, RelieveMemory: func() {}})
-	e.Observe(&sampler.WaterLevel{CPU: 2, CPUFast: 2, CPUSlow: 2, CPUValid: true, Mem: 0.91, MemValid: true})
+	e := New(defaultConfig(), Options{Now: newClock().Now})
+	e.Observe(lv(&sampler.WaterLevel{CPU: 2, CPUFast: 2, CPUSlow: 2, CPUValid: true, Mem: 0.91, MemValid: true}))
 	assert.Greater(t, e.Stat().Signals[SignalTraces].DropProbability, 0.5)
 }
 
@@ -784,7 +824,7 @@ func TestMemoryRelief(t *testing.T) {
 	var freedAt []time.Duration
 	start := clock.Now()
 	cfg := testConfig(1, 1)
-	e := New(cfg, Options{Now: clock.Now, RelieveMemory: func() { freedAt = append(freedAt, clock.Now().Sub(start)) }})
+	e := New(withRelief(cfg, func() { freedAt = append(freedAt, clock.Now().Sub(start)) }), Options{Now: clock.Now})
 
 	tick := func(f frame) {
 		e.Observe(f.level())
@@ -812,8 +852,8 @@ func TestMemoryRelief(t *testing.T) {
 	}
 	assert.Empty(t, freedAt)
 
-	cfg.Mem.Enabled = false
-	e = New(cfg, Options{Now: clock.Now, RelieveMemory: func() { freedAt = append(freedAt, 0) }})
+	cfg.Slots[memSlot].Enabled = false
+	e = New(withRelief(cfg, func() { freedAt = append(freedAt, 0) }), Options{Now: clock.Now})
 	tick(memOnly(0.99))
 	assert.Empty(t, freedAt, "disabled slot")
 }
@@ -849,9 +889,8 @@ func TestBurstReplay(t *testing.T) {
 	var transitions []Transition
 	cfg := linesConfig()
 	e := New(cfg, Options{
-		Now:           newClock().Now,
-		RelieveMemory: func() {},
-		OnTransition:  func(tr Transition) { transitions = append(transitions, tr) },
+		Now:          newClock().Now,
+		OnTransition: func(tr Transition) { transitions = append(transitions, tr) },
 	})
 	var got, want []State
 	for _, fr := range frames {
@@ -925,12 +964,13 @@ func TestBadInput(t *testing.T) {
 	// hard <= enter (rejected by config validation) must not divide by
 	// zero in the memory severity.
 	cfg := testConfig(0, 0) // breach_n 0 counts as 1
-	cfg.Mem = Slot{Enabled: true, Enter: 0.9, Exit: 0.5, Hard: 0.9, BreachN: 0}
+	m := &cfg.Slots[memSlot]
+	m.Enter, m.Exit, m.Hard, m.BreachN = 0.9, 0.5, 0.9, 0
 	cfg.RecoveryRamp = -time.Second
 	e = New(cfg, Options{})
 	assert.Equal(t, "S", feed(e, frame{0.85, 0.80, 0.89}))
 	assert.Equal(t, 0.0, e.Stat().Signals[SignalTraces].DropProbability)
-	cfg.Mem.Enter = 0.95 // enter > hard: memory over enter counts as severity 1
+	cfg.Slots[memSlot].Enter = 0.95 // enter > hard: memory over enter counts as severity 1
 	e = New(cfg, Options{})
 	assert.Equal(t, "S", feed(e, frame{0.85, 0.80, 0.5}))
 	assert.Equal(t, "O", feed(e, frame{0.85, 0.80, 0.96}))
@@ -945,7 +985,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestConcurrentDecideAndObserve(*testing.T) {
-	e := New(linesConfig(), Options{RelieveMemory: func() {}})
+	e := New(linesConfig(), Options{})
 	levels := []frame{calm, cpuEnter, cpuEnterHd, memOnly(0.95), calm}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -972,20 +1012,9 @@ func TestConcurrentDecideAndObserve(*testing.T) {
 	wg.Wait()
 }
 
-func TestDefaultConfig(t *testing.T) {
-	cfg := linesConfig()
-	assert.Equal(t, Slot{Enabled: true, Enter: 0.80, Exit: 0.70, Hard: 0.90, BreachN: 3}, cfg.CPU)
-	assert.Equal(t, Slot{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1}, cfg.Mem)
-	assert.InDelta(t, DefaultCPUMaxShed, DefaultConfig().CPU.MaxShed, 0)
-	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
-	for _, r := range cfg.Rules {
-		assert.Equal(t, Rule{Enabled: true, DropMin: 0, DropMax: 1}, r)
-	}
-}
-
 // engineIn returns an engine whose signals are all in state, Shedding at p 0.5.
 func engineIn(tb testing.TB, state State) *Engine {
-	e := New(testConfig(1, 1), Options{RelieveMemory: func() {}})
+	e := New(testConfig(1, 1), Options{})
 	switch state {
 	case StateShedding:
 		e.Observe(memOnly(0.885).level())
@@ -1099,7 +1128,7 @@ func TestCarriedCPUFramesDoNotCount(t *testing.T) {
 	carried := func(f frame) *sampler.WaterLevel {
 		wl := f.level()
 		wl.CPUCarried = true
-		return wl
+		return lv(wl)
 	}
 	hot := cpuOnly(0.95, 0.95)
 	e.Observe(hot.level())

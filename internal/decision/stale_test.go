@@ -17,9 +17,8 @@ func TestExpire(t *testing.T) {
 	clock := newClock()
 	var transitions []Transition
 	e := New(testConfig(1, 1), Options{
-		Now:           clock.Now,
-		RelieveMemory: func() {},
-		OnTransition:  func(tr Transition) { transitions = append(transitions, tr) },
+		Now:          clock.Now,
+		OnTransition: func(tr Transition) { transitions = append(transitions, tr) },
 	})
 	e.Observe(memOnly(0.95).level())
 	require.Equal(t, StateOpen, e.State(SignalTraces))
@@ -60,7 +59,7 @@ func TestExpire(t *testing.T) {
 
 func TestExpireRecoversToTheFrameState(t *testing.T) {
 	clock := newClock()
-	e := New(testConfig(1, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
+	e := New(testConfig(1, 1), Options{Now: clock.Now})
 	e.Observe(memOnly(0.95).level())
 	clock.Advance(time.Minute)
 	require.True(t, e.Expire(time.Second))
@@ -72,7 +71,7 @@ func TestExpireRecoversToTheFrameState(t *testing.T) {
 
 func TestExpireBreaksStreaks(t *testing.T) {
 	clock := newClock()
-	e := New(testConfig(3, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
+	e := New(testConfig(3, 1), Options{Now: clock.Now})
 	assert.Equal(t, "NN", feed(e, cpuEnter, cpuEnter))
 	clock.Advance(time.Minute)
 	require.True(t, e.Expire(time.Second))
@@ -82,7 +81,7 @@ func TestExpireBreaksStreaks(t *testing.T) {
 
 func TestExpireDisabled(t *testing.T) {
 	clock := newClock()
-	e := New(testConfig(1, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
+	e := New(testConfig(1, 1), Options{Now: clock.Now})
 	e.Observe(memOnly(0.95).level())
 	clock.Advance(24 * time.Hour)
 	assert.False(t, e.Expire(0), "0 = hold for ever")
@@ -103,7 +102,7 @@ func TestExpireBeforeFirstObserve(t *testing.T) {
 // Observe under -race. Whatever the interleaving, once Observe has returned
 // with a hard frame and no Expire can find it old, Decide rejects.
 func TestExpireConcurrentWithObserve(t *testing.T) {
-	e := New(testConfig(1, 1), Options{RelieveMemory: func() {}})
+	e := New(testConfig(1, 1), Options{})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -130,7 +129,7 @@ func TestExpireConcurrentWithObserve(t *testing.T) {
 
 func BenchmarkDecideAfterExpire(b *testing.B) {
 	clock := newClock()
-	e := New(testConfig(1, 1), Options{Now: clock.Now, RelieveMemory: func() {}})
+	e := New(testConfig(1, 1), Options{Now: clock.Now})
 	e.Observe(memOnly(0.95).level())
 	clock.Advance(time.Minute)
 	require.True(b, e.Expire(time.Second))

@@ -2,12 +2,13 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package e2edata holds what the end-to-end tests of both modules share:
-// the telemetry they send through real exporters and count at a sink, and
-// the reading of the throttle's request counter.
+// the telemetry they send through real exporters and count at a sink, the
+// reading of the throttle's request counter, and of a refusal's retry hint.
 package e2edata // import "github.com/otelthrottle/throttle/internal/e2edata"
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componenttest"
@@ -17,6 +18,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Traces returns n spans spread over two resources, so that counting at a sink
@@ -118,4 +122,19 @@ func AttrIs(set attribute.Set, key, want string) bool {
 		return !ok
 	}
 	return ok && v.AsString() == want
+}
+
+// RetryInfo is the gRPC code of err, a refusal, and the delay of its
+// RetryInfo; it fails tb when err carries none.
+func RetryInfo(tb testing.TB, err error) (codes.Code, time.Duration) {
+	tb.Helper()
+	st, ok := status.FromError(err)
+	require.True(tb, ok, "not a gRPC status error: %v", err)
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return st.Code(), ri.GetRetryDelay().AsDuration()
+		}
+	}
+	require.FailNow(tb, "no RetryInfo", "%v", st.Details())
+	return 0, 0
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
-// Fault injection (issue 8 item 1). The documented outcomes:
+// Fault injection. The documented outcomes:
 //   - a failed read is reported to OnError as a *ReadError naming the
 //     resource; CPU or memory is invalid in that frame (the CPU EWMAs are
 //     kept for the next valid window), limits keep their previous value;
@@ -41,7 +41,7 @@ func TestReadErrorClassification(t *testing.T) {
 		set      func(*testutil.Source)
 	}{
 		{"cpu", func(f *testutil.Source) { f.Fail(testutil.CPUTime, boom) }},
-		{"mem", func(f *testutil.Source) { f.Fail(testutil.WorkingSet, boom) }},
+		{"memory", func(f *testutil.Source) { f.Fail(testutil.WorkingSet, boom) }},
 		{"limits", func(f *testutil.Source) { f.Fail(testutil.Limits, boom) }},
 	}
 	for _, tt := range tests {
@@ -73,10 +73,10 @@ func TestReadErrorClassification(t *testing.T) {
 	})
 
 	t.Run("wrapped", func(t *testing.T) {
-		err := fmt.Errorf("context: %w", &ReadError{Resource: "mem", Err: fs.ErrNotExist})
+		err := fmt.Errorf("context: %w", &ReadError{Resource: "memory", Err: fs.ErrNotExist})
 		var re *ReadError
 		require.ErrorAs(t, err, &re)
-		assert.Equal(t, "mem", re.Resource)
+		assert.Equal(t, "memory", re.Resource)
 		assert.ErrorIs(t, err, fs.ErrNotExist)
 	})
 }
@@ -450,9 +450,9 @@ func TestCgroupFaults(t *testing.T) {
 			{"cpu.stat", "usage_usec abc\n", "cpu"},
 			{"cpu.stat", "usage_u", "cpu"},
 			{"cpu.stat", "", "cpu"},
-			{"memory.current", "garbage\n", "mem"},
-			{"memory.current", "", "mem"},
-			{"memory.stat", "anon 1\ninactive_fi", "mem"},
+			{"memory.current", "garbage\n", "memory"},
+			{"memory.current", "", "memory"},
+			{"memory.stat", "anon 1\ninactive_fi", "memory"},
 			{"memory.max", "lots\n", "limits"},
 			{"cpu.max", "250000\n", "limits"},
 		} {
@@ -467,7 +467,7 @@ func TestCgroupFaults(t *testing.T) {
 			case "cpu":
 				assert.False(t, wl.CPUValid, "%s %q", tc.file, tc.content)
 				assert.True(t, wl.MemValid)
-			case "mem":
+			case "memory":
 				assert.False(t, wl.MemValid, "%s %q", tc.file, tc.content)
 			case "limits":
 				assert.Equal(t, 2.5, wl.Cores, "previous limits kept")
@@ -542,7 +542,7 @@ func TestCgroupFaults(t *testing.T) {
 			got[readErrorOf(t, err).Resource]++
 			require.ErrorIs(t, err, fs.ErrNotExist)
 		}
-		assert.Equal(t, map[string]int{"cpu": 5, "mem": 5}, got)
+		assert.Equal(t, map[string]int{"cpu": 5, "memory": 5}, got)
 
 		h.setUsage(123_456_789)
 		h.write("memory.current", "104857600\n")
@@ -569,7 +569,7 @@ func TestCgroupFaults(t *testing.T) {
 			got[re.Resource] = true
 			assert.Contains(t, err.Error(), "is a directory", "%v", err)
 		}
-		assert.Equal(t, map[string]bool{"cpu": true, "mem": true, "limits": true}, got)
+		assert.Equal(t, map[string]bool{"cpu": true, "memory": true, "limits": true}, got)
 		assert.False(t, wl.CPUValid)
 		assert.False(t, wl.MemValid)
 		assert.Equal(t, 2.5, wl.Cores, "previous limits kept")

@@ -18,18 +18,10 @@ import (
 	"github.com/otelthrottle/throttle/internal/cgroup"
 )
 
-// Defaults applied by New to zero or out-of-range Config fields.
-const (
-	DefaultInterval = 250 * time.Millisecond
-	// DefaultCPUSlowWindow is the time constant of the slow CPU average,
-	// the one the enter and exit lines read: long enough to ride out a
-	// burst of a second or two, short enough to follow a load that stays.
-	DefaultCPUSlowWindow = 5 * time.Second
-	// DefaultCPUFastWindow is the time constant of the fast CPU average,
-	// the one the hard line reads: a few checks.
-	DefaultCPUFastWindow = 700 * time.Millisecond
-	DefaultLimitsEvery   = 10 * time.Second
-)
+// DefaultLimitsEvery is how often limits and cores are re-read: a
+// container's limits change rarely (an in-place resize, a move to another
+// cgroup), and reading them costs several files.
+const DefaultLimitsEvery = 10 * time.Second
 
 // Errors reported through Options.OnError for a CPU window that is skipped.
 // They are wrapped with the values that caused them; match with errors.Is.
@@ -61,7 +53,7 @@ const cpuCeilingMargin = 2
 // failed. Skipped CPU windows are reported with ErrCPUCounterBackwards,
 // ErrShortWindow, ErrSlowRead or ErrImpossibleCPU instead.
 type ReadError struct {
-	// Resource is "cpu", "mem" or "limits".
+	// Resource is "cpu", "memory" or "limits".
 	Resource string
 	Err      error
 }
@@ -70,30 +62,6 @@ func (e *ReadError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the underlying error.
 func (e *ReadError) Unwrap() error { return e.Err }
-
-// Config is the sampler's configuration (the extension's check_interval,
-// and how its cpu and memory sections measure).
-type Config struct {
-	// Interval is the time between two ticks; DefaultInterval when 0.
-	Interval time.Duration
-	// CPUFastWindow is the time constant of the fast CPU EWMA;
-	// DefaultCPUFastWindow when not > 0.
-	CPUFastWindow time.Duration
-	// CPUSlowWindow is the time constant of the slow CPU EWMA;
-	// DefaultCPUSlowWindow when not > 0.
-	CPUSlowWindow time.Duration
-	// FallbackCores is the number of cores when there is no CPU quota;
-	// 0 means runtime.GOMAXPROCS(0).
-	FallbackCores float64
-	// MemoryLimit in bytes overrides the source's memory limit when > 0
-	// and the source's is none or higher (memory::limit_mib): a limit above
-	// the container's would keep the memory lines and the soft memory
-	// limit above the OOM killer's.
-	MemoryLimit uint64
-	// LimitsEvery is the slow cadence at which limits and cores are re-read;
-	// DefaultLimitsEvery when 0.
-	LimitsEvery time.Duration
-}
 
 // Options are the sampler's collaborators. Every field is optional.
 type Options struct {
@@ -108,7 +76,7 @@ type Options struct {
 	// Heap corrects the working set with the Go runtime's view of its
 	// heap (softlimit.HeapView); nil: the working set as it is.
 	Heap HeapView
-	// Logger warns when Config.MemoryLimit is above the source's limit;
+	// Logger warns when memory::limit_mib is above the source's limit;
 	// nil: no log.
 	Logger *zap.Logger
 }
@@ -168,7 +136,7 @@ type tickState struct {
 	limitsReadAt time.Time
 	limits       cgroup.Limits
 	cores        float64
-	// overLimit is the source's memory limit Config.MemoryLimit was last
+	// overLimit is the source's memory limit memory::limit_mib was last
 	// found above (0: not above), so that the warning is logged once per
 	// limit.
 	overLimit uint64
@@ -179,11 +147,11 @@ func New(src Source, cfg Config, opts Options) *Sampler {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
-	if cfg.CPUFastWindow <= 0 {
-		cfg.CPUFastWindow = DefaultCPUFastWindow
+	if cfg.CPU.FastWindow <= 0 {
+		cfg.CPU.FastWindow = defaultCPUFastWindow
 	}
-	if cfg.CPUSlowWindow <= 0 {
-		cfg.CPUSlowWindow = DefaultCPUSlowWindow
+	if cfg.CPU.SlowWindow <= 0 {
+		cfg.CPU.SlowWindow = defaultCPUSlowWindow
 	}
 	if cfg.LimitsEvery <= 0 {
 		cfg.LimitsEvery = DefaultLimitsEvery
@@ -196,8 +164,8 @@ func New(src Source, cfg Config, opts Options) *Sampler {
 		onError:  opts.OnError,
 		heap:     opts.Heap,
 		logger:   opts.Logger,
-		fastBeta: EWMABeta(cfg.Interval, cfg.CPUFastWindow),
-		slowBeta: EWMABeta(cfg.Interval, cfg.CPUSlowWindow),
+		fastBeta: EWMABeta(cfg.Interval, cfg.CPU.FastWindow),
+		slowBeta: EWMABeta(cfg.Interval, cfg.CPU.SlowWindow),
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
@@ -332,13 +300,13 @@ func (s *Sampler) Tick() {
 		At:         at,
 	}
 	wl.MemLimit = t.limits.MemLimit
-	if o := s.cfg.MemoryLimit; o > 0 && (wl.MemLimit == 0 || o < wl.MemLimit) {
+	if o := s.cfg.Memory.limit(); o > 0 && (wl.MemLimit == 0 || o < wl.MemLimit) {
 		wl.MemLimit = o
 	}
 	// Memory is read every tick and not smoothed: it is a level, not a rate,
 	// and smoothing would delay the hard line that stands before the OOM kill.
 	if ws, err := s.src.WorkingSet(); err != nil {
-		s.onError(&ReadError{Resource: "mem", Err: fmt.Errorf("reading memory working set: %w", err)})
+		s.onError(&ReadError{Resource: "memory", Err: fmt.Errorf("reading memory working set: %w", err)})
 	} else {
 		wl.WorkingSet = ws
 		// Memory the heap has freed beyond what it grows into before its
@@ -357,6 +325,10 @@ func (s *Sampler) Tick() {
 			wl.Mem = float64(ws-wl.HeapSpare+wl.HeapHeldBack) / float64(wl.MemLimit)
 			wl.MemValid = true
 		}
+	}
+
+	for i, read := range s.cfg.Readers[:min(len(s.cfg.Readers), MaxResources)] {
+		wl.Levels[i] = read(wl)
 	}
 
 	s.level.Store(wl)
@@ -378,8 +350,8 @@ func (s *Sampler) readLimits(at time.Time) {
 		s.onError(&ReadError{Resource: "limits", Err: fmt.Errorf("reading limits: %w", err)})
 	}
 	t.limits = l
-	t.cores = EffectiveCores(t.limits, s.cfg.FallbackCores)
-	if o := s.cfg.MemoryLimit; o > 0 && l.MemLimit > 0 && o > l.MemLimit {
+	t.cores = EffectiveCores(t.limits, s.cfg.CPU.FallbackCores)
+	if o := s.cfg.Memory.limit(); o > 0 && l.MemLimit > 0 && o > l.MemLimit {
 		if t.overLimit != l.MemLimit {
 			t.overLimit = l.MemLimit
 			s.logger.Warn("throttle: memory::limit_mib is above the container's memory limit; the container's limit is used",

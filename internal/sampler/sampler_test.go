@@ -96,7 +96,7 @@ func TestFirstValidWindowSeedsBothEWMAs(t *testing.T) {
 
 func TestEWMAMath(t *testing.T) {
 	// Time constants of 1 and 4 intervals: β = e^-1 and e^-1/4.
-	h := newHarness(Config{CPUFastWindow: interval, CPUSlowWindow: 4 * interval}, oneCore())
+	h := newHarness(Config{CPU: CPUConfig{FastWindow: interval, SlowWindow: 4 * interval}}, oneCore())
 	bf, bs := math.Exp(-1), math.Exp(-0.25)
 	h.step(0, 0)
 	h.step(interval, interval/2) // seeds at 0.5
@@ -204,6 +204,7 @@ func TestShortWindowSkipsFrame(t *testing.T) {
 }
 
 func TestMemory(t *testing.T) {
+	// Sizes in MiB, the unit of memory::limit_mib.
 	tests := []struct {
 		name        string
 		srcLimit    uint64
@@ -224,12 +225,12 @@ func TestMemory(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := newSource(tt.ws, cgroup.Limits{MemLimit: tt.srcLimit})
-			h := newHarness(Config{MemoryLimit: tt.override}, src)
+			src := newSource(tt.ws<<20, cgroup.Limits{MemLimit: tt.srcLimit << 20})
+			h := newHarness(Config{Memory: MemoryConfig{LimitMiB: tt.override}}, src)
 			wl := h.step(0, 0)
 			assert.Equal(t, tt.wantValid, wl.MemValid)
-			assert.Equal(t, tt.ws, wl.WorkingSet)
-			assert.Equal(t, tt.wantLimitIn, wl.MemLimit)
+			assert.Equal(t, tt.ws<<20, wl.WorkingSet)
+			assert.Equal(t, tt.wantLimitIn<<20, wl.MemLimit)
 			assert.InDelta(t, tt.wantMem, wl.Mem, 1e-12)
 		})
 	}
@@ -242,7 +243,7 @@ func TestMemoryOverrideOverTheLimitWarns(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	src := newSource(500<<20, cgroup.Limits{MemLimit: 1 << 30})
 	clock := newClock()
-	s := New(src, Config{Interval: interval, MemoryLimit: 2 << 30, LimitsEvery: time.Second}, Options{Now: clock.Now, Logger: zap.New(core)})
+	s := New(src, Config{Interval: interval, Memory: MemoryConfig{LimitMiB: 2 << 10}, LimitsEvery: time.Second}, Options{Now: clock.Now, Logger: zap.New(core)})
 	for range 3 {
 		s.Tick()
 		clock.Advance(time.Second)
@@ -365,7 +366,7 @@ func TestReadErrors(t *testing.T) {
 		wl = h.step(interval, interval)
 		require.True(t, wl.CPUValid)
 		assert.InDelta(t, 1.0, wl.CPU, 1e-12)
-		bf, bs := EWMABeta(interval, DefaultCPUFastWindow), EWMABeta(interval, DefaultCPUSlowWindow)
+		bf, bs := EWMABeta(interval, defaultCPUFastWindow), EWMABeta(interval, defaultCPUSlowWindow)
 		assert.InDelta(t, (1-bf)*1+bf*0.5, wl.CPUFast, 1e-12)
 		assert.InDelta(t, (1-bs)*1+bs*0.5, wl.CPUSlow, 1e-12)
 	})
@@ -401,7 +402,7 @@ func TestReadErrors(t *testing.T) {
 	t.Run("limits never read", func(t *testing.T) {
 		src := newSource(500, cgroup.Limits{})
 		src.Fail(testutil.Limits, boom)
-		h := newHarness(Config{FallbackCores: 3}, src)
+		h := newHarness(Config{CPU: CPUConfig{FallbackCores: 3}}, src)
 		wl := h.step(0, 0)
 		require.Len(t, h.errs, 1)
 		assert.Equal(t, 3.0, wl.Cores)
@@ -460,15 +461,14 @@ func TestEffectiveCores(t *testing.T) {
 }
 
 func TestNewAppliesDefaults(t *testing.T) {
-	s := New(oneCore(), Config{CPUFastWindow: 0, CPUSlowWindow: -time.Second}, Options{})
+	s := New(oneCore(), Config{CPU: CPUConfig{FastWindow: 0, SlowWindow: -time.Second}}, Options{})
 	assert.Equal(t, Config{
-		Interval:      DefaultInterval,
-		CPUFastWindow: DefaultCPUFastWindow,
-		CPUSlowWindow: DefaultCPUSlowWindow,
-		LimitsEvery:   DefaultLimitsEvery,
+		Interval:    DefaultInterval,
+		CPU:         CPUConfig{FastWindow: defaultCPUFastWindow, SlowWindow: defaultCPUSlowWindow},
+		LimitsEvery: DefaultLimitsEvery,
 	}, s.cfg)
-	assert.Equal(t, EWMABeta(DefaultInterval, DefaultCPUFastWindow), s.fastBeta)
-	assert.Equal(t, EWMABeta(DefaultInterval, DefaultCPUSlowWindow), s.slowBeta)
+	assert.Equal(t, EWMABeta(DefaultInterval, defaultCPUFastWindow), s.fastBeta)
+	assert.Equal(t, EWMABeta(DefaultInterval, defaultCPUSlowWindow), s.slowBeta)
 }
 
 func TestStartStop(t *testing.T) {
@@ -574,4 +574,27 @@ func BenchmarkTickCgroupFixture(b *testing.B) {
 			require.True(b, s.Load().MemValid)
 		})
 	}
+}
+
+// TestReaders: each check's Levels are its readers' readings of the check,
+// in order, once CPU, memory and the limits are in; a reader past
+// MaxResources is not called.
+func TestReaders(t *testing.T) {
+	src := newSource(512, cgroup.Limits{QuotaCores: 1, MemLimit: 1024})
+	extra := 0
+	readers := []Reader{ReadCPU, ReadMemory, func(wl *WaterLevel) Level {
+		extra++
+		return Level{Valid: wl.MemLimit == 1024, Value: 0.25, Slow: 0.25, Fast: 0.25}
+	}}
+	for len(readers) < MaxResources {
+		readers = append(readers, func(*WaterLevel) Level { return Level{} })
+	}
+	readers = append(readers, func(*WaterLevel) Level { panic("a reader past MaxResources") })
+	h := newHarness(Config{Readers: readers}, src)
+	h.step(0, 0)
+	wl := h.step(interval, interval/2)
+	assert.Equal(t, Level{Valid: true, Value: 0.5, Slow: wl.CPUSlow, Fast: wl.CPUFast}, wl.Levels[0])
+	assert.Equal(t, Level{Valid: true, Value: 0.5, Slow: 0.5, Fast: 0.5}, wl.Levels[1])
+	assert.Equal(t, Level{Valid: true, Value: 0.25, Slow: 0.25, Fast: 0.25}, wl.Levels[2])
+	assert.Equal(t, 2, extra, "once a check")
 }

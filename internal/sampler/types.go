@@ -47,6 +47,45 @@ type WaterLevel struct {
 	Cores float64
 	// At is when the sample was taken (monotonic clock reading).
 	At time.Time
+
+	// Levels are the levels of the resources the lines are held to, in the
+	// order of Config.Readers: each is its reader's reading of this check.
+	Levels [MaxResources]Level
+}
+
+// MaxResources bounds the resources one sampler reads: Levels is an array,
+// so that a check allocates nothing but the WaterLevel it publishes.
+const MaxResources = 4
+
+// Level is one resource's level in one check: what its lines are held to.
+type Level struct {
+	// Valid is false when the resource could not be read (or, for memory,
+	// has no limit); an invalid level counts as safe.
+	Valid bool
+	// Carried: the check measured nothing new (a skipped CPU window), the
+	// reading repeats the last one and is no new frame of a breach.
+	Carried bool
+	// Value is the level as measured in this check; Slow is what the enter
+	// and exit lines are compared with, Fast what the hard line is: all
+	// three the same for a level that is not averaged.
+	Value, Slow, Fast float64
+}
+
+// A Reader reads one resource's level at each check, on the sampler's
+// goroutine, once CPU, memory and the limits of the check are in wl.
+type Reader func(wl *WaterLevel) Level
+
+// ReadCPU is the CPU level: this window's share of the effective cores,
+// and its slow and fast averages.
+func ReadCPU(wl *WaterLevel) Level {
+	return Level{Valid: wl.CPUValid, Carried: wl.CPUCarried, Value: wl.CPU, Slow: wl.CPUSlow, Fast: wl.CPUFast}
+}
+
+// ReadMemory is the memory level, not averaged: it is a level, not a rate,
+// and averaging would delay the hard line that stands before the OOM
+// killer.
+func ReadMemory(wl *WaterLevel) Level {
+	return Level{Valid: wl.MemValid, Value: wl.Mem, Slow: wl.Mem, Fast: wl.Mem}
 }
 
 // Source is where the sampler reads resource usage: the cgroup reader, the

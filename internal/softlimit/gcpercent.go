@@ -11,12 +11,6 @@ import (
 	"sync/atomic"
 )
 
-// DefaultHeapTarget is the default share of the container's memory limit
-// the working set may reach between two collections while what is live is
-// small: well under the soft limit (DefaultShare) and the memory lines, so
-// that the heap's growth between two samples stays inside the soft limit.
-const DefaultHeapTarget = 0.50
-
 // defaultGCPercent is the GC percent the throttle starts from and gives
 // back, and the one the memory level's held-back heap is counted against
 // while the GC percent is raised: GOGC's default.
@@ -65,8 +59,8 @@ type GCPercentOptions struct {
 // Why: at GOGC=100 a collector that holds little collects every time its
 // heap doubles, which for a receiver decoding requests of a few hundred KiB
 // is many times a second, and the throttle's own budget, which holds what
-// is in flight small, keeps the heap small (docs/design.md §11 has the
-// measurements). The memory the container has is there to be used: a
+// is in flight small, keeps the heap small (docs/design.md has the
+// measurements, under "Memory and the Go runtime"). The memory the container has is there to be used: a
 // higher GC percent trades it for CPU, and the soft memory limit, which
 // binds whatever the GC percent, keeps the heap under it if what is live
 // grows faster than the GC percent follows.

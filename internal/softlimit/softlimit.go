@@ -28,26 +28,8 @@ import (
 	"time"
 )
 
-// DefaultShare is the soft limit's default share of the container's memory
-// limit: under the throttle's default memory enter line, so that the
-// collector collects harder before the throttle has to shed, and leaving
-// room for what the Go runtime does not count (the binary's pages, cgo).
-const DefaultShare = 0.80
-
 // noLimit is the runtime's value for "no soft memory limit".
 const noLimit = math.MaxInt64
-
-// Config is the memory::soft_limit section of the extension's
-// configuration.
-type Config struct {
-	// Enabled lets the throttle set the soft limit when nobody else has.
-	Enabled bool
-	// Share of the container's memory limit, in (0, 1].
-	Share float64
-	// HeapTarget is the GCPercent's target share of the container's memory
-	// limit; 0: the throttle leaves GOGC alone.
-	HeapTarget float64
-}
 
 // Status says who sets the soft limit.
 type Status int

@@ -11,17 +11,19 @@ import (
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 // testInfo is the configuration the fixtures run with (the engine's default
 // lines, metrics exempt, profiles shed at most half).
 func testInfo() Info {
-	d := decision.DefaultConfig()
 	return Info{
 		Source:         "cgroup v2 /sys/fs/cgroup/kubepods/pod-1234/otelcol",
 		SampleInterval: 250 * time.Millisecond,
-		CPU:            d.CPU,
-		Mem:            d.Mem,
+		Resources: []Resource{
+			{Name: "cpu", Averaged: true, Lines: decision.Slot{Name: "cpu", Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2}},
+			{Name: "memory", Lines: decision.Slot{Name: "memory", Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1}},
+		},
 		Signals: [decision.NumSignals]decision.Rule{
 			{Enabled: true, DropMin: 0, DropMax: 1},
 			{Enabled: false, DropMin: 0, DropMax: 1},
@@ -58,12 +60,12 @@ func testConfig() map[string]any {
 // a few huge requests that take memory over its hard line, a fall, quiet
 // again. CPU cannot go far over the quota (CFS throttles it), so CPU alone
 // sheds at most max_shed and memory opens. The CPU EWMAs, the states, the
-// CPU controller and the recovery ramp follow design §3 to §5, simplified;
+// CPU controller and the recovery ramp follow the engine's, simplified;
 // the counters follow the decisions. It returns the final live status too,
 // so the header matches the charts.
 func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 	info := testInfo()
-	cpuT, memT := info.CPU, info.Mem
+	cpuT, memT := info.Resources[0].Lines, info.Resources[1].Lines
 	ring := NewRingFor(interval)
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := int(Window / interval)
@@ -74,7 +76,7 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		fast, slow  float64
 		state, prev decision.State
 		trans       Transitions
-		// Streaks of frames in which each line's condition held (design §4).
+		// Streaks of frames in which each line's condition held.
 		cpuEnter, memEnter, cpuHard, memHard         int
 		cpuExit, memExit, cpuBelowHard, memBelowHard int
 		cpuShare, pPrev                              float64
@@ -124,7 +126,7 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		}
 		mem := heap + rng.NormFloat64()*0.003
 
-		// The state machine over both slots (design §4): worsening is OR
+		// The state machine over both slots: worsening is OR
 		// over the slots, recovery AND.
 		cpuEnter, memEnter = inc(cpuEnter, slow > cpuT.Enter), inc(memEnter, mem > memT.Enter)
 		cpuHard, memHard = inc(cpuHard, fast >= cpuT.Hard), inc(memHard, mem >= memT.Hard)
@@ -178,16 +180,18 @@ func burst(end time.Time, interval time.Duration) (*Ring, LiveStatus) {
 		case decision.StateOpen:
 			pDrop = 1
 		}
-		// The recovery ramp after a memory Open (5 s, design §4).
+		// The recovery ramp after a memory Open (5 s).
 		if leftOpen >= 0 && state != decision.StateOpen {
 			pDrop = math.Max(pDrop, 1-float64(i-leftOpen)*interval.Seconds()/5)
 		}
 		pPrev = pDrop
 		perSignal := load * 2500 * interval.Seconds() / 4
-		l.At, l.CPU, l.CPUFast, l.CPUSlow, l.CPUValid = at, cpu, fast, slow, true
+		l.At = at
+		l.Levels[0] = sampler.Level{Valid: true, Value: cpu, Slow: slow, Fast: fast}
 		// The working set holds some spare heap above the level.
 		spare := 0.02 + 0.03*math.Abs(math.Sin(float64(i)/60))
-		l.Mem, l.MemValid, l.MemLimit, l.WorkingSet, l.Cores = mem, true, limit, uint64((mem+spare)*limit), 1.5
+		l.Levels[1] = sampler.Level{Valid: true, Value: mem, Slow: mem, Fast: mem}
+		l.MemLimit, l.WorkingSet, l.Cores = limit, uint64((mem+spare)*limit), 1.5
 		for s := range l.Signals {
 			st := &l.Signals[s]
 			rule := info.Signals[s]

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 //go:embed page.html
@@ -39,12 +40,25 @@ type Info struct {
 	Config map[string]any
 	// SampleInterval is the configured sample interval.
 	SampleInterval time.Duration
-	// CPU and Mem are the resource slots' thresholds (design §4).
-	CPU, Mem decision.Slot
-	// Signals holds the rules, indexed by decision.Signal (design §5).
+	// Resources are the levels the lines hold, in the order of
+	// LiveStatus.Levels and Sample.Levels.
+	Resources []Resource
+	// Signals holds the rules, indexed by decision.Signal.
 	// Enabled is false for a signal that is always admitted: its rule is
 	// disabled, or the whole throttle is.
 	Signals [decision.NumSignals]decision.Rule
+}
+
+// Resource is one level the lines hold.
+type Resource struct {
+	// Name keys the resource's level ("cpu", "memory") and its lines in
+	// the JSON documents.
+	Name string
+	// Averaged: the level has slow and fast averages beside it
+	// ("cpu_slow", "cpu_fast").
+	Averaged bool
+	// Lines are its lines.
+	Lines decision.Slot
 }
 
 // SignalStatus is one signal's live state and counters.
@@ -63,14 +77,11 @@ type SignalStatus struct {
 // LiveStatus is the current state, read on every /status request.
 type LiveStatus struct {
 	// At is when the water level was sampled; zero before the first sample.
-	At       time.Time
-	CPU      float64
-	CPUFast  float64
-	CPUSlow  float64
-	CPUValid bool
-	Mem      float64
-	MemValid bool
-	// WorkingSet and MemLimit are the bytes behind Mem (MemLimit 0 = none).
+	At time.Time
+	// Levels are the resources' levels, in the order of Info.Resources.
+	Levels [sampler.MaxResources]sampler.Level
+	// WorkingSet and MemLimit are the bytes behind the memory level
+	// (MemLimit 0 = none).
 	WorkingSet uint64
 	MemLimit   uint64
 	// Cores is the effective number of cores CPU is normalised by.
@@ -104,10 +115,7 @@ type GoRuntime struct {
 // Sample converts the live status into a history sample with the totals of
 // every signal's counters; convenient for the extension's OnSample hook.
 func (l *LiveStatus) Sample() Sample {
-	s := Sample{
-		At: l.At, CPU: l.CPU, CPUFast: l.CPUFast, CPUSlow: l.CPUSlow, CPUValid: l.CPUValid,
-		Mem: l.Mem, MemValid: l.MemValid, WorkingSet: share(l.WorkingSet, l.MemLimit),
-	}
+	s := Sample{At: l.At, Levels: SampleLevels(&l.Levels), WorkingSet: share(l.WorkingSet, l.MemLimit)}
 	for i := range l.Signals {
 		st := &l.Signals[i]
 		s.States[i] = st.State
@@ -251,18 +259,6 @@ type thresholdJSON struct {
 	BreachN int     `json:"breach_n"`
 }
 
-type levelJSON struct {
-	CPU        float64 `json:"cpu"`
-	CPUFast    float64 `json:"cpu_fast"`
-	CPUSlow    float64 `json:"cpu_slow"`
-	CPUValid   bool    `json:"cpu_valid"`
-	Mem        float64 `json:"memory"`
-	MemValid   bool    `json:"memory_valid"`
-	WorkingSet uint64  `json:"working_set"`
-	MemLimit   uint64  `json:"memory_limit"`
-	Cores      float64 `json:"cores"`
-}
-
 type deniedJSON struct {
 	Shed   uint64 `json:"shed"`
 	Open   uint64 `json:"open"`
@@ -310,12 +306,15 @@ type transitionJSON struct {
 }
 
 type statusJSON struct {
-	Now         int64                    `json:"now"`  // server clock, unix ms
-	Time        int64                    `json:"time"` // sample time, unix ms (0 before the first)
-	Stale       bool                     `json:"stale"`
-	ObserveOnly bool                     `json:"observe_only"`
-	Source      string                   `json:"source"`
-	Level       levelJSON                `json:"level"`
+	Now         int64  `json:"now"`  // server clock, unix ms
+	Time        int64  `json:"time"` // sample time, unix ms (0 before the first)
+	Stale       bool   `json:"stale"`
+	ObserveOnly bool   `json:"observe_only"`
+	Source      string `json:"source"`
+	// Level holds each resource's level under its name ("cpu"), its
+	// averages ("cpu_slow", "cpu_fast") and validity ("cpu_valid"), and
+	// the bytes and cores behind them.
+	Level       map[string]any           `json:"level"`
 	Thresholds  map[string]thresholdJSON `json:"thresholds"`
 	Signals     []signalJSON             `json:"signals"`
 	Budget      budgetJSON               `json:"budget"`
@@ -326,19 +325,9 @@ type statusJSON struct {
 	Config map[string]any `json:"config"`
 }
 
-type sampleJSON struct {
-	T          int64                      `json:"t"` // unix ms
-	CPU        float64                    `json:"cpu"`
-	CPUFast    float64                    `json:"cpu_fast"`
-	CPUSlow    float64                    `json:"cpu_slow"`
-	CPUValid   bool                       `json:"cpu_valid"`
-	Mem        float64                    `json:"memory"`
-	MemValid   bool                       `json:"memory_valid"`
-	WorkingSet float64                    `json:"memory_working_set"`
-	States     [decision.NumSignals]uint8 `json:"states"`
-	Allowed    uint64                     `json:"allowed"`
-	Denied     uint64                     `json:"denied"`
-}
+// sampleJSON is one sample: "t" (unix ms), the levels keyed as in
+// statusJSON.Level, "memory_working_set", "states", "allowed", "denied".
+type sampleJSON map[string]any
 
 type historyJSON struct {
 	Now      int64        `json:"now"`
@@ -363,14 +352,10 @@ func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
 		Stale:       l.Stale,
 		ObserveOnly: in.ObserveOnly,
 		Source:      in.Source,
-		Level: levelJSON{
-			CPU: finite(l.CPU), CPUFast: finite(l.CPUFast), CPUSlow: finite(l.CPUSlow), CPUValid: l.CPUValid,
-			Mem: finite(l.Mem), MemValid: l.MemValid,
-			WorkingSet: l.WorkingSet, MemLimit: l.MemLimit, Cores: finite(l.Cores),
-		},
-		Thresholds: map[string]thresholdJSON{"cpu": thresholdOf(in.CPU), "memory": thresholdOf(in.Mem)},
-		Signals:    make([]signalJSON, decision.NumSignals),
-		Budget:     budgetJSON{Reserved: l.BudgetReserved, Limit: l.BudgetLimit},
+		Level:       map[string]any{"working_set": l.WorkingSet, "memory_limit": l.MemLimit, "cores": finite(l.Cores)},
+		Thresholds:  make(map[string]thresholdJSON, len(in.Resources)),
+		Signals:     make([]signalJSON, decision.NumSignals),
+		Budget:      budgetJSON{Reserved: l.BudgetReserved, Limit: l.BudgetLimit},
 		Go: goJSON{
 			MemoryLimit: l.Go.MemoryLimit, MemoryLimitSetBy: l.Go.MemoryLimitSetBy,
 			GCPercent: l.Go.GCPercent, GCPercentSetBy: l.Go.GCPercentSetBy,
@@ -384,6 +369,11 @@ func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
 	}
 	if doc.Config == nil {
 		doc.Config = map[string]any{}
+	}
+	for i, r := range in.Resources[:min(len(in.Resources), sampler.MaxResources)] {
+		v := &l.Levels[i]
+		putLevel(doc.Level, r, finite(v.Value), finite(v.Slow), finite(v.Fast), v.Valid)
+		doc.Thresholds[r.Name] = thresholdOf(r.Lines)
 	}
 	for i, tr := range l.Transitions {
 		o := &doc.Transitions[i]
@@ -436,6 +426,10 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request) {
 		limit = min(n, MaxHistorySamples)
 	}
 	doc := historyJSON{Now: h.now().UnixMilli(), WindowMs: Window.Milliseconds(), Samples: []sampleJSON{}}
+	var in Info
+	if h.info != nil {
+		in = h.info()
+	}
 	if h.ring != nil {
 		var samples []Sample
 		if since.IsZero() {
@@ -446,16 +440,19 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request) {
 		doc.Samples = make([]sampleJSON, len(samples))
 		for i := range samples {
 			s := &samples[i]
-			o := &doc.Samples[i]
-			*o = sampleJSON{
-				T:   unixMs(s.At),
-				CPU: round4(s.CPU), CPUFast: round4(s.CPUFast), CPUSlow: round4(s.CPUSlow), CPUValid: s.CPUValid,
-				Mem: round4(s.Mem), MemValid: s.MemValid, WorkingSet: round4(s.WorkingSet),
-				Allowed: s.Allowed, Denied: s.Denied,
-			}
+			var states [decision.NumSignals]uint8
 			for j, st := range s.States {
-				o.States[j] = uint8(st)
+				states[j] = uint8(st)
 			}
+			o := sampleJSON{
+				"t": unixMs(s.At), "memory_working_set": round4(s.WorkingSet),
+				"states": states, "allowed": s.Allowed, "denied": s.Denied,
+			}
+			for j, r := range in.Resources[:min(len(in.Resources), sampler.MaxResources)] {
+				v := &s.Levels[j]
+				putLevel(o, r, round4(float64(v.Value)), round4(float64(v.Slow)), round4(float64(v.Fast)), v.Valid)
+			}
+			doc.Samples[i] = o
 		}
 	}
 	writeJSON(w, &doc)
@@ -481,6 +478,16 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	_, _ = w.Write(b)
+}
+
+// putLevel keys one resource's level in m: its value under its name, its
+// averages (when it has them) and its validity.
+func putLevel(m map[string]any, r Resource, value, slow, fast float64, valid bool) {
+	m[r.Name] = value
+	if r.Averaged {
+		m[r.Name+"_slow"], m[r.Name+"_fast"] = slow, fast
+	}
+	m[r.Name+"_valid"] = valid
 }
 
 func thresholdOf(t decision.Slot) thresholdJSON {

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 func TestMain(m *testing.M) {
@@ -27,11 +28,24 @@ func TestMain(m *testing.M) {
 
 var serverNow = time.Date(2025, 6, 1, 12, 10, 0, 0, time.UTC)
 
+func sampleLevelsOf(l [sampler.MaxResources]sampler.Level) [sampler.MaxResources]SampleLevel {
+	return SampleLevels(&l)
+}
+
+// cpuAndMemory are the levels of testInfo's resources: CPU (the level and
+// its slow and fast averages) and memory.
+func cpuAndMemory(cpu, slow, fast float64, cpuValid bool, mem float64, memValid bool) [sampler.MaxResources]sampler.Level {
+	return [sampler.MaxResources]sampler.Level{
+		{Valid: cpuValid, Value: cpu, Slow: slow, Fast: fast},
+		{Valid: memValid, Value: mem, Slow: mem, Fast: mem},
+	}
+}
+
 func testLive() LiveStatus {
 	return LiveStatus{
-		At:  time.Date(2025, 6, 1, 12, 9, 59, 750_000_000, time.UTC),
-		CPU: 0.93, CPUFast: 0.88, CPUSlow: 0.84, CPUValid: true,
-		Mem: 0.5, MemValid: true, WorkingSet: 256 << 20, MemLimit: 512 << 20, Cores: 1.5,
+		At:         time.Date(2025, 6, 1, 12, 9, 59, 750_000_000, time.UTC),
+		Levels:     cpuAndMemory(0.93, 0.84, 0.88, true, 0.5, true),
+		WorkingSet: 256 << 20, MemLimit: 512 << 20, Cores: 1.5,
 		Stale: true,
 		Signals: [decision.NumSignals]SignalStatus{
 			{State: decision.StateShedding, DropProbability: 0.4, Allowed: 100, DeniedShed: 7, DeniedOpen: 2, DeniedBudget: 1},
@@ -148,7 +162,9 @@ func TestStatusJSON(t *testing.T) {
 
 func TestStatusBeforeFirstSample(t *testing.T) {
 	// Nil ring and funcs (and NaN levels) still give a well-formed document.
-	h := newTestHandler(nil, nil, func() LiveStatus { return LiveStatus{CPU: math.NaN(), Mem: math.Inf(1)} })
+	h := newTestHandler(nil, func() Info { return Info{Resources: testInfo().Resources} }, func() LiveStatus {
+		return LiveStatus{Levels: cpuAndMemory(math.NaN(), 0, 0, false, math.Inf(1), false)}
+	})
 	r := get(t, h, http.MethodGet, "/status")
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	var doc map[string]any
@@ -171,17 +187,18 @@ func TestHistoryJSON(t *testing.T) {
 	ring := NewRing(10)
 	base := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	ring.Record(Sample{
-		At:  base.Add(100*time.Millisecond + 400*time.Microsecond),
-		CPU: 0.123456789, CPUFast: 0.2, CPUSlow: 0.3, CPUValid: true,
-		Mem: math.NaN(), MemValid: false, WorkingSet: math.NaN(),
-		States:  [decision.NumSignals]decision.State{decision.StateNormal, decision.StateShedding, decision.StateOpen, decision.StateNormal},
-		Allowed: 10, Denied: 1,
+		At:         base.Add(100*time.Millisecond + 400*time.Microsecond),
+		Levels:     sampleLevelsOf(cpuAndMemory(0.123456789, 0.3, 0.2, true, math.NaN(), false)),
+		WorkingSet: math.NaN(),
+		States:     [decision.NumSignals]decision.State{decision.StateNormal, decision.StateShedding, decision.StateOpen, decision.StateNormal},
+		Allowed:    10, Denied: 1,
 	})
 	ring.Record(Sample{
-		At:  base.Add(350 * time.Millisecond),
-		CPU: 1.5, CPUFast: 1.2, CPUSlow: 0.9, CPUValid: true, Mem: 0.92, MemValid: true, WorkingSet: 0.950049,
-		States:  [decision.NumSignals]decision.State{decision.StateOpen, decision.StateOpen, decision.StateOpen, decision.StateOpen},
-		Allowed: 12, Denied: 40,
+		At:         base.Add(350 * time.Millisecond),
+		Levels:     sampleLevelsOf(cpuAndMemory(1.5, 0.9, 1.2, true, 0.92, true)),
+		WorkingSet: 0.950049,
+		States:     [decision.NumSignals]decision.State{decision.StateOpen, decision.StateOpen, decision.StateOpen, decision.StateOpen},
+		Allowed:    12, Denied: 40,
 	})
 	h := newTestHandler(ring, testInfo, testLive)
 	first := `{"t": 1748779200100, "cpu": 0.1235, "cpu_fast": 0.2, "cpu_slow": 0.3, "cpu_valid": true,
@@ -341,7 +358,8 @@ func TestHostCheck(t *testing.T) {
 func TestLiveStatusSample(t *testing.T) {
 	l := testLive()
 	assert.Equal(t, Sample{
-		At: l.At, CPU: 0.93, CPUFast: 0.88, CPUSlow: 0.84, CPUValid: true, Mem: 0.5, MemValid: true,
+		At:         l.At,
+		Levels:     sampleLevelsOf(cpuAndMemory(0.93, 0.84, 0.88, true, 0.5, true)),
 		WorkingSet: 0.5, // 256 MiB of 512 MiB
 		States:     [decision.NumSignals]decision.State{decision.StateShedding, decision.StateNormal, decision.StateOpen, decision.StateShedding},
 		Allowed:    153, Denied: 23,

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 const (
@@ -38,19 +39,33 @@ const (
 // per-second rates from the differences between consecutive samples (a total
 // that goes down is a counter reset and breaks the line).
 type Sample struct {
-	At       time.Time
-	CPU      float64
-	CPUFast  float64
-	CPUSlow  float64
-	CPUValid bool
-	Mem      float64
-	MemValid bool
+	At time.Time
+	// Levels are the resources' levels, in the order of Info.Resources.
+	Levels [sampler.MaxResources]SampleLevel
 	// WorkingSet is the working set's share of the memory limit, beside
-	// Mem (the level the lines apply to, with the heap corrections).
+	// the memory level (the one the lines apply to, with the heap
+	// corrections).
 	WorkingSet float64
 	States     [decision.NumSignals]decision.State
 	Allowed    uint64
 	Denied     uint64
+}
+
+// SampleLevel is one resource's level in a Sample: single precision, as
+// the page draws it, which keeps the ring small.
+type SampleLevel struct {
+	Value, Slow, Fast float32
+	Valid             bool
+}
+
+// SampleLevels are levels as a Sample keeps them.
+func SampleLevels(levels *[sampler.MaxResources]sampler.Level) [sampler.MaxResources]SampleLevel {
+	var out [sampler.MaxResources]SampleLevel
+	for i := range levels {
+		l := &levels[i]
+		out[i] = SampleLevel{Value: float32(l.Value), Slow: float32(l.Slow), Fast: float32(l.Fast), Valid: l.Valid}
+	}
+	return out
 }
 
 // Ring is a fixed-size, preallocated ring buffer of samples, safe for

@@ -12,14 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
 func sampleAt(i int) Sample {
 	return Sample{
-		At:  t0.Add(time.Duration(i) * 250 * time.Millisecond),
-		CPU: float64(i), CPUValid: true,
+		At:      t0.Add(time.Duration(i) * 250 * time.Millisecond),
+		Levels:  [sampler.MaxResources]SampleLevel{{Value: float32(i), Valid: true}},
 		States:  [decision.NumSignals]decision.State{decision.State(i % 3)},
 		Allowed: uint64(i * 10), Denied: uint64(i),
 	}
@@ -28,7 +29,7 @@ func sampleAt(i int) Sample {
 func indexes(s []Sample) []int {
 	out := make([]int, len(s))
 	for i := range s {
-		out[i] = int(s[i].CPU)
+		out[i] = int(s[i].Levels[0].Value)
 	}
 	return out
 }
@@ -114,9 +115,9 @@ func TestRingCopies(t *testing.T) {
 	r := NewRing(2)
 	r.Record(sampleAt(1))
 	s := all(t, r, time.Time{})
-	s[0].CPU = 99
+	s[0].Levels[0].Value = 99
 	l := r.Last(1)
-	l[0].CPU = 98
+	l[0].Levels[0].Value = 98
 	assert.Equal(t, []int{1}, indexes(all(t, r, time.Time{})))
 }
 
@@ -187,7 +188,7 @@ func TestRingConcurrent(t *testing.T) {
 				got := all(t, r, time.Time{})
 				// Every snapshot is a consistent, ordered, gap-free window.
 				for i := 1; i < len(got); i++ {
-					if int(got[i].CPU) != int(got[i-1].CPU)+1 {
+					if int(got[i].Levels[0].Value) != int(got[i-1].Levels[0].Value)+1 {
 						t.Errorf("snapshot out of order: %v", indexes(got))
 						return
 					}

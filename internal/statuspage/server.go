@@ -31,9 +31,9 @@ type Server struct {
 // NewServer returns a server for the status endpoint cfg (kept as loaded:
 // ToServer fills in defaults in the copy it is given), serving
 // Handler(ring, info, live, cfg's endpoint). Nothing runs until Start.
-func NewServer(cfg confighttp.ServerConfig, set component.TelemetrySettings, ring *Ring, info func() Info, live func() LiveStatus) *Server {
+func NewServer(cfg Config, set component.TelemetrySettings, ring *Ring, info func() Info, live func() LiveStatus) *Server {
 	return &Server{
-		cfg:     cfg,
+		cfg:     cfg.ServerConfig,
 		set:     set,
 		handler: Handler(ring, info, live, cfg.NetAddr.Endpoint),
 	}
@@ -66,14 +66,6 @@ func (s *Server) Start(ctx context.Context, host component.Host) error {
 		}
 	})
 	return nil
-}
-
-// Addr is the bound address, or nil when the server is not running.
-func (s *Server) Addr() net.Addr {
-	if s == nil || s.ln == nil {
-		return nil
-	}
-	return s.ln.Addr()
 }
 
 // Shutdown stops the server gracefully within ctx, then cuts off what is

@@ -22,8 +22,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-func serverConfig(endpoint string) confighttp.ServerConfig {
-	return confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: endpoint, Transport: confignet.TransportTypeTCP}}
+func serverConfig(endpoint string) Config {
+	return Config{ServerConfig: confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: endpoint, Transport: confignet.TransportTypeTCP}}}
 }
 
 func TestServerLifecycle(t *testing.T) {
@@ -34,11 +34,11 @@ func TestServerLifecycle(t *testing.T) {
 	ctx := context.Background()
 
 	s := NewServer(serverConfig("127.0.0.1:0"), set, NewRing(4), testInfo, nil)
-	assert.Nil(t, s.Addr(), "nothing listens before Start")
+	assert.Nil(t, s.addr(), "nothing listens before Start")
 	require.NoError(t, s.Shutdown(ctx), "Shutdown without Start")
 
 	require.NoError(t, s.Start(ctx, componenttest.NewNopHost()))
-	addr := s.Addr()
+	addr := s.addr()
 	require.NotNil(t, addr)
 	listening := logs.FilterMessage("throttle status page listening").All()
 	require.Len(t, listening, 1)
@@ -58,7 +58,7 @@ func TestServerLifecycle(t *testing.T) {
 	tr.CloseIdleConnections()
 
 	require.NoError(t, s.Shutdown(ctx))
-	assert.Nil(t, s.Addr())
+	assert.Nil(t, s.addr())
 	require.NoError(t, s.Shutdown(ctx), "a second Shutdown")
 	conn, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
 	if err == nil {
@@ -73,7 +73,7 @@ func TestServerNilHost(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s := NewServer(serverConfig("127.0.0.1:0"), componenttest.NewNopTelemetrySettings(), nil, nil, nil)
 	require.NoError(t, s.Start(context.Background(), nil))
-	require.NotNil(t, s.Addr())
+	require.NotNil(t, s.addr())
 	require.NoError(t, s.Shutdown(context.Background()))
 }
 
@@ -84,6 +84,14 @@ func TestServerEndpointInUse(t *testing.T) {
 	defer busy.Close()
 	s := NewServer(serverConfig(busy.Addr().String()), componenttest.NewNopTelemetrySettings(), nil, nil, nil)
 	require.Error(t, s.Start(context.Background(), componenttest.NewNopHost()))
-	assert.Nil(t, s.Addr(), "nothing is left running")
+	assert.Nil(t, s.addr(), "nothing is left running")
 	require.NoError(t, s.Shutdown(context.Background()))
+}
+
+// addr is the bound address, or nil when the server is not running.
+func (s *Server) addr() net.Addr {
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
 }

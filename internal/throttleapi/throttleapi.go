@@ -3,19 +3,14 @@
 
 // Package throttleapi is what the other components of this repository use
 // of the throttle extension in the same process: the throttle processor
-// finds it through Throttle, and tests outside the extension's package
-// build its factory with a resource source of their own through
-// SourceFactory. Neither is part of the extension's public API, which is
-// NewFactory and the configuration.
+// finds it through Throttle. It is not part of the extension's public API,
+// which is NewFactory and the configuration.
 package throttleapi // import "github.com/otelthrottle/throttle/internal/throttleapi"
 
 import (
 	"time"
 
-	"go.opentelemetry.io/collector/extension"
-
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 // Throttle is what the throttle processor uses of a started throttle
@@ -35,13 +30,4 @@ type Throttle interface {
 	// ObserveOnly reports whether decisions are only counted (observe_only):
 	// a refused batch then goes on.
 	ObserveOnly() bool
-}
-
-// SourceFactory is implemented by the factory NewFactory returns: WithSource
-// is the same factory with its extensions reading their resources from src
-// instead of the cgroup, so that tests drive the water level through the
-// real sampler and state machines. The soft memory limit and the GC percent
-// are left alone with such a source (they belong to this process).
-type SourceFactory interface {
-	WithSource(src sampler.Source) extension.Factory
 }

@@ -168,18 +168,31 @@ func fieldByTag(v reflect.Value, path string) (reflect.Value, bool) {
 		if v.Kind() != reflect.Struct {
 			return reflect.Value{}, false
 		}
-		found := false
-		for i := range v.NumField() {
-			if tagName(v.Type().Field(i)) == name {
-				v, found = v.Field(i), true
-				break
-			}
-		}
-		if !found {
+		f, ok := fieldNamed(v, name)
+		if !ok {
 			return reflect.Value{}, false
 		}
+		v = f
 	}
 	return v, true
+}
+
+// fieldNamed is the field of struct v whose key is name, looking into
+// squashed structs as the decoder does.
+func fieldNamed(v reflect.Value, name string) (reflect.Value, bool) {
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if squashed(f) {
+			if fv, ok := fieldNamed(v.Field(i), name); ok {
+				return fv, true
+			}
+			continue
+		}
+		if tagName(f) == name {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
 }
 
 func tagName(f reflect.StructField) string {
@@ -187,10 +200,18 @@ func tagName(f reflect.StructField) string {
 	return name
 }
 
+func squashed(f reflect.StructField) bool {
+	_, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+	return opts == "squash"
+}
+
 func topLevelTags(typ reflect.Type) []string {
 	var tags []string
 	for i := range typ.NumField() {
-		if name := tagName(typ.Field(i)); name != "" && name != "-" {
+		f := typ.Field(i)
+		if squashed(f) {
+			tags = append(tags, topLevelTags(f.Type)...)
+		} else if name := tagName(f); name != "" && name != "-" {
 			tags = append(tags, name)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/collector/exporter/otlpexporter"
 	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
 	"go.opentelemetry.io/collector/exporter/xexporter"
+	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
@@ -36,7 +37,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/internal/throttleapi"
-	"github.com/otelthrottle/throttle/internal/throttletest"
+	"github.com/otelthrottle/throttle/testbed/test/internal/e2e"
 )
 
 // e2eMemLimit is the memory limit the fake source reports. 1 GiB keeps the
@@ -114,7 +115,7 @@ func startE2E(tb testing.TB, conf map[string]any) *e2eEnv {
 	}
 	env.src.SetMemoryShare(e2eCalm)
 	tb.Cleanup(func() { require.NoError(tb, env.tel.Shutdown(ctx)) })
-	ext, th := throttletest.Start(tb, env.src, e2eThrottleConfig(conf), env.tel)
+	ext, th := startThrottle(tb, env.src, e2eThrottleConfig(conf), env.tel)
 	env.th = th
 
 	// A free port can be taken by another test between freeAddr and the
@@ -159,7 +160,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
 	pr, err := rf.(xreceiver.Factory).CreateProfiles(ctx, rset, rcfg, env.profiles)
 	require.NoError(tb, err)
 	rcvs := []component.Component{tr, mr, lr, pr}
-	host := throttletest.HostWith(component.MustNewID("throttle"), ext)
+	host := hostWith(component.MustNewID("throttle"), ext)
 	var started []component.Component
 	tb.Cleanup(func() {
 		for _, r := range started {
@@ -180,7 +181,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, ext component.Component) error {
 func (env *e2eEnv) setLevel(tb testing.TB, level float64, want decision.State) {
 	tb.Helper()
 	env.src.SetMemoryShare(level)
-	throttletest.WaitState(tb, env.th, want, e2eWait)
+	waitState(tb, env.th, want, e2eWait)
 }
 
 // requests is the throttle_requests counter for one protocol, signal and
@@ -269,3 +270,49 @@ func (env *e2eEnv) startExporters(tb testing.TB, protocol string) *e2eExporters 
 		},
 	}
 }
+
+// startThrottle creates the throttle extension with the extension's own
+// factory, reading src, configured with conf (keys of the throttle
+// configuration) and counting into tel (no-op telemetry when nil), and
+// starts it; it is shut down when the test ends.
+func startThrottle(tb testing.TB, src *testutil.Source, conf map[string]any, tel *componenttest.Telemetry) (component.Component, throttleapi.Throttle) {
+	tb.Helper()
+	ctx := context.Background()
+	f := e2e.ExtensionFactory(src)
+	cfg := f.CreateDefaultConfig()
+	require.NoError(tb, confmap.NewFromStringMap(conf).Unmarshal(cfg))
+	require.NoError(tb, confmap.Validate(cfg))
+	set := extensiontest.NewNopSettings(f.Type())
+	set.ID = component.NewID(f.Type())
+	if tel != nil {
+		set.TelemetrySettings = tel.NewTelemetrySettings()
+	}
+	ext, err := f.Create(ctx, set, cfg)
+	require.NoError(tb, err)
+	th, ok := ext.(throttleapi.Throttle)
+	require.Truef(tb, ok, "the extension (%T) does not implement throttleapi.Throttle", ext)
+	require.NoError(tb, ext.Start(ctx, componenttest.NewNopHost()))
+	tb.Cleanup(func() { require.NoError(tb, ext.Shutdown(ctx)) })
+	return ext, th
+}
+
+// waitState waits until every signal's state machine is in want.
+func waitState(tb testing.TB, th throttleapi.Throttle, want decision.State, wait time.Duration) {
+	tb.Helper()
+	require.Eventuallyf(tb, func() bool {
+		for s := range decision.NumSignals {
+			if th.State(s) != want {
+				return false
+			}
+		}
+		return true
+	}, wait, time.Millisecond, "waiting for every signal to be %v", want)
+}
+
+// host is a component.Host holding the given extensions.
+type host map[component.ID]component.Component
+
+func (h host) GetExtensions() map[component.ID]component.Component { return h }
+
+// hostWith returns a host holding ext under id.
+func hostWith(id component.ID, ext component.Component) component.Host { return host{id: ext} }

@@ -5,7 +5,8 @@ package exporters
 
 // End-to-end tests of the throttle processor (repository root) with a real
 // otlphttpexporter as the client: otlpreceiver -> processor -> sink, the
-// processor following a fake throttle or the real extension.
+// processor following the real extension, whose water level the tests drive
+// through its resource source (the processor's own tests use a stand-in).
 
 import (
 	"bytes"
@@ -29,7 +30,6 @@ import (
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -40,63 +40,62 @@ import (
 
 	throttleprocessor "github.com/otelthrottle/throttle"
 
+	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/metadatatest"
-	"github.com/otelthrottle/throttle/internal/throttletest"
+	"github.com/otelthrottle/throttle/internal/testutil"
+	"github.com/otelthrottle/throttle/internal/throttleapi"
 )
 
-// throttleDriver puts the throttle the processor follows in Open and back.
-type throttleDriver interface {
-	host() component.Host
-	overload(t testing.TB)
-	calm(t testing.TB)
-	// retryRange is the range RetryDelay draws from.
-	retryRange() (minDelay, maxDelay time.Duration)
+// The memory levels the extension's source is set to, against the default
+// memory lines (enter 0.85, hard 0.92), and the retry_after range of the
+// tests: short, so that clients retry soon, and at least one second so that
+// Retry-After (whole seconds) is not 0.
+const (
+	calmLevel       = 0.10 // under every memory line
+	overloadedLevel = 0.95 // over hard: Open in one check
+	minRetry        = time.Second
+	maxRetry        = 2 * time.Second
+)
+
+// throttleDriver is a started throttle extension whose water level the test
+// drives through its source.
+type throttleDriver struct {
+	ext component.Component
+	th  throttleapi.Throttle
+	src *testutil.Source
 }
 
-// fakeDriver drives a throttletest.Fake: it checks the wiring even without
-// the extension's sampler and state machines.
-type fakeDriver struct{ fake *throttletest.Fake }
-
-const fakeDriverDelay = 1500 * time.Millisecond
-
-func newFakeDriver(*testing.T) throttleDriver {
-	return fakeDriver{fake: throttletest.NewFake(fakeDriverDelay)}
+// startDriver starts the throttle extension at calmLevel, with a 10ms check
+// interval, no CPU lines, no recovery ramp and retry_after [minRetry,
+// maxRetry].
+func startDriver(t *testing.T) *throttleDriver {
+	src := testutil.NewSource(cgroup.Limits{MemLimit: 1000})
+	src.SetMemoryShare(calmLevel)
+	ext, th := startThrottle(t, src, map[string]any{
+		"check_interval": "10ms",
+		"recovery_ramp":  "0s",
+		// A sampler starved under -race must not turn Open into Normal.
+		"stale_after": "0s",
+		"retry_after": map[string]any{"min": minRetry.String(), "max": maxRetry.String()},
+		"cpu":         map[string]any{"enabled": false},
+	}, nil)
+	d := &throttleDriver{ext: ext, th: th, src: src}
+	d.calm(t)
+	return d
 }
 
-func (d fakeDriver) host() component.Host { return throttletest.HostWith(defaultExtensionID, d.fake) }
+func (d *throttleDriver) host() component.Host { return hostWith(defaultExtensionID, d.ext) }
 
-func (d fakeDriver) overload(testing.TB) { d.fake.SetAll(decision.VerdictDenyOpen) }
-
-func (d fakeDriver) calm(testing.TB) { d.fake.SetAll(decision.VerdictAdmit) }
-
-func (fakeDriver) retryRange() (time.Duration, time.Duration) {
-	return fakeDriverDelay, fakeDriverDelay
+func (d *throttleDriver) setLevel(tb testing.TB, level float64, want decision.State) {
+	d.src.SetMemoryShare(level)
+	waitState(tb, d.th, want, 10*time.Second)
 }
 
-// realDriver drives the real extension through its water level.
-type realDriver struct{ rt *throttletest.Real }
+func (d *throttleDriver) overload(tb testing.TB) { d.setLevel(tb, overloadedLevel, decision.StateOpen) }
 
-func (d realDriver) host() component.Host { return throttletest.HostWith(defaultExtensionID, d.rt.Ext) }
-
-func (d realDriver) overload(tb testing.TB) {
-	d.rt.SetLevel(tb, throttletest.Overloaded, decision.StateOpen)
-}
-
-func (d realDriver) calm(tb testing.TB) { d.rt.SetLevel(tb, throttletest.Calm, decision.StateNormal) }
-
-func (realDriver) retryRange() (time.Duration, time.Duration) {
-	return throttletest.MinRetry, throttletest.MaxRetry
-}
-
-var drivers = []struct {
-	name  string
-	start func(t *testing.T) throttleDriver
-}{
-	{"fake_throttle", newFakeDriver},
-	{"throttle_extension", func(t *testing.T) throttleDriver { return realDriver{throttletest.StartReal(t)} }},
-}
+func (d *throttleDriver) calm(tb testing.TB) { d.setLevel(tb, calmLevel, decision.StateNormal) }
 
 // e2ePipeline is otlpreceiver (HTTP, no middleware) -> throttle processor ->
 // sink, all started with the same host.
@@ -184,121 +183,113 @@ func postTraces(t *testing.T, addr string, n int) (*http.Response, []byte) {
 const retryLogMessage = "Exporting failed. Will retry the request after interval."
 
 func TestEndToEndRefuse(t *testing.T) {
-	for _, d := range drivers {
-		t.Run(d.name, func(t *testing.T) {
-			ctx := context.Background()
-			drv := d.start(t)
-			p := startE2EPipeline(t, drv.host(), throttleprocessor.OnRejectRefuse)
-			exp, logs := startExporter(t, p.addr)
+	ctx := context.Background()
+	drv := startDriver(t)
+	p := startE2EPipeline(t, drv.host(), throttleprocessor.OnRejectRefuse)
+	exp, logs := startExporter(t, p.addr)
 
-			// Normal: straight through.
-			require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(10)))
-			require.Equal(t, 10, p.sink.SpanCount())
+	// Normal: straight through.
+	require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(10)))
+	require.Equal(t, 10, p.sink.SpanCount())
 
-			drv.overload(t)
+	drv.overload(t)
 
-			// On the wire: 429, Retry-After in the retry_after range (whole
-			// seconds, truncated), and the OTLP status with RetryInfo.
-			resp, body := postTraces(t, p.addr, 3)
-			require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-			assert.Equal(t, "application/x-protobuf", resp.Header.Get("Content-Type"))
-			retryAfter := resp.Header.Get("Retry-After")
-			require.NotEmpty(t, retryAfter, "Retry-After header")
-			secs, err := strconv.Atoi(retryAfter)
-			require.NoError(t, err)
-			minDelay, maxDelay := drv.retryRange()
-			assert.GreaterOrEqual(t, time.Duration(secs)*time.Second, minDelay.Truncate(time.Second))
-			assert.LessOrEqual(t, time.Duration(secs)*time.Second, maxDelay)
-			var st spb.Status
-			require.NoError(t, proto.Unmarshal(body, &st))
-			assert.Equal(t, int32(codes.ResourceExhausted), st.GetCode())
-			assert.Contains(t, st.GetMessage(), "traces refused by the throttle processor")
-			require.Len(t, st.GetDetails(), 1)
-			var ri errdetails.RetryInfo
-			require.NoError(t, st.GetDetails()[0].UnmarshalTo(&ri))
-			assert.GreaterOrEqual(t, ri.GetRetryDelay().AsDuration(), minDelay)
-			assert.LessOrEqual(t, ri.GetRetryDelay().AsDuration(), maxDelay)
+	// On the wire: 429, Retry-After in the retry_after range (whole
+	// seconds, truncated), and the OTLP status with RetryInfo.
+	resp, body := postTraces(t, p.addr, 3)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "application/x-protobuf", resp.Header.Get("Content-Type"))
+	retryAfter := resp.Header.Get("Retry-After")
+	require.NotEmpty(t, retryAfter, "Retry-After header")
+	secs, err := strconv.Atoi(retryAfter)
+	require.NoError(t, err)
+	minDelay, maxDelay := minRetry, maxRetry
+	assert.GreaterOrEqual(t, time.Duration(secs)*time.Second, minDelay.Truncate(time.Second))
+	assert.LessOrEqual(t, time.Duration(secs)*time.Second, maxDelay)
+	var st spb.Status
+	require.NoError(t, proto.Unmarshal(body, &st))
+	assert.Equal(t, int32(codes.ResourceExhausted), st.GetCode())
+	assert.Contains(t, st.GetMessage(), "traces refused by the throttle processor")
+	require.Len(t, st.GetDetails(), 1)
+	var ri errdetails.RetryInfo
+	require.NoError(t, st.GetDetails()[0].UnmarshalTo(&ri))
+	assert.GreaterOrEqual(t, ri.GetRetryDelay().AsDuration(), minDelay)
+	assert.LessOrEqual(t, ri.GetRetryDelay().AsDuration(), maxDelay)
 
-			// The exporter is refused, honours Retry-After and keeps retrying.
-			batches := []int{5, 6, 7}
-			errs := make(chan error, len(batches))
-			for _, n := range batches {
-				go func() { errs <- exp.ConsumeTraces(ctx, e2edata.Traces(n)) }()
-			}
-			require.Eventually(t, func() bool {
-				return logs.FilterMessage(retryLogMessage).Len() >= len(batches)
-			}, 10*time.Second, 5*time.Millisecond)
-			for _, entry := range logs.FilterMessage(retryLogMessage).All() {
-				msg := entry.ContextMap()["error"].(string)
-				assert.Contains(t, msg, "HTTP Status Code 429")
-				// NewThrottleRetry: the exporter parsed Retry-After.
-				assert.Contains(t, msg, "Throttle (")
-			}
-			// Nothing gets through while Open.
-			assert.Empty(t, errs)
-			assert.Equal(t, 10, p.sink.SpanCount())
-
-			// Recovery: every retried item arrives.
-			drv.calm(t)
-			for range batches {
-				select {
-				case err := <-errs:
-					require.NoError(t, err)
-				case <-time.After(30 * time.Second):
-					t.Fatal("exporter did not deliver after recovery")
-				}
-			}
-			assert.Equal(t, 10+5+6+7, p.sink.SpanCount())
-
-			passedItems, passedBatches := outcomeTotals(t, p.tel, "passed")
-			assert.Equal(t, int64(28), passedItems)
-			assert.Equal(t, int64(4), passedBatches)
-			refusedItems, refusedBatches := outcomeTotals(t, p.tel, "refused")
-			// The raw request plus at least one refusal of each batch; the
-			// exporter's retries add more.
-			assert.GreaterOrEqual(t, refusedBatches, int64(1+len(batches)))
-			assert.GreaterOrEqual(t, refusedItems, int64(3+5+6+7))
-			droppedItems, _ := outcomeTotals(t, p.tel, "dropped")
-			assert.Zero(t, droppedItems)
-		})
+	// The exporter is refused, honours Retry-After and keeps retrying.
+	batches := []int{5, 6, 7}
+	errs := make(chan error, len(batches))
+	for _, n := range batches {
+		go func() { errs <- exp.ConsumeTraces(ctx, e2edata.Traces(n)) }()
 	}
+	require.Eventually(t, func() bool {
+		return logs.FilterMessage(retryLogMessage).Len() >= len(batches)
+	}, 10*time.Second, 5*time.Millisecond)
+	for _, entry := range logs.FilterMessage(retryLogMessage).All() {
+		msg := entry.ContextMap()["error"].(string)
+		assert.Contains(t, msg, "HTTP Status Code 429")
+		// NewThrottleRetry: the exporter parsed Retry-After.
+		assert.Contains(t, msg, "Throttle (")
+	}
+	// Nothing gets through while Open.
+	assert.Empty(t, errs)
+	assert.Equal(t, 10, p.sink.SpanCount())
+
+	// Recovery: every retried item arrives.
+	drv.calm(t)
+	for range batches {
+		select {
+		case err := <-errs:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("exporter did not deliver after recovery")
+		}
+	}
+	assert.Equal(t, 10+5+6+7, p.sink.SpanCount())
+
+	passedItems, passedBatches := outcomeTotals(t, p.tel, "passed")
+	assert.Equal(t, int64(28), passedItems)
+	assert.Equal(t, int64(4), passedBatches)
+	refusedItems, refusedBatches := outcomeTotals(t, p.tel, "refused")
+	// The raw request plus at least one refusal of each batch; the
+	// exporter's retries add more.
+	assert.GreaterOrEqual(t, refusedBatches, int64(1+len(batches)))
+	assert.GreaterOrEqual(t, refusedItems, int64(3+5+6+7))
+	droppedItems, _ := outcomeTotals(t, p.tel, "dropped")
+	assert.Zero(t, droppedItems)
 }
 
 func TestEndToEndDrop(t *testing.T) {
-	for _, d := range drivers {
-		t.Run(d.name, func(t *testing.T) {
-			ctx := context.Background()
-			drv := d.start(t)
-			p := startE2EPipeline(t, drv.host(), throttleprocessor.OnRejectDrop)
-			exp, logs := startExporter(t, p.addr)
+	ctx := context.Background()
+	drv := startDriver(t)
+	p := startE2EPipeline(t, drv.host(), throttleprocessor.OnRejectDrop)
+	exp, logs := startExporter(t, p.addr)
 
-			require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(10)))
+	require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(10)))
 
-			drv.overload(t)
-			// Dropped batches are answered with success: no retry.
-			sentWhileOpen := 0
-			for _, n := range []int{3, 4, 5} {
-				require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(n)))
-				sentWhileOpen += n
-			}
-			resp, _ := postTraces(t, p.addr, 2)
-			require.Equal(t, http.StatusOK, resp.StatusCode)
-			sentWhileOpen += 2
-			assert.Equal(t, 10, p.sink.SpanCount())
-
-			drv.calm(t)
-			require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(6)))
-			assert.Equal(t, 16, p.sink.SpanCount())
-			assert.Zero(t, logs.FilterMessage(retryLogMessage).Len())
-
-			metadatatest.AssertEqualProcessorThrottleItems(t, p.tel,
-				throttletest.ProcessorOutcomePoints(decision.SignalTraces, map[string]int64{"passed": 16, "dropped": int64(sentWhileOpen)}),
-				metricdatatest.IgnoreTimestamp())
-			metadatatest.AssertEqualProcessorThrottleBatches(t, p.tel,
-				throttletest.ProcessorOutcomePoints(decision.SignalTraces, map[string]int64{"passed": 2, "dropped": 4}),
-				metricdatatest.IgnoreTimestamp())
-		})
+	drv.overload(t)
+	// Dropped batches are answered with success: no retry.
+	sentWhileOpen := 0
+	for _, n := range []int{3, 4, 5} {
+		require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(n)))
+		sentWhileOpen += n
 	}
+	resp, _ := postTraces(t, p.addr, 2)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sentWhileOpen += 2
+	assert.Equal(t, 10, p.sink.SpanCount())
+
+	drv.calm(t)
+	require.NoError(t, exp.ConsumeTraces(ctx, e2edata.Traces(6)))
+	assert.Equal(t, 16, p.sink.SpanCount())
+	assert.Zero(t, logs.FilterMessage(retryLogMessage).Len())
+
+	passedItems, passedBatches := outcomeTotals(t, p.tel, "passed")
+	assert.Equal(t, []int64{16, 2}, []int64{passedItems, passedBatches})
+	droppedItems, droppedBatches := outcomeTotals(t, p.tel, "dropped")
+	assert.Equal(t, []int64{int64(sentWhileOpen), 4}, []int64{droppedItems, droppedBatches})
+	refusedItems, refusedBatches := outcomeTotals(t, p.tel, "refused")
+	assert.Zero(t, refusedItems+refusedBatches, "dropped, not refused")
 }
 
 // outcomeTotals returns the items and batches counted with outcome.

@@ -38,7 +38,6 @@ import (
 
 	throttleprocessor "github.com/otelthrottle/throttle"
 	"github.com/otelthrottle/throttle/internal/cgroup"
-	"github.com/otelthrottle/throttle/internal/testseam"
 	"github.com/otelthrottle/throttle/internal/testutil"
 	"github.com/otelthrottle/throttle/testbed/test/internal/e2e"
 )
@@ -88,7 +87,7 @@ func factories(src *testutil.Source, tel telemetry.Factory) func() (otelcol.Fact
 	return func() (otelcol.Factories, error) {
 		var f otelcol.Factories
 		var err error
-		if f.Extensions, err = otelcol.MakeFactoryMap(testseam.ExtensionFactory(src)); err != nil {
+		if f.Extensions, err = otelcol.MakeFactoryMap(e2e.ExtensionFactory(src)); err != nil {
 			return f, err
 		}
 		if f.Receivers, err = otelcol.MakeFactoryMap(otlpreceiver.NewFactory()); err != nil {

@@ -13,15 +13,15 @@ import (
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
-// The demand signal (design §9): the load offered to the collector against
+// The demand signal: the load offered to the collector against
 // what it can take, for an autoscaler. The throttle holds CPU near its
 // enter line and memory under its lines by refusing and holding work, so
 // utilisation alone understates what was turned away:
 //
 //	demand = level × (admitted + refused) / admitted × (1 + held / in flight)
 //
-// level is the larger of the slow CPU level and the memory level (1 = the
-// container's limit); the refusal factor is over the last demandWindow
+// level is the largest of the resources' slow levels (1 = the container's
+// limit); the refusal factor is over the last demandWindow
 // (open-loop clients that are refused send more than is admitted); the hold
 // factor is how much longer than needed the clients wait (closed-loop
 // clients, whose fixed number of requests wait in the hold: by Little's
@@ -81,11 +81,10 @@ func (d *demandMeter) observe(wl *sampler.WaterLevel, admitted, refused uint64, 
 	}
 	hold := 1 + float64(max(held, 0))/float64(max(inflight, 1))
 	level := 0.0
-	if wl.CPUValid {
-		level = wl.CPUSlow
-	}
-	if wl.MemValid {
-		level = max(level, wl.Mem)
+	for _, l := range wl.Levels {
+		if l.Valid {
+			level = max(level, l.Slow)
+		}
 	}
 	raw := min(level*refusal*hold, demandMax)
 	v := raw

@@ -23,7 +23,7 @@ func TestDemand(t *testing.T) {
 		t0 := time.Unix(0, 0)
 		for i := range 200 { // 50 s of samples: smoothed to the steady value
 			at := t0.Add(time.Duration(i) * 250 * time.Millisecond)
-			wl := &sampler.WaterLevel{CPUSlow: cpu, CPUValid: true, Mem: mem, MemValid: mem > 0, At: at}
+			wl := levels(&sampler.WaterLevel{CPUSlow: cpu, CPUValid: true, Mem: mem, MemValid: mem > 0, At: at})
 			d.observe(wl, admitted*uint64(i), refused*uint64(i), inflight, held)
 		}
 		assert.InDelta(t, want, d.load(), 0.01, name)

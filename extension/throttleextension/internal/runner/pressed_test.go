@@ -21,7 +21,7 @@ func TestPressed(t *testing.T) {
 	at := time.Now()
 	observe := func(cpu, mem float64) {
 		at = at.Add(250 * time.Millisecond)
-		r.engine.Observe(&sampler.WaterLevel{CPU: cpu, CPUFast: cpu, CPUSlow: cpu, CPUValid: true, Mem: mem, MemValid: true, At: at})
+		r.engine.Observe(levels(&sampler.WaterLevel{CPU: cpu, CPUFast: cpu, CPUSlow: cpu, CPUValid: true, Mem: mem, MemValid: true, At: at}))
 	}
 	observe(0.5, 0.5)
 	assert.False(t, r.Pressed(decision.SignalTraces), "below every exit line")
@@ -34,7 +34,7 @@ func TestPressed(t *testing.T) {
 	assert.Equal(t, decision.StateOpen, r.State(decision.SignalTraces))
 	assert.True(t, r.Pressed(decision.SignalTraces))
 
-	off := newTestRunner(t, testConfig(func(c *Config) { c.Decision.CPU.Enabled = false }))
-	off.engine.Observe(&sampler.WaterLevel{CPU: 0.95, CPUFast: 0.95, CPUSlow: 0.95, CPUValid: true, Mem: 0.1, MemValid: true, At: at})
+	off := newTestRunner(t, testConfig(func(c *Config) { c.CPU.Enabled = false }))
+	off.engine.Observe(levels(&sampler.WaterLevel{CPU: 0.95, CPUFast: 0.95, CPUSlow: 0.95, CPUValid: true, Mem: 0.1, MemValid: true, At: at}))
 	assert.False(t, off.Pressed(decision.SignalTraces), "a disabled slot never presses")
 }

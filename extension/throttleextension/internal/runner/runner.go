@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -56,9 +55,13 @@ type Options struct {
 // Runner owns the throttle's machinery: it runs the sampler, and hands
 // decisions to the middleware and the processor.
 type Runner struct {
-	cfg    Config
-	logger *zap.Logger
-	source sampler.Source // injected by tests; nil = cgroup, else process
+	cfg Config
+	// resources are what the throttle holds to lines (resources.go), and
+	// lines the engine's configuration, with a slot for each.
+	resources []resource
+	lines     decision.Config
+	logger    *zap.Logger
+	source    sampler.Source // injected by tests; nil = cgroup, else process
 	// processSource stands in for the cgroup or the process (tests only).
 	processSource sampler.Source
 	// memoryLimitSetter is the runtime's soft limit setter injected by
@@ -136,15 +139,17 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 		memoryLimitSetter: opts.SetMemoryLimit,
 		limitsEvery:       opts.LimitsEvery,
 		lastWarn:          map[string]time.Time{},
-		translog:          newTransitionLog(set.Logger, nil),
 	}
 	relief := softlimit.NewRelief()
-	r.engine = decision.New(cfg.Decision, decision.Options{
-		OnTransition:  r.logTransition,
-		RelieveMemory: func() { relief.Relieve() },
-	})
+	r.resources = cfg.resources(func() { relief.Relieve() })
+	r.translog = newTransitionLog(set.Logger, nil, r.resources)
+	r.lines = decision.Config{Rules: cfg.Rules.Rules(), RecoveryRamp: cfg.RecoveryRamp, Interval: cfg.CheckInterval}
+	for i := range r.resources {
+		r.lines.Slots = append(r.lines.Slots, r.resources[i].slot(cfg.CheckInterval))
+	}
+	r.engine = decision.New(r.lines, decision.Options{OnTransition: r.logTransition})
 	for s := range decision.NumSignals {
-		r.exempt[s] = !cfg.Enabled || !cfg.Decision.Rules[s].Enabled
+		r.exempt[s] = !cfg.Enabled || !r.lines.Rules[s].Enabled
 	}
 	var err error
 	if r.classifier, err = middleware.NewClassifier(cfg.Routes); err != nil {
@@ -208,7 +213,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	// The soft limit is derived from this process's own memory limit: an
 	// injected source describes something else, and must not set it (a test
 	// would squeeze its own process).
-	glCfg := r.cfg.GoMemLimit
+	glCfg := r.cfg.Memory.SoftLimit
 	if r.source != nil && r.memoryLimitSetter == nil {
 		glCfg.Enabled = false
 	}
@@ -219,8 +224,15 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		r.heapView = softlimit.NewHeapView(r.pace)
 		heap = r.heapView
 	}
-	scfg := r.cfg.Sampler
-	scfg.LimitsEvery = r.limitsEvery
+	scfg := sampler.Config{
+		Interval:    r.cfg.CheckInterval,
+		CPU:         r.cfg.CPU.CPUConfig,
+		Memory:      r.cfg.Memory.MemoryConfig,
+		LimitsEvery: r.limitsEvery,
+	}
+	for i := range r.resources {
+		scfg.Readers = append(scfg.Readers, r.resources[i].read)
+	}
 	r.sampler = sampler.New(src, scfg, sampler.Options{
 		OnSample: r.onSample,
 		OnError:  r.onSamplerError,
@@ -232,7 +244,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 	if err := r.sampler.Start(ctx); err != nil {
 		return fmt.Errorf("throttle: reading %s: %w", src.Describe(), err)
 	}
-	r.stale = startStaleWatchdog(r.engine, r.logger, r.cfg.StaleAfter, r.cfg.Sampler.Interval, r.status.reportChange)
+	r.stale = startStaleWatchdog(r.engine, r.logger, r.cfg.StaleAfter, r.cfg.CheckInterval, r.status.reportChange)
 	wl := r.sampler.Load()
 	r.resizeBudget(wl, true)
 	goLimit := r.memLimit.Limit()
@@ -246,7 +258,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		zap.Int64("go_memory_limit_bytes", goMemLimitBytes(goLimit)),
 		zap.String("gc_pace", r.pace.String()),
 		zap.Int64("admission_budget_bytes", r.adm.Stats().Budget),
-		zap.Duration("check_interval", r.cfg.Sampler.Interval),
+		zap.Duration("check_interval", r.cfg.CheckInterval),
 	)
 	return nil
 }
@@ -363,12 +375,12 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 	r.demand.observe(wl, admitted, refused, st.Inflight, st.HeldRequests)
 	if started, ended := r.open.observe(r.engine.State(decision.SignalTraces) == decision.StateOpen); started {
 		r.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until memory falls",
-			zap.Float64("mem", wl.Mem),
-			zap.Uint64("working_set_bytes", wl.WorkingSet),
-			zap.Uint64("heap_spare_bytes", wl.HeapSpare),
-			zap.Uint64("heap_held_back_bytes", wl.HeapHeldBack),
-			zap.Uint64("memory_limit_bytes", wl.MemLimit),
-			zap.Float64("cpu", wl.CPU),
+			append(levelFields(r.resources, wl),
+				zap.Uint64("working_set_bytes", wl.WorkingSet),
+				zap.Uint64("heap_spare_bytes", wl.HeapSpare),
+				zap.Uint64("heap_held_back_bytes", wl.HeapHeldBack),
+				zap.Uint64("memory_limit_bytes", wl.MemLimit),
+			)...,
 		)
 		r.status.reportChange()
 	} else if ended > 0 {
@@ -442,8 +454,12 @@ func (r *Runner) Pressed(s decision.Signal) bool {
 		return true
 	}
 	wl := r.engine.Level()
-	c := &r.cfg.Decision
-	return (c.CPU.Enabled && wl.CPUValid && wl.CPUSlow >= c.CPU.Exit) || (c.Mem.Enabled && wl.MemValid && wl.Mem >= c.Mem.Exit)
+	for i, slot := range r.lines.Slots {
+		if l := &wl.Levels[i]; slot.Enabled && l.Valid && l.Slow >= slot.Exit {
+			return true
+		}
+	}
+	return false
 }
 
 // RetryDelay draws the delay a client rejected with v is asked to wait.
@@ -475,10 +491,10 @@ func (r *Runner) MiddlewareConfig() middleware.Config {
 	}
 }
 
-// Level is the last water level the engine observed, nil before the first
+// level is the last water level the engine observed, nil before the first
 // sample. It takes no lock: metric callbacks call it, and Shutdown holds r.mu
 // while it unregisters them, which waits for a collection in progress.
-func (r *Runner) Level() *sampler.WaterLevel {
+func (r *Runner) level() *sampler.WaterLevel {
 	wl := r.engine.Level()
 	if wl == nil || wl.At.IsZero() {
 		return nil
@@ -486,32 +502,10 @@ func (r *Runner) Level() *sampler.WaterLevel {
 	return wl
 }
 
-// Admission is the admission shared by every server.
-func (r *Runner) Admission() *admission.Controller { return r.adm }
-
 // NotReady tells the runner the receivers are about to stop: every held
 // request is refused and every unfinished one cut off within a second, so
 // that the receivers' servers stop whatever the clients do.
 func (r *Runner) NotReady() { r.adm.Close() }
-
-// Engine is the decision engine.
-func (r *Runner) Engine() *decision.Engine { return r.engine }
-
-// Sampler is the sampler Start created; nil before Start and when the
-// throttle is disabled. Call it after Start has returned.
-func (r *Runner) Sampler() *sampler.Sampler { return r.sampler }
-
-// OwnedSource is the source Start created because none was injected; nil
-// otherwise. Call it after Start has returned.
-func (r *Runner) OwnedSource() sampler.Source { return r.ownedSource }
-
-// Watchdog reports whether Start started the stale watchdog
-// (stale_after > 0). Call it after Start has returned.
-func (r *Runner) Watchdog() bool { return r.stale != nil }
-
-// StatusAddr is the status page's bound address, nil when it is not
-// serving. Call it after Start or Shutdown has returned.
-func (r *Runner) StatusAddr() net.Addr { return r.status.addr() }
 
 func (r *Runner) budgetValues() (reserved, limit int64) {
 	st := r.adm.Stats()
@@ -519,9 +513,8 @@ func (r *Runner) budgetValues() (reserved, limit int64) {
 }
 
 func (r *Runner) telemetrySources() telemetrySources {
-	c := &r.cfg.Decision
 	return telemetrySources{
-		level:      r.Level,
+		level:      r.level,
 		state:      r.State,
 		budget:     r.budgetValues,
 		stale:      r.engine.Stale,
@@ -530,8 +523,7 @@ func (r *Runner) telemetrySources() telemetrySources {
 		gcPercent:  softlimit.CurrentGCPercent,
 		openFor:    r.open.openFor,
 		demand:     r.demand.load,
-		lines:      [6]float64{c.CPU.Enter, c.CPU.Exit, c.CPU.Hard, c.Mem.Enter, c.Mem.Exit, c.Mem.Hard},
-		cpuEnabled: c.CPU.Enabled,
-		memEnabled: c.Mem.Enabled,
+		resources:  r.resources,
+		slots:      r.lines.Slots,
 	}
 }

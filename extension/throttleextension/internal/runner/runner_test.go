@@ -70,8 +70,8 @@ func startOwningRunner(t *testing.T, src *hangingSource) *Runner {
 		debug.SetGCPercent(100)
 	})
 	cfg := testConfig(func(c *Config) {
-		c.Sampler.Interval = 10 * time.Millisecond
-		c.GoMemLimit = softlimit.Config{Enabled: true, Share: softlimit.DefaultShare, HeapTarget: softlimit.DefaultHeapTarget}
+		c.CheckInterval = 10 * time.Millisecond
+		c.Memory.SoftLimit = softlimit.DefaultConfig()
 	})
 	r, err := New(cfg, componenttest.NewNopTelemetrySettings(), component.MustNewID("throttle"), Options{ProcessSource: src})
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func startOwningRunner(t *testing.T, src *hangingSource) *Runner {
 	require.NoError(t, r.Start(context.Background(), componenttest.NewNopHost()))
 	// The first sample, taken inside Start, set both.
 	memLimit, _ := src.Limits()
-	require.Equal(t, int64(float64(memLimit.MemLimit)*softlimit.DefaultShare), debug.SetMemoryLimit(-1), "the soft limit follows the source's memory limit")
+	require.Equal(t, int64(float64(memLimit.MemLimit)*softlimit.DefaultConfig().Share), debug.SetMemoryLimit(-1), "the soft limit follows the source's memory limit")
 	require.Greater(t, gcPercent(), uint64(100), "the GC percent is raised while little is live")
 	return r
 }

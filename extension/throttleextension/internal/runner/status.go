@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,13 +114,16 @@ func newStatus(r *Runner, set component.TelemetrySettings) *status {
 		gcPercent:  src.gcPercent,
 		info: statuspage.Info{
 			ObserveOnly:    cfg.ObserveOnly,
-			SampleInterval: cfg.Sampler.Interval,
-			CPU:            cfg.Decision.CPU,
-			Mem:            cfg.Decision.Mem,
+			SampleInterval: cfg.CheckInterval,
 		},
 	}
+	for i := range r.resources {
+		lines := r.lines.Slots[i]
+		lines.Relieve = nil // what the page shows are the lines
+		st.info.Resources = append(st.info.Resources, statuspage.Resource{Name: r.resources[i].name, Averaged: r.resources[i].averaged, Lines: lines})
+	}
 	for s := range decision.NumSignals {
-		rule := cfg.Decision.Rules[s]
+		rule := r.lines.Rules[s]
 		st.info.Signals[s] = decision.Rule{Enabled: !r.exempt[s], DropMin: rule.DropMin, DropMax: rule.DropMax}
 	}
 	if cfg.Status != nil {
@@ -130,7 +132,7 @@ func newStatus(r *Runner, set component.TelemetrySettings) *status {
 			// The page is a diagnostic aid: it goes on without this part.
 			set.Logger.Warn("throttle status page: the effective configuration cannot be shown", zap.Error(err))
 		}
-		st.ring = statuspage.NewRingFor(cfg.Sampler.Interval)
+		st.ring = statuspage.NewRingFor(cfg.CheckInterval)
 		st.transitions = &statuspage.Transitions{}
 		st.server = statuspage.NewServer(*cfg.Status, set, st.ring, st.statusInfo, st.live)
 	}
@@ -194,8 +196,7 @@ func (st *status) transition(t decision.Transition) {
 	if st == nil || st.transitions == nil {
 		return
 	}
-	d := &st.r.cfg.Decision
-	st.transitions.Add(t.Level.At, t.Signal, t.From, t.To, transitionReason(t, d.CPU, d.Mem))
+	st.transitions.Add(t.Level.At, t.Signal, t.From, t.To, transitionReason(t, st.r.resources, st.r.lines.Slots))
 }
 
 // start keeps the host for status reports and, when the status section is
@@ -212,14 +213,6 @@ func (st *status) start(ctx context.Context, host component.Host, src sampler.So
 		return nil
 	}
 	return st.server.Start(ctx, host)
-}
-
-// addr is the status server's bound address, or nil when it is not running.
-func (st *status) addr() net.Addr {
-	if st == nil {
-		return nil
-	}
-	return st.server.Addr()
 }
 
 // shutdown stops reporting and closes the status server, waiting for its
@@ -243,13 +236,7 @@ func (st *status) record(wl *sampler.WaterLevel) {
 		return
 	}
 	if st.ring != nil {
-		s := statuspage.Sample{
-			At: wl.At, CPU: wl.CPU, CPUFast: wl.CPUFast, CPUSlow: wl.CPUSlow, CPUValid: wl.CPUValid,
-			Mem: wl.Mem, MemValid: wl.MemValid,
-		}
-		if wl.MemLimit > 0 {
-			s.WorkingSet = float64(wl.WorkingSet) / float64(wl.MemLimit)
-		}
+		s := statuspage.Sample{At: wl.At, Levels: statuspage.SampleLevels(&wl.Levels), WorkingSet: share(wl.WorkingSet, wl.MemLimit)}
 		for sig := range decision.NumSignals {
 			s.States[sig] = st.r.State(sig)
 		}
@@ -344,8 +331,7 @@ func (st *status) live() statuspage.LiveStatus {
 	wl := &stat.Level
 	stale := st.stale()
 	l := statuspage.LiveStatus{
-		At: wl.At, CPU: wl.CPU, CPUFast: wl.CPUFast, CPUSlow: wl.CPUSlow, CPUValid: wl.CPUValid,
-		Mem: wl.Mem, MemValid: wl.MemValid, WorkingSet: wl.WorkingSet, MemLimit: wl.MemLimit, Cores: wl.Cores,
+		At: wl.At, Levels: wl.Levels, WorkingSet: wl.WorkingSet, MemLimit: wl.MemLimit, Cores: wl.Cores,
 		Stale: stale,
 	}
 	c := &r.tel.counts

@@ -34,15 +34,19 @@ import (
 
 // testConfig is the runner's configuration for the extension's defaults,
 // as far as the tests here use it: the default lines and rules, a 250ms
-// interval, no status page, nothing reported.
+// interval, no stale watchdog, no soft memory limit, no status page,
+// nothing reported.
 func testConfig(mutate ...func(*Config)) Config {
 	cfg := Config{
-		Enabled:       true,
-		Sampler:       sampler.Config{Interval: 250 * time.Millisecond},
-		Decision:      decision.DefaultConfig(),
+		Settings:      DefaultSettings(),
+		CPU:           DefaultCPUConfig(),
+		Memory:        DefaultMemoryConfig(),
+		Rules:         decision.DefaultRulesConfig(),
 		RetryAfterMin: time.Second,
 		RetryAfterMax: 5 * time.Second,
 	}
+	cfg.StaleAfter = 0
+	cfg.Memory.SoftLimit.Enabled = false
 	for _, m := range mutate {
 		m(&cfg)
 	}
@@ -80,7 +84,6 @@ func TestStatusPageOff(t *testing.T) {
 	r := newTestRunner(t, testConfig())
 	assert.Nil(t, r.status.ring)
 	assert.Nil(t, r.status.server)
-	assert.Nil(t, r.StatusAddr())
 }
 
 // The sampler goroutine records into the ring and checks for a status
@@ -88,9 +91,9 @@ func TestStatusPageOff(t *testing.T) {
 func TestStatusRecordDoesNotAllocate(t *testing.T) {
 	r := newTestRunner(t, testConfig(func(c *Config) {
 		c.ReportStatus = true
-		c.Status = &confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: "127.0.0.1:0", Transport: confignet.TransportTypeTCP}}
+		c.Status = &statuspage.Config{ServerConfig: confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: "127.0.0.1:0", Transport: confignet.TransportTypeTCP}}}
 	}))
-	wl := &sampler.WaterLevel{Mem: 0.5, MemValid: true, At: time.Now()}
+	wl := levels(&sampler.WaterLevel{Mem: 0.5, MemValid: true, At: time.Now()})
 	allocs := testing.AllocsPerRun(100, func() {
 		r.status.record(wl)
 		r.Record(admission.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
@@ -108,7 +111,7 @@ func TestReportStatusStaleFallback(t *testing.T) {
 	host := testutil.NewStatusHost()
 	r.status.host = host // as Start does; the engine is driven by hand below
 
-	r.engine.Observe(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()})
+	r.engine.Observe(levels(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()}))
 	r.status.reportChange()
 	require.Equal(t, componentstatus.StatusRecoverableError, host.Next(t).Status())
 	r.status.reportChange() // no change, no report
@@ -124,7 +127,7 @@ func TestReportStatusStaleFallback(t *testing.T) {
 	require.Equal(t, componentstatus.StatusOK, host.Next(t).Status())
 
 	// Once Shutdown has begun nothing is reported (the host is Stopping).
-	r.engine.Observe(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()})
+	r.engine.Observe(levels(&sampler.WaterLevel{Mem: 0.95, MemValid: true, At: time.Now()}))
 	require.NoError(t, r.Shutdown(context.Background()))
 	r.status.reportChange()
 	assert.Len(t, host.Recorded(), 2)
@@ -133,7 +136,7 @@ func TestReportStatusStaleFallback(t *testing.T) {
 // statusPageConfig turns the status page on (its server is not started
 // unless the runner is).
 func statusPageConfig(c *Config) {
-	c.Status = &confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: "127.0.0.1:0", Transport: confignet.TransportTypeTCP}}
+	c.Status = &statuspage.Config{ServerConfig: confighttp.ServerConfig{NetAddr: confignet.AddrConfig{Endpoint: "127.0.0.1:0", Transport: confignet.TransportTypeTCP}}}
 }
 
 // The page lists the state changes, newest first, one entry per change of
@@ -143,8 +146,8 @@ func TestStatusPageTransitions(t *testing.T) {
 	assert.Empty(t, r.status.live().Transitions)
 	t1 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	t2 := t1.Add(250 * time.Millisecond)
-	r.engine.Observe(&sampler.WaterLevel{At: t1, Mem: 0.95, MemValid: true})
-	r.engine.Observe(&sampler.WaterLevel{At: t2, Mem: 0.5, MemValid: true})
+	r.engine.Observe(levels(&sampler.WaterLevel{At: t1, Mem: 0.95, MemValid: true}))
+	r.engine.Observe(levels(&sampler.WaterLevel{At: t2, Mem: 0.5, MemValid: true}))
 
 	all := [decision.NumSignals]bool{true, true, true, true}
 	assert.Equal(t, []statuspage.Transition{
@@ -159,7 +162,7 @@ func TestStatusPageTransitions(t *testing.T) {
 // Without the page nothing is kept.
 func TestStatusTransitionsWithoutPage(t *testing.T) {
 	r := newTestRunner(t, testConfig())
-	r.engine.Observe(&sampler.WaterLevel{At: time.Now(), Mem: 0.95, MemValid: true})
+	r.engine.Observe(levels(&sampler.WaterLevel{At: time.Now(), Mem: 0.95, MemValid: true}))
 	assert.Nil(t, r.status.transitions)
 	assert.Empty(t, r.status.live().Transitions)
 }

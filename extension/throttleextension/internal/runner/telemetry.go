@@ -17,12 +17,6 @@ import (
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
-// The water_level kinds, in the order observed.
-var levelKinds = [...]string{"cpu", "cpu_slow", "cpu_fast", "memory", "memory_working_set", "memory_heap_spare", "memory_heap_held_back", "cpu_enter", "cpu_exit", "cpu_hard", "memory_enter", "memory_exit", "memory_hard"}
-
-// firstLineKind is the index in levelKinds of the first threshold line.
-const firstLineKind = 7
-
 // telemetrySources is what the observable gauges read when the meter
 // collects. Each is cheap and safe to call from any goroutine.
 type telemetrySources struct {
@@ -39,10 +33,11 @@ type telemetrySources struct {
 	openFor func() time.Duration
 	// demand is the demand signal (demand.go).
 	demand func() float64
-	// lines are cpu enter/exit/hard, mem enter/exit/hard (0 for a disabled slot).
-	lines [6]float64
-	// cpuEnabled and memEnabled say whether a slot's lines are reported.
-	cpuEnabled, memEnabled bool
+	// resources and their slots give the water_level kinds: each
+	// resource's level (and averages, and details) while it is valid, and
+	// the lines of each enabled slot.
+	resources []resource
+	slots     []decision.Slot
 }
 
 // telemetry records everything the extension reports through the
@@ -98,7 +93,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 			}
 		}
 	}
-	for _, r := range []string{"cpu", "mem", "limits"} {
+	for _, r := range []string{"cpu", "memory", "limits"} {
 		t.errors[r] = metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("resource", r)))
 	}
 
@@ -120,29 +115,41 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 		return nil, err
 	}
 
-	var kindOpts [len(levelKinds)]metric.ObserveOption
-	for i, k := range levelKinds {
-		kindOpts[i] = metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("kind", k)))
+	kind := func(k string) metric.ObserveOption {
+		return metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("kind", k)))
+	}
+	type levelKinds struct {
+		level, slow, fast, enter, exit, hard metric.ObserveOption
+		details                              []metric.ObserveOption
+	}
+	kinds := make([]levelKinds, len(src.resources))
+	for i, r := range src.resources {
+		k := &kinds[i]
+		k.level, k.slow, k.fast = kind(r.name), kind(r.name+"_slow"), kind(r.name+"_fast")
+		k.enter, k.exit, k.hard = kind(r.name+"_enter"), kind(r.name+"_exit"), kind(r.name+"_hard")
+		for _, d := range r.details {
+			k.details = append(k.details, kind(d.kind))
+		}
 	}
 	err = tb.RegisterThrottleWaterLevelCallback(func(_ context.Context, o metric.Float64Observer) error {
 		wl := src.level()
-		if wl != nil {
-			if wl.CPUValid {
-				o.Observe(wl.CPU, kindOpts[0])
-				o.Observe(wl.CPUSlow, kindOpts[1])
-				o.Observe(wl.CPUFast, kindOpts[2])
+		for i, r := range src.resources {
+			k := &kinds[i]
+			if wl != nil && wl.Levels[i].Valid {
+				l := &wl.Levels[i]
+				o.Observe(l.Value, k.level)
+				if r.averaged {
+					o.Observe(l.Slow, k.slow)
+					o.Observe(l.Fast, k.fast)
+				}
+				for j, d := range r.details {
+					o.Observe(d.value(wl), k.details[j])
+				}
 			}
-			if wl.MemValid {
-				o.Observe(wl.Mem, kindOpts[3])
-				limit := float64(wl.MemLimit)
-				o.Observe(float64(wl.WorkingSet)/limit, kindOpts[4])
-				o.Observe(float64(wl.HeapSpare)/limit, kindOpts[5])
-				o.Observe(float64(wl.HeapHeldBack)/limit, kindOpts[6])
-			}
-		}
-		for i, line := range src.lines {
-			if (i < 3 && src.cpuEnabled) || (i >= 3 && src.memEnabled) {
-				o.Observe(line, kindOpts[firstLineKind+i])
+			if s := src.slots[i]; s.Enabled {
+				o.Observe(s.Enter, k.enter)
+				o.Observe(s.Exit, k.exit)
+				o.Observe(s.Hard, k.hard)
 			}
 		}
 		return nil

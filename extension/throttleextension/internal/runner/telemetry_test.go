@@ -34,6 +34,9 @@ func quietSources(wl *sampler.WaterLevel) telemetrySources {
 		budget: func() (int64, int64) { return 0, 0 },
 		stale:  func() bool { return false },
 		held:   func() int64 { return 0 },
+		// The resources of the extension's defaults.
+		resources: testResources(),
+		slots:     testSlots(),
 	}
 }
 
@@ -97,9 +100,9 @@ func TestWaterLevelHeapCorrections(t *testing.T) {
 	f := func(ws, spare, heldBack uint64, mem float64) {
 		t.Helper()
 		tt := newTestTelemetry(t)
-		wl := &sampler.WaterLevel{
+		wl := levels(&sampler.WaterLevel{
 			MemValid: true, Mem: mem, WorkingSet: ws, MemLimit: limit, HeapSpare: spare, HeapHeldBack: heldBack,
-		}
+		})
 		tel, err := newTelemetry(tt.NewTelemetrySettings(), component.MustNewID("throttle"), false, quietSources(wl))
 		require.NoError(t, err)
 		defer tel.shutdown()

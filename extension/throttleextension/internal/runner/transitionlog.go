@@ -53,6 +53,8 @@ const (
 type transitionLog struct {
 	logger *zap.Logger
 	now    func() time.Time
+	// resources name the levels of the log lines.
+	resources []resource
 
 	windowStart time.Time // zero: no window open
 	logged      [decision.NumSignals]int
@@ -61,11 +63,11 @@ type transitionLog struct {
 	latest [decision.NumSignals]decision.Transition
 }
 
-func newTransitionLog(logger *zap.Logger, now func() time.Time) *transitionLog {
+func newTransitionLog(logger *zap.Logger, now func() time.Time, resources []resource) *transitionLog {
 	if now == nil {
 		now = time.Now
 	}
-	return &transitionLog{logger: logger, now: now}
+	return &transitionLog{logger: logger, now: now, resources: resources}
 }
 
 // transition logs one state change, or counts it when its signal has used
@@ -86,15 +88,11 @@ func (l *transitionLog) transition(t decision.Transition) {
 	}
 	l.logged[t.Signal]++
 	l.logger.Info("throttle "+t.Signal.String()+": "+t.From.String()+" -> "+t.To.String(),
-		zap.String("signal", t.Signal.String()),
-		zap.String("from", t.From.String()),
-		zap.String("to", t.To.String()),
-		zap.Float64("cpu", t.Level.CPU),
-		zap.Float64("cpu_slow", t.Level.CPUSlow),
-		zap.Float64("cpu_fast", t.Level.CPUFast),
-		zap.Bool("cpu_valid", t.Level.CPUValid),
-		zap.Float64("mem", t.Level.Mem),
-		zap.Bool("mem_valid", t.Level.MemValid),
+		append([]zap.Field{
+			zap.String("signal", t.Signal.String()),
+			zap.String("from", t.From.String()),
+			zap.String("to", t.To.String()),
+		}, levelFields(l.resources, &t.Level)...)...,
 	)
 }
 
@@ -125,12 +123,8 @@ func (l *transitionLog) summarize() {
 		}
 	}
 	if lvl != nil {
-		fields = append(fields,
-			zap.Duration("window", l.now().Sub(l.windowStart)),
-			zap.Float64("cpu_slow", lvl.Level.CPUSlow),
-			zap.Float64("cpu_fast", lvl.Level.CPUFast),
-			zap.Float64("mem", lvl.Level.Mem),
-		)
+		fields = append(fields, zap.Duration("window", l.now().Sub(l.windowStart)))
+		fields = append(fields, levelFields(l.resources, &lvl.Level)...)
 		l.logger.Info(transitionSummaryMessage, fields...)
 	}
 	l.windowStart = time.Time{}
@@ -151,50 +145,45 @@ func (u unloggedChanges) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 }
 
 // transitionReason says what in the frame of t made the change, in the terms
-// of the transition table (docs/design.md §4): the levels of the frame
-// against the lines they crossed, slot by slot. Disabled slots are left out;
-// a slot without a reading counts as safe, so it is named only where it lets
-// the state recover. The streak a line needs (breach_n) is not repeated.
-func transitionReason(t decision.Transition, cpu, mem decision.Slot) string {
-	wl := &t.Level
-	slots := [...]struct {
-		slot           decision.Slot
-		valid          bool
-		slow, fast     float64
-		name, fastName string
-		slowName       string
-	}{
-		{cpu, wl.CPUValid, wl.CPUSlow, wl.CPUFast, "cpu", "cpu fast", "cpu slow"},
-		{mem, wl.MemValid, wl.Mem, wl.Mem, "memory", "memory", "memory"},
-	}
+// of the transition table (decision.Engine): the levels of the frame
+// against the lines they crossed, resource by resource, each slot holding
+// the resource of the same index. Disabled slots are left out; a level
+// that is not valid counts as safe, so it is named only where it lets the
+// state recover. The streak a line needs (breach_n) is not repeated.
+func transitionReason(t decision.Transition, resources []resource, slots []decision.Slot) string {
 	var first, second []string
-	for _, s := range slots {
-		if !s.slot.Enabled {
+	for i, slot := range slots {
+		if !slot.Enabled {
 			continue
 		}
-		if !s.valid || math.IsNaN(s.slow) || math.IsNaN(s.fast) {
+		l := &t.Level.Levels[i]
+		name, slowName, fastName := resources[i].name, resources[i].name, resources[i].name
+		if resources[i].averaged {
+			slowName, fastName = name+" slow", name+" fast"
+		}
+		if !l.Valid || math.IsNaN(l.Slow) || math.IsNaN(l.Fast) {
 			if recovering := t.To < t.From; recovering { // the states are numbered by severity
-				first = append(first, s.name+" not measured")
+				first = append(first, name+" not measured")
 			}
 			continue
 		}
 		switch {
 		case t.To == decision.StateOpen:
-			if s.fast >= s.slot.Hard {
-				first = append(first, s.fastName+" "+percent(s.fast)+" ≥ hard "+percent(s.slot.Hard))
+			if l.Fast >= slot.Hard {
+				first = append(first, fastName+" "+percent(l.Fast)+" ≥ hard "+percent(slot.Hard))
 			}
 		case t.From == decision.StateNormal: // to Shedding
-			if s.slow > s.slot.Enter {
-				first = append(first, s.slowName+" "+percent(s.slow)+" > enter "+percent(s.slot.Enter))
+			if l.Slow > slot.Enter {
+				first = append(first, slowName+" "+percent(l.Slow)+" > enter "+percent(slot.Enter))
 			}
 		case t.From == decision.StateShedding: // to Normal
-			first = append(first, s.slowName+" "+percent(s.slow)+" < exit "+percent(s.slot.Exit))
+			first = append(first, slowName+" "+percent(l.Slow)+" < exit "+percent(slot.Exit))
 		default: // from Open, below every hard line; the exit lines pick where to land
-			first = append(first, s.fastName+" "+percent(s.fast)+" < hard "+percent(s.slot.Hard))
-			if s.slow > s.slot.Exit {
-				second = append(second, s.slowName+" "+percent(s.slow)+" > exit "+percent(s.slot.Exit))
+			first = append(first, fastName+" "+percent(l.Fast)+" < hard "+percent(slot.Hard))
+			if l.Slow > slot.Exit {
+				second = append(second, slowName+" "+percent(l.Slow)+" > exit "+percent(slot.Exit))
 			} else if t.To == decision.StateNormal {
-				second = append(second, s.slowName+" "+percent(s.slow)+" < exit "+percent(s.slot.Exit))
+				second = append(second, slowName+" "+percent(l.Slow)+" < exit "+percent(slot.Exit))
 			}
 		}
 	}

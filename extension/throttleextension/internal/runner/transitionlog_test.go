@@ -41,7 +41,7 @@ func TestSamplingDropsRepeatedMessages(t *testing.T) {
 func TestTransitionLogUnderSamplingLongRun(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	logger, logs, dropped := testutil.SampledLogger(zap.WithClock(clock))
-	l := newTransitionLog(logger, clock.Now)
+	l := newTransitionLog(logger, clock.Now, testResources())
 	rng := rand.New(rand.NewPCG(1, 2))
 
 	const interval = 250 * time.Millisecond
@@ -123,11 +123,12 @@ func TestLogMessagesHaveDistinctSamplerKeys(t *testing.T) {
 // The reason the page gives for a change names the levels of its frame
 // against the lines they crossed, for the slots that are on.
 func TestTransitionReason(t *testing.T) {
-	d := decision.DefaultConfig() // cpu 0.90 / 0.80 / 1.10, memory 0.85 / 0.78 / 0.92
-	cpuOff := d.CPU
+	slots := testSlots() // cpu 0.90 / 0.80 / 1.10, memory 0.85 / 0.78 / 0.92
+	cpu, mem := slots[0], slots[1]
+	cpuOff := cpu
 	cpuOff.Enabled = false
 	lvl := func(slow, fast, mem float64) sampler.WaterLevel {
-		return sampler.WaterLevel{CPUValid: true, CPUSlow: slow, CPUFast: fast, MemValid: true, Mem: mem}
+		return *levels(&sampler.WaterLevel{CPUValid: true, CPUSlow: slow, CPUFast: fast, MemValid: true, Mem: mem})
 	}
 	for _, tc := range []struct {
 		from, to decision.State
@@ -135,25 +136,25 @@ func TestTransitionReason(t *testing.T) {
 		cpu      decision.Slot
 		want     string
 	}{
-		{decision.StateNormal, decision.StateShedding, lvl(0.95, 0.97, 0.5), d.CPU, "cpu slow 95% > enter 90%"},
-		{decision.StateNormal, decision.StateShedding, lvl(0.95, 0.97, 0.9234), d.CPU, "cpu slow 95% > enter 90%, memory 92.3% > enter 85%"},
-		{decision.StateNormal, decision.StateOpen, lvl(1, 1.2, 0.93), d.CPU, "cpu fast 120% ≥ hard 110%, memory 93% ≥ hard 92%"},
+		{decision.StateNormal, decision.StateShedding, lvl(0.95, 0.97, 0.5), cpu, "cpu slow 95% > enter 90%"},
+		{decision.StateNormal, decision.StateShedding, lvl(0.95, 0.97, 0.9234), cpu, "cpu slow 95% > enter 90%, memory 92.3% > enter 85%"},
+		{decision.StateNormal, decision.StateOpen, lvl(1, 1.2, 0.93), cpu, "cpu fast 120% ≥ hard 110%, memory 93% ≥ hard 92%"},
 		{decision.StateShedding, decision.StateOpen, lvl(1, 1.2, 0.93), cpuOff, "memory 93% ≥ hard 92%"},
-		{decision.StateShedding, decision.StateNormal, lvl(0.7, 0.75, 0.6), d.CPU, "cpu slow 70% < exit 80%, memory 60% < exit 78%"},
+		{decision.StateShedding, decision.StateNormal, lvl(0.7, 0.75, 0.6), cpu, "cpu slow 70% < exit 80%, memory 60% < exit 78%"},
 		{
-			decision.StateOpen, decision.StateShedding, lvl(0.85, 0.85, 0.8), d.CPU,
+			decision.StateOpen, decision.StateShedding, lvl(0.85, 0.85, 0.8), cpu,
 			"cpu fast 85% < hard 110%, memory 80% < hard 92%; cpu slow 85% > exit 80%, memory 80% > exit 78%",
 		},
 		{
-			decision.StateOpen, decision.StateNormal, lvl(0.5, 0.6, 0.7), d.CPU,
+			decision.StateOpen, decision.StateNormal, lvl(0.5, 0.6, 0.7), cpu,
 			"cpu fast 60% < hard 110%, memory 70% < hard 92%; cpu slow 50% < exit 80%, memory 70% < exit 78%",
 		},
 		// A slot without a reading counts as safe: it lets the state
 		// recover, and is not why it worsened.
-		{decision.StateShedding, decision.StateNormal, sampler.WaterLevel{CPUValid: true, CPUSlow: 0.7}, d.CPU, "cpu slow 70% < exit 80%, memory not measured"},
-		{decision.StateNormal, decision.StateShedding, sampler.WaterLevel{MemValid: true, Mem: 0.9}, d.CPU, "memory 90% > enter 85%"},
+		{decision.StateShedding, decision.StateNormal, *levels(&sampler.WaterLevel{CPUValid: true, CPUSlow: 0.7}), cpu, "cpu slow 70% < exit 80%, memory not measured"},
+		{decision.StateNormal, decision.StateShedding, *levels(&sampler.WaterLevel{MemValid: true, Mem: 0.9}), cpu, "memory 90% > enter 85%"},
 	} {
-		got := transitionReason(decision.Transition{From: tc.from, To: tc.to, Level: tc.level}, tc.cpu, d.Mem)
+		got := transitionReason(decision.Transition{From: tc.from, To: tc.to, Level: tc.level}, testResources(), []decision.Slot{tc.cpu, mem})
 		assert.Equal(t, tc.want, got, "%v -> %v", tc.from, tc.to)
 	}
 }

@@ -1,0 +1,168 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package runner // import "github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
+
+import (
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
+	"github.com/otelthrottle/throttle/internal/softlimit"
+)
+
+// A resource is one level the throttle holds to lines: a reader, which
+// gives its level at every check, and a slot, which the decision engine
+// holds that level to. Everything else follows the list resources returns:
+// the engine's slots, the sampler's readers, the telemetry's water_level
+// kinds, the transition log, the status page and the demand signal. Adding
+// one is a reader, a section of the configuration, and an entry there.
+type resource struct {
+	name  string
+	lines decision.Lines
+	// severity, backstop and relieve are how the engine sheds for it (see
+	// decision.Slot).
+	severity decision.Severity
+	backstop bool
+	relieve  func()
+	// averaged: the level has slow and fast averages beside the level
+	// itself, which the telemetry, the logs and the status page show.
+	averaged bool
+	read     sampler.Reader
+	// details are more water_level kinds, each a share, that the telemetry
+	// reports beside the level while it is valid.
+	details []detail
+}
+
+type detail struct {
+	kind  string
+	value func(wl *sampler.WaterLevel) float64
+}
+
+// resources are the configured resources, in the order of the water
+// level's Levels; relieveMemory runs at the memory hard line.
+func (c *Config) resources(relieveMemory func()) []resource {
+	return []resource{
+		{
+			name: "cpu", lines: c.CPU.Lines, severity: decision.SeverityRate,
+			averaged: true, read: sampler.ReadCPU,
+		},
+		{
+			name: "memory", lines: c.Memory.Lines, severity: decision.SeverityLevel,
+			backstop: true, relieve: relieveMemory, read: sampler.ReadMemory,
+			details: []detail{
+				{"memory_working_set", func(wl *sampler.WaterLevel) float64 { return share(wl.WorkingSet, wl.MemLimit) }},
+				{"memory_heap_spare", func(wl *sampler.WaterLevel) float64 { return share(wl.HeapSpare, wl.MemLimit) }},
+				{"memory_heap_held_back", func(wl *sampler.WaterLevel) float64 { return share(wl.HeapHeldBack, wl.MemLimit) }},
+			},
+		},
+	}
+}
+
+// share is part over whole, 0 without a whole.
+func share(part, whole uint64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return float64(part) / float64(whole)
+}
+
+// levelFields are the levels of wl as log fields: each resource's level
+// ("cpu", "memory"), its averages when it has them ("cpu_slow",
+// "cpu_fast"), and whether it is valid ("cpu_valid").
+func levelFields(resources []resource, wl *sampler.WaterLevel) []zap.Field {
+	fields := make([]zap.Field, 0, 4*len(resources))
+	for i := range resources {
+		r, l := &resources[i], &wl.Levels[i]
+		fields = append(fields, zap.Float64(r.name, l.Value))
+		if r.averaged {
+			fields = append(fields, zap.Float64(r.name+"_slow", l.Slow), zap.Float64(r.name+"_fast", l.Fast))
+		}
+		fields = append(fields, zap.Bool(r.name+"_valid", l.Valid))
+	}
+	return fields
+}
+
+// slot is the engine's slot of r at the check interval.
+func (r *resource) slot(interval time.Duration) decision.Slot {
+	s := r.lines.Slot(r.name, interval)
+	s.Severity, s.Backstop, s.Relieve = r.severity, r.backstop, r.relieve
+	return s
+}
+
+// CPUConfig is the cpu section: the lines CPU is held to and how it is
+// measured.
+type CPUConfig struct {
+	decision.Lines    `mapstructure:",squash"`
+	sampler.CPUConfig `mapstructure:",squash"`
+}
+
+// defaultCPUMaxShed: CPU alone sheds at most a fifth of the requests. A
+// rejection costs CPU too, and clients that re-send at once answer a larger
+// share with more requests, so beyond it shedding for CPU lowers goodput
+// and lengthens the tail (docs/results.md has the overload sweep behind
+// it); memory, which kills, keeps the full range and Open.
+const defaultCPUMaxShed = 0.2
+
+// DefaultCPUConfig is the cpu section's defaults. CPU's hard line is above
+// 1 and its enter line close to it: CPU is a rate, not a level that kills,
+// so Open is left to memory and every point of enter below the quota is
+// throughput given away (docs/results.md). Three checks of 250ms ride out a
+// CFS period's noise.
+func DefaultCPUConfig() CPUConfig {
+	return CPUConfig{
+		Lines:     decision.Lines{Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachDuration: 750 * time.Millisecond, MaxShed: defaultCPUMaxShed},
+		CPUConfig: sampler.DefaultCPUConfig(),
+	}
+}
+
+// cpuBounds: the CPU lines are a share of the effective cores. Values above
+// 1 are meaningful (CFS bursts, or fallback_cores below the cores actually
+// used); above 2 they are a percent written as a number (enter: 90), which
+// would never shed.
+var cpuBounds = decision.Bounds{
+	MaxLine:   2,
+	Why:       ": the CPU lines are a share of the effective cores (0.9 is 90%), not a percent",
+	MaxBreach: 10 * time.Second,
+}
+
+// Validate checks the section: the lines of enabled CPU, and how CPU is
+// measured whether it is enabled or not (the status page and the telemetry
+// show it).
+func (c CPUConfig) Validate() error {
+	return errors.Join(c.Lines.Check(cpuBounds), c.CPUConfig.Check())
+}
+
+// MemoryConfig is the memory section: the lines memory is held to, the
+// memory limit, and the Go runtime's soft memory limit.
+type MemoryConfig struct {
+	decision.Lines       `mapstructure:",squash"`
+	sampler.MemoryConfig `mapstructure:",squash"`
+	// SoftLimit is whether and where the throttle sets the Go runtime's
+	// soft memory limit; the section validates itself.
+	SoftLimit softlimit.Config `mapstructure:"soft_limit"`
+}
+
+// DefaultMemoryConfig is the memory section's defaults. Memory needs a
+// single check: it meets the OOM killer, which is final.
+func DefaultMemoryConfig() MemoryConfig {
+	return MemoryConfig{
+		Lines:     decision.Lines{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachDuration: 250 * time.Millisecond, MaxShed: 1},
+		SoftLimit: softlimit.DefaultConfig(),
+	}
+}
+
+// memoryBounds: memory is a share of the limit, and above 1 the kernel's
+// OOM killer comes first, so a line over 1 would never be reached; a breach
+// longer than 2s meets the OOM killer before the throttle acts.
+var memoryBounds = decision.Bounds{MaxLine: 1, MaxBreach: 2 * time.Second}
+
+// Validate checks the section: the lines of enabled memory, and the memory
+// limit whether memory is enabled or not (the soft memory limit and the
+// admission budget follow it).
+func (c MemoryConfig) Validate() error {
+	return errors.Join(c.Lines.Check(memoryBounds), c.MemoryConfig.Check())
+}

@@ -1,0 +1,70 @@
+// Copyright The throttle Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package runner
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/sampler"
+)
+
+// testResources are the resources of the extension's defaults.
+func testResources() []resource {
+	cfg := testConfig()
+	return cfg.resources(nil)
+}
+
+// testSlots are their slots at a 250ms check interval.
+func testSlots() []decision.Slot {
+	var slots []decision.Slot
+	for _, r := range testResources() {
+		slots = append(slots, r.slot(250*time.Millisecond))
+	}
+	return slots
+}
+
+// levels fills wl's levels from its CPU and memory fields, as the
+// sampler's readers of testResources do.
+func levels(wl *sampler.WaterLevel) *sampler.WaterLevel {
+	for i, r := range testResources() {
+		wl.Levels[i] = r.read(wl)
+	}
+	return wl
+}
+
+// TestResources: CPU and memory are registered at their documented
+// defaults, CPU as a rate whose level has averages, memory as a level and
+// the backstop, relieved at its hard line.
+func TestResources(t *testing.T) {
+	relieved := 0
+	cfg := testConfig()
+	rs := cfg.resources(func() { relieved++ })
+	slots := make([]decision.Slot, len(rs))
+	for i := range rs {
+		slots[i] = rs[i].slot(250 * time.Millisecond)
+	}
+	assert.Equal(t, []string{"cpu", "memory"}, []string{rs[0].name, rs[1].name})
+	assert.Equal(t, decision.Slot{
+		Name: "cpu", Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2, Severity: decision.SeverityRate,
+	}, slots[0])
+	mem := slots[1]
+	assert.NotNil(t, mem.Relieve)
+	mem.Relieve()
+	assert.Equal(t, 1, relieved)
+	mem.Relieve = nil
+	assert.Equal(t, decision.Slot{
+		Name: "memory", Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachN: 1, MaxShed: 1, Severity: decision.SeverityLevel, Backstop: true,
+	}, mem)
+	assert.True(t, rs[0].averaged)
+	assert.False(t, rs[1].averaged)
+
+	wl := &sampler.WaterLevel{CPU: 0.5, CPUSlow: 0.4, CPUFast: 0.6, CPUValid: true, Mem: 0.7, MemValid: true, WorkingSet: 800, MemLimit: 1000}
+	assert.Equal(t, sampler.Level{Valid: true, Value: 0.5, Slow: 0.4, Fast: 0.6}, rs[0].read(wl))
+	assert.Equal(t, sampler.Level{Valid: true, Value: 0.7, Slow: 0.7, Fast: 0.7}, rs[1].read(wl))
+	assert.InDelta(t, 0.8, rs[1].details[0].value(wl), 1e-12)
+}
