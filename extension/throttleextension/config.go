@@ -4,13 +4,6 @@
 package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
 
 import (
-	"errors"
-	"fmt"
-	"maps"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/configoptional"
@@ -21,35 +14,6 @@ import (
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/statuspage"
-)
-
-// The bounds of the request path's sections; every other section's are in
-// the package that owns it.
-const (
-	// maxRetryAfter bounds the delay asked of refused clients: beyond a
-	// minute it outlasts the retry window of most clients (an SDK's whole
-	// export has 10s), which then drop the data instead of waiting.
-	maxRetryAfter = time.Minute
-)
-
-// routeSignalNames lists the signal names accepted as values of routes.
-var routeSignalNames = func() []string {
-	names := make([]string, 0, decision.NumSignals)
-	for s := range decision.NumSignals {
-		names = append(names, s.String())
-	}
-	return names
-}()
-
-// Errors of the request path's sections. confmap.Validate, which the
-// collector runs on its whole configuration, prefixes those of a section
-// with the section's path ("retry_after: min must be <= max").
-var (
-	errUnknownSignal = errors.New("unknown signal")
-
-	errRetryAfterMin   = errors.New("min must be >= 0")
-	errRetryAfterMax   = fmt.Errorf("max must be between 0s and %v: a longer delay outlasts the clients' retry windows", maxRetryAfter)
-	errRetryAfterOrder = errors.New("min must be <= max")
 )
 
 // Config is the configuration of the throttle extension: the sections of
@@ -74,7 +38,7 @@ type Config struct {
 
 	// RetryAfter bounds the delay asked of rejected clients, chosen by why
 	// they were refused. Default 1s to 5s.
-	RetryAfter RetryAfterConfig `mapstructure:"retry_after"`
+	RetryAfter middleware.RetryConfig `mapstructure:"retry_after"`
 
 	// Admission bounds the bytes of admitted, unfinished requests and
 	// shares them fairly between clients.
@@ -88,11 +52,11 @@ type Config struct {
 	// Tarpit holds HTTP rejections in Shedding (and by the admission
 	// budget) before they are answered, so that clients which re-send at
 	// once do not turn rejections into a load of their own. Off by default.
-	Tarpit TarpitConfig `mapstructure:"tarpit"`
+	Tarpit middleware.TarpitConfig `mapstructure:"tarpit"`
 
 	// Routes classify requests the default OTLP paths and methods do not
 	// cover.
-	Routes RoutesConfig `mapstructure:"routes"`
+	Routes middleware.RoutesConfig `mapstructure:"routes"`
 
 	// Status is the optional HTTP server of the status page (GET /status as
 	// JSON, GET / as a page). Absent (or enabled: false) = off. Present
@@ -103,34 +67,9 @@ type Config struct {
 	_ struct{}
 }
 
-// RetryAfterConfig is the range of the delay asked of rejected clients.
-type RetryAfterConfig struct {
-	// Min is the shortest delay. Default 1s.
-	Min time.Duration `mapstructure:"min"`
-	// Max is the longest delay. Default 5s; at most 1m.
-	Max time.Duration `mapstructure:"max"`
-
-	// prevent unkeyed literal initialization
-	_ struct{}
-}
-
-// RoutesConfig maps extra HTTP paths and gRPC methods to signals.
-type RoutesConfig struct {
-	// HTTP maps a URL path (clean, starting with "/") to a signal name.
-	HTTP map[string]string `mapstructure:"http"`
-	// GRPC maps a full method name ("/pkg.Service/Method") to a signal name.
-	GRPC map[string]string `mapstructure:"grpc"`
-
-	// prevent unkeyed literal initialization
-	_ struct{}
-}
-
 var (
 	_ component.Config  = (*Config)(nil)
 	_ confmap.Validator = (*Config)(nil)
-	_ confmap.Validator = RetryAfterConfig{}
-	_ confmap.Validator = TarpitConfig{}
-	_ confmap.Validator = RoutesConfig{}
 )
 
 // createDefaultConfig composes the defaults of the packages that own the
@@ -141,10 +80,10 @@ func createDefaultConfig() component.Config {
 		CPU:        runner.DefaultCPUConfig(),
 		Memory:     runner.DefaultMemoryConfig(),
 		Rules:      decision.DefaultRulesConfig(),
-		RetryAfter: RetryAfterConfig{Min: middleware.DefaultRetryFloor, Max: middleware.DefaultRetryCeiling},
+		RetryAfter: middleware.NewDefaultRetryConfig(),
 		Admission:  admission.NewDefaultConfig(),
 		Hold:       admission.NewDefaultHoldConfig(),
-		Tarpit:     TarpitConfig{MaxRequests: defaultTarpitMaxRequests},
+		Tarpit:     middleware.NewDefaultTarpitConfig(),
 		Status:     configoptional.Default(statuspage.DefaultConfig()),
 	}
 }
@@ -154,41 +93,3 @@ func createDefaultConfig() component.Config {
 // throttle is enabled or not, so that a typo fails at start and not on the
 // day the throttle is switched on.
 func (cfg *Config) Validate() error { return cfg.Check() }
-
-// Validate checks the retry_after range.
-func (c RetryAfterConfig) Validate() error {
-	var errs []error
-	if c.Min < 0 {
-		errs = append(errs, fmt.Errorf("%w, got %v", errRetryAfterMin, c.Min))
-	}
-	if c.Max < 0 || c.Max > maxRetryAfter {
-		errs = append(errs, fmt.Errorf("%w, got %v", errRetryAfterMax, c.Max))
-	}
-	if c.Min > c.Max {
-		errs = append(errs, fmt.Errorf("%w, got %v and %v", errRetryAfterOrder, c.Min, c.Max))
-	}
-	return errors.Join(errs...)
-}
-
-// Validate checks every route's key with the middleware's checks and its
-// signal name, in key order.
-func (rc RoutesConfig) Validate() error {
-	var errs []error
-	check := func(kind, key string, keyErr error, sig string) {
-		if keyErr != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", kind, key, keyErr))
-		}
-		if _, ok := decision.ParseSignal(sig); !ok {
-			errs = append(errs, fmt.Errorf("%s %q: %w %q, want one of %s", kind, key, errUnknownSignal, sig, strings.Join(routeSignalNames, ", ")))
-		}
-	}
-	for _, p := range slices.Sorted(maps.Keys(rc.HTTP)) {
-		check("http", p, middleware.CheckHTTPRoute(p), rc.HTTP[p])
-	}
-	for _, m := range slices.Sorted(maps.Keys(rc.GRPC)) {
-		check("grpc", m, middleware.CheckGRPCRoute(m), rc.GRPC[m])
-	}
-	return errors.Join(errs...)
-}
-
-func formatConfigFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

@@ -91,7 +91,7 @@ func TestLoadConfig(t *testing.T) {
 					"logs":     {DropMin: ptrTo(0.2)},
 					"profiles": {Enabled: ptrTo(true), DropMin: ptrTo(0.0), DropMax: ptrTo(0.0)},
 				},
-				RetryAfter: RetryAfterConfig{Min: time.Second, Max: 10 * time.Second},
+				RetryAfter: middleware.RetryConfig{Min: time.Second, Max: 10 * time.Second},
 				Admission: admission.Config{
 					MaxInflightBytes:   admission.FixedInflightBudget(24 * admission.MiB),
 					UnknownSize:        512 * admission.KiB,
@@ -104,8 +104,8 @@ func TestLoadConfig(t *testing.T) {
 					},
 				},
 				Hold:   admission.HoldConfig{MaxWait: 2 * time.Second, MaxRequests: 32},
-				Tarpit: TarpitConfig{Delay: 250 * time.Millisecond, MaxRequests: 64},
-				Routes: RoutesConfig{
+				Tarpit: middleware.TarpitConfig{Delay: 250 * time.Millisecond, MaxRequests: 64},
+				Routes: middleware.RoutesConfig{
 					HTTP: map[string]string{
 						"/prometheus/write": "metrics",
 						"/api/v2/spans":     "traces",
@@ -225,9 +225,9 @@ func TestLoadConfigInvalid(t *testing.T) {
 	t.Parallel()
 	tests := map[string][]fieldError{
 		"disabled_invalid":             {{nil, "cpu: exit must be < enter, got 0.95 and 0.9"}},
-		"tarpit_delay_negative":        {{errTarpitDelay, "tarpit: delay"}},
-		"tarpit_delay_too_long":        {{errTarpitDelay, "tarpit: delay"}},
-		"tarpit_max_requests_negative": {{errTarpitMaxRequests, "tarpit: max_requests"}},
+		"tarpit_delay_negative":        {{middleware.ErrTarpitDelay, "tarpit: delay"}},
+		"tarpit_delay_too_long":        {{middleware.ErrTarpitDelay, "tarpit: delay"}},
+		"tarpit_max_requests_negative": {{middleware.ErrTarpitMaxRequests, "tarpit: max_requests"}},
 		"cpu_exit_ge_enter":            {{nil, "cpu: exit"}},
 		"cpu_enter_ge_hard":            {{nil, "cpu: enter"}},
 		"cpu_percent": {
@@ -260,9 +260,9 @@ func TestLoadConfigInvalid(t *testing.T) {
 		"drop_min_gt_max":           {{nil, "rules::logs: drop_min"}},
 		"drop_min_gt_inherited_max": {{nil, "rules: traces: drop_min must be <= drop_max, got 0.5 and 0.3 (drop_max inherited from default)"}},
 		"unknown_rule":              {{nil, `rules: unknown signal "tracez", want one of default, traces, metrics, logs, profiles`}},
-		"retry_after_inverted":      {{errRetryAfterOrder, "retry_after: min must be <= max"}},
-		"retry_after_negative":      {{errRetryAfterMin, "retry_after: min"}},
-		"retry_after_too_long":      {{errRetryAfterMax, "retry_after: max must be between 0s and 1m0s"}},
+		"retry_after_inverted":      {{middleware.ErrRetryAfterOrder, "retry_after: min must be <= max"}},
+		"retry_after_negative":      {{middleware.ErrRetryAfterMin, "retry_after: min"}},
+		"retry_after_too_long":      {{middleware.ErrRetryAfterMax, "retry_after: max must be between 0s and 1m0s"}},
 		"recovery_ramp_negative":    {{nil, "recovery_ramp"}},
 		"unknown_size_zero":         {{admission.ErrUnknownSizeZero, "admission: unknown_size"}},
 		"unknown_size_over_budget":  {{admission.ErrUnknownSizeOverBudget, "admission: unknown_size must be <= max_inflight_bytes, got 2MiB and 1MiB"}},
@@ -277,8 +277,8 @@ func TestLoadConfigInvalid(t *testing.T) {
 			{admission.ErrWaitTimeout, "\nwait_timeout"},
 		},
 		"route_unknown_signal": {
-			{errUnknownSignal, `routes: http "/x": unknown signal "foo", want one of traces, metrics, logs, profiles`},
-			{errUnknownSignal, "\n" + `grpc "/a.B/C": unknown signal "default"`},
+			{middleware.ErrUnknownSignal, `routes: http "/x": unknown signal "foo", want one of traces, metrics, logs, profiles`},
+			{middleware.ErrUnknownSignal, "\n" + `grpc "/a.B/C": unknown signal "default"`},
 		},
 		"route_bad_paths": {
 			{middleware.ErrRouteUnclean, `routes: http "/a//b": path must be clean, want "/a/b"`},
@@ -382,9 +382,9 @@ func TestCreateDefaultConfig(t *testing.T) {
 		Lines:     decision.Lines{Enabled: true, Enter: 0.85, Exit: 0.78, Hard: 0.92, BreachDuration: 250 * time.Millisecond, MaxShed: 1},
 		SoftLimit: softlimit.Config{Enabled: true, Share: 0.80, HeapTarget: 0.50},
 	}, cfg.Memory)
-	assert.Equal(t, RetryAfterConfig{Min: time.Second, Max: 5 * time.Second}, cfg.RetryAfter)
+	assert.Equal(t, middleware.RetryConfig{Min: time.Second, Max: 5 * time.Second}, cfg.RetryAfter)
 	assert.Equal(t, 5*time.Second, cfg.RecoveryRamp)
-	assert.Equal(t, TarpitConfig{MaxRequests: 512}, cfg.Tarpit)
+	assert.Equal(t, middleware.TarpitConfig{MaxRequests: 512}, cfg.Tarpit)
 	assert.Equal(t, admission.HoldConfig{MaxWait: 8 * time.Second, MaxRequests: 256}, cfg.Hold)
 	assert.Equal(t, 5*time.Second, cfg.StaleAfter)
 	assert.True(t, cfg.Admission.MaxInflightBytes.IsAuto())
@@ -465,10 +465,10 @@ func TestConfigValidateSections(t *testing.T) {
 		want []fieldError
 	}{
 		"retry_after.max negative": {
-			func(c *Config) { c.RetryAfter = RetryAfterConfig{Min: -time.Second, Max: -time.Second} },
+			func(c *Config) { c.RetryAfter = middleware.RetryConfig{Min: -time.Second, Max: -time.Second} },
 			[]fieldError{
-				{errRetryAfterMin, "retry_after: min"},
-				{errRetryAfterMax, "\nmax must be between 0s and 1m0s: a longer delay outlasts the clients' retry windows, got -1s"},
+				{middleware.ErrRetryAfterMin, "retry_after: min"},
+				{middleware.ErrRetryAfterMax, "\nmax must be between 0s and 1m0s: a longer delay outlasts the clients' retry windows, got -1s"},
 			},
 		},
 		"hold": {
@@ -479,10 +479,10 @@ func TestConfigValidateSections(t *testing.T) {
 			},
 		},
 		"tarpit": {
-			func(c *Config) { c.Tarpit = TarpitConfig{Delay: time.Minute, MaxRequests: -1} },
+			func(c *Config) { c.Tarpit = middleware.TarpitConfig{Delay: time.Minute, MaxRequests: -1} },
 			[]fieldError{
-				{errTarpitDelay, "tarpit: delay must be between 0s and 10s, got 1m0s"},
-				{errTarpitMaxRequests, "\nmax_requests must be >= 0, got -1"},
+				{middleware.ErrTarpitDelay, "tarpit: delay must be between 0s and 10s, got 1m0s"},
+				{middleware.ErrTarpitMaxRequests, "\nmax_requests must be >= 0, got -1"},
 			},
 		},
 		"memory::soft_limit": {

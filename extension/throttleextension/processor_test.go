@@ -20,6 +20,7 @@ import (
 	throttleprocessor "github.com/otelthrottle/throttle"
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/e2edata"
 )
 
@@ -72,7 +73,7 @@ func processorTestConfig(t *testing.T, mutate ...func(*Config)) *Config {
 	return testConfig(t, append([]func(*Config){func(c *Config) {
 		c.CPU.Enabled = false
 		c.Rules = decision.DefaultRulesConfig()
-		c.RetryAfter = RetryAfterConfig{Min: time.Second, Max: 2 * time.Second}
+		c.RetryAfter = middleware.RetryConfig{Min: time.Second, Max: 2 * time.Second}
 	}}, mutate...)...)
 }
 

@@ -104,13 +104,11 @@ type Config struct {
 	Status *statuspage.Config
 
 	// Routes classify requests by HTTP path and gRPC method.
-	Routes middleware.Routes
-	// RetryAfterMin and RetryAfterMax bound the delay a rejected client is
-	// asked to wait.
-	RetryAfterMin, RetryAfterMax time.Duration
-	// TarpitDelay and TarpitMaxRequests configure the HTTP tarpit (0: off).
-	TarpitDelay       time.Duration
-	TarpitMaxRequests int
+	Routes middleware.RoutesConfig
+	// RetryAfter bounds the delay a refused client is asked to wait.
+	RetryAfter middleware.RetryConfig
+	// Tarpit configures the HTTP tarpit (0: off).
+	Tarpit middleware.TarpitConfig
 	// Hold configures the hold (0: off).
 	Hold admission.HoldConfig
 	// Admission configures the admission budget and its fairness.

@@ -152,10 +152,10 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 		r.exempt[s] = !cfg.Enabled || !r.lines.Rules[s].Enabled
 	}
 	var err error
-	if r.classifier, err = middleware.NewClassifier(cfg.Routes); err != nil {
+	if r.classifier, err = middleware.NewClassifier(cfg.Routes.Routes()); err != nil {
 		return nil, err
 	}
-	r.retry = middleware.NewRetryDelay(cfg.RetryAfterMin, cfg.RetryAfterMax, r.open.openFor, nil)
+	r.retry = middleware.NewRetryDelay(cfg.RetryAfter.Min, cfg.RetryAfter.Max, r.open.openFor, nil)
 	hold := cfg.Hold
 	if !cfg.Enabled {
 		hold = admission.HoldConfig{} // nothing is refused: nothing to hold
@@ -172,7 +172,7 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 	if err != nil {
 		return nil, err
 	}
-	r.tarpit = middleware.NewTarpit(cfg.TarpitDelay, cfg.TarpitMaxRequests, r.adm.Closing())
+	r.tarpit = middleware.NewTarpit(cfg.Tarpit.Delay, cfg.Tarpit.MaxRequests, r.adm.Closing())
 	r.unclassified.logger = set.Logger
 	if r.tel, err = newTelemetry(set, id, cfg.ObserveOnly, r.telemetrySources()); err != nil {
 		return nil, err

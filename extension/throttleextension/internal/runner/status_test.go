@@ -27,6 +27,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/statuspage"
 	"github.com/otelthrottle/throttle/internal/testutil"
@@ -38,12 +39,11 @@ import (
 // nothing reported.
 func testConfig(mutate ...func(*Config)) Config {
 	cfg := Config{
-		Settings:      DefaultSettings(),
-		CPU:           DefaultCPUConfig(),
-		Memory:        DefaultMemoryConfig(),
-		Rules:         decision.DefaultRulesConfig(),
-		RetryAfterMin: time.Second,
-		RetryAfterMax: 5 * time.Second,
+		Settings:   DefaultSettings(),
+		CPU:        DefaultCPUConfig(),
+		Memory:     DefaultMemoryConfig(),
+		Rules:      decision.DefaultRulesConfig(),
+		RetryAfter: middleware.NewDefaultRetryConfig(),
 	}
 	cfg.StaleAfter = 0
 	cfg.Memory.SoftLimit.Enabled = false
