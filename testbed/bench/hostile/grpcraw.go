@@ -61,12 +61,12 @@ func prepare(ctx context.Context, conn *grpc.ClientConn, msg []byte) (*grpc.Prep
 	return pm, nil
 }
 
-// callPrepared makes one unary call of method with a prepared message and
-// returns the response's error status (nil: OK).
-func callPrepared(ctx context.Context, conn *grpc.ClientConn, method string, pm *grpc.PreparedMsg) error {
+// callPrepared makes one trace Export call (tracesMethod) with a prepared
+// message and returns the response's error status (nil: OK).
+func callPrepared(ctx context.Context, conn *grpc.ClientConn, pm *grpc.PreparedMsg) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := conn.NewStream(ctx, unaryDesc, method)
+	s, err := conn.NewStream(ctx, unaryDesc, tracesMethod)
 	if err != nil {
 		return err
 	}

@@ -163,3 +163,34 @@ func gzipSize(b []byte) int {
 	_ = w.Close()
 	return buf.Len()
 }
+
+// laneStream is the lane-trickle body, a gzip stream of zeros cut in two:
+// head decompresses to headDecoded bytes and ends with a flush, so that
+// the gateway can read all of them at once; tail is the rest of the
+// stream, sent a few bytes at a time, each few bytes of it decompressing
+// to about a thousand times as many zeros.
+type laneStream struct {
+	head, tail           []byte
+	headDecoded, decoded int
+}
+
+func buildLaneStream(decoded, head int) (*laneStream, error) {
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if _, err := io.Copy(w, &fillReader{n: int64(head)}); err != nil {
+		return nil, err
+	}
+	if err := w.Flush(); err != nil {
+		return nil, err
+	}
+	s := &laneStream{head: bytes.Clone(buf.Bytes()), headDecoded: head, decoded: decoded}
+	buf.Reset()
+	if _, err := io.Copy(w, &fillReader{n: int64(decoded - head)}); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	s.tail = bytes.Clone(buf.Bytes())
+	return s, nil
+}

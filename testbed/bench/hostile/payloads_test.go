@@ -146,7 +146,7 @@ func TestPreparedMessageIsCompressed(t *testing.T) {
 	pm, err := prepare(t.Context(), conn, msg)
 	require.NoError(t, err)
 	for range 2 { // the prepared message is sent any number of times
-		require.NoError(t, callPrepared(t.Context(), conn, tracesMethod, pm))
+		require.NoError(t, callPrepared(t.Context(), conn, pm))
 		ws.mu.Lock()
 		assert.Equal(t, len(msg), ws.decoded)
 		assert.Less(t, ws.onTheWire, 8<<10)
