@@ -4,10 +4,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -117,22 +115,7 @@ func (b *batchClient) run(ctx, parent context.Context) {
 }
 
 func (b *batchClient) send(ctx context.Context) (class, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+"/v1/traces", bytes.NewReader(b.body))
-	if err != nil {
-		return classError, err.Error()
-	}
-	req.Header.Set("Content-Type", "application/x-protobuf")
-	req.Header.Set("Content-Encoding", "gzip")
-	resp, err := b.httpC.Do(req)
-	if err != nil {
-		return classError, shorten(err.Error(), 200)
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
-	if err != nil {
-		return classError, shorten(err.Error(), 200)
-	}
-	return classifyHTTP(resp.StatusCode, body, resp.Header.Get("Content-Type"))
+	return postOTLP(ctx, b.httpC, b.url+"/v1/traces", b.body)
 }
 
 func (b *batchClient) snapshot() []answer {

@@ -4,13 +4,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync"
 	"time"
 
@@ -21,12 +18,13 @@ import (
 // gateways and targets).
 
 // shrinkWaves is the grpc-shrink peer (prime) and its control: a wave of
-// -shrink-calls concurrent Exports of the inflated message every
-// -shrink-every, after one accepted empty Export when prime. The empty
-// Export teaches the gateway that the peer's messages are empty, so that
-// its next calls reserve the 4 KiB floor each while grpc-go decompresses
-// and decodes 4 MB for every one of them; the size is learnt for 10 to 20
-// s, so that a wave every -shrink-every (more) starts from it again.
+// -shrink-calls concurrent Exports of the shrink message (4 MB of
+// attribute, kept in memory until exported) every -shrink-every, after one
+// accepted empty Export when prime. The empty Export teaches the gateway
+// that the peer's messages are empty, so that its next calls reserve the
+// 4 KiB floor each while grpc-go decompresses and decodes 4 MB for every
+// one of them; the size is learnt for 10 to 20 s, so that a wave every
+// -shrink-every (more) starts from it again.
 func (e *peerEnv) shrinkWaves(ctx context.Context, prime bool) error {
 	o := e.o
 	conns := make([]*grpc.ClientConn, o.shrinkConns)
@@ -38,7 +36,7 @@ func (e *peerEnv) shrinkWaves(ctx context.Context, prime bool) error {
 		defer c.Close()
 		conns[i] = c
 	}
-	big, err := prepare(ctx, conns[0], e.payloads.inflated)
+	big, err := prepare(ctx, conns[0], e.payloads.shrink)
 	if err != nil {
 		return err
 	}
@@ -55,21 +53,45 @@ func (e *peerEnv) shrinkWaves(ctx context.Context, prime bool) error {
 		if prime && !e.primeEmpty(ctx, conns[0], empty) {
 			return nil
 		}
-		var wg sync.WaitGroup
+		// Every call's headers go out first, and their messages only once
+		// all are open: the gateway admits each call when its headers
+		// arrive, before any message has been decoded.
+		var wg, opened sync.WaitGroup
+		send := make(chan struct{})
+		opened.Add(o.shrinkCalls)
 		for i := range o.shrinkCalls {
 			wg.Go(func() {
 				r := e.peer.begin(kind)
 				cctx, cancel := context.WithTimeout(ctx, o.shrinkTimeout)
-				err := callPrepared(cctx, conns[i%len(conns)], big)
+				err := callAfter(cctx, conns[i%len(conns)], big, opened.Done, send)
 				own := cctx.Err() != nil
 				cancel()
 				e.endGRPC(ctx, r, err, own)
 			})
 		}
+		waitTimeout(&opened, shrinkOpenWait)
+		close(send)
 		wg.Wait()
 		sleep(ctx, time.Until(waveStart.Add(o.shrinkEvery)))
 	}
 	return nil
+}
+
+// shrinkOpenWait bounds how long a wave waits for all its calls to be open
+// before their messages go out.
+const shrinkOpenWait = 5 * time.Second
+
+// waitTimeout waits for wg, at most d.
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
 
 // primeEmpty sends empty Exports until one is accepted (a refused one
@@ -155,21 +177,7 @@ func (e *peerEnv) exemptLane(ctx context.Context, src netip.Addr) {
 	body := e.payloads.exemptBody.Body
 	for ctx.Err() == nil {
 		r := e.peer.begin("exempt-metrics")
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.httpAddr+"/v1/metrics", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/x-protobuf")
-		req.Header.Set("Content-Length", strconv.Itoa(len(body)))
-		resp, err := c.Do(req)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			r.held()
-		case err != nil:
-			r.end(classRefused, "no answer: "+shorten(err.Error(), 120))
-		default:
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
-			cl, msg := classifyHTTP(resp.StatusCode, b, resp.Header.Get("Content-Type"))
-			r.end(cl, msg)
-		}
+		e.post(ctx, c, r, "/v1/metrics", body, false)
 		if !pause(ctx, r.lifetime()) {
 			return
 		}

@@ -8,7 +8,6 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,8 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/grpc"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
@@ -210,6 +209,13 @@ func TestAnalyseBatch(t *testing.T) {
 	assert.InDelta(t, 2.0/3, share, 1e-9)
 }
 
+// refuseBudget answers as the throttle does when the budget is full, and
+// closes the connection.
+func refuseBudget(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	http.Error(w, "throttle: collector overloaded (budget)", http.StatusTooManyRequests)
+}
+
 // The aborted lane sends chunked requests, from the address it is given,
 // that close their connection without a body byte.
 func TestAbortedBodyLane(t *testing.T) {
@@ -226,8 +232,7 @@ func TestAbortedBodyLane(t *testing.T) {
 		mu.Lock()
 		got = append(got, s)
 		mu.Unlock()
-		w.Header().Set("Connection", "close")
-		http.Error(w, "throttle: collector overloaded (budget)", http.StatusTooManyRequests)
+		refuseBudget(w)
 	})
 	e := &peerEnv{o: &options{}, peer: newPeer(time.Now()), httpAddr: stub}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -266,8 +271,7 @@ func TestSilentBodyLane(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 			waited.Add(1)
 		}
-		w.Header().Set("Connection", "close")
-		http.Error(w, "throttle: collector overloaded (budget)", http.StatusTooManyRequests)
+		refuseBudget(w)
 	})
 	e := &peerEnv{o: &options{}, peer: newPeer(time.Now()), httpAddr: stub}
 	ctx, cancel := context.WithTimeout(context.Background(), 350*time.Millisecond)
@@ -360,22 +364,7 @@ func TestBatchClient(t *testing.T) {
 // message, and the inflated one behind it on any of the connections.
 func TestEmptyExport(t *testing.T) {
 	ws := &wireSizes{decoded: -1}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(loadgen.RawCodec{}), grpc.StatsHandler(ws),
-		grpc.UnknownServiceHandler(func(_ any, s grpc.ServerStream) error {
-			var m []byte
-			if err := s.RecvMsg(&m); err != nil {
-				return err
-			}
-			empty := []byte{}
-			return s.SendMsg(&empty)
-		}))
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Stop()
-	conn, err := dialGRPC(hostileAddr, ln.Addr().String())
-	require.NoError(t, err)
-	defer conn.Close()
+	conn := grpcStub(t, ws)
 	empty, err := prepare(t.Context(), conn, []byte{})
 	require.NoError(t, err)
 	e := &peerEnv{peer: newPeer(time.Now())}
@@ -386,4 +375,18 @@ func TestEmptyExport(t *testing.T) {
 	reqs := e.peer.snapshot()
 	require.Len(t, reqs, 1, "one accepted empty Export is enough")
 	assert.Equal(t, classOK, reqs[0].class)
+}
+
+// The grpc-shrink message is a valid trace request whose span keeps a
+// 4 MB attribute, a few KiB gzip'd.
+func TestBlobMessage(t *testing.T) {
+	msg := blobMessage(4_000_000)
+	assert.InDelta(t, 4_000_000, len(msg), 8)
+	req := ptraceotlp.NewExportRequest()
+	require.NoError(t, req.UnmarshalProto(msg))
+	require.Equal(t, 1, req.Traces().SpanCount())
+	v, ok := req.Traces().ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes().Get("blob")
+	require.True(t, ok)
+	assert.Greater(t, len(v.Str()), 3_999_900)
+	assert.Less(t, gzipSize(msg), 16<<10)
 }

@@ -158,7 +158,7 @@ func defaultOptions() options {
 		laneMiB: 20, laneHeadMiB: 10, laneRate: 23, laneBatchMiB: 6,
 		silentAddresses: 8, silentConns: 4, silentBatchKiB: 64, silentBudget: shrinkBudget,
 		shutdownAfter: 10 * time.Second, shutdownGrace: 60 * time.Second, shutdownStreams: 20, shutdownDeadline: 5 * time.Minute,
-		liftConns:       16,
+		liftConns:       2,
 		exemptAddresses: 8, exemptConns: 4, exemptKiB: 640,
 	}
 }

@@ -152,13 +152,20 @@ func (n *normalClients) record(a answer) {
 }
 
 func (n *normalClients) sendHTTP(ctx context.Context) (class, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.cfg.httpTarget+"/v1/traces", bytes.NewReader(n.body))
+	return postOTLP(ctx, n.httpC, n.cfg.httpTarget+"/v1/traces", n.body)
+}
+
+// postOTLP posts a gzip'd OTLP/HTTP body to url with c and returns the
+// class of the answer and, for a refusal, its message; no answer within
+// ctx is an error.
+func postOTLP(ctx context.Context, c *http.Client, url string, gzipped []byte) (class, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(gzipped))
 	if err != nil {
 		return classError, err.Error()
 	}
 	req.Header.Set("Content-Type", "application/x-protobuf")
 	req.Header.Set("Content-Encoding", "gzip")
-	resp, err := n.httpC.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return classError, shorten(err.Error(), 200)
 	}

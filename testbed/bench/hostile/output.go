@@ -166,7 +166,7 @@ func writeSetup(o *options, capacity float64, measured bool, hp *hostilePayloads
 			fmt.Fprintf(&b, " Here: %d streams.", o.silentStreams)
 		case scenarioGRPCShrink, scenarioGRPCShrinkControl:
 			fmt.Fprintf(&b, " Here: %d calls on %d connections every %s, each %d bytes decoded from %d gzip'd, deadline %s.",
-				o.shrinkCalls, o.shrinkConns, o.shrinkEvery, len(hp.inflated), hp.inflatedWire, o.shrinkTimeout)
+				o.shrinkCalls, o.shrinkConns, o.shrinkEvery, len(hp.shrink), hp.shrinkWire, o.shrinkTimeout)
 		case scenarioLaneTrickle, scenarioShutdown:
 			fmt.Fprintf(&b, " Here: %d MiB from %.1f KiB on the wire; the first %d MiB from %.1f KiB at once, then %d bytes/s "+
 				"(about %.0f KiB decompressed a second).", o.laneMiB, float64(len(hp.lane.head)+len(hp.lane.tail))/1024, o.laneHeadMiB,

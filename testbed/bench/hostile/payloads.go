@@ -194,3 +194,13 @@ func buildLaneStream(decoded, head int) (*laneStream, error) {
 	s.tail = bytes.Clone(buf.Bytes())
 	return s, nil
 }
+
+// blobMessage returns a valid OTLP trace request of about decoded bytes,
+// one span whose attribute is a string of letters: unlike the inflated
+// message's unknown field, the collector keeps the attribute in memory
+// until its batch is exported, and gzip still shrinks it about a thousand
+// times.
+func blobMessage(decoded int) []byte {
+	blob := blobForSize(decoded)
+	return append(blobRequestPrefix(blob), bytes.Repeat([]byte{'a'}, blob)...)
+}

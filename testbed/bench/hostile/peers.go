@@ -69,8 +69,9 @@ var scenarioDescriptions = map[string]string{
 	scenarioHoldFlood:     "-flood-http HTTP requests that send their headers (Content-Length of a normal body) and hold the body back, and -flood-grpc gRPC streams that send their headers and hold the message back, each reopened when the gateway ends it",
 	scenarioSilentStreams: "-silent-streams gRPC Export streams that open and never send a message, each reopened as soon as the gateway cancels it",
 
-	scenarioGRPCShrink: "waves of -shrink-calls concurrent gRPC Exports of the -inflate-bytes message (gzip'd), on -shrink-conns connections, each wave after one accepted empty Export " +
-		"(which teaches the peer's message size: its calls then reserve the 4 KiB floor while grpc-go decompresses and decodes them), a wave every -shrink-every",
+	scenarioGRPCShrink: "waves of -shrink-calls concurrent gRPC Exports, on -shrink-conns connections, each of one gzip'd span whose attribute is -inflate-bytes of letters; " +
+		"each wave after one accepted empty Export (which teaches the gateway the peer's message size: its calls then reserve the 4 KiB floor while grpc-go decompresses and decodes them); " +
+		"every call of a wave is opened (its headers sent, its reservation made) before their messages go out; a wave every -shrink-every",
 	scenarioGRPCShrinkControl: "the waves of " + scenarioGRPCShrink + " without the empty Export first: what the same calls do when their peer's size is not shrunk",
 	scenarioLaneTrickle: "one chunked gzip body of zeros that decompresses to -lane-mib MiB: the first -lane-head-mib MiB at once (its reservation reaches its share, it takes the oversize lane), " +
 		"the rest at -lane-rate bytes/s on the wire, which decompress to about a thousand times as many, enough progress for the minimum body rate; a new connection when the gateway ends one",
@@ -165,7 +166,11 @@ type hostilePayloads struct {
 	// lane is the lane-trickle body; batches the honest batch clients'
 	// requests by decoded size; small a small OTLP traces message;
 	// exemptBody the exempt-overdraft's uncompressed metrics body.
-	lane       *laneStream
+	lane *laneStream
+	// shrink is the grpc-shrink calls' message, shrinkWire its size
+	// gzip'd.
+	shrink     []byte
+	shrinkWire int
 	batches    map[int]*loadgen.Payload
 	small      []byte
 	exemptBody *loadgen.Payload
@@ -189,6 +194,8 @@ func buildPayloads(o *options) (*hostilePayloads, error) {
 	}
 	hp.inflated = inflatedMessage(o.inflateBytes)
 	hp.inflatedWire = gzipSize(hp.inflated)
+	hp.shrink = blobMessage(o.inflateBytes)
+	hp.shrinkWire = gzipSize(hp.shrink)
 	if hp.lane, err = buildLaneStream(o.laneMiB<<20, o.laneHeadMiB<<20); err != nil {
 		return nil, err
 	}
@@ -439,24 +446,32 @@ func (e *peerEnv) bombLane(ctx context.Context, c *http.Client, lane int) {
 	for i := lane; ctx.Err() == nil; i++ {
 		k := i % len(hp.bombs)
 		r := e.peer.begin(fmt.Sprintf("gzip-%dMiB", hp.bombMiB[k]))
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.httpAddr+"/v1/traces", bytes.NewReader(hp.bombs[k]))
-		req.Header.Set("Content-Type", "application/x-protobuf")
-		req.Header.Set("Content-Encoding", "gzip")
-		resp, err := c.Do(req)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			r.held()
-		case err != nil:
-			r.end(classRefused, "no answer: "+shorten(err.Error(), 120))
-		default:
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
-			cl, msg := classifyHTTP(resp.StatusCode, body, resp.Header.Get("Content-Type"))
-			r.end(cl, msg)
-		}
+		e.post(ctx, c, r, "/v1/traces", hp.bombs[k], true)
 		if !pause(ctx, r.lifetime()) {
 			return
 		}
+	}
+}
+
+// post sends the hostile request r, an OTLP/HTTP body to path (gzip'd:
+// gz), with c, and records what became of it.
+func (e *peerEnv) post(ctx context.Context, c *http.Client, r *hreq, path string, body []byte, gz bool) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.httpAddr+path, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	if gz {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
+	resp, err := c.Do(req)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		r.held()
+	case err != nil:
+		r.end(classRefused, "no answer: "+shorten(err.Error(), 120))
+	default:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		cl, msg := classifyHTTP(resp.StatusCode, b, resp.Header.Get("Content-Type"))
+		r.end(cl, msg)
 	}
 }
 
