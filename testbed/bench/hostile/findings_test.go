@@ -123,6 +123,7 @@ func TestSetupFor(t *testing.T) {
 
 	lane := setupFor(&o, scenarioLaneTrickle)
 	assert.Equal(t, 6<<20, lane.batchBytes)
+	assert.Equal(t, time.Second, lane.batchCycle)
 	assert.Equal(t, targetBatches, lane.target)
 	assert.Equal(t, base.gw, lane.gw)
 

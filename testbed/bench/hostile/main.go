@@ -41,7 +41,7 @@
 //	                       concurrent Exports of 4 MB decoded; 1.5 CPU, 1 GiB, a 16 MiB budget; target 0 OOM kills
 //	grpc-shrink-control    the same without the empty Export first, for comparison
 //	lane-trickle           a gzip body of zeros (20 MiB) in the oversize lane, 23 bytes/s on the wire; honest
-//	                       6 MiB batches beside it; target >= 90 % of them accepted
+//	                       6 MiB batches beside it, one a second; target >= 90 % of them accepted
 //	silent-addresses       8 addresses (127.0.0.2-9) with chunked requests that send no body byte, sent again
 //	                       when cut; honest 64 KiB batches, a 16 MiB budget; target >= 90 % accepted
 //	shutdown               the lane-trickle body and gRPC Exports waiting for bytes with a 5 min deadline, then
@@ -128,6 +128,7 @@ type options struct {
 	laneHeadMiB      int
 	laneRate         int
 	laneBatchMiB     int
+	laneBatchEvery   time.Duration
 	silentAddresses  int
 	silentConns      int
 	silentBatchKiB   int
@@ -155,7 +156,7 @@ func defaultOptions() options {
 		inflateBytes: 4_000_000, inflateRate: 10,
 		floodHTTP: 300, floodGRPC: 300, silentStreams: 200,
 		shrinkCalls: 600, shrinkConns: 4, shrinkEvery: 25 * time.Second, shrinkTimeout: 10 * time.Second,
-		laneMiB: 20, laneHeadMiB: 10, laneRate: 23, laneBatchMiB: 6,
+		laneMiB: 20, laneHeadMiB: 10, laneRate: 23, laneBatchMiB: 6, laneBatchEvery: time.Second,
 		silentAddresses: 8, silentConns: 4, silentBatchKiB: 64, silentBudget: shrinkBudget,
 		shutdownAfter: 10 * time.Second, shutdownGrace: 60 * time.Second, shutdownStreams: 20, shutdownDeadline: 5 * time.Minute,
 		liftConns:       2,
@@ -205,6 +206,7 @@ func main() {
 	fs.IntVar(&o.laneHeadMiB, "lane-head-mib", o.laneHeadMiB, "lane-trickle: MiB of it sent at once (beyond its peer's share: it takes the lane)")
 	fs.IntVar(&o.laneRate, "lane-rate", o.laneRate, "lane-trickle: bytes per second on the wire after the head")
 	fs.IntVar(&o.laneBatchMiB, "lane-batch-mib", o.laneBatchMiB, "lane-trickle: the honest batches' decoded MiB")
+	fs.DurationVar(&o.laneBatchEvery, "lane-batch-every", o.laneBatchEvery, "lane-trickle: the least time between two honest batches")
 	fs.IntVar(&o.silentAddresses, "silent-addresses", o.silentAddresses, "silent-addresses: attacker addresses (127.0.0.2 on)")
 	fs.IntVar(&o.silentConns, "silent-conns", o.silentConns, "silent-addresses: requests at once per address")
 	fs.IntVar(&o.silentBatchKiB, "silent-batch-kib", o.silentBatchKiB, "silent-addresses: the honest batches' decoded KiB")
@@ -319,8 +321,8 @@ func (o *options) validate() error {
 	if o.laneHeadMiB < 1 || o.laneMiB <= o.laneHeadMiB || o.laneRate < 1 || o.laneBatchMiB < 1 || o.silentBatchKiB < 1 || o.exemptKiB < 1 {
 		errs = append(errs, errors.New("-lane-mib must be more than -lane-head-mib (>= 1); -lane-rate, -lane-batch-mib, -silent-batch-kib and -exempt-kib must be >= 1"))
 	}
-	if o.shrinkEvery <= 0 || o.shrinkTimeout <= 0 || o.shutdownAfter < time.Second || o.shutdownGrace <= 0 || o.shutdownDeadline <= 0 {
-		errs = append(errs, errors.New("-shrink-every, -shrink-timeout, -shutdown-grace and -shutdown-deadline must be > 0, -shutdown-after >= 1s"))
+	if o.shrinkEvery <= 0 || o.shrinkTimeout <= 0 || o.laneBatchEvery < 0 || o.shutdownAfter < time.Second || o.shutdownGrace <= 0 || o.shutdownDeadline <= 0 {
+		errs = append(errs, errors.New("-shrink-every, -shrink-timeout, -shutdown-grace and -shutdown-deadline must be > 0, -lane-batch-every >= 0, -shutdown-after >= 1s"))
 	}
 	return errors.Join(errs...)
 }

@@ -106,7 +106,9 @@ func setupFor(o *options, scenario string) setup {
 		s.gw = gatewaySettings{cpus: shrinkCPUs, memMiB: shrinkMemMiB, throttle: budgetYAML(shrinkBudget)}
 		s.target = targetNoOOM
 	case scenarioLaneTrickle:
-		s.batchBytes, s.batchCycle = o.laneBatchMiB<<20, 0
+		// One batch a second: back to back, the batches and the normal
+		// clients overloaded the one-CPU gateway without a hostile peer.
+		s.batchBytes, s.batchCycle = o.laneBatchMiB<<20, o.laneBatchEvery
 		s.target = targetBatches
 	case scenarioSilentAddresses:
 		s.gw.throttle = budgetYAML(o.silentBudget)
