@@ -4,6 +4,8 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -53,15 +55,37 @@ type roundResult struct {
 	// buckets are the normal clients' answers per bucketLen of the window,
 	// by class: the refusals over time.
 	buckets [][numClasses]int
+
+	// gateway describes the round's gateway; target is what the round is
+	// judged by (a finding's one figure, or the criteria of check).
+	gateway string
+	target  targetKind
+	// batch counts the honest batch client's requests of the window by
+	// class, batchKind names them ("" without the client).
+	batch     [numClasses]int
+	batchKind string
+	// shutdown: the round ended with a SIGTERM to the gateway, which took
+	// exitAfter to exit, exitKilled: not within the grace (then killed).
+	shutdown   bool
+	exitAfter  time.Duration
+	exitKilled bool
+	// peakReserved is the largest reservation of the budget the gateway
+	// reported in the window (its metrics, sampled), limit/autoBudgetDivisor
+	// its memory limit's share the target compares it with.
+	peakReserved int64
+	// hostBusyPct is how busy the whole machine was in the window, in % of
+	// all its cores: the gateway, the clients, the peer and whatever else
+	// ran on it.
+	hostBusyPct float64
 }
 
 // bucketLen is the resolution of the refusals over time in the report.
 const bucketLen = 5 * time.Second
 
-// analyse fills the normal clients' and the hostile peer's figures of r from
-// their answers, the window being [from, from+r.window) since the round's
-// start.
-func (r *roundResult) analyse(normal, hostile []answer, from time.Duration) {
+// analyse fills the normal clients', the honest batch client's and the
+// hostile peer's figures of r from their answers, the window being
+// [from, from+r.window) since the round's start.
+func (r *roundResult) analyse(normal, batch, hostile []answer, from time.Duration) {
 	to := from + r.window
 	var in []answer
 	for _, a := range normal {
@@ -82,6 +106,12 @@ func (r *roundResult) analyse(normal, hostile []answer, from time.Duration) {
 	r.longestBudget, r.budgetProto, r.budgetAt = longestBudgetStretch(in)
 	if r.budgetProto != "" {
 		r.budgetAt -= from
+	}
+	for _, a := range batch {
+		if a.sent >= from && a.sent < to {
+			r.batch[a.class]++
+			r.batchKind = a.who
+		}
 	}
 	r.hostileKinds = map[string]*[numClasses]int{}
 	for _, a := range hostile {
@@ -202,4 +232,63 @@ func (r *roundResult) check() verdict {
 		hostileRefused: refusals(&r.normal) == 0 || h > n,
 		noOOM:          r.oomKills == 0 && r.restarts == 0,
 	}
+}
+
+// batchAccepted is the share of the honest batch client's requests of the
+// window that were accepted (errors and timeouts count as not accepted);
+// false without any.
+func (r *roundResult) batchAccepted() (float64, bool) {
+	n := total(&r.batch)
+	if n == 0 {
+		return 0, false
+	}
+	return float64(r.batch[classOK]) / float64(n), true
+}
+
+// reservedBound is the reservation the targetReserved target allows: the
+// memory limit's share the auto budget is sized by.
+func (r *roundResult) reservedBound() int64 {
+	return int64(min(r.limit/autoBudgetDivisor, math.MaxInt64))
+}
+
+// targetResult returns the round's figure for its target, for the report,
+// and whether it reached it; "" and false for targetCriteria (check has
+// those).
+func (r *roundResult) targetResult() (measured string, pass bool) {
+	noOOM := r.oomKills == 0 && r.restarts == 0
+	switch r.target {
+	case targetNoOOM:
+		return fmt.Sprintf("%d OOM kills, %d restarts", r.oomKills, r.restarts), noOOM
+	case targetBatches:
+		share, ok := r.batchAccepted()
+		if !ok {
+			return "no batch sent", false
+		}
+		return fmt.Sprintf("%d/%d accepted (%.1f %%)", r.batch[classOK], total(&r.batch), 100*share), share >= minBatchAccepted
+	case targetShutdown:
+		if !r.shutdown {
+			return "no SIGTERM sent", false
+		}
+		if r.exitKilled {
+			return fmt.Sprintf("not exited after %.1f s: killed", r.exitAfter.Seconds()), false
+		}
+		return fmt.Sprintf("exited %.1f s after SIGTERM", r.exitAfter.Seconds()), r.exitAfter <= maxShutdown
+	case targetReserved:
+		bound := r.reservedBound()
+		m := fmt.Sprintf("peak reserved %.1f MiB (%.2f × limit/%d = %.1f MiB), %d OOM kills", float64(r.peakReserved)/(1<<20),
+			float64(r.peakReserved)/float64(max(bound, 1)), autoBudgetDivisor, float64(bound)/(1<<20), r.oomKills)
+		return m, bound > 0 && r.peakReserved <= bound && noOOM
+	default:
+		return "", false
+	}
+}
+
+// passed is whether a scenario round reached its target: the criteria of
+// check for targetCriteria.
+func (r *roundResult) passed() bool {
+	if r.target == targetCriteria {
+		return r.check().pass()
+	}
+	_, ok := r.targetResult()
+	return ok
 }

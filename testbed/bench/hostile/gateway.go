@@ -21,15 +21,23 @@ type gatewayConfig struct {
 	HTTPPort, GRPCPort, MetricsPort int
 	// SinkAddr is the sink's host:port.
 	SinkAddr string
+	// Throttle is the throttle's settings (YAML); "": none, its shipped
+	// defaults.
+	Throttle string
 }
 
 // gatewayTmpl is the gateway under test: the otlp receiver with the
 // throttle on its gRPC and HTTP servers, the throttle with its shipped
-// defaults (no setting at all), otlp -> batch -> otlp_grpc to the sink for
-// every signal.
+// defaults (no setting at all) unless a scenario's gateway sets some,
+// otlp -> batch -> otlp_grpc to the sink for every signal.
 var gatewayTmpl = colconfig.New("gateway", `# Written by bench/hostile: the gateway under test.
 extensions:
+{{- if .Throttle }}
+  throttle:
+{{ indent 4 .Throttle }}
+{{- else }}
   throttle: {}   # the shipped defaults
+{{- end }}
 
 receivers:
   otlp:
@@ -67,14 +75,14 @@ type gateway struct {
 	grpcAddr string
 }
 
-// startGateway starts the gateway of a round named name in its own cgroup
-// and waits until its metrics and both OTLP ports answer.
-func startGateway(ctx context.Context, o *options, name, sinkAddr string) (_ *gateway, err error) {
+// startGateway starts the gateway of a round named name with settings gw
+// in its own cgroup and waits until its metrics and both OTLP ports answer.
+func startGateway(ctx context.Context, o *options, name, sinkAddr string, gw gatewaySettings) (_ *gateway, err error) {
 	ports, err := harness.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{cfg: gatewayConfig{HTTPPort: ports[0], GRPCPort: ports[1], MetricsPort: ports[2], SinkAddr: sinkAddr}}
+	g := &gateway{cfg: gatewayConfig{HTTPPort: ports[0], GRPCPort: ports[1], MetricsPort: ports[2], SinkAddr: sinkAddr, Throttle: gw.throttle}}
 	g.httpURL = fmt.Sprintf("http://127.0.0.1:%d", g.cfg.HTTPPort)
 	g.grpcAddr = fmt.Sprintf("127.0.0.1:%d", g.cfg.GRPCPort)
 	cfg, err := colconfig.Render(gatewayTmpl, g.cfg)
@@ -82,7 +90,7 @@ func startGateway(ctx context.Context, o *options, name, sinkAddr string) (_ *ga
 		return nil, err
 	}
 	// The branch's name in the cgroup's, so that a leftover is found.
-	if g.cg, err = harness.CreateCgroup(fmt.Sprintf("hostile-%d-%s", os.Getpid(), name), o.cpus, o.memMiB<<20); err != nil {
+	if g.cg, err = harness.CreateCgroup(fmt.Sprintf("hostile-%d-%s", os.Getpid(), name), gw.cpus, gw.memMiB<<20); err != nil {
 		return nil, err
 	}
 	defer func() {

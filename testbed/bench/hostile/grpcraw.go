@@ -61,14 +61,29 @@ func prepare(ctx context.Context, conn *grpc.ClientConn, msg []byte) (*grpc.Prep
 	return pm, nil
 }
 
-// callPrepared makes one unary call of method with a prepared message and
-// returns the response's error status (nil: OK).
-func callPrepared(ctx context.Context, conn *grpc.ClientConn, method string, pm *grpc.PreparedMsg) error {
+// callPrepared makes one trace Export call (tracesMethod) with a prepared
+// message and returns the response's error status (nil: OK).
+func callPrepared(ctx context.Context, conn *grpc.ClientConn, pm *grpc.PreparedMsg) error {
+	return callAfter(ctx, conn, pm, func() {}, nil)
+}
+
+// callAfter is callPrepared with its message held back: once the call is
+// open (its headers sent) it calls opened, and sends the message when send
+// is closed (at once for a nil send).
+func callAfter(ctx context.Context, conn *grpc.ClientConn, pm *grpc.PreparedMsg, opened func(), send <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := conn.NewStream(ctx, unaryDesc, method)
+	s, err := conn.NewStream(ctx, unaryDesc, tracesMethod)
+	opened()
 	if err != nil {
 		return err
+	}
+	if send != nil {
+		select {
+		case <-send:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if err := s.SendMsg(pm); err != nil && !errors.Is(err, io.EOF) {
 		return err

@@ -31,6 +31,29 @@
 // hostile peer's requests refused and admitted, and the gateway's peak
 // working set and OOM kills.
 //
+// The findings of a later review of the fairness by address have one
+// scenario each, with a target of their own; some need a gateway of their
+// own, which their baseline round gets too (setups.go), and some an honest
+// agent from 127.0.1.1 that sends batches of one size one at a time
+// (batch.go):
+//
+//	grpc-shrink            one accepted empty gRPC Export (its peer's calls then reserve 4 KiB), then 600
+//	                       concurrent Exports of 4 MB decoded; 1.5 CPU, 1 GiB, a 16 MiB budget; target 0 OOM kills
+//	grpc-shrink-control    the same without the empty Export first, for comparison
+//	lane-trickle           a gzip body of zeros (20 MiB) in the oversize lane, 23 bytes/s on the wire; honest
+//	                       6 MiB batches beside it, one a second; target >= 90 % of them accepted
+//	silent-addresses       8 addresses (127.0.0.2-9) with chunked requests that send no body byte, sent again
+//	                       when cut; honest 64 KiB batches, a 16 MiB budget; target >= 90 % accepted
+//	shutdown               the lane-trickle body and gRPC Exports waiting for bytes with a 5 min deadline, then
+//	                       a SIGTERM to the gateway; target: it exits within 10 s
+//	lane-allowance-lift    the oversize-gzip peer, and aborted chunked requests from 127.0.0.3, whose reserved
+//	                       bytes count as read: the criteria above
+//	exempt-overdraft       metrics exempt, 8 addresses sending metrics past the full budget; 1 CPU, 120 MiB
+//	                       (auto budget = limit/12); target: reservations <= limit/12, 0 OOM kills
+//
+// The report gives each round's gateway, its target and the figure it is
+// judged by, and the machine's busy share over the load phase.
+//
 // Linux, root (cgroups). Its default paths are relative to the repository
 // root: make hostile builds it into bin/hostile and runs it there, writing
 // bench/runs/<date>-hostile/ (git-ignored): report.md, summary.csv,
@@ -95,6 +118,29 @@ type options struct {
 	floodHTTP     int
 	floodGRPC     int
 	silentStreams int
+
+	// The findings' scenarios (setups.go).
+	shrinkCalls      int
+	shrinkConns      int
+	shrinkEvery      time.Duration
+	shrinkTimeout    time.Duration
+	laneMiB          int
+	laneHeadMiB      int
+	laneRate         int
+	laneBatchMiB     int
+	laneBatchEvery   time.Duration
+	silentAddresses  int
+	silentConns      int
+	silentBatchKiB   int
+	silentBudget     string
+	shutdownAfter    time.Duration
+	shutdownGrace    time.Duration
+	shutdownStreams  int
+	shutdownDeadline time.Duration
+	liftConns        int
+	exemptAddresses  int
+	exemptConns      int
+	exemptKiB        int
 }
 
 // defaultOptions are the full run's settings (the flags' defaults).
@@ -109,6 +155,12 @@ func defaultOptions() options {
 		lengthFactor: 1, lengthRateMiB: 4,
 		inflateBytes: 4_000_000, inflateRate: 10,
 		floodHTTP: 300, floodGRPC: 300, silentStreams: 200,
+		shrinkCalls: 600, shrinkConns: 4, shrinkEvery: 25 * time.Second, shrinkTimeout: 10 * time.Second,
+		laneMiB: 20, laneHeadMiB: 10, laneRate: 23, laneBatchMiB: 6, laneBatchEvery: time.Second,
+		silentAddresses: 8, silentConns: 4, silentBatchKiB: 64, silentBudget: shrinkBudget,
+		shutdownAfter: 10 * time.Second, shutdownGrace: 60 * time.Second, shutdownStreams: 20, shutdownDeadline: 5 * time.Minute,
+		liftConns:       2,
+		exemptAddresses: 8, exemptConns: 4, exemptKiB: 640,
 	}
 }
 
@@ -146,6 +198,27 @@ func main() {
 	fs.IntVar(&o.floodHTTP, "flood-http", o.floodHTTP, "hold-flood: HTTP requests holding their body")
 	fs.IntVar(&o.floodGRPC, "flood-grpc", o.floodGRPC, "hold-flood: gRPC streams holding their message")
 	fs.IntVar(&o.silentStreams, "silent-streams", o.silentStreams, "silent-streams: streams at once")
+	fs.IntVar(&o.shrinkCalls, "shrink-calls", o.shrinkCalls, "grpc-shrink: concurrent Exports of a wave")
+	fs.IntVar(&o.shrinkConns, "shrink-conns", o.shrinkConns, "grpc-shrink: connections the waves are spread over")
+	fs.DurationVar(&o.shrinkEvery, "shrink-every", o.shrinkEvery, "grpc-shrink: time from one wave's start to the next (the peer's learnt size is forgotten after 10-20 s)")
+	fs.DurationVar(&o.shrinkTimeout, "shrink-timeout", o.shrinkTimeout, "grpc-shrink: deadline of each Export")
+	fs.IntVar(&o.laneMiB, "lane-mib", o.laneMiB, "lane-trickle: MiB the trickled body decompresses to")
+	fs.IntVar(&o.laneHeadMiB, "lane-head-mib", o.laneHeadMiB, "lane-trickle: MiB of it sent at once (beyond its peer's share: it takes the lane)")
+	fs.IntVar(&o.laneRate, "lane-rate", o.laneRate, "lane-trickle: bytes per second on the wire after the head")
+	fs.IntVar(&o.laneBatchMiB, "lane-batch-mib", o.laneBatchMiB, "lane-trickle: the honest batches' decoded MiB")
+	fs.DurationVar(&o.laneBatchEvery, "lane-batch-every", o.laneBatchEvery, "lane-trickle: the least time between two honest batches")
+	fs.IntVar(&o.silentAddresses, "silent-addresses", o.silentAddresses, "silent-addresses: attacker addresses (127.0.0.2 on)")
+	fs.IntVar(&o.silentConns, "silent-conns", o.silentConns, "silent-addresses: requests at once per address")
+	fs.IntVar(&o.silentBatchKiB, "silent-batch-kib", o.silentBatchKiB, "silent-addresses: the honest batches' decoded KiB")
+	fs.StringVar(&o.silentBudget, "silent-budget", o.silentBudget, "silent-addresses: the gateway's max_inflight_bytes (auto: the shipped default)")
+	fs.DurationVar(&o.shutdownAfter, "shutdown-after", o.shutdownAfter, "shutdown: time into the load phase of the SIGTERM (the round's measured window)")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", o.shutdownGrace, "shutdown: time after the SIGTERM before the gateway is killed")
+	fs.IntVar(&o.shutdownStreams, "shutdown-streams", o.shutdownStreams, "shutdown: gRPC Exports waiting for bytes")
+	fs.DurationVar(&o.shutdownDeadline, "shutdown-deadline", o.shutdownDeadline, "shutdown: their deadline")
+	fs.IntVar(&o.liftConns, "lift-conns", o.liftConns, "lane-allowance-lift: aborted requests at once from the second address")
+	fs.IntVar(&o.exemptAddresses, "exempt-addresses", o.exemptAddresses, "exempt-overdraft: attacker addresses (127.0.0.2 on)")
+	fs.IntVar(&o.exemptConns, "exempt-conns", o.exemptConns, "exempt-overdraft: connections per address")
+	fs.IntVar(&o.exemptKiB, "exempt-kib", o.exemptKiB, "exempt-overdraft: KiB of each metrics body")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fail(fmt.Errorf("unexpected arguments: %q", fs.Args()))
@@ -238,6 +311,18 @@ func (o *options) validate() error {
 	}
 	if o.items < 1 || o.maxInflight < 1 || o.capacityC < 1 || o.repeat < 1 {
 		errs = append(errs, errors.New("-items, -max-inflight, -capacity-c and -repeat must be >= 1"))
+	}
+	if o.shrinkCalls < 1 || o.shrinkConns < 1 || o.silentConns < 1 || o.shutdownStreams < 0 || o.liftConns < 1 || o.exemptConns < 1 {
+		errs = append(errs, errors.New("-shrink-calls, -shrink-conns, -silent-conns, -lift-conns and -exempt-conns must be >= 1, -shutdown-streams >= 0"))
+	}
+	if o.silentAddresses < 1 || o.silentAddresses > maxAttackers || o.exemptAddresses < 1 || o.exemptAddresses > maxAttackers {
+		errs = append(errs, fmt.Errorf("-silent-addresses and -exempt-addresses must be in [1, %d]", maxAttackers))
+	}
+	if o.laneHeadMiB < 1 || o.laneMiB <= o.laneHeadMiB || o.laneRate < 1 || o.laneBatchMiB < 1 || o.silentBatchKiB < 1 || o.exemptKiB < 1 {
+		errs = append(errs, errors.New("-lane-mib must be more than -lane-head-mib (>= 1); -lane-rate, -lane-batch-mib, -silent-batch-kib and -exempt-kib must be >= 1"))
+	}
+	if o.shrinkEvery <= 0 || o.shrinkTimeout <= 0 || o.laneBatchEvery < 0 || o.shutdownAfter < time.Second || o.shutdownGrace <= 0 || o.shutdownDeadline <= 0 {
+		errs = append(errs, errors.New("-shrink-every, -shrink-timeout, -shutdown-grace and -shutdown-deadline must be > 0, -lane-batch-every >= 0, -shutdown-after >= 1s"))
 	}
 	return errors.Join(errs...)
 }

@@ -25,7 +25,21 @@ import (
 var (
 	normalAddr  = netip.MustParseAddr("127.0.0.1")
 	hostileAddr = netip.MustParseAddr("127.0.0.2")
+	// batchAddr is the honest batch client's (batch.go), apart from the
+	// attacker addresses hostileAddr and up (attackerAddr).
+	batchAddr = netip.MustParseAddr("127.0.1.1")
 )
+
+// maxAttackers is how many attacker addresses attackerAddr gives.
+const maxAttackers = 250
+
+// attackerAddr is the i-th attacker address: 127.0.0.2 (hostileAddr) for
+// 0, then 127.0.0.3 and up.
+func attackerAddr(i int) netip.Addr {
+	a := hostileAddr.As4()
+	a[3] += byte(min(max(i, 0), maxAttackers-1))
+	return netip.AddrFrom4(a)
+}
 
 // normalConfig describes the normal clients: agents sending traces to the
 // gateway over OTLP/HTTP (gzip, as the otlp_http exporter sends by default)
@@ -118,7 +132,7 @@ func (n *normalClients) one(ctx context.Context, proto string) {
 		a.class, a.message = n.sendHTTP(rctx)
 	} else {
 		conn := n.conns[n.next.Add(1)%uint64(len(n.conns))]
-		err := callPrepared(rctx, conn, tracesMethod, n.pm)
+		err := callPrepared(rctx, conn, n.pm)
 		a.class, a.message = classifyGRPC(err, rctx.Err() != nil)
 	}
 	cancel()
@@ -138,13 +152,20 @@ func (n *normalClients) record(a answer) {
 }
 
 func (n *normalClients) sendHTTP(ctx context.Context) (class, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.cfg.httpTarget+"/v1/traces", bytes.NewReader(n.body))
+	return postOTLP(ctx, n.httpC, n.cfg.httpTarget+"/v1/traces", n.body)
+}
+
+// postOTLP posts a gzip'd OTLP/HTTP body to url with c and returns the
+// class of the answer and, for a refusal, its message; no answer within
+// ctx is an error.
+func postOTLP(ctx context.Context, c *http.Client, url string, gzipped []byte) (class, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(gzipped))
 	if err != nil {
 		return classError, err.Error()
 	}
 	req.Header.Set("Content-Type", "application/x-protobuf")
 	req.Header.Set("Content-Encoding", "gzip")
-	resp, err := n.httpC.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return classError, shorten(err.Error(), 200)
 	}

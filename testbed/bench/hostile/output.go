@@ -29,6 +29,10 @@ var summaryHeader = []string{
 	"hostile_errors", "hostile_held", "hostile_refused_pct", "hostile_kinds",
 	"budget_mib", "peak_ws_mib", "peak_ws_pct", "oom_kills", "restarts",
 	"pass_throughput", "pass_budget", "pass_hostile_refused", "pass_no_oom", "pass",
+	// the round's gateway and machine, and the findings' figures
+	"gateway", "host_busy_pct",
+	"batch_kind", "batch_requests", "batch_ok", "batch_budget", "batch_refused", "batch_errors", "batch_accepted_pct",
+	"exit_s", "exit_killed", "peak_reserved_mib", "target", "target_measured", "pass_target",
 }
 
 func summaryRow(r *roundResult) []string {
@@ -54,6 +58,23 @@ func summaryRow(r *roundResult) []string {
 		}
 		return strconv.FormatBool(b)
 	}
+	busy := ""
+	if r.hostBusyPct >= 0 {
+		busy = f64(r.hostBusyPct, 0)
+	}
+	batchN, batchPct := "", ""
+	if share, ok := r.batchAccepted(); ok {
+		batchN, batchPct = i(total(&r.batch)), f64(100*share, 1)
+	}
+	exit, exitKilled := "", ""
+	if r.shutdown {
+		exit, exitKilled = f64(r.exitAfter.Seconds(), 1), strconv.FormatBool(r.exitKilled)
+	}
+	measured, reached := r.targetResult()
+	targetPass := ""
+	if r.target != targetCriteria {
+		targetPass = pass(reached)
+	}
 	return []string{
 		i(r.round), r.scenario, i(r.pair), f64(r.window.Seconds(), 1), f64(r.offeredItemsS, 0), f64(r.acceptedItemsS, 0), f64(r.baselineItemsS, 0), pct,
 		i(r.answered()), i(r.normal[classOK]), i(r.normal[classBudget]), i(r.normal[classShed]), i(r.normal[classOpen]), i(r.normal[classRefused]), i(r.normal[classError]), f64(100*n, 2),
@@ -61,7 +82,10 @@ func summaryRow(r *roundResult) []string {
 		i(total(&r.hostile)), i(r.hostile[classOK]), i(refusals(&r.hostile)), i(r.hostile[classBudget]), i(r.hostile[classShed]), i(r.hostile[classOpen]), i(r.hostile[classRefused]),
 		i(r.hostile[classError]), i(r.hostile[classHeld]), f64(100*h, 2), strings.Join(kinds, "; "),
 		f64(float64(r.budget)/(1<<20), 1), f64(float64(r.peakWS)/(1<<20), 0), wsPct, strconv.FormatUint(r.oomKills, 10), i(r.restarts),
-		pass(v.throughput), pass(v.budget), pass(v.hostileRefused), pass(v.noOOM), pass(v.pass()),
+		pass(v.throughput), pass(v.budget), pass(v.hostileRefused), pass(v.noOOM), pass(r.passed()),
+		r.gateway, busy, r.batchKind, batchN, i(r.batch[classOK]), i(r.batch[classBudget]),
+		i(r.batch[classShed] + r.batch[classOpen] + r.batch[classRefused]), i(r.batch[classError]), batchPct,
+		exit, exitKilled, f64(float64(r.peakReserved)/(1<<20), 1), r.target.describe(), measured, targetPass,
 	}
 }
 
@@ -110,9 +134,21 @@ func writeSetup(o *options, capacity float64, measured bool, hp *hostilePayloads
 		o.items, float64(len(normal.Body))/1024, float64(normal.RawSize)/1024, 100*o.loadShare, o.loadShare*capacity, o.maxInflight, o.timeout, o.warmup, o.duration)
 	fmt.Fprintf(&b, "- **Rounds**: a baseline round (no hostile peer) before every scenario round; each scenario is compared with the baseline before it. "+
 		"The issue's oversize compressed bodies run as two scenarios, `%s` and `%s`, so that each one's effect shows alone.\n", scenarioGzipBomb, scenarioBigLength)
-	fmt.Fprintf(&b, "- **Hostile peer** (127.0.0.2), one scenario per round:\n")
+	fmt.Fprintf(&b, "- **Hostile peer** (127.0.0.2, and more addresses where a scenario says so), one scenario per round; "+
+		"a scenario's gateway, where it has one of its own, is its baseline round's too:\n")
 	for _, sc := range o.scenarios {
 		fmt.Fprintf(&b, "  - `%s`: %s.", sc, scenarioDescriptions[sc])
+		if st := setupFor(o, sc); st != setupFor(o, scenarioBaseline) {
+			fmt.Fprintf(&b, " Gateway: %s.", st.gw)
+			if st.batchBytes > 0 {
+				p := hp.batches[st.batchBytes]
+				fmt.Fprintf(&b, " Honest batch client (%s): %d spans per request, %.1f MiB decoded, %.1f KiB gzip'd, one at a time, at least %s apart, timeout %s.",
+					batchAddr, p.Items, float64(p.RawSize)/(1<<20), float64(len(p.Body))/1024, st.batchCycle, o.timeout)
+			}
+			if t := st.target.describe(); t != "" {
+				fmt.Fprintf(&b, " Target: %s.", t)
+			}
+		}
 		switch sc {
 		case scenarioTrickle:
 			fmt.Fprintf(&b, " Here: %d MiB from %.1f KiB on the wire, then a piece of %d bytes every %s.", o.trickleMiB, float64(len(hp.trickle.head))/1024, len(hp.trickle.pieces[0]), o.trickleEvery)
@@ -128,6 +164,23 @@ func writeSetup(o *options, capacity float64, measured bool, hp *hostilePayloads
 			fmt.Fprintf(&b, " Here: %d HTTP and %d gRPC.", o.floodHTTP, o.floodGRPC)
 		case scenarioSilentStreams:
 			fmt.Fprintf(&b, " Here: %d streams.", o.silentStreams)
+		case scenarioGRPCShrink, scenarioGRPCShrinkControl:
+			fmt.Fprintf(&b, " Here: %d calls on %d connections every %s, each %d bytes decoded from %d gzip'd, deadline %s.",
+				o.shrinkCalls, o.shrinkConns, o.shrinkEvery, len(hp.shrink), hp.shrinkWire, o.shrinkTimeout)
+		case scenarioLaneTrickle, scenarioShutdown:
+			fmt.Fprintf(&b, " Here: %d MiB from %.1f KiB on the wire; the first %d MiB from %.1f KiB at once, then %d bytes/s "+
+				"(about %.0f KiB decompressed a second).", o.laneMiB, float64(len(hp.lane.head)+len(hp.lane.tail))/1024, o.laneHeadMiB,
+				float64(len(hp.lane.head))/1024, o.laneRate, float64(hp.lane.decoded-hp.lane.headDecoded)/float64(len(hp.lane.tail))*float64(o.laneRate)/1024)
+			if sc == scenarioShutdown {
+				fmt.Fprintf(&b, " %d waiting Exports, deadline %s; SIGTERM %s into the load phase, killed after %s.", o.shutdownStreams, o.shutdownDeadline, o.shutdownAfter, o.shutdownGrace)
+			}
+		case scenarioSilentAddresses:
+			fmt.Fprintf(&b, " Here: %d addresses (%s to %s), %d requests each.", o.silentAddresses, attackerAddr(0), attackerAddr(o.silentAddresses-1), o.silentConns)
+		case scenarioLaneLift:
+			fmt.Fprintf(&b, " Here: %d aborted requests at once, each open %s.", o.liftConns, abortAfter)
+		case scenarioExemptOverdraft:
+			fmt.Fprintf(&b, " Here: %d addresses (%s to %s), %d connections each, %d data points per body, %.0f KiB.", o.exemptAddresses, attackerAddr(0),
+				attackerAddr(o.exemptAddresses-1), o.exemptConns, hp.exemptBody.Items, float64(hp.exemptBody.RawSize)/1024)
 		}
 		fmt.Fprintln(&b)
 	}
@@ -155,6 +208,43 @@ func mdTable(w io.Writer, rows []map[string]string) {
 	}
 }
 
+// targetTable writes the findings' targets: per scenario round with one,
+// its gateway, its figure beside its baseline round's, and whether it
+// reached the target; nothing when no round has one.
+func targetTable(w io.Writer, rows []map[string]string) {
+	byRound := map[string]map[string]string{}
+	for _, r := range rows {
+		byRound[r["round"]] = r
+	}
+	var lines []string
+	for _, r := range rows {
+		if r["scenario"] == scenarioBaseline || r["target"] == "" {
+			continue
+		}
+		base := byRound[r["pair"]]
+		if base == nil {
+			base = map[string]string{}
+		}
+		reached := "**no**"
+		if r["pass_target"] == "true" {
+			reached = "yes"
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s / %s %% |", r["scenario"], r["gateway"], r["target"],
+			base["target_measured"], r["target_measured"], reached, base["host_busy_pct"], r["host_busy_pct"]))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "### The findings' targets\n\n")
+	fmt.Fprintln(w, "| scenario | gateway (its baseline's too) | target | baseline round | scenario round | reached | machine busy: baseline / scenario |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintf(w, "\nThese scenarios are judged by their target alone (the criteria above are shown for them too). The machine's busy share is the mean over the load phase "+
+		"of all its cores (the gateway, the clients, the hostile peer and anything else on it).\n\n")
+}
+
 // criteria names the criteria a round failed, or says it passed.
 func criteria(r map[string]string) string {
 	var failed []string
@@ -168,10 +258,18 @@ func criteria(r map[string]string) string {
 			failed = append(failed, c.name)
 		}
 	}
-	if len(failed) == 0 {
-		return "pass"
+	out := "pass"
+	if len(failed) > 0 {
+		out = "**FAIL**: " + strings.Join(failed, "; ")
 	}
-	return "**FAIL**: " + strings.Join(failed, "; ")
+	if r["target"] != "" {
+		t := "reached"
+		if r["pass_target"] != "true" {
+			t = "**not reached**"
+		}
+		out = fmt.Sprintf("target %s (%s); shown only: %s", t, r["target"], out)
+	}
+	return out
 }
 
 // printTable writes the results table of rounds.
@@ -212,6 +310,7 @@ func writeReport(dir string) error {
 		"the gateway was neither OOM-killed nor restarted. A hostile request is *refused* when the gateway answered it with anything but success or ended its connection or stream, "+
 		"*admitted* when it succeeded, *held* when it was still unanswered at the end of the round. Normal errors are requests without an answer within the timeout, or not sent (over the most in flight).\n\n",
 		100*minThroughput, maxBudgetStretch)
+	targetTable(&b, rows)
 	fmt.Fprintf(&b, "### The hostile requests by kind\n\n")
 	for _, r := range rows {
 		if r["scenario"] != scenarioBaseline && r["hostile_kinds"] != "" {

@@ -163,3 +163,44 @@ func gzipSize(b []byte) int {
 	_ = w.Close()
 	return buf.Len()
 }
+
+// laneStream is the lane-trickle body, a gzip stream of zeros cut in two:
+// head decompresses to headDecoded bytes and ends with a flush, so that
+// the gateway can read all of them at once; tail is the rest of the
+// stream, sent a few bytes at a time, each few bytes of it decompressing
+// to about a thousand times as many zeros.
+type laneStream struct {
+	head, tail           []byte
+	headDecoded, decoded int
+}
+
+func buildLaneStream(decoded, head int) (*laneStream, error) {
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if _, err := io.Copy(w, &fillReader{n: int64(head)}); err != nil {
+		return nil, err
+	}
+	if err := w.Flush(); err != nil {
+		return nil, err
+	}
+	s := &laneStream{head: bytes.Clone(buf.Bytes()), headDecoded: head, decoded: decoded}
+	buf.Reset()
+	if _, err := io.Copy(w, &fillReader{n: int64(decoded - head)}); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	s.tail = bytes.Clone(buf.Bytes())
+	return s, nil
+}
+
+// blobMessage returns a valid OTLP trace request of about decoded bytes,
+// one span whose attribute is a string of letters: unlike the inflated
+// message's unknown field, the collector keeps the attribute in memory
+// until its batch is exported, and gzip still shrinks it about a thousand
+// times.
+func blobMessage(decoded int) []byte {
+	blob := blobForSize(decoded)
+	return append(blobRequestPrefix(blob), bytes.Repeat([]byte{'a'}, blob)...)
+}

@@ -122,10 +122,11 @@ func (w *wireSizes) HandleRPC(_ context.Context, s stats.RPCStats) {
 	}
 }
 
-// A prepared message goes out gzip'd, as the gateway must see the inflated
-// one: a few KiB on the wire, megabytes once decoded.
-func TestPreparedMessageIsCompressed(t *testing.T) {
-	ws := &wireSizes{}
+// grpcStub serves a gRPC server that answers every call with an empty
+// message and records the sizes of the messages it receives in ws, and
+// returns a connection to it from the hostile peer's address.
+func grpcStub(t *testing.T, ws *wireSizes) *grpc.ClientConn {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer(grpc.ForceServerCodecV2(loadgen.RawCodec{}), grpc.StatsHandler(ws),
@@ -138,15 +139,23 @@ func TestPreparedMessageIsCompressed(t *testing.T) {
 			return s.SendMsg(&empty)
 		}))
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Stop()
+	t.Cleanup(srv.Stop)
 	conn, err := dialGRPC(hostileAddr, ln.Addr().String())
 	require.NoError(t, err)
-	defer conn.Close()
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// A prepared message goes out gzip'd, as the gateway must see the inflated
+// one: a few KiB on the wire, megabytes once decoded.
+func TestPreparedMessageIsCompressed(t *testing.T) {
+	ws := &wireSizes{}
+	conn := grpcStub(t, ws)
 	msg := inflatedMessage(4_000_000)
 	pm, err := prepare(t.Context(), conn, msg)
 	require.NoError(t, err)
 	for range 2 { // the prepared message is sent any number of times
-		require.NoError(t, callPrepared(t.Context(), conn, tracesMethod, pm))
+		require.NoError(t, callPrepared(t.Context(), conn, pm))
 		ws.mu.Lock()
 		assert.Equal(t, len(msg), ws.decoded)
 		assert.Less(t, ws.onTheWire, 8<<10)

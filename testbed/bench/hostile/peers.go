@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
 // The scenarios: one hostile peer each (scenarioBaseline has none).
@@ -30,12 +32,32 @@ const (
 	scenarioGRPCInflate   = "grpc-inflated-message"
 	scenarioHoldFlood     = "hold-flood"
 	scenarioSilentStreams = "silent-streams"
+	// The findings of a later review (setups.go): each has a target of
+	// its own rather than the criteria above.
+	scenarioGRPCShrink        = "grpc-shrink"
+	scenarioGRPCShrinkControl = "grpc-shrink-control"
+	scenarioLaneTrickle       = "lane-trickle"
+	scenarioSilentAddresses   = "silent-addresses"
+	scenarioShutdown          = "shutdown"
+	scenarioLaneLift          = "lane-allowance-lift"
+	scenarioExemptOverdraft   = "exempt-overdraft"
+)
+
+// peerScenarios are the scenarios of one hostile peer held to the
+// criteria of check, findingScenarios those of the later findings, each
+// with a target of its own (setups.go).
+var (
+	peerScenarios = []string{
+		scenarioTrickle, scenarioGzipBomb, scenarioBigLength, scenarioGRPCInflate, scenarioHoldFlood, scenarioSilentStreams,
+	}
+	findingScenarios = []string{
+		scenarioGRPCShrink, scenarioGRPCShrinkControl, scenarioLaneTrickle, scenarioSilentAddresses, scenarioShutdown,
+		scenarioLaneLift, scenarioExemptOverdraft,
+	}
 )
 
 // hostileScenarios are the hostile scenarios in their default order.
-var hostileScenarios = []string{
-	scenarioTrickle, scenarioGzipBomb, scenarioBigLength, scenarioGRPCInflate, scenarioHoldFlood, scenarioSilentStreams,
-}
+var hostileScenarios = append(append([]string(nil), peerScenarios...), findingScenarios...)
 
 // scenarioDescriptions say what each hostile peer does, for the report.
 var scenarioDescriptions = map[string]string{
@@ -46,6 +68,20 @@ var scenarioDescriptions = map[string]string{
 	scenarioGRPCInflate:   "gRPC Export calls of one gzip'd message of about 4 KiB that decodes to -inflate-bytes (an unknown field of zeros), -inflate-rate calls per second",
 	scenarioHoldFlood:     "-flood-http HTTP requests that send their headers (Content-Length of a normal body) and hold the body back, and -flood-grpc gRPC streams that send their headers and hold the message back, each reopened when the gateway ends it",
 	scenarioSilentStreams: "-silent-streams gRPC Export streams that open and never send a message, each reopened as soon as the gateway cancels it",
+
+	scenarioGRPCShrink: "waves of -shrink-calls concurrent gRPC Exports, on -shrink-conns connections, each of one gzip'd span whose attribute is -inflate-bytes of letters; " +
+		"each wave after one accepted empty Export (which teaches the gateway the peer's message size: its calls then reserve the 4 KiB floor while grpc-go decompresses and decodes them); " +
+		"every call of a wave is opened (its headers sent, its reservation made) before their messages go out; a wave every -shrink-every",
+	scenarioGRPCShrinkControl: "the waves of " + scenarioGRPCShrink + " without the empty Export first: what the same calls do when their peer's size is not shrunk",
+	scenarioLaneTrickle: "one chunked gzip body of zeros that decompresses to -lane-mib MiB: the first -lane-head-mib MiB at once (its reservation reaches its share, it takes the oversize lane), " +
+		"the rest at -lane-rate bytes/s on the wire, which decompress to about a thousand times as many, enough progress for the minimum body rate; a new connection when the gateway ends one",
+	scenarioSilentAddresses: "-silent-addresses addresses (127.0.0.2 on), each with -silent-conns chunked HTTP requests that send their headers and no body byte, each sent again when the gateway ends it",
+	scenarioShutdown: "the " + scenarioLaneTrickle + " body, and after it -shutdown-streams gRPC Exports with a deadline of -shutdown-deadline that wait for bytes (their peer's share is the trickling body's); " +
+		"-shutdown-after into the load phase the gateway gets a SIGTERM and is killed if it has not exited after -shutdown-grace",
+	scenarioLaneLift: "the " + scenarioGzipBomb + " peer, and beside it a second address (127.0.0.3) with -lift-conns chunked requests that send their headers and close the connection: " +
+		"each reserved and never read body counts as read by the others, what the oversize lane's allowance is a share of",
+	scenarioExemptOverdraft: "metrics exempt in the gateway (rules: metrics enabled: false); -exempt-addresses addresses (127.0.0.2 on), each with -exempt-conns connections sending uncompressed " +
+		"metrics bodies of -exempt-kib KiB back to back, admitted past the full budget by the exempt overdraft",
 }
 
 // minCycle is the least time between two requests of one lane of the
@@ -126,6 +162,18 @@ type hostilePayloads struct {
 	inflated []byte
 	// inflatedWire is the inflated message's size gzip'd.
 	inflatedWire int
+
+	// lane is the lane-trickle body; batches the honest batch clients'
+	// requests by decoded size; small a small OTLP traces message;
+	// exemptBody the exempt-overdraft's uncompressed metrics body.
+	lane *laneStream
+	// shrink is the grpc-shrink calls' message, shrinkWire its size
+	// gzip'd.
+	shrink     []byte
+	shrinkWire int
+	batches    map[int]*loadgen.Payload
+	small      []byte
+	exemptBody *loadgen.Payload
 }
 
 func buildPayloads(o *options) (*hostilePayloads, error) {
@@ -146,6 +194,27 @@ func buildPayloads(o *options) (*hostilePayloads, error) {
 	}
 	hp.inflated = inflatedMessage(o.inflateBytes)
 	hp.inflatedWire = gzipSize(hp.inflated)
+	hp.shrink = blobMessage(o.inflateBytes)
+	hp.shrinkWire = gzipSize(hp.shrink)
+	if hp.lane, err = buildLaneStream(o.laneMiB<<20, o.laneHeadMiB<<20); err != nil {
+		return nil, err
+	}
+	hp.batches = map[int]*loadgen.Payload{}
+	for _, sc := range o.scenarios {
+		if n := setupFor(o, sc).batchBytes; n > 0 && hp.batches[n] == nil {
+			if hp.batches[n], err = batchPayload(n, o.attrSize); err != nil {
+				return nil, err
+			}
+		}
+	}
+	small, err := loadgen.BuildPayload(loadgen.Traces, 10, o.attrSize, loadgen.Proto, false)
+	if err != nil {
+		return nil, err
+	}
+	hp.small = small.Proto
+	if hp.exemptBody, err = sizedPayload(loadgen.Metrics, o.exemptKiB<<10, o.attrSize, false); err != nil {
+		return nil, err
+	}
 	return hp, nil
 }
 
@@ -182,6 +251,33 @@ func runPeer(ctx context.Context, scenario string, env *peerEnv) error {
 		const lanesN = 2
 		for range lanesN {
 			lanes = append(lanes, func(ctx context.Context) { env.inflateLane(ctx, conn, pm, lanesN) })
+		}
+	case scenarioGRPCShrink, scenarioGRPCShrinkControl:
+		return env.shrinkWaves(ctx, scenario == scenarioGRPCShrink)
+	case scenarioLaneTrickle:
+		lanes = append(lanes, env.laneTrickleLane)
+	case scenarioSilentAddresses:
+		for i := range o.silentAddresses {
+			for range o.silentConns {
+				lanes = append(lanes, func(ctx context.Context) { env.silentBodyLane(ctx, attackerAddr(i)) })
+			}
+		}
+	case scenarioShutdown:
+		return env.shutdownPeer(ctx)
+	case scenarioLaneLift:
+		c := env.hostileHTTPClient(o.bombLanes)
+		defer c.CloseIdleConnections()
+		for i := range o.bombLanes {
+			lanes = append(lanes, func(ctx context.Context) { env.bombLane(ctx, c, i) })
+		}
+		for range o.liftConns {
+			lanes = append(lanes, func(ctx context.Context) { env.abortedBodyLane(ctx, attackerAddr(1)) })
+		}
+	case scenarioExemptOverdraft:
+		for i := range o.exemptAddresses {
+			for range o.exemptConns {
+				lanes = append(lanes, func(ctx context.Context) { env.exemptLane(ctx, attackerAddr(i)) })
+			}
 		}
 	case scenarioHoldFlood, scenarioSilentStreams:
 		streams, conns := o.floodGRPC, 4
@@ -226,10 +322,9 @@ func pause(ctx context.Context, lifetime time.Duration) bool {
 	}
 }
 
-// dialHostile opens a TCP connection to addr from the hostile peer's
-// address.
-func dialHostile(ctx context.Context, addr string) (net.Conn, error) {
-	d := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(hostileAddr, 0)), Timeout: 5 * time.Second}
+// dialFrom opens a TCP connection to addr from the loopback address src.
+func dialFrom(ctx context.Context, src netip.Addr, addr string) (net.Conn, error) {
+	d := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Timeout: 5 * time.Second}
 	return d.DialContext(ctx, "tcp", addr)
 }
 
@@ -293,9 +388,14 @@ func chunk(b []byte) []byte {
 // writing until its context ends) while the gateway's answer is awaited;
 // then the connection is closed, and the next one opened after minCycle.
 func (e *peerEnv) rawLane(ctx context.Context, kind string, write func(ctx context.Context, conn net.Conn)) {
+	e.rawLaneFrom(ctx, hostileAddr, kind, write)
+}
+
+// rawLaneFrom is rawLane from the loopback address src.
+func (e *peerEnv) rawLaneFrom(ctx context.Context, src netip.Addr, kind string, write func(ctx context.Context, conn net.Conn)) {
 	for ctx.Err() == nil {
 		r := e.peer.begin(kind)
-		conn, err := dialHostile(ctx, e.httpAddr)
+		conn, err := dialFrom(ctx, src, e.httpAddr)
 		if err != nil {
 			r.end(classError, err.Error())
 		} else {
@@ -346,24 +446,32 @@ func (e *peerEnv) bombLane(ctx context.Context, c *http.Client, lane int) {
 	for i := lane; ctx.Err() == nil; i++ {
 		k := i % len(hp.bombs)
 		r := e.peer.begin(fmt.Sprintf("gzip-%dMiB", hp.bombMiB[k]))
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.httpAddr+"/v1/traces", bytes.NewReader(hp.bombs[k]))
-		req.Header.Set("Content-Type", "application/x-protobuf")
-		req.Header.Set("Content-Encoding", "gzip")
-		resp, err := c.Do(req)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			r.held()
-		case err != nil:
-			r.end(classRefused, "no answer: "+shorten(err.Error(), 120))
-		default:
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
-			cl, msg := classifyHTTP(resp.StatusCode, body, resp.Header.Get("Content-Type"))
-			r.end(cl, msg)
-		}
+		e.post(ctx, c, r, "/v1/traces", hp.bombs[k], true)
 		if !pause(ctx, r.lifetime()) {
 			return
 		}
+	}
+}
+
+// post sends the hostile request r, an OTLP/HTTP body to path (gzip'd:
+// gz), with c, and records what became of it.
+func (e *peerEnv) post(ctx context.Context, c *http.Client, r *hreq, path string, body []byte, gz bool) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.httpAddr+path, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	if gz {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
+	resp, err := c.Do(req)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		r.held()
+	case err != nil:
+		r.end(classRefused, "no answer: "+shorten(err.Error(), 120))
+	default:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		cl, msg := classifyHTTP(resp.StatusCode, b, resp.Header.Get("Content-Type"))
+		r.end(cl, msg)
 	}
 }
 
@@ -410,7 +518,7 @@ func (e *peerEnv) inflateLane(ctx context.Context, conn *grpc.ClientConn, pm *gr
 	for ctx.Err() == nil {
 		r := e.peer.begin("grpc-inflated")
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := callPrepared(cctx, conn, tracesMethod, pm)
+		err := callPrepared(cctx, conn, pm)
 		own := cctx.Err() != nil
 		cancel()
 		e.endGRPC(ctx, r, err, own)

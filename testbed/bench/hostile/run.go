@@ -126,12 +126,13 @@ func runRounds(ctx context.Context, o *options, w *writers, res *runResult) erro
 	idx := 1
 	for range o.repeat {
 		for _, sc := range o.scenarios {
-			base, err := runRound(ctx, o, idx, scenarioBaseline, 0, res.capacity, s, payloads, w)
+			st := setupFor(o, sc)
+			base, err := runRound(ctx, o, idx, scenarioBaseline, st, 0, res.capacity, s, payloads, w)
 			if err != nil {
 				return err
 			}
 			res.rounds = append(res.rounds, base)
-			r, err := runRound(ctx, o, idx+1, sc, idx, res.capacity, s, payloads, w)
+			r, err := runRound(ctx, o, idx+1, sc, st, idx, res.capacity, s, payloads, w)
 			if err != nil {
 				return err
 			}
@@ -163,7 +164,7 @@ const capacityWarmup = 3 * time.Second
 // gateway and returns the items per second it accepted.
 func measureCapacity(ctx context.Context, o *options, s *sink, w *writers) (float64, error) {
 	const name = "r00-capacity"
-	g, err := startGateway(ctx, o, name, s.Addr())
+	g, err := startGateway(ctx, o, name, s.Addr(), setupFor(o, scenarioBaseline).gw)
 	if err != nil {
 		return 0, err
 	}
@@ -174,7 +175,7 @@ func measureCapacity(ctx context.Context, o *options, s *sink, w *writers) (floa
 		return 0, err
 	}
 	defer nc.close()
-	smp := newSampler(0, "capacity", start, o, g, nc, newPeer(start), w.timeline)
+	smp := newSampler(0, "capacity", start, o.cpus, g, nc, newPeer(start), w.timeline)
 	smp.start(o.interval)
 	defer smp.stop()
 	logf("%s: closed loop, %d requests in flight per protocol, %s", name, o.capacityC, capacityWarmup+o.capacityDur)
@@ -200,12 +201,14 @@ func measureCapacity(ctx context.Context, o *options, s *sink, w *writers) (floa
 	return c, nil
 }
 
-// runRound runs one round of scenario against a fresh gateway: the normal
-// clients' warmup, then the load phase with the hostile peer, then a
-// second of drain.
-func runRound(ctx context.Context, o *options, idx int, scenario string, pair int, capacity float64, s *sink, hp *hostilePayloads, w *writers) (*roundResult, error) {
+// runRound runs one round of scenario against a fresh gateway of st: the
+// normal clients' warmup, then the load phase with the hostile peer (and
+// st's honest batch client from its start), then a second of drain. A
+// round of a shutdown setup ends its load phase -shutdown-after in with a
+// SIGTERM to the gateway and times its exit.
+func runRound(ctx context.Context, o *options, idx int, scenario string, st setup, pair int, capacity float64, s *sink, hp *hostilePayloads, w *writers) (*roundResult, error) {
 	name := fmt.Sprintf("r%02d-%s", idx, scenario)
-	g, err := startGateway(ctx, o, name, s.Addr())
+	g, err := startGateway(ctx, o, name, s.Addr(), st.gw)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +220,7 @@ func runRound(ctx context.Context, o *options, idx int, scenario string, pair in
 	}
 	defer nc.close()
 	pr := newPeer(start)
-	smp := newSampler(idx, scenario, start, o, g, nc, pr, w.timeline)
+	smp := newSampler(idx, scenario, start, st.gw.cpus, g, nc, pr, w.timeline)
 	smp.start(o.interval)
 	stopped := false
 	defer func() {
@@ -240,6 +243,11 @@ func runRound(ctx context.Context, o *options, idx int, scenario string, pair in
 	sleep(ctx, o.warmup)
 	smp.setPhase("load")
 	from := time.Since(start)
+	var bc *batchClient
+	if st.batchBytes > 0 {
+		bc = newBatchClient(g.httpURL, hp.batches[st.batchBytes], st.batchCycle, o.timeout, start)
+		wg.Go(func() { bc.run(loadCtx, ctx) })
+	}
 	budget := g.budgetLimit()
 	if budget <= 0 {
 		budget = 10 << 20 // the shipped auto budget of a 1-CPU gateway
@@ -250,7 +258,18 @@ func runRound(ctx context.Context, o *options, idx int, scenario string, pair in
 	var peerErr error
 	peerDone := make(chan struct{})
 	go func() { defer close(peerDone); peerErr = runPeer(hctx, scenario, env) }()
-	sleep(ctx, o.duration)
+	window := o.duration
+	var exitAfter time.Duration
+	var exitKilled bool
+	if st.shutdown {
+		window = o.shutdownAfter
+		sleep(ctx, window)
+		logf("%s: SIGTERM to the gateway", name)
+		exitAfter, exitKilled = g.col.Terminate(o.shutdownGrace)
+		logf("%s: the gateway exited %.1f s after its SIGTERM (killed: %t)", name, exitAfter.Seconds(), exitKilled)
+	} else {
+		sleep(ctx, window)
+	}
 	stopLoad()
 	stopPeer()
 	<-peerDone
@@ -266,19 +285,25 @@ func runRound(ctx context.Context, o *options, idx int, scenario string, pair in
 		return nil, fmt.Errorf("%s: the hostile peer: %w", name, peerErr)
 	}
 	r := &roundResult{
-		round: idx, scenario: scenario, pair: pair, window: o.duration, offeredItemsS: itemsS, budget: budget,
+		round: idx, scenario: scenario, pair: pair, window: window, offeredItemsS: itemsS, budget: budget,
 		peakWS: smp.peakWS, limit: smp.limit, oomKills: smp.oomKills,
+		gateway: st.gw.String(), target: st.target, shutdown: st.shutdown, exitAfter: exitAfter, exitKilled: exitKilled,
+		peakReserved: smp.peakReserved, hostBusyPct: smp.hostBusy(),
 	}
 	_, _, r.restarts = g.col.Proc.State()
 	normal, hostile := nc.snapshot(), pr.snapshot()
-	r.analyse(normal, hostile, from)
+	var batch []answer
+	if bc != nil {
+		batch = bc.snapshot()
+	}
+	r.analyse(normal, batch, hostile, from)
 	if scenario == scenarioBaseline {
 		r.baselineItemsS = r.acceptedItemsS
 	}
 	for _, set := range []struct {
 		f  *harness.CSVFile
 		as []answer
-	}{{w.answers, normal}, {w.hostile, hostile}} {
+	}{{w.answers, normal}, {w.answers, batch}, {w.hostile, hostile}} {
 		for _, a := range set.as {
 			set.f.Write(answerRow(idx, scenario, a))
 		}
@@ -288,6 +313,14 @@ func runRound(ctx context.Context, o *options, idx int, scenario string, pair in
 		name, r.acceptedItemsS, r.answered(), refusals(&r.normal), r.normal[classBudget], r.normal[classShed], r.normal[classOpen], r.normal[classRefused], r.normal[classError],
 		r.longestBudget.Round(time.Millisecond), total(&r.hostile), refusals(&r.hostile), r.hostile[classOK], r.hostile[classHeld],
 		float64(r.peakWS)/(1<<20), r.oomKills, r.restarts, 100*n, 100*h)
+	if r.batchKind != "" {
+		share, _ := r.batchAccepted()
+		logf("%s: honest %s: %d of %d accepted (%.1f %%)", name, r.batchKind, r.batch[classOK], total(&r.batch), 100*share)
+	}
+	if m, ok := r.targetResult(); m != "" {
+		logf("%s: target %s: %s (reached: %t); peak reserved %.1f MiB; host busy %.0f %%", name, r.target.describe(), m, ok,
+			float64(r.peakReserved)/(1<<20), r.hostBusyPct)
+	}
 	return r, nil
 }
 
@@ -324,6 +357,8 @@ var timelineHeader = []string{
 	"n_ok", "n_budget", "n_shed", "n_open", "n_refused", "n_error", "n_items",
 	// the hostile peer: requests ended by class, and unanswered now
 	"h_ok", "h_refused", "h_error", "h_held", "h_open",
+	// the whole machine, in % of all its cores
+	"host_busy_pct",
 }
 
 // sampler writes a round's timeline and keeps its peaks.
@@ -341,12 +376,27 @@ type sampler struct {
 
 	// Written by the sampler's goroutine, read after stop.
 	peakWS, limit, oomKills uint64
+	// peakReserved is the largest reservation of the load phase;
+	// busySum and busyN add up the machine's busy share over it.
+	peakReserved int64
+	busySum      float64
+	busyN        int
+	prevHost     harness.HostCPU
 }
 
-func newSampler(idx int, scenario string, t0 time.Time, o *options, g *gateway, nc *normalClients, pr *peer, w *harness.CSVFile) *sampler {
-	s := &sampler{idx: idx, scenario: scenario, t0: t0, cpus: o.cpus, g: g, nc: nc, pr: pr, w: w}
+func newSampler(idx int, scenario string, t0 time.Time, cpus float64, g *gateway, nc *normalClients, pr *peer, w *harness.CSVFile) *sampler {
+	s := &sampler{idx: idx, scenario: scenario, t0: t0, cpus: cpus, g: g, nc: nc, pr: pr, w: w}
 	s.phase.Store("warmup")
 	return s
+}
+
+// hostBusy is the machine's mean busy share over the load phase, in %; -1
+// when unknown. Read after stop.
+func (s *sampler) hostBusy() float64 {
+	if s.busyN == 0 {
+		return -1
+	}
+	return s.busySum / float64(s.busyN)
 }
 
 func (s *sampler) setPhase(p string) { s.phase.Store(p) }
@@ -383,8 +433,12 @@ func (s *sampler) sample(prevCPU time.Duration, prevAt time.Time) (time.Duration
 	} else {
 		row = append(row, "", "", "", "", "")
 	}
+	load := s.phase.Load().(string) == "load"
 	samples, at := s.g.col.Scraper.Get()
 	fresh := alive && !at.IsZero() && now.Sub(at) < time.Second
+	if v, ok := harness.Sum(samples, "otelcol_throttle_inflight_bytes", map[string]string{"budget": "reserved"}); ok && fresh && load {
+		s.peakReserved = max(s.peakReserved, int64(v))
+	}
 	metric := func(name string, labels map[string]string) string {
 		if !fresh {
 			return ""
@@ -413,6 +467,18 @@ func (s *sampler) sample(prevCPU time.Duration, prevAt time.Time) (time.Duration
 		strconv.FormatInt(s.pr.counts[classOK].Load(), 10), strconv.FormatInt(hRefused, 10),
 		strconv.FormatInt(s.pr.counts[classError].Load(), 10), strconv.FormatInt(s.pr.counts[classHeld].Load(), 10),
 		strconv.FormatInt(s.pr.open.Load(), 10))
+	busy := ""
+	if h, err := harness.ReadHostCPU("/proc/stat"); err == nil {
+		if pct := h.BusyPct(s.prevHost); s.prevHost.Total > 0 && pct >= 0 {
+			busy = f64(pct, 1)
+			if load {
+				s.busySum += pct
+				s.busyN++
+			}
+		}
+		s.prevHost = h
+	}
+	row = append(row, busy)
 	s.w.Write(row)
 	return prevCPU, prevAt
 }

@@ -70,7 +70,13 @@ func StartCollector(ctx context.Context, cfg CollectorConfig) (*Collector, error
 
 // Stop stops the scraper, then the collector: SIGTERM to its PID, SIGKILL
 // after StopGrace.
-func (c *Collector) Stop() {
+func (c *Collector) Stop() { c.Terminate(c.grace) }
+
+// Terminate stops the scraper, then the collector: SIGTERM to its PID,
+// SIGKILL after grace; it returns how long the collector took to exit and
+// whether it was killed (see Process.Terminate). Stop after it returns at
+// once.
+func (c *Collector) Terminate(grace time.Duration) (took time.Duration, killed bool) {
 	c.stopScrape()
-	c.Proc.Stop(c.grace)
+	return c.Proc.Terminate(grace)
 }

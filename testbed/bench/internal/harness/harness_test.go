@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -101,4 +102,39 @@ func TestParseHostCPU(t *testing.T) {
 
 	assert.InDelta(t, 50, HostCPU{Busy: 70, Total: 200}.BusyPct(HostCPU{Busy: 20, Total: 100}), 1e-9)
 	assert.EqualValues(t, -1, HostCPU{Busy: 20, Total: 100}.BusyPct(HostCPU{Busy: 20, Total: 100}), "no time passed")
+}
+
+// Terminate tells a process that ends on SIGTERM from one that has to be
+// killed after the grace, and does not restart either.
+func TestTerminate(t *testing.T) {
+	// start runs script and waits until it has said ready: its traps are
+	// set before the SIGTERM.
+	start := func(script string) *Process {
+		log := filepath.Join(t.TempDir(), "log.txt")
+		p, err := StartProcess(ProcessConfig{
+			Bin: "/bin/sh", Args: []string{"-c", script + "; echo ready; exec sleep 30"},
+			LogPath: log, Restart: true, RestartDelay: time.Millisecond,
+		})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			b, _ := os.ReadFile(log)
+			return strings.Contains(string(b), "ready")
+		}, 10*time.Second, 10*time.Millisecond)
+		return p
+	}
+	graceful := start("true")
+	_, killed := graceful.Terminate(20 * time.Second)
+	assert.False(t, killed, "sleep ends on SIGTERM")
+
+	stubborn := start(`trap "" TERM`)
+	took, killed := stubborn.Terminate(300 * time.Millisecond)
+	assert.True(t, killed, "a process that ignores SIGTERM is killed after the grace")
+	assert.GreaterOrEqual(t, took, 300*time.Millisecond)
+	_, alive, restarts := stubborn.State()
+	assert.False(t, alive)
+	assert.Zero(t, restarts, "a terminated process is not restarted")
+
+	again, killed := stubborn.Terminate(time.Second)
+	assert.Zero(t, again, "terminating a stopped process takes nothing")
+	assert.False(t, killed)
 }

@@ -221,28 +221,38 @@ func (p *Process) Exits() []string {
 }
 
 // Stop ends the process: SIGTERM to its PID, SIGKILL after grace.
-func (p *Process) Stop(grace time.Duration) {
+func (p *Process) Stop(grace time.Duration) { p.Terminate(grace) }
+
+// Terminate ends the process as Stop does and tells how long it took to
+// exit after the SIGTERM and whether it had to be killed: how long its
+// graceful shutdown lasts is what a benchmark of shutdown measures. A
+// process already stopping or not running took 0.
+func (p *Process) Terminate(grace time.Duration) (took time.Duration, killed bool) {
 	p.mu.Lock()
 	if p.stopping {
 		p.mu.Unlock()
 		<-p.done
-		return
+		return 0, false
 	}
 	p.stopping = true
 	close(p.stopCh)
 	pid, alive := p.pid, p.alive
 	p.mu.Unlock()
 	if alive {
+		start := time.Now()
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 		select {
 		case <-p.done:
-			return
+			return time.Since(start), false
 		case <-time.After(grace):
 			p.cfg.Logf("%s pid %d did not stop in %s: SIGKILL", p.cfg.Bin, pid, grace)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+		<-p.done
+		return time.Since(start), true
 	}
 	<-p.done
+	return 0, false
 }
 
 // WaitReady waits until url answers 200.
