@@ -4,7 +4,6 @@
 package throttleextension // import "github.com/otelthrottle/throttle/extension/throttleextension"
 
 import (
-
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/confmap"

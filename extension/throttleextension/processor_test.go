@@ -20,8 +20,8 @@ import (
 	throttleprocessor "github.com/otelthrottle/throttle"
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadatatest"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/e2edata"
+	"github.com/otelthrottle/throttle/internal/middleware"
 )
 
 // The throttle processor (repository root) against the real extension,

@@ -92,13 +92,30 @@ type LiveStatus struct {
 	// Signals is indexed by decision.Signal.
 	Signals [decision.NumSignals]SignalStatus
 	// BudgetReserved and BudgetLimit are the admission budget's bytes in
-	// flight and its size (0 = disabled).
+	// flight and its size (0 = disabled); BudgetPeak the most reserved since
+	// the start; HeldRequests the requests held now.
 	BudgetReserved int64
 	BudgetLimit    int64
+	BudgetPeak     int64
+	HeldRequests   int64
+	// Keys are the client keys that hold the most of the budget and of
+	// the hold, or were refused or admitted the most lately, then the
+	// others summed (named "other").
+	Keys []KeyStatus
 	// Go is the Go runtime's memory settings in force.
 	Go GoRuntime
 	// Transitions are the recent state changes, newest first.
 	Transitions []Transition
+}
+
+// KeyStatus is what one client key holds and how its requests fared in the
+// last 10 to 20 s.
+type KeyStatus struct {
+	Name     string
+	Reserved int64
+	Held     int32
+	Admitted int64
+	Refused  int64
 }
 
 // GoRuntime is the soft memory limit and the GC percent in force, and who
@@ -278,8 +295,18 @@ type signalJSON struct {
 }
 
 type budgetJSON struct {
-	Reserved int64 `json:"reserved"`
-	Limit    int64 `json:"limit"`
+	Reserved     int64 `json:"reserved"`
+	Limit        int64 `json:"limit"`
+	Peak         int64 `json:"peak"`
+	HeldRequests int64 `json:"held_requests"`
+}
+
+type keyJSON struct {
+	Key      string `json:"key"`
+	Reserved int64  `json:"reserved"`
+	Held     int32  `json:"held"`
+	Admitted int64  `json:"admitted"`
+	Refused  int64  `json:"refused"`
 }
 
 type historyInfoJSON struct {
@@ -318,6 +345,7 @@ type statusJSON struct {
 	Thresholds  map[string]thresholdJSON `json:"thresholds"`
 	Signals     []signalJSON             `json:"signals"`
 	Budget      budgetJSON               `json:"budget"`
+	Keys        []keyJSON                `json:"keys"`
 	Go          goJSON                   `json:"go"`
 	Transitions []transitionJSON         `json:"transitions"`
 	History     historyInfoJSON          `json:"history"`
@@ -355,7 +383,8 @@ func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
 		Level:       map[string]any{"working_set": l.WorkingSet, "memory_limit": l.MemLimit, "cores": finite(l.Cores)},
 		Thresholds:  make(map[string]thresholdJSON, len(in.Resources)),
 		Signals:     make([]signalJSON, decision.NumSignals),
-		Budget:      budgetJSON{Reserved: l.BudgetReserved, Limit: l.BudgetLimit},
+		Budget:      budgetJSON{Reserved: l.BudgetReserved, Limit: l.BudgetLimit, Peak: l.BudgetPeak, HeldRequests: l.HeldRequests},
+		Keys:        make([]keyJSON, 0, len(l.Keys)),
 		Go: goJSON{
 			MemoryLimit: l.Go.MemoryLimit, MemoryLimitSetBy: l.Go.MemoryLimitSetBy,
 			GCPercent: l.Go.GCPercent, GCPercentSetBy: l.Go.GCPercentSetBy,
@@ -366,6 +395,9 @@ func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
 			IntervalMs: in.SampleInterval.Milliseconds(),
 		},
 		Config: in.Config,
+	}
+	for _, k := range l.Keys {
+		doc.Keys = append(doc.Keys, keyJSON{Key: k.Name, Reserved: k.Reserved, Held: k.Held, Admitted: k.Admitted, Refused: k.Refused})
 	}
 	if doc.Config == nil {
 		doc.Config = map[string]any{}

@@ -54,6 +54,12 @@ func testLive() LiveStatus {
 			{State: decision.StateShedding, DropProbability: 0.2, DeniedBudget: 4},
 		},
 		BudgetReserved: 3 << 20,
+		BudgetPeak:     5 << 20,
+		HeldRequests:   2,
+		Keys: []KeyStatus{
+			{Name: "tenant-a", Reserved: 2 << 20, Held: 1, Admitted: 40, Refused: 3},
+			{Name: "other", Reserved: 1 << 20, Admitted: 9},
+		},
 		BudgetLimit:    24 << 20,
 		Go:             GoRuntime{MemoryLimit: 400 << 20, MemoryLimitSetBy: "owned by throttle", GCPercent: 150, GCPercentSetBy: "owned by throttle"},
 		Transitions: []Transition{
@@ -130,7 +136,9 @@ func TestStatusJSON(t *testing.T) {
 			{"name": "profiles", "enabled": true, "drop_min": 0, "drop_max": 0.5, "state": "shedding", "state_code": 1,
 			 "drop_probability": 0.2, "allowed": 0, "denied": {"shed": 0, "open": 0, "budget": 4}}
 		],
-		"budget": {"reserved": 3145728, "limit": 25165824},
+		"budget": {"reserved": 3145728, "limit": 25165824, "peak": 5242880, "held_requests": 2},
+		"keys": [{"key": "tenant-a", "reserved": 2097152, "held": 1, "admitted": 40, "refused": 3},
+			 {"key": "other", "reserved": 1048576, "held": 0, "admitted": 9, "refused": 0}],
 		"go": {"memory_limit": 419430400, "memory_limit_set_by": "owned by throttle",
 		       "gc_percent": 150, "gc_percent_set_by": "owned by throttle"},
 		"transitions": [

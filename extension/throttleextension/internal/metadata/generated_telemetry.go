@@ -25,22 +25,25 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                   metric.Meter
-	mu                      sync.Mutex
-	registrations           []metric.Registration
-	ThrottleDemand          metric.Float64ObservableGauge
-	ThrottleGcPercent       metric.Int64ObservableGauge
-	ThrottleGoMemoryLimit   metric.Int64ObservableGauge
-	ThrottleHeldRequests    metric.Int64ObservableGauge
-	ThrottleInflightBytes   metric.Int64ObservableGauge
-	ThrottleOpenDuration    metric.Float64ObservableGauge
-	ThrottleRequests        metric.Int64ObservableCounter
-	ThrottleSamplerDuration metric.Float64Histogram
-	ThrottleSamplerErrors   metric.Int64Counter
-	ThrottleSamplerInterval metric.Float64Histogram
-	ThrottleSamplerStale    metric.Int64ObservableGauge
-	ThrottleState           metric.Int64ObservableGauge
-	ThrottleWaterLevel      metric.Float64ObservableGauge
+	meter                    metric.Meter
+	mu                       sync.Mutex
+	registrations            []metric.Registration
+	ThrottleDemand           metric.Float64ObservableGauge
+	ThrottleGcPercent        metric.Int64ObservableGauge
+	ThrottleGoMemoryLimit    metric.Int64ObservableGauge
+	ThrottleHeldRequests     metric.Int64ObservableGauge
+	ThrottleInflightBytes    metric.Int64ObservableGauge
+	ThrottleKeyInflightBytes metric.Int64ObservableGauge
+	ThrottleKeyRequests      metric.Int64ObservableGauge
+	ThrottleMode             metric.Int64ObservableGauge
+	ThrottleOpenDuration     metric.Float64ObservableGauge
+	ThrottleRequests         metric.Int64ObservableCounter
+	ThrottleSamplerDuration  metric.Float64Histogram
+	ThrottleSamplerErrors    metric.Int64Counter
+	ThrottleSamplerInterval  metric.Float64Histogram
+	ThrottleSamplerStale     metric.Int64ObservableGauge
+	ThrottleState            metric.Int64ObservableGauge
+	ThrottleWaterLevel       metric.Float64ObservableGauge
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -120,6 +123,51 @@ func (builder *TelemetryBuilder) RegisterThrottleInflightBytesCallback(cb metric
 		cb(ctx, &observerInt64{inst: builder.ThrottleInflightBytes, obs: o})
 		return nil
 	}, builder.ThrottleInflightBytes)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterThrottleKeyInflightBytesCallback sets callback for observable ThrottleKeyInflightBytes metric.
+func (builder *TelemetryBuilder) RegisterThrottleKeyInflightBytesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ThrottleKeyInflightBytes, obs: o})
+		return nil
+	}, builder.ThrottleKeyInflightBytes)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterThrottleKeyRequestsCallback sets callback for observable ThrottleKeyRequests metric.
+func (builder *TelemetryBuilder) RegisterThrottleKeyRequestsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ThrottleKeyRequests, obs: o})
+		return nil
+	}, builder.ThrottleKeyRequests)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterThrottleModeCallback sets callback for observable ThrottleMode metric.
+func (builder *TelemetryBuilder) RegisterThrottleModeCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ThrottleMode, obs: o})
+		return nil
+	}, builder.ThrottleMode)
 	if err != nil {
 		return err
 	}
@@ -270,6 +318,24 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_throttle_inflight_bytes",
 		metric.WithDescription("Bytes reserved by admitted, unfinished requests (budget=reserved) and the admission budget (budget=limit). [Alpha]"),
 		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ThrottleKeyInflightBytes, err = builder.meter.Int64ObservableGauge(
+		"otelcol_throttle_key_inflight_bytes",
+		metric.WithDescription("Bytes of the admission budget held by the busiest client keys now, the others summed as key other. [Alpha]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ThrottleKeyRequests, err = builder.meter.Int64ObservableGauge(
+		"otelcol_throttle_key_requests",
+		metric.WithDescription("Requests of the busiest client keys decided in the last 10 to 20 s, allowed or denied (also would_deny with observe_only, which is counted as denied here), the others summed as key other. A key refused much more than the others sends more than its share. [Alpha]"),
+		metric.WithUnit("{request}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ThrottleMode, err = builder.meter.Int64ObservableGauge(
+		"otelcol_throttle_mode",
+		metric.WithDescription("1 for the throttle's mode in force (enforcing, observe_only, or disabled with enabled false), reported from the start, so that a dashboard tells observe_only from enforcing with nothing to refuse. [Alpha]"),
+		metric.WithUnit("1"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ThrottleOpenDuration, err = builder.meter.Float64ObservableGauge(

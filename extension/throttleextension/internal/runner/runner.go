@@ -512,6 +512,22 @@ func (r *Runner) budgetValues() (reserved, limit int64) {
 	return st.Reserved, st.Budget
 }
 
+// topKeys is how many client keys the telemetry and the status page show by
+// name; the others are summed as "other", so that the series stay few
+// however many clients there are.
+const topKeys = 10
+
+// mode is the mode in force, as the throttle_mode gauge names it.
+func (r *Runner) mode() string {
+	switch {
+	case !r.cfg.Enabled:
+		return "disabled"
+	case r.cfg.ObserveOnly:
+		return "observe_only"
+	}
+	return "enforcing"
+}
+
 func (r *Runner) telemetrySources() telemetrySources {
 	return telemetrySources{
 		level:      r.level,
@@ -523,6 +539,8 @@ func (r *Runner) telemetrySources() telemetrySources {
 		gcPercent:  softlimit.CurrentGCPercent,
 		openFor:    r.open.openFor,
 		demand:     r.demand.load,
+		topKeys:    func() ([]admission.KeyStat, admission.KeyStat) { return r.adm.TopKeys(topKeys) },
+		mode:       r.mode(),
 		resources:  r.resources,
 		slots:      r.lines.Slots,
 	}

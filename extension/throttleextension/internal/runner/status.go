@@ -348,7 +348,12 @@ func (st *status) live() statuspage.LiveStatus {
 		sig.DeniedOpen = c.load(s, decision.VerdictDenyOpen)
 		sig.DeniedBudget = c.load(s, decision.VerdictDenyBudget)
 	}
-	l.BudgetReserved, l.BudgetLimit = r.budgetValues()
+	as := r.adm.Stats()
+	l.BudgetReserved, l.BudgetLimit, l.BudgetPeak, l.HeldRequests = as.Reserved, as.Budget, as.Peak, as.HeldRequests
+	top, other := r.adm.TopKeys(topKeys)
+	for _, k := range append(top, other) {
+		l.Keys = append(l.Keys, statuspage.KeyStatus{Name: k.Name, Reserved: k.Reserved, Held: k.Held, Admitted: k.Admitted, Refused: k.Refused})
+	}
 	l.Go.MemoryLimit, l.Go.GCPercent = st.goMemLimit(), st.gcPercent()
 	if by := st.goSetBy.Load(); by != nil {
 		l.Go.MemoryLimitSetBy, l.Go.GCPercentSetBy = by.memoryLimit, by.gcPercent

@@ -33,6 +33,10 @@ type telemetrySources struct {
 	openFor func() time.Duration
 	// demand is the demand signal (demand.go).
 	demand func() float64
+	// topKeys are the busiest client keys and the others summed.
+	topKeys func() ([]admission.KeyStat, admission.KeyStat)
+	// mode is the mode in force: enforcing, observe_only or disabled.
+	mode string
 	// resources and their slots give the water_level kinds: each
 	// resource's level (and averages, and details) while it is valid, and
 	// the lines of each enabled slot.
@@ -178,6 +182,43 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 		reserved, limit := src.budget()
 		o.Observe(reserved, reservedOpt)
 		o.Observe(limit, limitOpt)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	err = tb.RegisterThrottleKeyInflightBytesCallback(func(_ context.Context, o metric.Int64Observer) error {
+		if src.topKeys == nil {
+			return nil
+		}
+		top, other := src.topKeys()
+		for _, k := range append(top, other) {
+			o.Observe(k.Reserved, metric.WithAttributes(idAttr, attribute.String("key", k.Name)))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = tb.RegisterThrottleKeyRequestsCallback(func(_ context.Context, o metric.Int64Observer) error {
+		if src.topKeys == nil {
+			return nil
+		}
+		top, other := src.topKeys()
+		for _, k := range append(top, other) {
+			name := attribute.String("key", k.Name)
+			o.Observe(k.Admitted, metric.WithAttributes(idAttr, name, attribute.String("decision", "allowed")))
+			o.Observe(k.Refused, metric.WithAttributes(idAttr, name, attribute.String("decision", denied)))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	modeObserve := metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("mode", src.mode)))
+	err = tb.RegisterThrottleModeCallback(func(_ context.Context, o metric.Int64Observer) error {
+		o.Observe(1, modeObserve)
 		return nil
 	})
 	if err != nil {
