@@ -17,25 +17,20 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelthrottle/throttle/testbed/test/internal/e2e"
 )
 
 // collectorConfig resolves and decodes yaml as the collector does, with
 // this package's factories.
 func collectorConfig(t *testing.T, yaml string) (*otelcol.Config, otelcol.Factories, error) {
 	t.Helper()
-	provider := &yamlProvider{yaml: []byte(yaml)}
-	cp, err := otelcol.NewConfigProvider(otelcol.ConfigProviderSettings{
-		ResolverSettings: confmap.ResolverSettings{
-			URIs: []string{"test:config"},
-			ProviderFactories: []confmap.ProviderFactory{
-				confmap.NewProviderFactory(func(confmap.ProviderSettings) confmap.Provider { return provider }),
-			},
-		},
-	})
+	cp, err := otelcol.NewConfigProvider(e2e.ConfigProviderSettings([]byte(yaml)))
 	require.NoError(t, err)
 	core, _ := observer.New(zapcore.InfoLevel)
-	f, err := factories(newFakeSource(0), newTelemetryFactory(core, sdkmetric.NewManualReader()))()
+	f, err := factories(newFakeSource(0))()
 	require.NoError(t, err)
+	f.Telemetry = e2e.TelemetryFactory(core, sdkmetric.NewManualReader())
 	cfg, err := cp.Get(context.Background(), f)
 	return cfg, f, err
 }
