@@ -174,21 +174,13 @@ func Collect(tb testing.TB, reader sdkmetric.Reader) []Sample {
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					add(m.Name, dp.Attributes, float64(dp.Value))
-				}
+				addPoints(add, m.Name, d.DataPoints)
 			case metricdata.Sum[float64]:
-				for _, dp := range d.DataPoints {
-					add(m.Name, dp.Attributes, dp.Value)
-				}
+				addPoints(add, m.Name, d.DataPoints)
 			case metricdata.Gauge[int64]:
-				for _, dp := range d.DataPoints {
-					add(m.Name, dp.Attributes, float64(dp.Value))
-				}
+				addPoints(add, m.Name, d.DataPoints)
 			case metricdata.Gauge[float64]:
-				for _, dp := range d.DataPoints {
-					add(m.Name, dp.Attributes, dp.Value)
-				}
+				addPoints(add, m.Name, d.DataPoints)
 			case metricdata.Histogram[float64]:
 				for _, dp := range d.DataPoints {
 					add(m.Name, dp.Attributes, float64(dp.Count))
@@ -197,4 +189,11 @@ func Collect(tb testing.TB, reader sdkmetric.Reader) []Sample {
 		}
 	}
 	return out
+}
+
+// addPoints adds the values of dps under name.
+func addPoints[N int64 | float64](add func(string, attribute.Set, float64), name string, dps []metricdata.DataPoint[N]) {
+	for _, dp := range dps {
+		add(name, dp.Attributes, float64(dp.Value))
+	}
 }
