@@ -154,6 +154,15 @@ SOAK_TIMEOUT ?= 40m
 soak: $(OTELCOL)
 	cd $(TESTBED) && OTELCOL_THROTTLE_BINARY=$(OTELCOL) $(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout $(SOAK_TIMEOUT) ./bench/overload -args $(SOAK_FLAGS)
 
+## receivers: the processor behind the kafka, filelog and prometheus receivers
+## through an Open (testbed/test/receivers, build tag e2e; about 1.5 minutes,
+## not part of `make test`); docs/processor.md has the recipes and figures.
+## Shorter Open: make receivers RECEIVERS_FLAGS='-receivers.open=10s'.
+RECEIVERS_FLAGS ?=
+.PHONY: receivers
+receivers:
+	cd $(TESTBED) && $(GO) test -tags e2e -count=1 -v ./test/receivers/ -args $(RECEIVERS_FLAGS)
+
 # ---------------------------------------------------------------------------
 # The fleet benchmark (testbed/bench/fleet): stock collectors as agents and
 # sink, the gateway under test in a cgroup. Peers are built from manifests in

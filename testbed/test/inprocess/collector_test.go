@@ -18,19 +18,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
 	"go.opentelemetry.io/collector/exporter/nopexporter"
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
-	"go.opentelemetry.io/collector/service/telemetry"
-	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -56,34 +48,7 @@ func newFakeSource(share float64) *testutil.Source {
 	return src
 }
 
-// yamlProvider serves one rendered config under the "test:" scheme.
-type yamlProvider struct{ yaml []byte }
-
-func (p *yamlProvider) Retrieve(context.Context, string, confmap.WatcherFunc) (*confmap.Retrieved, error) {
-	return confmap.NewRetrievedFromYAML(p.yaml)
-}
-func (*yamlProvider) Scheme() string                 { return "test" }
-func (*yamlProvider) Shutdown(context.Context) error { return nil }
-
-// newTelemetryFactory is the collector's own telemetry for the test: logs to
-// an observer, metrics to a manual reader the test collects from. (The
-// distribution's otelconftelemetry with its Prometheus endpoint is covered by
-// the distribution smoke test; it would pull otelconf's resource detectors
-// into this module's dependencies.)
-func newTelemetryFactory(logs zapcore.Core, reader sdkmetric.Reader) telemetry.Factory {
-	type cfg struct{}
-	return telemetry.NewFactory(
-		func() component.Config { return &cfg{} },
-		telemetry.WithCreateLogger(func(context.Context, telemetry.LoggerSettings, component.Config) (*zap.Logger, component.ShutdownFunc, error) {
-			return zap.New(logs), nil, nil
-		}),
-		telemetry.WithCreateMeterProvider(func(context.Context, telemetry.MeterSettings, component.Config) (telemetry.MeterProvider, error) {
-			return sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), nil
-		}),
-	)
-}
-
-func factories(src *testutil.Source, tel telemetry.Factory) func() (otelcol.Factories, error) {
+func factories(src *testutil.Source) func() (otelcol.Factories, error) {
 	return func() (otelcol.Factories, error) {
 		var f otelcol.Factories
 		var err error
@@ -99,7 +64,6 @@ func factories(src *testutil.Source, tel telemetry.Factory) func() (otelcol.Fact
 		if f.Exporters, err = otelcol.MakeFactoryMap(debugexporter.NewFactory(), nopexporter.NewFactory()); err != nil {
 			return f, err
 		}
-		f.Telemetry = tel
 		return f, nil
 	}
 }
@@ -112,68 +76,9 @@ func factories(src *testutil.Source, tel telemetry.Factory) func() (otelcol.Fact
 func TestCollectorInProcess(t *testing.T) {
 	src := newFakeSource(0.10)
 	ports := e2e.FreePorts(t)
-	provider := &yamlProvider{yaml: e2e.Render(t, filepath.Join("testdata", "config.yaml.tmpl"), ports)}
-
-	logs, observed := observer.New(zapcore.InfoLevel)
-	reader := sdkmetric.NewManualReader()
-	col, err := otelcol.NewCollector(otelcol.CollectorSettings{
-		BuildInfo:               component.BuildInfo{Command: "otelcol-throttle-test", Version: "test"},
-		Factories:               factories(src, newTelemetryFactory(logs, reader)),
-		DisableGracefulShutdown: true, // no signal handlers in a test process
-		ConfigProviderSettings: otelcol.ConfigProviderSettings{
-			ResolverSettings: confmap.ResolverSettings{
-				URIs: []string{"test:config"},
-				ProviderFactories: []confmap.ProviderFactory{
-					confmap.NewProviderFactory(func(confmap.ProviderSettings) confmap.Provider { return provider }),
-				},
-			},
-		},
-	})
-	require.NoError(t, err)
-
-	// Run returns when the collector stops: after Shutdown, or at once when
-	// it fails to start.
-	runErr := make(chan error, 1)
-	go func() { runErr <- col.Run(context.Background()) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		col.Shutdown()
-		select {
-		case err := <-runErr:
-			// Not require: the idle connections below are closed either way.
-			if err != nil {
-				t.Errorf("collector Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("collector did not stop within 30s of Shutdown")
-		}
-		http.DefaultClient.CloseIdleConnections()
-	}
-	defer stop()
-	defer func() {
-		if t.Failed() {
-			for _, e := range observed.All() {
-				t.Logf("%s %s %v", e.Level, e.Message, e.ContextMap())
-			}
-		}
-	}()
-
-	// Wait until Running, or fail at once if Run gave up.
-	startDeadline := time.After(30 * time.Second)
-	for col.GetState() != otelcol.StateRunning {
-		select {
-		case <-startDeadline:
-			require.FailNow(t, "collector not Running after 30s", "state %v", col.GetState())
-		case err := <-runErr:
-			stopped = true
-			require.FailNow(t, "collector failed to start", "%v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	col := e2e.StartCollector(t, factories(src), e2e.Render(t, filepath.Join("testdata", "config.yaml.tmpl"), ports))
+	observed := col.Logs
+	defer http.DefaultClient.CloseIdleConnections()
 
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports.HTTPPort)
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports.GRPCPort)
@@ -274,7 +179,7 @@ func TestCollectorInProcess(t *testing.T) {
 	// The description is made inside: a message argument would be made
 	// before the first collection, and show nothing.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		samples := collect(t, reader)
+		samples := col.Samples(t)
 		for _, w := range wants {
 			assert.Truef(c, metricAtLeast(samples, w.name, w.labels, w.least), "%s %v >= %v; throttle metrics:\n%s%s",
 				w.name, w.labels, w.least, e2e.Describe(samples, "otelcol_throttle_"), e2e.Describe(samples, "otelcol_processor_throttle_"))
@@ -282,8 +187,8 @@ func TestCollectorInProcess(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond)
 
 	client.Close()
-	stop()
-	assert.Equal(t, otelcol.StateClosed, col.GetState())
+	col.Stop(t)
+	assert.Equal(t, otelcol.StateClosed, col.State())
 }
 
 // exportedSpans adds up the "spans" field of the debug exporter's log lines.
@@ -309,49 +214,4 @@ func exportedSpans(observed *observer.ObservedLogs) int {
 func metricAtLeast(samples []e2e.Sample, name string, labels map[string]string, least float64) bool {
 	v, ok := e2e.Sum(samples, name, labels)
 	return ok && v >= least
-}
-
-// collect reads the collector's metrics from the manual reader as samples
-// (sums and gauges; histograms as their count).
-func collect(t *testing.T, reader *sdkmetric.ManualReader) []e2e.Sample {
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Logf("collect: %v", err)
-		return nil
-	}
-	var out []e2e.Sample
-	add := func(name string, attrs attribute.Set, v float64) {
-		labels := map[string]string{}
-		for _, kv := range attrs.ToSlice() {
-			labels[string(kv.Key)] = kv.Value.String()
-		}
-		out = append(out, e2e.Sample{Name: name, Labels: labels, Value: v})
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					add(m.Name, dp.Attributes, float64(dp.Value))
-				}
-			case metricdata.Sum[float64]:
-				for _, dp := range d.DataPoints {
-					add(m.Name, dp.Attributes, dp.Value)
-				}
-			case metricdata.Gauge[int64]:
-				for _, dp := range d.DataPoints {
-					add(m.Name, dp.Attributes, float64(dp.Value))
-				}
-			case metricdata.Gauge[float64]:
-				for _, dp := range d.DataPoints {
-					add(m.Name, dp.Attributes, dp.Value)
-				}
-			case metricdata.Histogram[float64]:
-				for _, dp := range d.DataPoints {
-					add(m.Name, dp.Attributes, float64(dp.Count))
-				}
-			}
-		}
-	}
-	return out
 }
