@@ -288,6 +288,26 @@ func TestHTTPAdmitAllocs(t *testing.T) {
 	}
 }
 
+// TestHTTPRejectAllocs: refusing a request allocates no more than writing
+// its answer does (the header values): the decision allocates nothing.
+func TestHTTPRejectAllocs(t *testing.T) {
+	a := newAdm(t, 1<<30, withDefaultShare())
+	a.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Admission: a.adm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(bareHandler())
+	r := benchRequest("/v1/traces")
+	w := &nopWriter{h: http.Header{}}
+	answer := testing.AllocsPerRun(1000, func() {
+		writeHTTPRejection(w, r, mw.bodies, decision.VerdictDenyShed, time.Second, false)
+	})
+	if refusal := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); refusal != answer {
+		t.Fatalf("a refusal allocates %v times, its answer %v", refusal, answer)
+	}
+}
+
 // BenchmarkHTTPRejectTLS is why a shed rejection over TLS keeps its
 // connection: a 200 KiB request refused on a kept connection (net/http
 // reads the body) against the same request on a new connection each time
@@ -315,7 +335,7 @@ func BenchmarkHTTPRejectTLS(b *testing.B) {
 					b.Fatal(err)
 				}
 				resp, err := tr.RoundTrip(req)
-				if err != nil && !tc.keepAlive && errors.Is(err, syscall.ECONNRESET) {
+				if err != nil && !tc.keepAlive && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 					// Closed before the client wrote the whole body: the
 					// refusal's point, so the round trip counts.
 					continue
