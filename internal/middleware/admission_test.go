@@ -535,15 +535,17 @@ func TestGRPCFullHoldNoLockout(t *testing.T) {
 	f := keyAtShare(ctx, t, withHold(admissionWait, 1))
 	// A second call of the same key waits, passed over, in the hold's
 	// only place.
+	waitCtx, cancelWait := context.WithCancel(ctx)
 	waited := make(chan error, 1)
-	go func() { waited <- f.export(ctx) }()
+	go func() { waited <- f.export(waitCtx) }()
 	require.Eventually(t, func() bool { return f.stats().HeldRequests == 1 }, admissionWait, time.Millisecond)
 
 	require.NoError(t, f.pushAllOn(ctx, grpcConnFrom(t, f.addr, "127.0.0.2"), 1, 10), "another key's call is admitted")
 	assert.EqualValues(t, 1, f.stats().HeldRequests, "the first key's call still waits")
 	assert.Zero(t, f.traces.calls.Load())
-	cancel()
+	cancelWait()
 	require.Error(t, <-waited)
+	cancel()
 	f.requireReleased(t)
 }
 
