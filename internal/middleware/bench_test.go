@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/tap"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 )
 
@@ -33,27 +35,55 @@ func (w *nopWriter) Flush()                      {} // as net/http's own writer
 var sinkInt int
 
 // constDecider is the cheapest possible Decider, so the benchmarks measure
-// the middleware rather than the test double (the engine's Decide is one
-// atomic load, plus a random draw in Shedding).
+// the middleware rather than the test double (the engine's Pressure is one
+// atomic load).
 type constDecider decision.Verdict
 
-func (c constDecider) Decide(decision.Signal) decision.Verdict { return decision.Verdict(c) }
-func (constDecider) Exempt(decision.Signal) bool               { return false }
+func (c constDecider) Pressure(decision.Signal) (bool, float64) {
+	switch decision.Verdict(c) {
+	case decision.VerdictDenyOpen:
+		return true, 0
+	case decision.VerdictDenyShed:
+		return false, 1
+	}
+	return false, 0
+}
+func (constDecider) Exempt(decision.Signal) bool { return false }
 func (c constDecider) Pressed(decision.Signal) bool {
 	return decision.Verdict(c) != decision.VerdictAdmit
+}
+
+// benchAdmission is an admission deciding v, with a budget of budget bytes
+// (0: off), the default share and idle timeout idle.
+func benchAdmission(tb testing.TB, v decision.Verdict, budget int64, idle time.Duration) *admission.Controller {
+	tb.Helper()
+	cfg := admission.NewDefaultConfig()
+	cfg.MaxInflightBytes = admission.FixedInflightBudget(admission.ByteSize(budget))
+	cfg.IdleTimeout = idle
+	adm, err := admission.New(cfg, admission.HoldConfig{}, admission.Settings{
+		Decider: constDecider(v), Recorder: &countingRecorder{}, Budget: budget, HeldPool: budget,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(adm.Close)
+	return adm
 }
 
 func bareHandler() http.Handler {
 	return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { sinkInt += int(r.ContentLength) })
 }
 
+// benchRequest is a body-less request to target from 127.0.0.1.
+func benchRequest(target string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, target, http.NoBody)
+	r.RemoteAddr = "127.0.0.1:4711"
+	r.ContentLength = 1024
+	r.Header.Set("Content-Type", "application/x-protobuf")
+	return r
+}
+
 func BenchmarkHTTPAdmit(b *testing.B) {
-	newReq := func(target string) *http.Request {
-		r := httptest.NewRequest(http.MethodPost, target, http.NoBody)
-		r.ContentLength = 1024
-		r.Header.Set("Content-Type", "application/x-protobuf")
-		return r
-	}
 	run := func(b *testing.B, h http.Handler, r *http.Request) {
 		w := &nopWriter{h: http.Header{}}
 		b.ReportAllocs()
@@ -61,23 +91,23 @@ func BenchmarkHTTPAdmit(b *testing.B) {
 			h.ServeHTTP(w, r)
 		}
 	}
-	wrap := func(b *testing.B, budget *Budget) http.Handler {
-		mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictAdmit), Budget: budget})
+	wrap := func(b *testing.B, budget int64) http.Handler {
+		mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Admission: benchAdmission(b, decision.VerdictAdmit, budget, 0)})
 		if err != nil {
 			b.Fatal(err)
 		}
 		return mw.Wrap(bareHandler())
 	}
-	b.Run("bare", func(b *testing.B) { run(b, bareHandler(), newReq("/v1/traces")) })
-	b.Run("wrapped", func(b *testing.B) { run(b, wrap(b, NewBudget(1<<30)), newReq("/v1/traces")) })
-	b.Run("wrapped-no-budget", func(b *testing.B) { run(b, wrap(b, nil), newReq("/v1/traces")) })
-	b.Run("wrapped-unclassified", func(b *testing.B) { run(b, wrap(b, NewBudget(1<<30)), newReq("/health")) })
-	b.Run("wrapped-unclean-path", func(b *testing.B) { run(b, wrap(b, NewBudget(1<<30)), newReq("//v1/traces/")) })
+	b.Run("bare", func(b *testing.B) { run(b, bareHandler(), benchRequest("/v1/traces")) })
+	b.Run("wrapped", func(b *testing.B) { run(b, wrap(b, 1<<30), benchRequest("/v1/traces")) })
+	b.Run("wrapped-no-budget", func(b *testing.B) { run(b, wrap(b, 0), benchRequest("/v1/traces")) })
+	b.Run("wrapped-unclassified", func(b *testing.B) { run(b, wrap(b, 1<<30), benchRequest("/health")) })
+	b.Run("wrapped-unclean-path", func(b *testing.B) { run(b, wrap(b, 1<<30), benchRequest("//v1/traces/")) })
 	b.Run("wrapped-parallel", func(b *testing.B) {
-		h := wrap(b, NewBudget(1<<30))
+		h := wrap(b, 1<<30)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
-			r := newReq("/v1/traces")
+			r := benchRequest("/v1/traces")
 			w := &nopWriter{h: http.Header{}}
 			for pb.Next() {
 				h.ServeHTTP(w, r)
@@ -108,7 +138,7 @@ func BenchmarkHTTPAdmitBody(b *testing.B) {
 		}
 	}
 	wrap := func(b *testing.B, idle time.Duration) http.Handler {
-		mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictAdmit), Budget: NewBudget(1 << 30), IdleTimeout: idle})
+		mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Admission: benchAdmission(b, decision.VerdictAdmit, 1<<30, idle)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -116,9 +146,9 @@ func BenchmarkHTTPAdmitBody(b *testing.B) {
 	}
 	b.Run("bare", func(b *testing.B) { run(b, readAll) })
 	b.Run("wrapped", func(b *testing.B) { run(b, wrap(b, 0)) })
-	b.Run("wrapped-idle-timeout", func(b *testing.B) { run(b, wrap(b, DefaultIdleTimeout)) })
+	b.Run("wrapped-idle-timeout", func(b *testing.B) { run(b, wrap(b, admission.DefaultIdleTimeout)) })
 	b.Run("wrapped-idle-timeout-parallel", func(b *testing.B) {
-		h := wrap(b, DefaultIdleTimeout)
+		h := wrap(b, admission.DefaultIdleTimeout)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			body := bytes.NewReader(payload)
@@ -136,17 +166,16 @@ func BenchmarkHTTPAdmitBody(b *testing.B) {
 func BenchmarkHTTPReject(b *testing.B) {
 	for _, ct := range []string{"application/x-protobuf", "application/json", "application/x-protobuf; charset=binary"} {
 		b.Run(ct, func(b *testing.B) {
-			mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictDenyShed)})
+			mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Admission: benchAdmission(b, decision.VerdictDenyShed, 0, 0)})
 			if err != nil {
 				b.Fatal(err)
 			}
 			h := mw.Wrap(bareHandler())
 			r := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
 			r.Header.Set("Content-Type", ct)
-			w := &nopWriter{}
+			w := &nopWriter{h: http.Header{}}
 			b.ReportAllocs()
 			for b.Loop() {
-				w.h = http.Header{}
 				h.ServeHTTP(w, r)
 			}
 		})
@@ -184,35 +213,12 @@ func BenchmarkClassify(b *testing.B) {
 	})
 }
 
-func BenchmarkBudget(b *testing.B) {
-	b.Run("serial", func(b *testing.B) {
-		bud := NewBudget(1 << 30)
-		b.ReportAllocs()
-		for b.Loop() {
-			if bud.Reserve(1024) {
-				bud.Release(1024)
-			}
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		bud := NewBudget(1 << 40)
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if bud.Reserve(1024) {
-					bud.Release(1024)
-				}
-			}
-		})
-	})
-}
-
 // BenchmarkGRPCTap measures the middleware's share of an RPC: the tap and
 // the Begin/End events of the stats handler (grpc-go itself spends far more
 // per RPC).
 func BenchmarkGRPCTap(b *testing.B) {
 	run := func(b *testing.B, mw *GRPC, method string) {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), peerKey{}, netip.MustParseAddr("127.0.0.1")))
 		defer cancel()
 		info := &tap.Info{FullMethodName: method}
 		h := grpcStats{mw}
@@ -226,34 +232,34 @@ func BenchmarkGRPCTap(b *testing.B) {
 			}
 		}
 	}
-	newMW := func(b *testing.B, v decision.Verdict, budget *Budget) *GRPC {
-		mw, err := NewGRPC(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(v), Budget: budget})
+	newMW := func(b *testing.B, adm *admission.Controller) *GRPC {
+		mw, err := NewGRPC(Config{Classifier: mustClassifier(b, Routes{}), Admission: adm})
 		if err != nil {
 			b.Fatal(err)
 		}
 		return mw
 	}
-	b.Run("admit-budget", func(b *testing.B) { run(b, newMW(b, decision.VerdictAdmit, NewBudget(1<<40)), traceExport) })
+	b.Run("admit-budget", func(b *testing.B) {
+		run(b, newMW(b, benchAdmission(b, decision.VerdictAdmit, 1<<40, 0)), traceExport)
+	})
 	b.Run("admit-budget-idle-timeout", func(b *testing.B) {
-		mw, err := NewGRPC(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictAdmit), Budget: NewBudget(1 << 40), IdleTimeout: DefaultIdleTimeout})
-		if err != nil {
-			b.Fatal(err)
-		}
-		run(b, mw, traceExport)
+		run(b, newMW(b, benchAdmission(b, decision.VerdictAdmit, 1<<40, admission.DefaultIdleTimeout)), traceExport)
 	})
-	b.Run("admit-no-budget", func(b *testing.B) { run(b, newMW(b, decision.VerdictAdmit, nil), traceExport) })
+	b.Run("admit-no-budget", func(b *testing.B) { run(b, newMW(b, benchAdmission(b, decision.VerdictAdmit, 0, 0)), traceExport) })
 	b.Run("unclassified", func(b *testing.B) {
-		run(b, newMW(b, decision.VerdictDenyOpen, NewBudget(1<<40)), "/grpc.health.v1.Health/Check")
+		run(b, newMW(b, benchAdmission(b, decision.VerdictDenyOpen, 1<<40, 0)), "/grpc.health.v1.Health/Check")
 	})
-	b.Run("reject", func(b *testing.B) { run(b, newMW(b, decision.VerdictDenyShed, NewBudget(1<<40)), traceExport) })
+	b.Run("reject", func(b *testing.B) {
+		run(b, newMW(b, benchAdmission(b, decision.VerdictDenyShed, 1<<40, 0)), traceExport)
+	})
 	b.Run("reject-budget-full", func(b *testing.B) {
-		full := NewBudget(1 << 20)
-		full.Reserve(1 << 20)
-		run(b, newMW(b, decision.VerdictAdmit, full), traceExport)
+		a := newAdm(b, 1<<20, withUnknownSize(1<<20), withWait(0))
+		defer a.reserve(b, "10.255.0.1", decision.SignalLogs, 1<<20)()
+		run(b, newMW(b, a.adm), traceExport)
 	})
 	// The interceptor every RPC passes after the tap admitted it.
 	b.Run("gate", func(b *testing.B) {
-		mw := newMW(b, decision.VerdictAdmit, NewBudget(1<<40))
+		mw := newMW(b, benchAdmission(b, decision.VerdictAdmit, 1<<40, 0))
 		rctx, err := mw.tap(context.Background(), &tap.Info{FullMethodName: traceExport})
 		if err != nil {
 			b.Fatal(err)
@@ -266,19 +272,39 @@ func BenchmarkGRPCTap(b *testing.B) {
 	})
 }
 
-// TestHTTPAdmitNoAllocs pins the benchmark's claim in a test: the admit path
-// adds no allocation.
-func TestHTTPAdmitNoAllocs(t *testing.T) {
-	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: NewBudget(1 << 30), Recorder: &countingRecorder{}})
+// TestHTTPAdmitAllocs pins the benchmark's claim in a test: deciding a
+// request allocates nothing; an admitted one allocates its ticket only.
+func TestHTTPAdmitAllocs(t *testing.T) {
+	a := newAdm(t, 1<<30, withDefaultShare())
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Admission: a.adm})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := mw.Wrap(bareHandler())
-	r := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
-	r.ContentLength = 1024
+	r := benchRequest("/v1/traces")
 	w := &nopWriter{h: http.Header{}}
-	if allocs := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); allocs != 0 {
-		t.Fatalf("admit path allocates %v times per request", allocs)
+	if allocs := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); allocs != 1 {
+		t.Fatalf("the admit path allocates %v times per request, want 1 (its ticket)", allocs)
+	}
+}
+
+// TestHTTPRejectAllocs: refusing a request allocates no more than writing
+// its answer does (the header values): the decision allocates nothing.
+func TestHTTPRejectAllocs(t *testing.T) {
+	a := newAdm(t, 1<<30, withDefaultShare())
+	a.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Admission: a.adm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(bareHandler())
+	r := benchRequest("/v1/traces")
+	w := &nopWriter{h: http.Header{}}
+	answer := testing.AllocsPerRun(1000, func() {
+		writeHTTPRejection(w, r, mw.bodies, decision.VerdictDenyShed, time.Second, false)
+	})
+	if refusal := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); refusal != answer {
+		t.Fatalf("a refusal allocates %v times, its answer %v", refusal, answer)
 	}
 }
 
@@ -288,7 +314,7 @@ func TestHTTPAdmitNoAllocs(t *testing.T) {
 // (a handshake, the body unread). Client and server share the process, so
 // compare the two ratios, not the absolute figures.
 func BenchmarkHTTPRejectTLS(b *testing.B) {
-	mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Decider: constDecider(decision.VerdictDenyShed)})
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(b, Routes{}), Admission: benchAdmission(b, decision.VerdictDenyShed, 0, 0)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -309,7 +335,7 @@ func BenchmarkHTTPRejectTLS(b *testing.B) {
 					b.Fatal(err)
 				}
 				resp, err := tr.RoundTrip(req)
-				if err != nil && !tc.keepAlive && errors.Is(err, syscall.ECONNRESET) {
+				if err != nil && !tc.keepAlive && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 					// Closed before the client wrote the whole body: the
 					// refusal's point, so the round trip counts.
 					continue

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,12 +32,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 )
 
 const (
 	traceExport = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 	pushMethod  = "/test.Stream/Push"
+	sendMethod  = "/test.Stream/Send"
 	watchMethod = "/grpc.health.v1.Health/Watch"
 	missingCall = "/test.Missing/Call"
 )
@@ -60,34 +63,37 @@ type pushServer struct {
 	entered  chan struct{}
 }
 
+func pushHandler(srv any, ss grpc.ServerStream) error {
+	s := srv.(*pushServer)
+	s.calls.Add(1)
+	if s.entered != nil {
+		s.entered <- struct{}{}
+	}
+	for {
+		err := ss.RecvMsg(new(wrapperspb.BytesValue))
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		s.messages.Add(1)
+	}
+	if s.hold != nil {
+		<-s.hold
+	}
+	return ss.SendMsg(&emptypb.Empty{})
+}
+
+// pushDesc has two client-streaming methods, routed as logs (Push) and
+// metrics (Send).
 var pushDesc = grpc.ServiceDesc{
 	ServiceName: "test.Stream",
 	HandlerType: (*any)(nil),
-	Streams: []grpc.StreamDesc{{
-		StreamName:    "Push",
-		ClientStreams: true,
-		Handler: func(srv any, ss grpc.ServerStream) error {
-			s := srv.(*pushServer)
-			s.calls.Add(1)
-			if s.entered != nil {
-				s.entered <- struct{}{}
-			}
-			for {
-				err := ss.RecvMsg(new(wrapperspb.BytesValue))
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					return err
-				}
-				s.messages.Add(1)
-			}
-			if s.hold != nil {
-				<-s.hold
-			}
-			return ss.SendMsg(&emptypb.Empty{})
-		},
-	}},
+	Streams: []grpc.StreamDesc{
+		{StreamName: "Push", ClientStreams: true, Handler: pushHandler},
+		{StreamName: "Send", ClientStreams: true, Handler: pushHandler},
+	},
 }
 
 // payloadCounter is a second, test-only stats handler: it proves that a
@@ -110,49 +116,31 @@ func (p *payloadCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) cont
 func (p *payloadCounter) HandleConn(context.Context, stats.ConnStats) {}
 
 type grpcFixture struct {
-	dec    *fakeDecider
-	rec    *countingRecorder
-	budget *Budget
-	// highWater watches budget from the start.
-	highWater *HighWater
-	mw        *GRPC
-	traces    *traceServer
-	push      *pushServer
-	payloads  *payloadCounter
-	conn      *grpc.ClientConn
-	addr      string
+	*admFixture
+	mw       *GRPC
+	traces   *traceServer
+	push     *pushServer
+	payloads *payloadCounter
+	conn     *grpc.ClientConn
+	addr     string
 }
 
-func newGRPCFixture(t *testing.T, budget *Budget, unknownSize int64, edit ...func(*Config)) *grpcFixture {
+// newGRPCFixture is a gRPC server with the middleware on a new admission
+// (see newAdm), serving traces, the push streams (logs and metrics) and
+// health (Watch routed as metrics), and a client connection to it.
+func newGRPCFixture(t *testing.T, budget int64, opts ...admOption) *grpcFixture {
 	t.Helper()
-	return newGRPCFixtureWith(t, budget, unknownSize, nil, edit...)
+	return newGRPCFixtureOn(t, newAdm(t, budget, opts...))
 }
 
-// newGRPCFixtureWith is newGRPCFixture with more server options after the
-// middleware's (an authenticating interceptor, say).
-func newGRPCFixtureWith(t *testing.T, budget *Budget, unknownSize int64, extra []grpc.ServerOption, edit ...func(*Config)) *grpcFixture {
+// newGRPCFixtureOn is newGRPCFixture on the admission a, with more server
+// options after the middleware's (an authenticating interceptor, say).
+func newGRPCFixtureOn(t *testing.T, a *admFixture, extra ...grpc.ServerOption) *grpcFixture {
 	t.Helper()
-	f := &grpcFixture{
-		dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, highWater: budget.WatchHighWater(),
-		traces: &traceServer{}, push: &pushServer{}, payloads: &payloadCounter{},
-	}
-	cls := mustClassifier(t, Routes{GRPC: map[string]decision.Signal{
-		pushMethod:  decision.SignalLogs,
-		watchMethod: decision.SignalMetrics,
-		missingCall: decision.SignalProfiles,
-	}})
-	cfg := Config{
-		Classifier: cls, Decider: f.dec, Budget: budget, UnknownSize: unknownSize, Recorder: f.rec,
-		Retry: NewRetryDelay(grpcRetryLow, grpcRetryHigh, nil, nil),
-	}
-	for _, e := range edit {
-		e(&cfg)
-	}
-	mw, err := NewGRPC(cfg)
-	require.NoError(t, err)
-	f.mw = mw
+	f := &grpcFixture{admFixture: a, traces: &traceServer{}, push: &pushServer{}, payloads: &payloadCounter{}}
+	f.mw = newGRPCMiddleware(t, a)
 
-	srv := grpc.NewServer(append(append(mw.ServerOptions(), grpc.StatsHandler(f.payloads)), extra...)...)
+	srv := grpc.NewServer(append(append(f.mw.ServerOptions(), grpc.StatsHandler(f.payloads)), extra...)...)
 	ptraceotlp.RegisterGRPCServer(srv, f.traces)
 	srv.RegisterService(&pushDesc, f.push)
 	hs := health.NewServer()
@@ -176,15 +164,48 @@ func newGRPCFixtureWith(t *testing.T, budget *Budget, unknownSize int64, extra [
 	return f
 }
 
+// newGRPCMiddleware is the gRPC middleware on a, with the fixtures' routes
+// and retry delays.
+func newGRPCMiddleware(tb testing.TB, a *admFixture) *GRPC {
+	tb.Helper()
+	cfg := Config{
+		Classifier: mustClassifier(tb, Routes{GRPC: map[string]decision.Signal{
+			pushMethod:  decision.SignalLogs,
+			sendMethod:  decision.SignalMetrics,
+			watchMethod: decision.SignalMetrics,
+			missingCall: decision.SignalProfiles,
+		}}),
+		Admission: a.adm,
+		Retry:     NewRetryDelay(grpcRetryLow, grpcRetryHigh, nil, nil),
+	}
+	for _, e := range a.setup.mw {
+		e(&cfg)
+	}
+	mw, err := NewGRPC(cfg)
+	require.NoError(tb, err)
+	return mw
+}
+
 func (f *grpcFixture) export(ctx context.Context) error {
+	return exportOn(ctx, f.conn)
+}
+
+// exportOn exports one span on cc.
+func exportOn(ctx context.Context, cc *grpc.ClientConn) error {
 	td := ptrace.NewTraces()
 	td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("span")
-	_, err := ptraceotlp.NewGRPCClient(f.conn).Export(ctx, ptraceotlp.NewExportRequestFromTraces(td))
+	_, err := ptraceotlp.NewGRPCClient(cc).Export(ctx, ptraceotlp.NewExportRequestFromTraces(td))
 	return err
 }
 
+// pushStream opens a logs stream that sends nothing until told.
 func (f *grpcFixture) pushStream(ctx context.Context) (grpc.ClientStream, error) {
 	return f.conn.NewStream(ctx, &pushDesc.Streams[0], pushMethod)
+}
+
+// sendStream opens a metrics stream that sends nothing until told.
+func (f *grpcFixture) sendStream(ctx context.Context) (grpc.ClientStream, error) {
+	return f.conn.NewStream(ctx, &pushDesc.Streams[1], sendMethod)
 }
 
 // pushAll sends msgs messages of size bytes on one stream and waits for the
@@ -238,45 +259,75 @@ func requireRetryable(t *testing.T, err error, reason string, hi time.Duration) 
 	assert.Zero(t, d%time.Second)
 }
 
-func (f *grpcFixture) requireReleased(t *testing.T) {
+// requireRefused asserts a call whose wait ended in a refusal: CANCELLED
+// when its message was still unread, else the refusal the gate answers;
+// the OTLP exporters retry both.
+func requireRefused(t *testing.T, err error, reason string, hi time.Duration) {
 	t.Helper()
-	// *stats.End runs after the client has its answer: wait for it.
-	require.Eventually(t, func() bool { return f.budget.Reserved() == 0 }, 10*time.Second, time.Millisecond)
+	if status.Code(err) != codes.Canceled {
+		requireRetryable(t, err, reason, hi)
+	}
+}
+
+// requireReleased waits until every call has ended and given its bytes
+// back: *stats.End runs after the client has its answer.
+func (a *admFixture) requireReleased(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool { s := a.stats(); return s.Reserved == 0 && s.Inflight == 0 },
+		10*time.Second, time.Millisecond)
+}
+
+// tapEstimate is what a call of method from remote reserves at the tap
+// (its key and signal's estimate): the call then goes away before its
+// handler starts, and the tap's safety net releases it.
+func (f *grpcFixture) tapEstimate(t *testing.T, method, remote string) int64 {
+	t.Helper()
+	before := f.stats().Reserved
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), peerKey{}, netip.MustParseAddr(remote)))
+	_, err := f.mw.tap(ctx, &tap.Info{FullMethodName: method})
+	require.NoError(t, err)
+	est := f.stats().Reserved - before
+	cancel()
+	require.Eventually(t, func() bool { return f.stats().Reserved == before }, 10*time.Second, time.Millisecond)
+	return est
 }
 
 func TestGRPCAdmit(t *testing.T) {
-	f := newGRPCFixture(t, NewBudget(1<<20), 0)
+	f := newGRPCFixture(t, 8<<20)
 	ctx := context.Background()
 	require.NoError(t, f.export(ctx))
-	// The budget holds one RPC of unknown size: let the first one end.
 	f.requireReleased(t)
 	require.NoError(t, f.pushAll(ctx, 3, 100))
 	assert.EqualValues(t, 1, f.traces.calls.Load())
 	assert.EqualValues(t, 3, f.push.messages.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalLogs, decision.VerdictAdmit))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictAdmit))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalLogs, decision.VerdictAdmit))
+	assert.EqualValues(t, 2, f.rec.total())
 	f.requireReleased(t)
-	assert.EqualValues(t, DefaultUnknownSize, f.highWater.Load(), "the first RPC reserves unknown_size")
+	assert.EqualValues(t, admission.DefaultGRPCMaxMessageSize, f.stats().Peak,
+		"before its message is read, a call holds what grpc-go may decode for it")
 }
 
 func TestGRPCRejectUnary(t *testing.T) {
 	for _, v := range []decision.Verdict{decision.VerdictDenyShed, decision.VerdictDenyOpen} {
 		t.Run(v.Reason(), func(t *testing.T) {
-			f := newGRPCFixture(t, NewBudget(1<<20), 0)
+			f := newGRPCFixture(t, 8<<20)
 			f.dec.set(decision.SignalTraces, v)
 			for range 20 {
 				requireRetryable(t, f.export(context.Background()), v.Reason(), grpcRetryHigh)
 			}
 			assert.Zero(t, f.traces.calls.Load(), "the handler is never called")
 			assert.Zero(t, f.payloads.in.Load(), "the message is never received")
-			assert.EqualValues(t, 20, f.rec.get(ProtocolGRPC, decision.SignalTraces, v))
-			assert.Zero(t, f.highWater.Load(), "a rejected RPC reserves nothing")
+			assert.EqualValues(t, 20, f.rec.get(protoGRPC, decision.SignalTraces, v))
+			assert.EqualValues(t, 20, f.rec.total())
+			assert.Zero(t, f.stats().Peak, "a rejected RPC reserves nothing")
+			assert.Zero(t, f.stats().Inflight)
 		})
 	}
 }
 
 func TestGRPCRejectStreaming(t *testing.T) {
-	f := newGRPCFixture(t, nil, 0)
+	f := newGRPCFixture(t, 0)
 	f.dec.set(decision.SignalLogs, decision.VerdictDenyShed)
 	f.dec.set(decision.SignalMetrics, decision.VerdictDenyOpen)
 	ctx := context.Background()
@@ -297,43 +348,66 @@ func TestGRPCRejectStreaming(t *testing.T) {
 	_, err = healthpb.NewHealthClient(f.conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalLogs, decision.VerdictDenyShed))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalMetrics, decision.VerdictDenyOpen))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalLogs, decision.VerdictDenyShed))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalMetrics, decision.VerdictDenyOpen))
 	assert.EqualValues(t, 2, f.rec.total())
 }
 
 // TestGRPCExempt: an exempt signal is admitted in Open (only the memory
-// backstop refuses it) and bounded by the admission budget, with an
-// overdraft of a second budget that the others filling it cannot take.
+// backstop refuses it) and bounded by the admission budget: the other
+// signals may take three quarters of it, so that filling it does not
+// refuse the exempt ones, which may take all of it and nothing more.
 func TestGRPCExempt(t *testing.T) {
-	b := NewBudget(1 << 20)
-	f := newGRPCFixture(t, b, 0)
+	const call = int64(admission.DefaultGRPCMaxMessageSize)
+	const budget = 4 * call
+	f := newGRPCFixture(t, budget, withExempt(decision.SignalLogs))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	f.dec.setAll(decision.VerdictDenyOpen)
-	f.dec.set(decision.SignalTraces, decision.VerdictAdmit)
-	f.dec.exempt[decision.SignalTraces].Store(true)
-	require.NoError(t, f.export(context.Background()), "an exempt signal is admitted in Open")
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
+	f.dec.set(decision.SignalLogs, decision.VerdictAdmit)
+	require.NoError(t, f.pushAll(ctx, 1, 10), "an exempt signal is admitted in Open")
+	requireRetryable(t, f.export(ctx), "open", grpcRetryHigh)
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalLogs, decision.VerdictAdmit))
 	f.requireReleased(t)
-	require.True(t, b.Reserve(1<<20), "the others fill the budget")
-	require.NoError(t, f.export(context.Background()), "an exempt call fits in the overdraft")
-	b.charge(1<<20, 0) // and the overdraft
-	requireRetryable(t, f.export(context.Background()), "budget", grpcRetryLow)
-	b.release(1<<20, 0)
-	b.Release(1 << 20)
-	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen) // the memory backstop
-	assert.Equal(t, codes.ResourceExhausted, status.Code(f.export(context.Background())))
+
+	f.dec.setAll(decision.VerdictAdmit)
+	for range 3 {
+		_, err := f.sendStream(ctx)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return f.stats().Reserved == 3*call }, 10*time.Second, time.Millisecond,
+		"three silent metrics streams hold what their messages may decode to")
+	cs, err := f.sendStream(ctx)
+	require.NoError(t, err)
+	requireRetryable(t, cs.RecvMsg(new(emptypb.Empty)), "budget", grpcRetryLow)
+
+	_, err = f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.stats().Reserved == budget }, 10*time.Second, time.Millisecond,
+		"the others filling what they may do not refuse an exempt stream")
+	cs, err = f.pushStream(ctx)
+	require.NoError(t, err)
+	requireRetryable(t, cs.RecvMsg(new(emptypb.Empty)), "budget", grpcRetryLow)
+	assert.Equal(t, budget, f.stats().Peak, "nothing reserves past the budget, exempt or not")
+	cancel()
+	f.requireReleased(t)
+
+	f.dec.set(decision.SignalLogs, decision.VerdictDenyOpen) // the memory backstop
+	requireRetryable(t, f.pushAll(context.Background(), 1, 10), "open", grpcRetryHigh)
 }
 
-// TestGRPCBudget: a stream that opens and sends nothing holds its
-// reservation; with the budget full the next RPC is refused with the short
-// delay; when the stream goes away, everything is released.
+// TestGRPCBudget: a stream that opens and sends nothing holds what its
+// message may decode to (grpc_max_message_size within the budget), not
+// unknown_size; with the budget full the next RPC is refused at the tap
+// with the short delay; when the stream goes away, everything is released.
 func TestGRPCBudget(t *testing.T) {
-	f := newGRPCFixture(t, NewBudget(1000), 1000)
+	const call = 64 << 10
+	f := newGRPCFixture(t, call, withMaxMessage(call), withUnknownSize(1000))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	idle, err := f.pushStream(ctx)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return f.budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.stats().Reserved == call }, 10*time.Second, time.Millisecond)
 
 	// BudgetRetryDelay (1s) clamped up to the range's minimum of 2s.
 	requireRetryable(t, f.export(context.Background()), "budget", grpcRetryLow)
@@ -342,21 +416,22 @@ func TestGRPCBudget(t *testing.T) {
 	_, err = ws.Recv()
 	requireRetryable(t, err, "budget", grpcRetryLow)
 	assert.Zero(t, f.traces.calls.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalMetrics, decision.VerdictDenyBudget))
+	assert.Zero(t, f.payloads.in.Load())
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalMetrics, decision.VerdictDenyBudget))
 
 	cancel()
 	_ = idle.RecvMsg(new(emptypb.Empty))
 	f.requireReleased(t)
 	require.NoError(t, f.export(context.Background()))
 	f.requireReleased(t)
-	assert.EqualValues(t, 1000, f.highWater.Load())
+	assert.EqualValues(t, call, f.stats().Peak)
 }
 
 // TestGRPCBudgetHeldUntilEnd: the reservation lasts until the handler
 // returns, not until the client gives up.
 func TestGRPCBudgetHeldUntilEnd(t *testing.T) {
-	f := newGRPCFixture(t, NewBudget(1000), 1000)
+	f := newGRPCFixture(t, 1000, withUnknownSize(1000))
 	f.push.hold = make(chan struct{})
 	f.push.entered = make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -367,65 +442,54 @@ func TestGRPCBudgetHeldUntilEnd(t *testing.T) {
 	cancel()
 	require.Error(t, <-errc)
 	// The client is gone but the handler still runs: the bytes stay reserved.
-	assert.EqualValues(t, 1000, f.budget.Reserved())
+	assert.EqualValues(t, 1000, f.stats().Reserved)
+	assert.EqualValues(t, 1, f.stats().Inflight)
 	close(f.push.hold)
 	f.requireReleased(t)
 }
 
 // TestGRPCUnregisteredServiceReleases: grpc-go sends no *stats.End for a
-// routed method no service implements; the safety net releases anyway.
+// routed method no service implements; the safety net releases anyway,
+// and counts the call once.
 func TestGRPCUnregisteredServiceReleases(t *testing.T) {
 	// Room for all ten: the net releases asynchronously, after the client
 	// has its answer.
-	f := newGRPCFixture(t, NewBudget(10*DefaultUnknownSize), 0)
+	f := newGRPCFixture(t, 10*int64(admission.DefaultUnknownSize))
 	for range 10 {
 		err := f.conn.Invoke(context.Background(), missingCall, &emptypb.Empty{}, new(emptypb.Empty))
 		require.Equal(t, codes.Unimplemented, status.Code(err))
 	}
-	assert.EqualValues(t, 10, f.rec.get(ProtocolGRPC, decision.SignalProfiles, decision.VerdictAdmit))
 	f.requireReleased(t)
+	// Counted as the net releases, just after.
+	require.Eventually(t, func() bool { return f.rec.total() == 10 }, 10*time.Second, time.Millisecond)
+	assert.EqualValues(t, 10, f.rec.get(protoGRPC, decision.SignalProfiles, decision.VerdictAdmit))
 }
 
-// loopback is the peer slot of the fixtures' clients.
-func loopback(g *GRPC) peer { return g.peers.ofRemote("127.0.0.1:1") }
-
 // TestGRPCEstimate: received message sizes of accepted calls feed the
-// per-peer, per-signal estimate that later RPCs of that peer reserve.
+// per-key, per-signal estimate that later calls of that key reserve at
+// the tap (whether they are let in at once).
 func TestGRPCEstimate(t *testing.T) {
-	f := newGRPCFixture(t, NewBudget(1<<30), 0)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.SignalLogs, loopback(f.mw)))
+	f := newGRPCFixture(t, 1<<30)
+	assert.EqualValues(t, admission.DefaultUnknownSize, f.tapEstimate(t, pushMethod, "127.0.0.1"), "unknown_size at first")
 	require.NoError(t, f.pushAll(context.Background(), 10, 10000))
 	f.requireReleased(t)
-	est := f.mw.sizeEstimate(decision.SignalLogs, loopback(f.mw))
 	// 10000 bytes of payload plus a few bytes of protobuf framing.
-	assert.InDelta(t, 10000, est, 16)
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.SignalTraces, loopback(f.mw)), "per signal")
-	assert.EqualValues(t, DefaultUnknownSize, f.mw.sizeEstimate(decision.SignalLogs, f.mw.peers.ofRemote("192.0.2.1:1")), "per peer")
-
-	// The next RPC reserves the estimate.
-	f.push.hold = make(chan struct{})
-	f.push.entered = make(chan struct{}, 1)
-	errc := make(chan error, 1)
-	go func() { errc <- f.pushAll(context.Background(), 1, 10) }()
-	<-f.push.entered
-	assert.Equal(t, est, f.budget.Reserved())
-	close(f.push.hold)
-	require.NoError(t, <-errc)
-	f.requireReleased(t)
+	assert.InDelta(t, 10000, f.tapEstimate(t, pushMethod, "127.0.0.1"), 16)
+	assert.EqualValues(t, admission.DefaultUnknownSize, f.tapEstimate(t, traceExport, "127.0.0.1"), "per signal")
+	assert.EqualValues(t, admission.DefaultUnknownSize, f.tapEstimate(t, pushMethod, "192.0.2.1"), "per key")
 }
 
 // TestGRPCTapSafetyNet drives the tap directly: a stream whose context is
 // already done (grpc-go aborts it right after the tap, with no stats at
 // all) gets its reservation back.
 func TestGRPCTapSafetyNet(t *testing.T) {
-	b := NewBudget(1 << 20)
-	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: b})
-	require.NoError(t, err)
+	a := newAdm(t, 8<<20)
+	mw := newGRPCMiddleware(t, a)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = mw.tap(ctx, &tap.Info{FullMethodName: traceExport})
+	_, err := mw.tap(ctx, &tap.Info{FullMethodName: traceExport})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return b.Reserved() == 0 }, 10*time.Second, time.Millisecond)
+	a.requireReleased(t)
 
 	// Begin stops the net: a later cancellation no longer releases, End does.
 	ctx, cancel = context.WithCancel(context.Background())
@@ -435,89 +499,74 @@ func TestGRPCTapSafetyNet(t *testing.T) {
 	h := grpcStats{mw}
 	h.HandleRPC(rctx, &stats.Begin{})
 	cancel()
-	assert.EqualValues(t, DefaultUnknownSize, b.Reserved())
+	assert.EqualValues(t, admission.DefaultGRPCMaxMessageSize, a.stats().Reserved)
+	assert.EqualValues(t, 1, a.stats().Inflight)
 	h.HandleRPC(rctx, &stats.End{})
-	assert.Zero(t, b.Reserved())
+	assert.Zero(t, a.stats().Reserved)
 	h.HandleRPC(rctx, &stats.End{})
-	assert.Zero(t, b.Reserved(), "released once")
+	assert.Zero(t, a.stats().Reserved, "released once")
+	assert.Zero(t, a.stats().Inflight)
+	assert.EqualValues(t, 2, a.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictAdmit), "each call counted once")
 }
 
-func TestGRPCObserve(t *testing.T) {
-	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: NewBudget(1 << 20), UnknownSize: 5000})
-	require.NoError(t, err)
-	h := grpcStats{mw}
-	call := func(sig decision.Signal, size int, err error) {
-		r := &reservation{b: mw.budget, sig: sig, cancel: func() {}}
-		ctx := context.WithValue(context.Background(), reservationKey{}, r)
-		h.HandleRPC(ctx, &stats.InPayload{Length: size})
-		h.HandleRPC(ctx, &stats.End{Error: err})
+// TestGRPCEstimateLearnt drives the stats handler: a call's estimate is
+// the largest message of accepted calls of its key and signal lately, not
+// an average, at least 4 KiB, at most its key's share; a call that ended
+// in an error teaches nothing.
+func TestGRPCEstimateLearnt(t *testing.T) {
+	f := &grpcFixture{admFixture: newAdm(t, 1<<20, withDefaultShare(), withUnknownSize(5000))}
+	f.mw = newGRPCMiddleware(t, f.admFixture)
+	h := grpcStats{f.mw}
+	call := func(method string, size int, err error) {
+		ctx := context.WithValue(context.Background(), peerKey{}, netip.MustParseAddr("127.0.0.1"))
+		rctx, terr := f.mw.tap(ctx, &tap.Info{FullMethodName: method})
+		require.NoError(t, terr)
+		h.HandleRPC(rctx, &stats.Begin{IsClientStream: method == pushMethod})
+		h.HandleRPC(rctx, &stats.InPayload{Length: size, CompressedLength: size})
+		h.HandleRPC(rctx, &stats.End{Error: err})
 	}
-	in := func(sig decision.Signal, size int) { call(sig, size, nil) }
-	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.SignalTraces, 0), "unknown_size before any message")
-	call(decision.SignalTraces, 900000, status.Error(codes.Unauthenticated, "no"))
-	assert.EqualValues(t, 5000, mw.sizeEstimate(decision.SignalTraces, 0), "a call that ended in an error teaches nothing")
-	in(decision.SignalTraces, 8000)
-	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.SignalTraces, 0))
-	in(decision.SignalTraces, 1600)
-	assert.EqualValues(t, 8000, mw.sizeEstimate(decision.SignalTraces, 0), "the largest recent message, not an average")
-	in(decision.SignalLogs, 0)
-	assert.EqualValues(t, minEstimate, mw.sizeEstimate(decision.SignalLogs, 0), "an empty message is data too, counted as the floor")
-	in(decision.SignalMetrics, 10<<20)
-	assert.EqualValues(t, 1<<20, mw.sizeEstimate(decision.SignalMetrics, 0), "capped at the budget")
-	assert.Zero(t, mw.budget.Reserved())
-}
-
-// TestSizeWindow: the estimate is the largest size of the current and the
-// previous 10s window; it forgets a size after two windows, or at once
-// after a window without any.
-func TestSizeWindow(t *testing.T) {
-	var w sizeWindow
-	assert.Zero(t, w.get(0))
-	w.observe(8000, time.Second)
-	w.observe(100, 2*time.Second)
-	assert.EqualValues(t, 8000, w.get(3*time.Second))
-	assert.EqualValues(t, 8000, w.get(15*time.Second), "kept through the next window")
-	w.observe(300, 16*time.Second)
-	assert.EqualValues(t, 300, w.get(25*time.Second), "forgotten after two windows")
-	assert.Zero(t, w.get(45*time.Second), "a window without any size in between")
-	w.observe(0, 46*time.Second)
-	assert.EqualValues(t, 1, w.get(46*time.Second), "an empty request is data")
+	in := func(method string, size int) { call(method, size, nil) }
+	est := func(method string) int64 { return f.tapEstimate(t, method, "127.0.0.1") }
+	assert.EqualValues(t, 5000, est(traceExport), "unknown_size before any message")
+	call(traceExport, 900000, status.Error(codes.Unauthenticated, "no"))
+	assert.EqualValues(t, 5000, est(traceExport), "a call that ended in an error teaches nothing")
+	in(traceExport, 8000)
+	assert.EqualValues(t, 8000, est(traceExport))
+	in(traceExport, 1600)
+	assert.EqualValues(t, 8000, est(traceExport), "the largest recent message, not an average")
+	in(pushMethod, 0)
+	assert.EqualValues(t, 4<<10, est(pushMethod), "an empty message is data too, counted as the floor")
+	in(sendMethod, 10<<20)
+	assert.EqualValues(t, 512<<10, est(sendMethod), "capped at the key's share")
+	assert.Zero(t, f.stats().Reserved)
 }
 
 // TestGRPCEstimateNotPoisoned: a hundred empty messages after a large one
-// do not lower what the next RPC of that signal reserves (a running
-// average fell to one byte and no longer bounded anything).
+// do not lower what the next call of that signal reserves at the tap (a
+// running average fell to one byte and no longer bounded anything).
 func TestGRPCEstimateNotPoisoned(t *testing.T) {
-	f := newGRPCFixture(t, NewBudget(1<<20), 4<<10)
+	f := newGRPCFixture(t, 8<<20, withUnknownSize(4<<10))
 	ctx := context.Background()
 	require.NoError(t, f.pushAll(ctx, 1, 200<<10))
 	for range 100 {
 		require.NoError(t, f.pushAll(ctx, 1, 0))
 	}
 	f.requireReleased(t)
-
-	f.push.hold = make(chan struct{})
-	f.push.entered = make(chan struct{}, 1)
-	errc := make(chan error, 1)
-	go func() { errc <- f.pushAll(ctx, 1, 10) }()
-	<-f.push.entered
-	assert.GreaterOrEqual(t, f.budget.Reserved(), int64(200<<10), "the next stream reserves the large message's size")
-	close(f.push.hold)
-	require.NoError(t, <-errc)
-	f.requireReleased(t)
+	assert.GreaterOrEqual(t, f.tapEstimate(t, pushMethod, "127.0.0.1"), int64(200<<10),
+		"the next stream reserves the large message's size")
 }
 
-// TestGRPCReservationGrowsToMessage: a message larger than its RPC's
+// TestGRPCReservationGrowsToMessage: a message larger than its call's
 // reservation is charged in full once it has arrived, so while it is
-// handled the budget shows it and refuses other RPCs.
+// handled the budget shows it and refuses other calls.
 func TestGRPCReservationGrowsToMessage(t *testing.T) {
-	f := newGRPCFixture(t, NewBudget(256<<10), 1<<10)
+	f := newGRPCFixture(t, 256<<10, withUnknownSize(1<<10))
 	ctx := context.Background()
 	f.push.hold = make(chan struct{})
 	errc := make(chan error, 1)
 	go func() { errc <- f.pushAll(ctx, 1, 300<<10) }()
 	require.Eventually(t, func() bool { return f.push.messages.Load() == 1 }, 10*time.Second, time.Millisecond)
-	assert.GreaterOrEqual(t, f.budget.Reserved(), int64(300<<10), "the message being handled is charged")
+	assert.GreaterOrEqual(t, f.stats().Reserved, int64(300<<10), "the message being handled is charged")
 	requireRetryable(t, f.export(ctx), "budget", grpcRetryLow)
 	close(f.push.hold)
 	require.NoError(t, <-errc)
@@ -525,36 +574,24 @@ func TestGRPCReservationGrowsToMessage(t *testing.T) {
 	require.NoError(t, f.export(ctx))
 }
 
-// withQueue holds what the budget cannot take yet, as the extension does
-// by default.
-func withQueue(dec Decider) func(*Config) {
-	return func(c *Config) { c.Hold = NewHold(dec, nil, 5*time.Second, 8, 0) }
-}
-
-// fullBudgetFixture is a fixture with the queue on, holding for up to
-// wait, and a budget of 1000 bytes that waits up to wait too, all of it
+// fullBudgetFixture is a fixture with the hold on, holding for up to wait,
+// and a budget of 1000 bytes that calls wait for up to wait too, all of it
 // held by an idle stream; release ends that stream.
 func fullBudgetFixture(t *testing.T, wait time.Duration) (f *grpcFixture, release func()) {
 	t.Helper()
-	budget := NewBudgetWith(BudgetConfig{Max: 1000, Wait: wait})
-	dec := &fakeDecider{}
-	f = newGRPCFixture(t, budget, 1000, func(c *Config) {
-		c.Decider = dec
-		c.Hold = NewHold(dec, nil, wait, 8, 0)
-	})
-	f.dec = dec
+	f = newGRPCFixture(t, 1000, withUnknownSize(1000), withWait(wait), withHold(wait, 8))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	idle, err := f.pushStream(ctx)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.stats().Reserved == 1000 }, 10*time.Second, time.Millisecond)
 	return f, func() {
 		cancel()
 		_ = idle.RecvMsg(new(emptypb.Empty))
 	}
 }
 
-// TestGRPCBudgetWaitsForBytes: with the queue on, an RPC that finds the
+// TestGRPCBudgetWaitsForBytes: with the hold on, a call that finds the
 // budget full is not refused at the tap: its handler waits for the bytes
 // and runs once they are released, and the exporter never sees a refusal.
 func TestGRPCBudgetWaitsForBytes(t *testing.T) {
@@ -562,73 +599,72 @@ func TestGRPCBudgetWaitsForBytes(t *testing.T) {
 
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
-	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
-	assert.Zero(t, f.traces.calls.Load(), "the waiting RPC's handler must not run before it has its bytes")
+	require.Eventually(t, func() bool { return f.stats().HeldRequests == 1 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, f.traces.calls.Load(), "the waiting call's handler must not run before it has its bytes")
 
 	release()
 	require.NoError(t, <-errc)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
-	assert.Zero(t, f.mw.hold.Held())
+	assert.Zero(t, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictAdmit))
+	assert.Zero(t, f.stats().HeldRequests)
 	f.requireReleased(t)
 }
 
-// TestGRPCBudgetWaitEnds: an RPC that waited the budget's wait without
-// getting its bytes is refused before its handler runs, counted as a
-// budget refusal, and holds nothing afterwards.
+// TestGRPCBudgetWaitEnds: a call that waited without getting its bytes is
+// refused before its handler runs, counted as a budget refusal, and holds
+// nothing afterwards.
 func TestGRPCBudgetWaitEnds(t *testing.T) {
 	f, release := fullBudgetFixture(t, 200*time.Millisecond)
-	// CANCELLED when the message was still unread, else the refusal the
-	// tap answers; the OTLP exporters retry both.
-	err := f.export(context.Background())
-	if code := status.Code(err); code != codes.Canceled {
-		requireRetryable(t, err, "budget", grpcRetryLow)
-	}
+	requireRefused(t, f.export(context.Background()), "budget", grpcRetryLow)
 	assert.Zero(t, f.traces.calls.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
-	assert.Zero(t, f.mw.hold.Held())
-	require.Eventually(t, func() bool { return f.budget.Reserved() == 1000 }, 10*time.Second, time.Millisecond, "only the idle stream's bytes")
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.Zero(t, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictAdmit))
+	assert.Zero(t, f.stats().HeldRequests)
+	require.Eventually(t, func() bool { return f.stats().Reserved == 1000 }, 10*time.Second, time.Millisecond, "only the idle stream's bytes")
 
 	release()
 	f.requireReleased(t)
 }
 
-// TestGRPCEstimateWireSize: compressed messages reserve their size on the
-// wire, as an HTTP body its Content-Length, but never less than a quarter
-// of their decoded size; the reservation grows to the decoded size once
-// the message has arrived.
+// TestGRPCEstimateWireSize: compressed messages are estimated by their
+// size on the wire, as an HTTP body by its Content-Length, but never less
+// than a quarter of their decoded size; and whatever its estimate, a call
+// holds what grpc-go may decode for it until its message is decoded (one
+// small message must not let the next ones in at 4 KiB each while grpc-go
+// decompresses megabytes for each).
 func TestGRPCEstimateWireSize(t *testing.T) {
-	f := newGRPCFixture(t, NewBudget(8<<20), 4<<10)
-	ctx := context.Background()
-	gz, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
-	require.NoError(t, err)
-	defer gz.Close()
+	gzipConn := func(f *grpcFixture) *grpc.ClientConn {
+		cc, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
+		require.NoError(t, err)
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 
 	// Random bytes do not compress: wire size and decoded size agree.
-	random := make([]byte, 400<<10)
+	f := newGRPCFixture(t, 8<<20, withUnknownSize(4<<10))
+	random := make([]byte, 128<<10)
 	_, _ = rand.Read(random)
-	require.NoError(t, sendOn(ctx, gz, random))
+	require.NoError(t, sendOn(ctx, gzipConn(f), random))
 	f.requireReleased(t)
-	assert.InDelta(t, 400<<10, f.mw.sizeEstimate(decision.SignalLogs, loopback(f.mw)), 1<<10)
+	assert.InDelta(t, 128<<10, f.tapEstimate(t, pushMethod, "127.0.0.1"), 1<<10)
 
 	// Zeros compress a thousandfold: the floor, a quarter of the decoded size.
-	f2 := newGRPCFixture(t, NewBudget(8<<20), 4<<10)
-	gz2, err := grpc.NewClient(f2.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
-	require.NoError(t, err)
-	defer gz2.Close()
-	f2.push.hold = make(chan struct{})
-	errc := make(chan error, 1)
-	go func() { errc <- sendOn(ctx, gz2, make([]byte, 400<<10)) }()
-	require.Eventually(t, func() bool { return f2.push.messages.Load() == 1 }, 10*time.Second, time.Millisecond)
-	assert.GreaterOrEqual(t, f2.budget.Reserved(), int64(400<<10), "grown to the decoded size while handled")
-	close(f2.push.hold)
-	require.NoError(t, <-errc)
+	f2 := newGRPCFixture(t, 8<<20, withUnknownSize(4<<10))
+	gz2 := gzipConn(f2)
+	require.NoError(t, sendOn(ctx, gz2, make([]byte, 128<<10)))
 	f2.requireReleased(t)
-	assert.InDelta(t, 100<<10, f2.mw.sizeEstimate(decision.SignalLogs, loopback(f2.mw)), 1<<10)
+	assert.InDelta(t, 32<<10, f2.tapEstimate(t, pushMethod, "127.0.0.1"), 1<<10)
+
+	_, err := gz2.NewStream(ctx, &pushDesc.Streams[0], pushMethod)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f2.stats().Reserved == int64(admission.DefaultGRPCMaxMessageSize) },
+		10*time.Second, time.Millisecond, "a call holds what its message may decode to, not its estimate")
+	cancel()
+	f2.requireReleased(t)
 }
 
 // sendOn sends one message of the given bytes on a push stream of cc.
@@ -646,139 +682,125 @@ func sendOn(ctx context.Context, cc *grpc.ClientConn, b []byte) error {
 	return cs.RecvMsg(new(emptypb.Empty))
 }
 
-// TestGRPCShedWaitsForDecision: with the queue on, a shed RPC is not
-// refused at the tap: it waits, its handler not started, and runs once a
-// later decision admits it, so the exporter never sees a refusal (and
-// never backs off).
+// TestGRPCShedWaitsForDecision: with the hold on, a shed call is not
+// refused at the tap: it waits, its handler not started and its message
+// unread, and runs once a later decision admits it, so the exporter never
+// sees a refusal (and never backs off).
 func TestGRPCShedWaitsForDecision(t *testing.T) {
-	budget := NewBudget(1 << 20)
-	dec := &fakeDecider{}
-	f := newGRPCFixture(t, budget, 1000, func(c *Config) { c.Decider = dec }, withQueue(dec))
-	dec.set(decision.SignalTraces, decision.VerdictDenyShed)
+	f := newGRPCFixture(t, 1<<20, withUnknownSize(1000), withHold(5*time.Second, 8))
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
-	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
-	assert.Zero(t, f.traces.calls.Load(), "a held RPC's handler must not run")
-	assert.Zero(t, f.payloads.in.Load(), "a held RPC's message is not read")
-	assert.Zero(t, budget.Reserved(), "a held RPC holds no budget")
+	require.Eventually(t, func() bool { return f.stats().HeldRequests == 1 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, f.traces.calls.Load(), "a held call's handler must not run")
+	assert.Zero(t, f.payloads.in.Load(), "a held call's message is not read")
+	assert.Zero(t, f.stats().Reserved, "a held call holds none of the budget")
+	assert.EqualValues(t, 64<<10, f.stats().Held, "what its client may send meanwhile is counted in the held pool")
 
-	dec.set(decision.SignalTraces, decision.VerdictAdmit)
+	f.dec.set(decision.SignalTraces, decision.VerdictAdmit)
 	require.NoError(t, <-errc)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyShed))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictAdmit))
-	assert.Zero(t, f.mw.hold.Held())
-	assert.EqualValues(t, 1000, f.highWater.Load(), "admitted, it reserves as at the tap")
+	assert.Zero(t, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyShed))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictAdmit))
+	assert.Zero(t, f.stats().HeldRequests)
+	assert.Zero(t, f.stats().Held)
+	assert.EqualValues(t, 1<<20, f.stats().Peak, "admitted, it holds what its message may decode to, within the budget")
 	f.requireReleased(t)
 }
 
-// TestGRPCShedWaitEnds: a shed RPC that no decision admits within the
-// queue's max_wait is refused before its handler runs, counted once as
+// TestGRPCShedWaitEnds: a shed call that no decision admits within the
+// hold's max_wait is refused before its handler runs, counted once as
 // shed, and holds nothing afterwards.
 func TestGRPCShedWaitEnds(t *testing.T) {
-	dec := &fakeDecider{}
-	f := newGRPCFixture(t, NewBudget(1<<20), 1000, func(c *Config) {
-		c.Decider = dec
-		c.Hold = NewHold(dec, nil, 200*time.Millisecond, 8, 0)
-	})
-	dec.set(decision.SignalTraces, decision.VerdictDenyShed)
-	err := f.export(context.Background())
-	// CANCELLED when the message was still unread, else the refusal the
-	// tap answers; the OTLP exporters retry both.
-	if code := status.Code(err); code != codes.Canceled {
-		requireRetryable(t, err, "shed", grpcRetryHigh)
-	}
+	f := newGRPCFixture(t, 1<<20, withUnknownSize(1000), withHold(200*time.Millisecond, 8))
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
+	requireRefused(t, f.export(context.Background()), "shed", grpcRetryHigh)
 	assert.Zero(t, f.traces.calls.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyShed))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyShed))
 	assert.EqualValues(t, 1, f.rec.total())
-	assert.Zero(t, f.mw.hold.Held())
+	assert.Zero(t, f.stats().HeldRequests)
+	assert.Zero(t, f.stats().Held)
 	f.requireReleased(t)
 }
 
 // TestGRPCOpenHeld: in Open a gRPC call waits for a decision that admits
 // it, as a shed one does, within its deadline: some clients (the
 // JavaScript SDK's gRPC exporter) retry no refusal at all, and the SDKs'
-// whole export, retries included, must fit in 10 s. Its expected message
-// is counted in the budget's held pool while it waits (grpc-go buffers
-// it); a call that finds every place of the queue taken, or the held pool
-// full, is refused at the tap (issue 28 point 3).
+// whole export, retries included, must fit in 10 s. What its client may
+// send meanwhile (its stream's flow-control window) is counted in the held
+// pool while it waits; a call that finds every place of the hold taken, or
+// the held pool full, is refused at the tap.
 func TestGRPCOpenHeld(t *testing.T) {
-	dec := &fakeDecider{}
-	b := NewBudget(1 << 20)
-	f := newGRPCFixture(t, b, 1000, func(c *Config) {
-		c.Decider = dec
-		c.Hold = NewHold(dec, nil, time.Minute, 1, 0)
-	})
+	f := newGRPCFixture(t, 1<<20, withUnknownSize(1000), withHold(time.Minute, 1))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
 	held := make(chan error, 1)
 	go func() { held <- f.export(ctx) }()
-	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
-	assert.EqualValues(t, 1000, b.Held(), "its expected message is counted while it waits")
+	require.Eventually(t, func() bool { return f.stats().HeldRequests == 1 }, 10*time.Second, time.Millisecond)
+	assert.EqualValues(t, 64<<10, f.stats().Held, "its flow-control window is counted while it waits")
 
-	dec.set(decision.SignalLogs, decision.VerdictDenyShed)
+	f.dec.set(decision.SignalLogs, decision.VerdictDenyShed)
 	requireRetryable(t, f.pushAll(ctx, 1, 10), "shed", grpcRetryHigh)
 	assert.Zero(t, f.push.messages.Load(), "the only place is taken: refused at the tap")
 
-	dec.set(decision.SignalTraces, decision.VerdictAdmit) // the Open ends
+	f.dec.set(decision.SignalTraces, decision.VerdictAdmit) // the Open ends
 	require.NoError(t, <-held)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
-	assert.Zero(t, b.Held())
+	assert.Zero(t, f.stats().Held)
 	f.requireReleased(t)
 
-	// The held pool is as large as the budget: a call whose expected
-	// message does not fit in what is left of it is refused at once.
-	f2 := newGRPCFixture(t, NewBudget(1000), 1000, func(c *Config) {
-		c.Decider = dec
-		c.Hold = NewHold(dec, nil, time.Minute, 8, 0)
-	})
-	dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
+	// The held pool is at least as large as the budget: a call whose
+	// window does not fit in what is left of it is refused at once.
+	const budget = 64 << 10
+	f2 := newGRPCFixture(t, budget, withUnknownSize(1000), withHold(time.Minute, 8), withHeldPool(0))
+	f2.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
 	go func() { held <- f2.export(ctx) }()
-	require.Eventually(t, func() bool { return f2.budget.Held() == 1000 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f2.stats().Held == budget }, 10*time.Second, time.Millisecond)
 	requireRetryable(t, f2.export(ctx), "open", grpcRetryHigh)
-	assert.EqualValues(t, 1, f2.mw.hold.Held())
+	assert.EqualValues(t, 1, f2.stats().HeldRequests)
 	// The pool may be larger than the budget (the runner sizes it by the
 	// memory limit): then a second call waits too.
-	f2.budget.SetHeldMax(2000)
+	f2.adm.SetBudget(budget, 2*budget)
 	held2 := make(chan error, 1)
 	go func() { held2 <- f2.export(ctx) }()
-	require.Eventually(t, func() bool { return f2.budget.Held() == 2000 }, 10*time.Second, time.Millisecond)
-	dec.set(decision.SignalTraces, decision.VerdictAdmit)
+	require.Eventually(t, func() bool { return f2.stats().Held == 2*budget }, 10*time.Second, time.Millisecond)
+	f2.dec.set(decision.SignalTraces, decision.VerdictAdmit)
 	require.NoError(t, <-held)
 	require.NoError(t, <-held2)
 	f2.requireReleased(t)
 }
 
-// TestGRPCShedThenBudget: a held RPC admitted by a later decision while the
-// budget is full waits for its bytes too, and runs once they are free.
+// TestGRPCShedThenBudget: a held call admitted by a later decision while the
+// budget is full waits for its bytes too, still holding its place, and
+// runs once they are free.
 func TestGRPCShedThenBudget(t *testing.T) {
 	f, release := fullBudgetFixture(t, 5*time.Second)
-	dec := f.dec
-	dec.set(decision.SignalTraces, decision.VerdictDenyShed)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	errc := make(chan error, 1)
 	go func() { errc <- f.export(context.Background()) }()
-	require.Eventually(t, func() bool { return f.mw.hold.Held() == 1 }, 10*time.Second, time.Millisecond)
-	dec.set(decision.SignalTraces, decision.VerdictAdmit)
+	require.Eventually(t, func() bool { return f.stats().HeldRequests == 1 }, 10*time.Second, time.Millisecond)
+	f.dec.set(decision.SignalTraces, decision.VerdictAdmit)
 	// Admitted by the decision, it now waits for the budget, still held.
-	require.Never(t, func() bool { return f.traces.calls.Load() > 0 }, 300*time.Millisecond, 10*time.Millisecond)
-	assert.EqualValues(t, 1, f.mw.hold.Held())
+	require.Never(t, func() bool { return f.traces.calls.Load() > 0 }, 200*time.Millisecond, 10*time.Millisecond)
+	assert.EqualValues(t, 1, f.stats().HeldRequests)
 
 	release()
 	require.NoError(t, <-errc)
 	assert.EqualValues(t, 1, f.traces.calls.Load())
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyShed))
-	assert.Zero(t, f.rec.get(ProtocolGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
-	assert.Zero(t, f.mw.hold.Held())
+	assert.Zero(t, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyShed))
+	assert.Zero(t, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictAdmit))
+	assert.Zero(t, f.stats().HeldRequests)
 	f.requireReleased(t)
 }
 
-// TestGRPCWaitEndsBeforeDeadline: a waiting stream is refused before the
-// time its client gave it has passed (deadlineShare of it, leaving at least
-// deadlineMargin), however long the queue's max_wait, so that its client
-// gets a refusal rather than a deadline it gives up on while the collector
-// takes the data (a duplicate once the client sends it again).
+// TestGRPCWaitEndsBeforeDeadline: a waiting call is refused before the
+// time its client gave it has passed (most of it, leaving at least a
+// second), however long the hold's max_wait, so that its client gets a
+// refusal rather than a deadline it gives up on while the collector takes
+// the data (a duplicate once the client sends it again).
 func TestGRPCWaitEndsBeforeDeadline(t *testing.T) {
 	for _, shed := range []bool{true, false} {
 		t.Run(map[bool]string{true: "shed", false: "budget"}[shed], func(t *testing.T) {
@@ -787,13 +809,74 @@ func TestGRPCWaitEndsBeforeDeadline(t *testing.T) {
 			if shed {
 				f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			err := f.export(ctx)
 			require.Error(t, err)
 			assert.NotEqual(t, codes.DeadlineExceeded, status.Code(err), "refused before the client's deadline: %v", err)
 			assert.Zero(t, f.traces.calls.Load())
-			assert.Zero(t, f.mw.hold.Held())
+			assert.Zero(t, f.stats().HeldRequests)
 		})
 	}
+}
+
+// TestGRPCGate: a call whose wait in the hold ended in a refusal after
+// its message had arrived is refused by the interceptors before its
+// handler runs, unary or streaming, and its context is cancelled.
+func TestGRPCGate(t *testing.T) {
+	a := newAdm(t, 8<<20, withHold(50*time.Millisecond, 8))
+	a.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
+	mw := newGRPCMiddleware(t, a)
+	h := grpcStats{mw}
+	ctx := context.WithValue(context.Background(), peerKey{}, netip.MustParseAddr("127.0.0.1"))
+	rctx, err := mw.tap(ctx, &tap.Info{FullMethodName: traceExport})
+	require.NoError(t, err, "let in to wait")
+	h.HandleRPC(rctx, &stats.Begin{}) // waits out max_wait in the hold
+	require.ErrorIs(t, rctx.Err(), context.Canceled)
+	_, err = mw.unaryGate(rctx, nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
+		t.Error("the handler ran")
+		return nil, nil
+	})
+	requireRetryable(t, err, "shed", grpcRetryHigh)
+	err = mw.streamGate(nil, gateStream{ctx: rctx}, &grpc.StreamServerInfo{}, func(any, grpc.ServerStream) error {
+		t.Error("the handler ran")
+		return nil
+	})
+	requireRetryable(t, err, "shed", grpcRetryHigh)
+	h.HandleRPC(rctx, &stats.End{Error: err})
+	a.requireReleased(t)
+	assert.EqualValues(t, 1, a.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyShed))
+	assert.EqualValues(t, 1, a.rec.total())
+	assert.Zero(t, a.stats().HeldRequests)
+}
+
+// gateStream is a server stream of ctx, for the stream interceptor.
+type gateStream struct {
+	grpc.ServerStream
+	ctx context.Context //nolint:containedctx // the stream's context
+}
+
+func (s gateStream) Context() context.Context { return s.ctx }
+
+// TestGRPCObserveOnly: in observe-only mode every call is admitted, and
+// the refusal it would have had is counted: Open, or a full budget.
+func TestGRPCObserveOnly(t *testing.T) {
+	const call = 64 << 10
+	f := newGRPCFixture(t, call, withMaxMessage(call), withObserveOnly(), withHold(time.Minute, 8))
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
+	require.NoError(t, f.export(context.Background()))
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyOpen))
+	f.dec.set(decision.SignalTraces, decision.VerdictAdmit)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := f.pushStream(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.stats().Reserved == call }, 10*time.Second, time.Millisecond)
+	require.NoError(t, f.export(context.Background()), "the budget is full, but only counted")
+	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.EqualValues(t, 2, f.traces.calls.Load())
+	assert.Zero(t, f.stats().HeldRequests, "nothing is held")
+	cancel()
+	f.requireReleased(t)
 }

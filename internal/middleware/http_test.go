@@ -32,6 +32,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 )
 
@@ -93,28 +94,30 @@ func writeReadError(w http.ResponseWriter, err error) {
 }
 
 type httpFixture struct {
-	dec    *fakeDecider
-	rec    *countingRecorder
-	budget *Budget
-	// highWater watches budget from the start.
-	highWater *HighWater
-	mw        *HTTP
-	next      *countingHandler
-	h         http.Handler
+	*admFixture
+	mw   *HTTP
+	next *countingHandler
+	h    http.Handler
 }
 
-func newHTTPFixture(tb testing.TB, budget *Budget, unknownSize int64, retry *RetryDelay, edit ...func(*Config)) *httpFixture {
+// newHTTPFixture is the HTTP middleware on a new admission (see newAdm)
+// with the route /prometheus/write for metrics, in front of a
+// countingHandler.
+func newHTTPFixture(tb testing.TB, budget int64, opts ...admOption) *httpFixture {
 	tb.Helper()
-	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, budget: budget, highWater: budget.WatchHighWater(), next: &countingHandler{}}
+	return newHTTPFixtureOn(tb, newAdm(tb, budget, opts...))
+}
+
+// newHTTPFixtureOn is the HTTP middleware on the admission a (shared with
+// a gRPC fixture, say).
+func newHTTPFixtureOn(tb testing.TB, a *admFixture) *httpFixture {
+	tb.Helper()
+	f := &httpFixture{admFixture: a, next: &countingHandler{}}
 	cfg := Config{
-		Classifier:  mustClassifier(tb, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.SignalMetrics}}),
-		Decider:     f.dec,
-		Retry:       retry,
-		Budget:      budget,
-		UnknownSize: unknownSize,
-		Recorder:    f.rec,
+		Classifier: mustClassifier(tb, Routes{HTTP: map[string]decision.Signal{"/prometheus/write": decision.SignalMetrics}}),
+		Admission:  a.adm,
 	}
-	for _, e := range edit {
+	for _, e := range a.setup.mw {
 		e(&cfg)
 	}
 	mw, err := NewHTTP(cfg)
@@ -124,92 +127,128 @@ func newHTTPFixture(tb testing.TB, budget *Budget, unknownSize int64, retry *Ret
 	return f
 }
 
+// withRetry sets the middleware's retry delays.
+func withRetry(d *RetryDelay) admOption { return withMiddleware(func(c *Config) { c.Retry = d }) }
+
+// serve serves req with h and returns the answer.
+func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// post is a request to path from remote with a body of n bytes and its
+// Content-Length.
+func post(path, remote string, n int) *http.Request {
+	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(make([]byte, n)))
+	req.RemoteAddr = remote
+	return req
+}
+
 func TestNewHTTPErrors(t *testing.T) {
-	_, err := NewHTTP(Config{Decider: &fakeDecider{}})
-	require.Error(t, err)
+	a := newAdm(t, 0)
+	_, err := NewHTTP(Config{Admission: a.adm})
+	require.ErrorIs(t, err, errNoClassifier)
 	_, err = NewHTTP(Config{Classifier: mustClassifier(t, Routes{})})
-	require.Error(t, err)
+	require.ErrorIs(t, err, errNoAdmission)
 	_, err = NewGRPC(Config{})
 	require.Error(t, err)
 }
 
 func TestHTTPAdmit(t *testing.T) {
-	f := newHTTPFixture(t, NewBudget(1<<20), 0, nil)
+	f := newHTTPFixture(t, 1<<20)
 	for _, target := range []string{"/v1/traces", "/v1/metrics?x=1", "//v1/logs/", "/prometheus/write", "/health", "/"} {
-		rec := httptest.NewRecorder()
-		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, target, strings.NewReader("hello")))
+		rec := serve(f.h, httptest.NewRequest(http.MethodPost, target, strings.NewReader("hello")))
 		assert.Equal(t, http.StatusOK, rec.Code, target)
 	}
 	assert.EqualValues(t, 6, f.next.calls.Load())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit))
-	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictAdmit))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalLogs, decision.VerdictAdmit))
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictAdmit))
+	assert.EqualValues(t, 2, f.rec.get(protoHTTP, decision.SignalMetrics, decision.VerdictAdmit))
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalLogs, decision.VerdictAdmit))
 	assert.EqualValues(t, 4, f.rec.total(), "unclassified requests are not counted")
-	assert.Zero(t, f.budget.Reserved())
-	assert.EqualValues(t, 5, f.highWater.Load())
+	s := f.stats()
+	assert.Zero(t, s.Reserved)
+	assert.Zero(t, s.Inflight)
+	assert.EqualValues(t, 5, s.Peak, "a body reserves its Content-Length when smaller than unknown_size")
 }
 
 // TestHTTPUnclassifiedNeverRejected: Open on every signal and a full budget
-// still let a health check through, and Decide is not even asked.
+// still let a health check through, and no decision is even asked for.
 func TestHTTPUnclassifiedNeverRejected(t *testing.T) {
-	b := NewBudget(10)
-	require.True(t, b.Reserve(10))
-	f := newHTTPFixture(t, b, 0, nil)
+	f := newHTTPFixture(t, 10)
+	defer f.reserve(t, "10.255.0.1", decision.SignalTraces, 10)()
 	f.dec.setAll(decision.VerdictDenyOpen)
+	decides, recorded := f.dec.decides.Load(), f.rec.total()
 	for _, target := range []string{"/health", "/v1/trace", "/metrics", "/v1/traces/x"} {
-		rec := httptest.NewRecorder()
-		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, target, strings.NewReader("0123456789")))
+		rec := serve(f.h, httptest.NewRequest(http.MethodPost, target, strings.NewReader("0123456789")))
 		assert.Equal(t, http.StatusOK, rec.Code, target)
 	}
-	assert.Zero(t, f.dec.decides.Load())
-	assert.Zero(t, f.rec.total())
+	assert.Equal(t, decides, f.dec.decides.Load())
+	assert.Equal(t, recorded, f.rec.total())
+	assert.EqualValues(t, 10, f.stats().Reserved, "only the other request's bytes")
 }
 
 // TestHTTPExempt: an exempt signal's own decision admits it in Open (only
 // the engine's memory backstop refuses it), and the admission budget bounds
-// its bytes (issue 28 point 11: a metrics body of any size is not let in
-// between two samples because metrics are exempt), with an overdraft of a
-// second budget that the other signals filling it cannot take from it.
+// its bytes (a metrics body of any size is not let in between two samples
+// because metrics are exempt): the other signals may take only three
+// quarters of the budget, so that filling it does not refuse the exempt
+// ones, which may take all of it and nothing more.
 func TestHTTPExempt(t *testing.T) {
-	b := NewBudget(16)
-	f := newHTTPFixture(t, b, 0, nil)
+	const budget = 1000
+	f := newHTTPFixture(t, budget, withExempt(decision.SignalMetrics))
 	f.dec.setAll(decision.VerdictDenyOpen)
 	f.dec.set(decision.SignalMetrics, decision.VerdictAdmit)
-	f.dec.exempt[decision.SignalMetrics].Store(true)
-	rec := httptest.NewRecorder()
-	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("0123456789abcdef")))
-	assert.Equal(t, http.StatusOK, rec.Code, "admitted in Open")
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("x")))
+	rec := serve(f.h, post("/v1/metrics", "192.0.2.1:1", budget))
+	assert.Equal(t, http.StatusOK, rec.Code, "admitted in Open, the whole budget")
+	rec = serve(f.h, httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t}))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictAdmit))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyOpen))
-	assert.Zero(t, b.Reserved())
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalMetrics, decision.VerdictAdmit))
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyOpen))
+	assert.Zero(t, f.stats().Reserved)
 
-	require.True(t, b.Reserve(16))
-	b.charge(15, 0)
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("01")))
-	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "the budget bounds an exempt signal too, at twice its size")
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictDenyBudget))
-	b.release(15, 0)
 	f.dec.set(decision.SignalTraces, decision.VerdictAdmit)
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("01")))
-	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "a full budget refuses the others")
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("01")))
-	assert.Equal(t, http.StatusOK, rec.Code, "within the overdraft, the others filling the budget do not refuse an exempt signal")
-	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictAdmit))
-	assert.EqualValues(t, 16, b.Reserved(), "its bytes released")
-	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
-	b.Release(16)
+	releaseTraces := f.reserve(t, "10.255.0.1", decision.SignalTraces, budget*3/4)
+	rec = serve(f.h, post("/v1/traces", "192.0.2.1:1", 2))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "the others may take three quarters of the budget")
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
+	rec = serve(f.h, post("/v1/metrics", "192.0.2.1:1", budget/4))
+	assert.Equal(t, http.StatusOK, rec.Code, "the others filling what they may do not refuse an exempt signal")
+	assert.EqualValues(t, 2, f.rec.get(protoHTTP, decision.SignalMetrics, decision.VerdictAdmit))
+
+	releaseMetrics := f.reserve(t, "10.255.0.2", decision.SignalMetrics, budget/4)
+	rec = serve(f.h, post("/v1/metrics", "192.0.2.1:1", 2))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "nothing reserves past the budget, exempt or not")
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalMetrics, decision.VerdictDenyBudget))
+	assert.LessOrEqual(t, f.stats().Peak, int64(budget))
+	releaseTraces()
+	releaseMetrics()
+	assert.Zero(t, f.stats().Reserved)
 
 	f.dec.set(decision.SignalMetrics, decision.VerdictDenyOpen) // the memory backstop
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/metrics", strings.NewReader("x")))
+	rec = serve(f.h, httptest.NewRequest(http.MethodPost, "/v1/metrics", &failingBody{t: t}))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalMetrics, decision.VerdictDenyOpen))
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalMetrics, decision.VerdictDenyOpen))
+}
+
+// TestHTTPExemptKeyExtra: an exempt request may take its key's limit over
+// by a quarter of the budget, where the others of its key are refused
+// before their body is read.
+func TestHTTPExemptKeyExtra(t *testing.T) {
+	const budget = 1000
+	f := newHTTPFixture(t, budget, withDefaultShare(), withExempt(decision.SignalMetrics))
+	const a = "10.0.0.1"
+	defer f.reserve(t, a, decision.SignalMetrics, budget/2)()
+	req := httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t})
+	req.RemoteAddr, req.ContentLength = a+":1", 10
+	rec := serve(f.h, req)
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "the key is at its limit: refused unread")
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
+	rec = serve(f.h, post("/v1/metrics", a+":1", budget/4))
+	assert.Equal(t, http.StatusOK, rec.Code, "an exempt body of the same key, within a quarter of the budget over its limit")
+	rec = serve(f.h, post("/v1/metrics", a+":1", budget/4+1))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "no further")
 }
 
 func TestHTTPRejection(t *testing.T) {
@@ -230,31 +269,31 @@ func TestHTTPRejection(t *testing.T) {
 	for _, v := range verdicts {
 		for _, ct := range contentTypes {
 			t.Run(v.Reason()+"/"+ct.ct, func(t *testing.T) {
+				retry := withRetry(NewRetryDelay(0, 30*time.Second, nil, nil))
 				var f *httpFixture
+				others := int64(0)
 				if v == decision.VerdictDenyBudget {
-					// Another request holds 1 byte: the 1000-byte request
-					// below would take the whole budget (runs alone), which
-					// cannot be reserved until that one finishes.
-					b := NewBudget(100)
-					require.True(t, b.Reserve(1))
-					f = newHTTPFixture(t, b, 0, NewRetryDelay(0, 30*time.Second, nil, nil))
+					// The request's key already holds its share of the
+					// budget: it is refused before its body is read.
+					f = newHTTPFixture(t, 100, withDefaultShare(), retry)
+					defer f.reserve(t, "192.0.2.1", decision.SignalTraces, 50)()
+					others = 1
 				} else {
-					f = newHTTPFixture(t, nil, 0, NewRetryDelay(0, 30*time.Second, nil, nil))
+					f = newHTTPFixture(t, 0, retry)
 					f.dec.set(decision.SignalTraces, v)
 				}
 				body := &failingBody{t: t}
 				req := httptest.NewRequest(http.MethodPost, "/v1/traces?x=y", body)
-				req.ContentLength = 1000 // over the budget of 100, not alone
+				req.ContentLength = 1000
 				if ct.ct != "" {
 					req.Header.Set("Content-Type", ct.ct)
 				}
-				rec := httptest.NewRecorder()
-				f.h.ServeHTTP(rec, req)
+				rec := serve(f.h, req)
 
 				assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 				assert.Zero(t, f.next.calls.Load(), "next must not run")
-				assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, v))
-				assert.EqualValues(t, 1, f.rec.total())
+				assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, v))
+				assert.Equal(t, 1+others, f.rec.total())
 				secs, err := strconv.Atoi(rec.Header().Get("Retry-After"))
 				require.NoError(t, err)
 				assert.GreaterOrEqual(t, secs, 0)
@@ -287,12 +326,11 @@ func TestHTTPRejection(t *testing.T) {
 // whole number of seconds in the range and every value of the range occurs
 // (Open, without an estimate of its length, draws from the whole range).
 func TestHTTPRetryAfterRange(t *testing.T) {
-	f := newHTTPFixture(t, nil, 0, NewRetryDelay(3*time.Second, 7*time.Second, nil, nil))
+	f := newHTTPFixture(t, 0, withRetry(NewRetryDelay(3*time.Second, 7*time.Second, nil, nil)))
 	f.dec.set(decision.SignalLogs, decision.VerdictDenyOpen)
 	seen := map[int]int{}
 	for range 1000 {
-		rec := httptest.NewRecorder()
-		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/logs", &failingBody{t: t}))
+		rec := serve(f.h, httptest.NewRequest(http.MethodPost, "/v1/logs", &failingBody{t: t}))
 		secs, err := strconv.Atoi(rec.Header().Get("Retry-After"))
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, secs, 3)
@@ -355,7 +393,7 @@ func TestHTTPRejectionServerBytes(t *testing.T) {
 	for _, bodySize := range []int{4 << 20, 200 << 10} {
 		for _, v := range []decision.Verdict{decision.VerdictDenyShed, decision.VerdictDenyOpen} {
 			t.Run(fmt.Sprintf("%s/%d", v.Reason(), bodySize), func(t *testing.T) {
-				f := newHTTPFixture(t, nil, 0, nil)
+				f := newHTTPFixture(t, 0)
 				f.dec.set(decision.SignalTraces, v)
 				srv, cl := rejectionServer(t, f)
 
@@ -397,7 +435,7 @@ func TestHTTPRejectionServerBytes(t *testing.T) {
 // of at most drainMax keeps its connection, and the client's next request
 // on it is served.
 func TestHTTPRejectionSmallBodyKeepsConnection(t *testing.T) {
-	f := newHTTPFixture(t, nil, 0, nil)
+	f := newHTTPFixture(t, 0)
 	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	srv, _ := rejectionServer(t, f)
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
@@ -433,7 +471,7 @@ func TestHTTPRejectionTLSKeepsConnection(t *testing.T) {
 		reuse bool
 	}{{decision.VerdictDenyShed, true}, {decision.VerdictDenyOpen, false}} {
 		t.Run(tc.v.Reason(), func(t *testing.T) {
-			f := newHTTPFixture(t, nil, 0, nil)
+			f := newHTTPFixture(t, 0)
 			f.dec.set(decision.SignalTraces, tc.v)
 			srv := httptest.NewTLSServer(f.h)
 			defer srv.Close()
@@ -464,7 +502,7 @@ func TestHTTPRejectionTLSKeepsConnection(t *testing.T) {
 // its Retry-After, not a connection error, and opens a new connection for
 // its next request.
 func TestHTTPRejectionGoClientGetsAnswer(t *testing.T) {
-	f := newHTTPFixture(t, nil, 0, nil)
+	f := newHTTPFixture(t, 0)
 	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	srv, cl := rejectionServer(t, f)
 	tr := &http.Transport{}
@@ -487,7 +525,7 @@ func TestHTTPRejectionGoClientGetsAnswer(t *testing.T) {
 // never has to send its body, which the test proves with a body that fails
 // the test when read.
 func TestHTTPExpectContinueBodyNeverSent(t *testing.T) {
-	f := newHTTPFixture(t, nil, 0, nil)
+	f := newHTTPFixture(t, 0)
 	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	srv := httptest.NewServer(f.h)
 	defer srv.Close()
@@ -509,23 +547,43 @@ func TestHTTPExpectContinueBodyNeverSent(t *testing.T) {
 	assert.EqualValues(t, codes.ResourceExhausted, st.GetCode())
 }
 
+// TestHTTPObserveOnly: in observe-only mode every request is admitted and
+// read, and the refusal it would have had is counted: Open, its key at its
+// share, or a full budget at its first byte; nothing is held.
+func TestHTTPObserveOnly(t *testing.T) {
+	f := newHTTPFixture(t, 100, withObserveOnly(), withDefaultShare(), withHold(admissionWait, 8))
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
+	assert.Equal(t, http.StatusOK, serve(f.h, post("/v1/traces", "192.0.2.1:1", 10)).Code)
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyOpen))
+	assert.Zero(t, f.stats().HeldRequests)
+	f.dec.set(decision.SignalTraces, decision.VerdictAdmit)
+
+	release := f.reserve(t, "192.0.2.1", decision.SignalLogs, 50)
+	defer release()
+	assert.Equal(t, http.StatusOK, serve(f.h, post("/v1/traces", "192.0.2.1:1", 10)).Code, "its key at its share")
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
+	release2 := f.reserve(t, "10.0.0.3", decision.SignalLogs, 40)
+	defer release2()
+	assert.Equal(t, http.StatusOK, serve(f.h, post("/v1/traces", "10.0.0.2:1", 40)).Code, "the budget full at its first byte")
+	assert.EqualValues(t, 2, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.Zero(t, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictAdmit))
+	assert.EqualValues(t, 60, f.next.read.Load(), "every body read")
+}
+
 // TestHTTPBudgetConcurrent runs many concurrent requests, with and without
 // Content-Length, against a small budget: the reserved bytes never exceed
-// it, some requests are refused with a short delay, and all bytes come back.
+// it, some requests are refused with a short delay, every request is
+// counted once, and all bytes come back.
 func TestHTTPBudgetConcurrent(t *testing.T) {
 	const maxBytes = 64 << 10
-	b := NewBudget(maxBytes)
-	hw := b.WatchHighWater()
-	dec := &fakeDecider{}
-	rec := &countingRecorder{}
+	a := newAdm(t, maxBytes, withUnknownSize(8<<10))
 	var over atomic.Int64
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if b.Reserved() > maxBytes {
+		if a.stats().Reserved > maxBytes {
 			over.Add(1)
 		}
-		_, err := io.Copy(io.Discard, r.Body)
-		if err != nil {
-			w.WriteHeader(http.StatusBadRequest)
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			writeReadError(w, err)
 			return
 		}
 		for range 50 { // hold the reservation a little so requests overlap
@@ -533,7 +591,7 @@ func TestHTTPBudgetConcurrent(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: dec, Budget: b, UnknownSize: 8 << 10, Recorder: rec})
+	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Admission: a.adm})
 	require.NoError(t, err)
 	h := mw.Wrap(next)
 
@@ -547,8 +605,7 @@ func TestHTTPBudgetConcurrent(t *testing.T) {
 				req.ContentLength = -1 // chunked
 				req.Body = io.NopCloser(bytes.NewReader(make([]byte, size)))
 			}
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, req)
+			w := serve(h, req)
 			switch w.Code {
 			case http.StatusOK:
 				ok.Add(1)
@@ -561,60 +618,72 @@ func TestHTTPBudgetConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("ok %d, refused %d, failed mid-body %d, high water %d of %d", ok.Load(), refused.Load(), failed.Load(), hw.Load(), maxBytes)
+	s := a.stats()
+	denied := a.rec.get(protoHTTP, decision.SignalLogs, decision.VerdictDenyBudget)
+	t.Logf("ok %d, refused %d (%d at their first byte), failed %d, peak %d of %d", ok.Load(), refused.Load(), denied, failed.Load(), s.Peak, maxBytes)
 	assert.Zero(t, over.Load())
-	assert.LessOrEqual(t, hw.Load(), int64(maxBytes))
-	assert.Zero(t, b.Reserved(), "every reservation is released")
+	assert.LessOrEqual(t, s.Peak, int64(maxBytes))
+	assert.Zero(t, s.Reserved, "every reservation is released")
+	assert.Zero(t, s.Inflight)
 	assert.Positive(t, ok.Load())
 	assert.Positive(t, refused.Load())
-	assert.EqualValues(t, 400, rec.total())
-	assert.Equal(t, refused.Load(), rec.get(ProtocolHTTP, decision.SignalLogs, decision.VerdictDenyBudget))
+	assert.Zero(t, failed.Load(), "a body the budget cuts off is retryable")
+	assert.EqualValues(t, 400, a.rec.total(), "each request counted once")
+	assert.EqualValues(t, 400, a.rec.get(protoHTTP, decision.SignalLogs, decision.VerdictAdmit)+denied)
+	assert.LessOrEqual(t, denied, refused.Load(), "a request refused at its first byte is counted as a budget denial")
 }
 
+// TestHTTPBudgetContentLength: a body reserves nothing until its first byte
+// arrives, then its Content-Length when that is less than unknown_size. A
+// body larger than the whole budget is refused at its first byte while
+// another request holds part of the budget (retryable: it fits once the
+// other finishes); alone it reserves the whole budget, never more, and
+// reads on in the oversize lane, since a retryable 429 would never succeed
+// and its data would be lost.
 func TestHTTPBudgetContentLength(t *testing.T) {
-	f := newHTTPFixture(t, NewBudget(100), 0, nil)
-	var during int64
-	h := f.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { during = f.budget.Reserved() }))
-	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, 60))))
+	f := newHTTPFixture(t, 100)
+	var before, during int64
+	h := f.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		before = f.stats().Reserved
+		buf := make([]byte, 1)
+		_, _ = r.Body.Read(buf)
+		during = f.stats().Reserved
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			writeReadError(w, err)
+		}
+	}))
+	assert.Equal(t, http.StatusOK, serve(h, post("/v1/traces", "192.0.2.1:1", 60)).Code)
+	assert.Zero(t, before, "nothing reserved before the first byte")
 	assert.EqualValues(t, 60, during)
-	assert.Zero(t, f.budget.Reserved())
+	assert.Zero(t, f.stats().Reserved)
 
-	// Larger than the whole budget while another request holds part of
-	// it: refused up front (retryable: it fits once the other finishes),
-	// body unread.
-	require.True(t, f.budget.Reserve(1))
-	req := httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t})
-	req.ContentLength = 101
-	rec := httptest.NewRecorder()
-	f.h.ServeHTTP(rec, req)
+	release := f.reserve(t, "10.255.0.1", decision.SignalTraces, 1)
+	rec := serve(f.h, post("/v1/traces", "192.0.2.1:1", 101))
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
-	assert.EqualValues(t, 1, f.budget.Reserved())
-	f.budget.Release(1)
+	assert.Zero(t, f.next.read.Load(), "nothing handed on")
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget), "counted as refused, not admitted")
+	assert.EqualValues(t, 1, f.stats().Reserved)
+	release()
 
-	// The same request alone: it takes the whole budget (never more) and
-	// runs; a retryable 429 would never succeed and the data would be lost.
-	req = httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, 101)))
-	h.ServeHTTP(httptest.NewRecorder(), req)
-	assert.EqualValues(t, 100, during, "an over-budget request reserves the whole budget")
-	assert.Zero(t, f.budget.Reserved())
-	assert.EqualValues(t, 100, f.highWater.Load())
+	rec = serve(h, post("/v1/traces", "10.0.0.9:1", 101))
+	assert.Equal(t, http.StatusOK, rec.Code, "alone it runs")
+	assert.EqualValues(t, 100, during, "an over-budget body reserves the whole budget")
+	assert.Zero(t, f.stats().Reserved)
+	assert.EqualValues(t, 100, f.stats().Peak)
 
-	// While it runs, nothing else is admitted, not even one byte.
+	// While it holds the budget, another body is refused.
 	var inner int
-	h = f.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-		rec := httptest.NewRecorder()
-		f.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("x")))
-		inner = rec.Code
+	h = f.mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = r.Body.Read(make([]byte, 1))
+		_, _ = io.Copy(io.Discard, r.Body)
+		inner = serve(f.h, httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("x"))).Code
 	}))
-	req = httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t})
-	req.ContentLength = 1 << 30
-	h.ServeHTTP(httptest.NewRecorder(), req)
+	assert.Equal(t, http.StatusOK, serve(h, post("/v1/traces", "192.0.2.1:1", 200)).Code)
 	assert.Equal(t, http.StatusTooManyRequests, inner)
-	assert.EqualValues(t, 2, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
-	assert.Zero(t, f.budget.Reserved())
-	assert.LessOrEqual(t, f.highWater.Load(), int64(100))
+	assert.EqualValues(t, 2, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
+	assert.Zero(t, f.stats().Reserved)
+	assert.LessOrEqual(t, f.stats().Peak, int64(100))
 }
 
 // TestHTTPChunkedCannotBypass: while another request holds part of the
@@ -623,13 +692,9 @@ func TestHTTPBudgetContentLength(t *testing.T) {
 func TestHTTPChunkedCannotBypass(t *testing.T) {
 	const maxBytes = 16 << 10
 	const other = 1 << 10
-	f := newHTTPFixture(t, NewBudget(maxBytes), 4<<10, nil)
-	require.True(t, f.budget.Reserve(other), "another request holds part of the budget")
-	req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
-	req.ContentLength = -1
-	req.Body = io.NopCloser(bytes.NewReader(make([]byte, 100<<10)))
-	rec := httptest.NewRecorder()
-	f.h.ServeHTTP(rec, req)
+	f := newHTTPFixture(t, maxBytes, withUnknownSize(4<<10), withWait(100*time.Millisecond))
+	release := f.reserve(t, "10.255.0.1", decision.SignalLogs, other)
+	rec := serve(f.h, chunkedTraces("192.0.2.1:1", 100<<10))
 
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 	errp := f.next.readErr.Load()
@@ -640,29 +705,33 @@ func TestHTTPChunkedCannotBypass(t *testing.T) {
 	require.Len(t, st.Details(), 1)
 	assert.LessOrEqual(t, f.next.read.Load(), int64(maxBytes-other))
 	assert.Positive(t, f.next.read.Load())
-	assert.EqualValues(t, maxBytes, f.highWater.Load())
-	assert.EqualValues(t, other, f.budget.Reserved(), "only the other request's bytes remain")
-	f.budget.Release(other)
-	assert.Zero(t, f.budget.Reserved())
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit), "counted once, as admitted")
+	assert.EqualValues(t, maxBytes, f.stats().Peak)
+	assert.EqualValues(t, other, f.stats().Reserved, "only the other request's bytes remain")
+	release()
+	assert.Zero(t, f.stats().Reserved)
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictAdmit), "counted once, as admitted")
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictAdmit)+
+		f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
 }
 
-// TestHTTPChunkedAlone: a body without Content-Length larger than its
-// peer's share grows to the share, then reads on in the oversize lane
-// without further charge (the receiver's max_request_body_size bounds it),
-// so that a large honest batch is not refused for ever. Meanwhile another
-// peer is admitted in the rest of the budget (issue 28 point 1: no body
-// holds the budget from the others), a second oversize body waits for the
-// lane and is refused when its wait ends, and the budget's reservations
-// never pass its size.
-func TestHTTPChunkedAlone(t *testing.T) {
+// TestHTTPOversizeLane: a body without Content-Length larger than its key's
+// share grows to the share, then reads on in the oversize lane, a pool of
+// the budget's size charged as it reads (the receiver's
+// max_request_body_size bounds a body alone in it), so that a large honest
+// batch is not refused for ever. Meanwhile another key is admitted in the
+// rest of the budget; a second oversize body, which finds the lane's pool
+// taken by the first, waits for it and is refused when its wait ends. The
+// budget's reservations never pass its size.
+//
+// Under pressure, a key that read more in the lane lately than the others
+// is refused what may need the lane, before anything is read, while a
+// request of known small length still goes in; another key, which read
+// less than its part, still takes the lane.
+func TestHTTPOversizeLane(t *testing.T) {
 	const maxBytes = 16 << 10
 	const size = 100 << 10
-	b := NewBudgetWith(BudgetConfig{Max: maxBytes, PeerShare: 0.5, Wait: 50 * time.Millisecond})
-	f := newHTTPFixture(t, b, 4<<10, nil)
+	f := newHTTPFixture(t, maxBytes, withDefaultShare(), withUnknownSize(4<<10), withWait(50*time.Millisecond))
 	const peerA, peerB = "10.0.0.1:1", "10.0.0.2:1"
-	require.NotEqual(t, b.peerOfRemote(peerA), b.peerOfRemote(peerB))
-	chunked := chunkedTraces
 	var mainPeak int64
 	var other, second int
 	h := f.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -670,14 +739,10 @@ func TestHTTPChunkedAlone(t *testing.T) {
 		for {
 			n, err := r.Body.Read(buf)
 			f.next.read.Add(int64(n))
-			mainPeak = max(mainPeak, b.reserved.Load())
+			mainPeak = max(mainPeak, f.keyReserved("10.0.0.1"))
 			if errors.Is(err, io.EOF) {
-				rec := httptest.NewRecorder()
-				f.h.ServeHTTP(rec, chunked(peerB, 4<<10))
-				other = rec.Code
-				rec = httptest.NewRecorder()
-				f.h.ServeHTTP(rec, chunked(peerB, size))
-				second = rec.Code
+				other = serve(f.h, chunkedTraces(peerB, 4<<10)).Code
+				second = serve(f.h, chunkedTraces(peerB, size)).Code
 				w.WriteHeader(http.StatusOK)
 				return
 			}
@@ -687,49 +752,29 @@ func TestHTTPChunkedAlone(t *testing.T) {
 			}
 		}
 	}))
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, chunked(peerA, size))
-	assert.Equal(t, http.StatusOK, rec.Code)
-	assert.EqualValues(t, size+4<<10+maxBytes/2, f.next.read.Load(), "the body, the other peer's, and the second up to its share")
-	assert.EqualValues(t, maxBytes/2, mainPeak, "it holds its peer's share, never more")
-	assert.Equal(t, http.StatusOK, other, "another peer is admitted beside it")
-	assert.Equal(t, http.StatusTooManyRequests, second, "one body in the lane at a time")
-	assert.LessOrEqual(t, f.highWater.Load(), int64(maxBytes))
-	assert.Zero(t, f.budget.Reserved())
-	assert.Zero(t, b.laneBytes.Load())
+	assert.Equal(t, http.StatusOK, serve(h, chunkedTraces(peerA, size)).Code)
+	assert.EqualValues(t, size+4<<10+maxBytes/2, f.next.read.Load(), "the body, the other key's, and the second up to its share")
+	assert.EqualValues(t, maxBytes/2, mainPeak, "it holds its key's share, never more")
+	assert.Equal(t, http.StatusOK, other, "another key is admitted beside it")
+	assert.Equal(t, http.StatusTooManyRequests, second, "the lane's pool is taken")
+	assert.LessOrEqual(t, f.stats().Peak, int64(maxBytes))
+	assert.Zero(t, f.stats().Reserved)
 
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, chunked(peerB, size))
-	assert.Equal(t, http.StatusOK, rec.Code, "the lane is free again")
+	assert.Equal(t, http.StatusOK, serve(f.h, chunkedTraces(peerB, size)).Code, "the lane is free again")
 
-	// Peer A reads more in the lane than every other peer together: while
-	// the collector is under pressure, until that is more than a window
-	// old, what may need the lane is refused at once, unread, while a
-	// request of known small length still goes in; peer B, which read less
-	// than half of the work, still takes the lane.
 	for range 3 {
-		rec = httptest.NewRecorder()
-		f.h.ServeHTTP(rec, chunked(peerA, size))
-		require.Equal(t, http.StatusOK, rec.Code, "with room, peer A's large batches go through")
+		require.Equal(t, http.StatusOK, serve(f.h, chunkedTraces(peerA, size)).Code, "with room, peer A's large batches go through")
 	}
 	f.dec.pressed.Store(true)
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, chunked(peerB, size))
-	assert.Equal(t, http.StatusOK, rec.Code, "peer B read less than the others: it takes the lane under pressure")
+	assert.Equal(t, http.StatusOK, serve(f.h, chunkedTraces(peerB, size)).Code,
+		"peer B read less in the lane than its part: it takes the lane under pressure")
 	before := f.next.read.Load()
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, chunked(peerA, size))
-	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "peer A owes the lane")
+	assert.Equal(t, http.StatusTooManyRequests, serve(f.h, chunkedTraces(peerA, size)).Code, "peer A owes the lane")
 	assert.Equal(t, before, f.next.read.Load(), "refused before anything was read")
-	req := httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(make([]byte, 1<<10)))
-	req.RemoteAddr = peerA
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, req)
-	assert.Equal(t, http.StatusOK, rec.Code, "a small request of peer A")
+	assert.Equal(t, http.StatusOK, serve(f.h, post("/v1/traces", peerA, 1<<10)).Code, "a small request of peer A")
 	f.dec.pressed.Store(false)
-	rec = httptest.NewRecorder()
-	f.h.ServeHTTP(rec, chunked(peerA, size))
-	assert.Equal(t, http.StatusOK, rec.Code, "with room, peer A's next large batch goes through")
+	assert.Equal(t, http.StatusOK, serve(f.h, chunkedTraces(peerA, size)).Code, "with room, peer A's next large batch goes through")
+	assert.Zero(t, f.stats().Reserved)
 }
 
 // TestHTTPChunkedGrows: a chunked body beyond unknown_size but within the
@@ -738,14 +783,14 @@ func TestHTTPChunkedAlone(t *testing.T) {
 func TestHTTPChunkedGrows(t *testing.T) {
 	for _, size := range []int{0, 1, 4 << 10, 10 << 10, 16 << 10} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
-			f := newHTTPFixture(t, NewBudget(16<<10), 4<<10, nil)
+			f := newHTTPFixture(t, 16<<10, withUnknownSize(4<<10))
 			var peak int64
 			h := f.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				buf := make([]byte, 1000)
 				for {
 					n, err := r.Body.Read(buf)
 					f.next.read.Add(int64(n))
-					peak = max(peak, f.budget.Reserved())
+					peak = max(peak, f.stats().Reserved)
 					if errors.Is(err, io.EOF) {
 						w.WriteHeader(http.StatusOK)
 						return
@@ -756,15 +801,13 @@ func TestHTTPChunkedGrows(t *testing.T) {
 					}
 				}
 			}))
-			req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
-			req.ContentLength = -1
-			req.Body = io.NopCloser(bytes.NewReader(make([]byte, size)))
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
+			rec := serve(h, chunkedTraces("192.0.2.1:1", size))
 			assert.Equal(t, http.StatusOK, rec.Code)
 			assert.EqualValues(t, size, f.next.read.Load())
 			assert.GreaterOrEqual(t, peak, int64(min(size, 4<<10)), "charged at least what was read")
-			assert.Zero(t, f.budget.Reserved())
+			assert.LessOrEqual(t, f.stats().Peak, int64(16<<10))
+			assert.Zero(t, f.stats().Reserved)
+			assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictAdmit), "counted once, an empty body too")
 		})
 	}
 }
@@ -772,30 +815,30 @@ func TestHTTPChunkedGrows(t *testing.T) {
 // TestHTTPChunkedReadAfterReturn: a body read after the handler returned
 // fails instead of growing a reservation nobody would release.
 func TestHTTPChunkedReadAfterReturn(t *testing.T) {
-	f := newHTTPFixture(t, NewBudget(1<<20), 1, nil)
+	f := newHTTPFixture(t, 1<<20, withUnknownSize(1))
 	var body io.Reader
 	h := f.mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { body = r.Body }))
-	req := httptest.NewRequest(http.MethodPost, "/v1/traces", http.NoBody)
-	req.ContentLength = -1
-	req.Body = io.NopCloser(strings.NewReader("abcdef"))
+	req := chunkedTraces("192.0.2.1:1", 6)
 	h.ServeHTTP(httptest.NewRecorder(), req)
-	_, err := body.Read(make([]byte, 10))
-	require.ErrorIs(t, err, http.ErrBodyReadAfterClose)
-	assert.Zero(t, f.budget.Reserved())
-	_, isBudget := req.Body.(*budgetBody)
-	assert.False(t, isBudget, "the caller's request is not modified")
+	n, err := body.Read(make([]byte, 10))
+	require.Error(t, err)
+	assert.Zero(t, n)
+	assert.Zero(t, f.stats().Reserved)
+	assert.Zero(t, f.stats().Peak)
+	_, wrapped := req.Body.(*httpBody)
+	assert.False(t, wrapped, "the caller's request is not modified")
 }
 
 func TestHTTPPanicReleases(t *testing.T) {
 	for name, chunked := range map[string]bool{"content-length": false, "chunked": true} {
 		t.Run(name, func(t *testing.T) {
-			b := NewBudget(1 << 20)
-			mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: &fakeDecider{}, Budget: b})
+			a := newAdm(t, 1<<20)
+			mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Admission: a.adm})
 			require.NoError(t, err)
-			var during int64
+			var during admission.Stats
 			h := mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 				_, _ = io.ReadAll(r.Body)
-				during = b.Reserved()
+				during = a.stats()
 				panic(http.ErrAbortHandler)
 			}))
 			req := httptest.NewRequest(http.MethodPost, "/v1/traces", strings.NewReader("payload"))
@@ -808,8 +851,10 @@ func TestHTTPPanicReleases(t *testing.T) {
 				h.ServeHTTP(httptest.NewRecorder(), req)
 			}()
 			assert.Equal(t, http.ErrAbortHandler, recovered, "the panic goes on unchanged")
-			assert.Positive(t, during)
-			assert.Zero(t, b.Reserved())
+			assert.Positive(t, during.Reserved)
+			assert.EqualValues(t, 1, during.Inflight)
+			assert.Zero(t, a.stats().Reserved)
+			assert.Zero(t, a.stats().Inflight)
 		})
 	}
 }
@@ -818,7 +863,7 @@ func TestHTTPPanicReleases(t *testing.T) {
 // chunked upload larger than the budget: cut off while another request
 // holds part of the budget, read in full when alone.
 func TestHTTPRealServerBudget(t *testing.T) {
-	f := newHTTPFixture(t, NewBudget(32<<10), 8<<10, nil)
+	f := newHTTPFixture(t, 32<<10, withUnknownSize(8<<10), withWait(100*time.Millisecond))
 	srv := httptest.NewServer(f.h)
 	defer srv.Close()
 	ctx := context.Background()
@@ -835,16 +880,16 @@ func TestHTTPRealServerBudget(t *testing.T) {
 		return resp
 	}
 	assert.Equal(t, http.StatusOK, send(20<<10).StatusCode)
-	require.True(t, f.budget.Reserve(1), "another request holds part of the budget")
+	release := f.reserve(t, "10.255.0.1", decision.SignalLogs, 1)
 	assert.Equal(t, http.StatusTooManyRequests, send(1<<20).StatusCode)
 	assert.LessOrEqual(t, f.next.read.Load(), int64(20<<10+32<<10))
-	f.budget.Release(1)
+	release()
 	before := f.next.read.Load()
 	assert.Equal(t, http.StatusOK, send(1<<20).StatusCode, "alone, it runs")
 	assert.EqualValues(t, 1<<20, f.next.read.Load()-before)
 	srv.Close()
-	assert.Zero(t, f.budget.Reserved())
-	assert.LessOrEqual(t, f.highWater.Load(), int64(32<<10))
+	assert.Zero(t, f.stats().Reserved)
+	assert.LessOrEqual(t, f.stats().Peak, int64(32<<10))
 }
 
 // TestHTTPRejectionHeldBackBody: a client that sends its headers and holds
@@ -853,7 +898,7 @@ func TestHTTPRealServerBudget(t *testing.T) {
 // ever), and the connection is closed after it; a client that does send its
 // small body keeps its connection for the next request.
 func TestHTTPRejectionHeldBackBody(t *testing.T) {
-	f := newHTTPFixture(t, nil, 0, nil)
+	f := newHTTPFixture(t, 0)
 	f.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
 	srv := httptest.NewServer(f.h)
 	t.Cleanup(srv.Close)
@@ -878,53 +923,50 @@ func TestHTTPRejectionHeldBackBody(t *testing.T) {
 	defer kept.Close()
 	require.NoError(t, kept.SetDeadline(time.Now().Add(20*time.Second)))
 	kr := bufio.NewReader(kept)
-	for range 2 {
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(drainTimeout + 200*time.Millisecond) // past the drain's deadline: net/http must have set another
+		}
 		_, err = kept.Write(append([]byte("POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"), make([]byte, 1000)...))
 		require.NoError(t, err)
 		resp, err = http.ReadResponse(kr, nil)
 		require.NoError(t, err, "a sent body keeps the connection")
 		resp.Body.Close()
 		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-		time.Sleep(2 * drainTimeout) // past the drain's deadline: net/http must have set another
 	}
 }
 
-// TestHTTPLaneHeavyPeersTakeTurns: several peers sending batches larger
+// TestHTTPLaneHeavyPeersTakeTurns: several keys sending batches larger
 // than their share, beside each other, each read no more in the oversize
 // lane than its part of the work: under pressure they go on taking the lane
-// in turn (the client matrix's large-batch clients were refused while the
-// collector had room, their data lost after their retries), and a small
-// request goes in beside them.
+// in turn (large-batch clients were refused while the collector had room,
+// their data lost after their retries), and a small request goes in beside
+// them.
 func TestHTTPLaneHeavyPeersTakeTurns(t *testing.T) {
 	const maxBytes = 16 << 10
 	const size = 100 << 10
-	b := NewBudgetWith(BudgetConfig{Max: maxBytes, PeerShare: 0.5, Wait: 50 * time.Millisecond})
-	f := newHTTPFixture(t, b, 4<<10, nil)
+	f := newHTTPFixture(t, maxBytes, withDefaultShare(), withUnknownSize(4<<10), withWait(50*time.Millisecond))
 	peers := []string{"10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"}
 	h := f.mw.Wrap(readAllHandler(f))
 	f.dec.pressed.Store(true)
 	for round := range 4 {
 		for _, p := range peers {
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, chunkedTraces(p, size))
-			require.Equal(t, http.StatusOK, rec.Code, "round %d, peer %s", round, p)
+			require.Equal(t, http.StatusOK, serve(h, chunkedTraces(p, size)).Code, "round %d, peer %s", round, p)
 		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, chunkedTraces("10.0.0.4:1", 1<<10))
-		require.Equal(t, http.StatusOK, rec.Code, "a small request of another peer, round %d", round)
+		require.Equal(t, http.StatusOK, serve(h, chunkedTraces("10.0.0.4:1", 1<<10)).Code, "a small request of another key, round %d", round)
 	}
 	assert.EqualValues(t, 4*(3*size+1<<10), f.next.read.Load())
-	assert.Zero(t, f.budget.Reserved())
+	assert.Zero(t, f.stats().Reserved)
 }
 
 // readAllHandler reads each body to its end, counting what it read in
-// f.next, and answers 200, or 400 when the read fails.
+// f.next, and answers 200, or as otlpreceiver does when the read fails.
 func readAllHandler(f *httpFixture) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, err := io.Copy(io.Discard, r.Body)
 		f.next.read.Add(n)
 		if err != nil {
-			w.WriteHeader(http.StatusBadRequest)
+			writeReadError(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusOK)

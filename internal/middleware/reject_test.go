@@ -4,9 +4,11 @@
 package middleware
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/otelthrottle/throttle/internal/decision"
 )
@@ -26,7 +29,7 @@ import (
 // HTTP/2 server turns it into a GOAWAY, which would end every other stream
 // the client multiplexes on that connection.
 func TestHTTPOpenKeepsHTTP2Connection(t *testing.T) {
-	f := newHTTPFixture(t, nil, 0, nil)
+	f := newHTTPFixture(t, 0)
 	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
 	srv := httptest.NewUnstartedServer(f.h)
 	var conns atomic.Int64
@@ -78,12 +81,20 @@ func TestGRPCRejectionTable(t *testing.T) {
 	}
 }
 
-// TestGRPCRejectAllocs: a rejection in the tap, which runs on the
-// connection's reader goroutine, builds nothing: its status is shared.
+// TestGRPCRejectAllocs: a refusal in the tap, which runs on the
+// connection's reader goroutine, builds nothing: the decision allocates
+// nothing and its status is shared.
 func TestGRPCRejectAllocs(t *testing.T) {
-	mw, err := NewGRPC(Config{Classifier: mustClassifier(t, Routes{}), Decider: constDecider(decision.VerdictDenyShed), Recorder: &countingRecorder{}})
-	require.NoError(t, err)
-	if allocs := testing.AllocsPerRun(1000, func() { _ = mw.reject(decision.SignalTraces, decision.VerdictDenyShed) }); allocs != 0 {
-		t.Fatalf("a gRPC rejection allocates %v times", allocs)
+	a := newAdm(t, 1<<20, withDefaultShare())
+	a.dec.set(decision.SignalTraces, decision.VerdictDenyShed)
+	mw := newGRPCMiddleware(t, a)
+	ctx := context.WithValue(context.Background(), peerKey{}, netip.MustParseAddr("127.0.0.1"))
+	info := &tap.Info{FullMethodName: traceExport}
+	if allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := mw.tap(ctx, info); err == nil {
+			t.Fatal("admitted")
+		}
+	}); allocs != 0 {
+		t.Fatalf("a gRPC refusal allocates %v times", allocs)
 	}
 }

@@ -52,8 +52,8 @@ func holdAsync(p *Tarpit, r *http.Request) <-chan struct{} {
 }
 
 func TestNewTarpitOff(t *testing.T) {
-	assert.Nil(t, NewTarpit(0, 10), "no delay")
-	assert.Nil(t, NewTarpit(time.Second, 0), "no room")
+	assert.Nil(t, NewTarpit(0, 10, nil), "no delay")
+	assert.Nil(t, NewTarpit(time.Second, 0, nil), "no room")
 	var p *Tarpit
 	r, body := pacedRequest(context.Background(), 100)
 	assert.False(t, p.Hold(r)) // nil-safe, reads nothing
@@ -65,7 +65,7 @@ func TestNewTarpitOff(t *testing.T) {
 // counted in Held while it waits, and ends with the request's context (the
 // client went away) without waiting for the rest of the delay.
 func TestTarpitHolds(t *testing.T) {
-	p := NewTarpit(time.Hour, 4)
+	p := NewTarpit(time.Hour, 4, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	const size = 200 << 10
 	r, body := pacedRequest(ctx, size)
@@ -87,7 +87,7 @@ func TestTarpitHolds(t *testing.T) {
 // TestTarpitDelayEnds: without the context ending, Hold returns after the
 // delay (a short one here; no upper bound is asserted).
 func TestTarpitDelayEnds(t *testing.T) {
-	p := NewTarpit(20*time.Millisecond, 1)
+	p := NewTarpit(20*time.Millisecond, 1, nil)
 	r, body := pacedRequest(context.Background(), 1000)
 	start := time.Now()
 	assert.True(t, p.Hold(r), "the body was read")
@@ -100,7 +100,7 @@ func TestTarpitDelayEnds(t *testing.T) {
 // max_held, bodies over MaxTarpitBody or of unknown length, no body. None of
 // them is read.
 func TestTarpitAnswersAtOnce(t *testing.T) {
-	p := NewTarpit(time.Hour, 1)
+	p := NewTarpit(time.Hour, 1, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first, _ := pacedRequest(ctx, 10)
@@ -113,7 +113,7 @@ func TestTarpitAnswersAtOnce(t *testing.T) {
 	cancel()
 	<-firstDone
 
-	p = NewTarpit(time.Hour, 10)
+	p = NewTarpit(time.Hour, 10, nil)
 	big, bigBody := pacedRequest(context.Background(), MaxTarpitBody+1)
 	assert.False(t, p.Hold(big))
 	assert.Zero(t, bigBody.read.Load(), "over MaxTarpitBody: net/http closes rather than drains it")
@@ -131,7 +131,7 @@ func TestTarpitAnswersAtOnce(t *testing.T) {
 // TestTarpitExpectContinue: a client waiting for "100 Continue" has not sent
 // its body; it is answered at once, without asking for the body.
 func TestTarpitExpectContinue(t *testing.T) {
-	p := NewTarpit(time.Hour, 1)
+	p := NewTarpit(time.Hour, 1, nil)
 	r := httptest.NewRequest(http.MethodPost, "/v1/traces", &failingBody{t: t})
 	r.ContentLength = 1000
 	r.Header.Set("Expect", "100-continue")
@@ -144,11 +144,9 @@ func TestTarpitExpectContinue(t *testing.T) {
 // the client waits), an Open one at once, and a held client that gives up
 // frees its place.
 func TestHTTPTarpitRejection(t *testing.T) {
-	p := NewTarpit(time.Hour, 8)
-	f := &httpFixture{dec: &fakeDecider{}, rec: &countingRecorder{}, next: &countingHandler{}}
-	mw, err := NewHTTP(Config{Classifier: mustClassifier(t, Routes{}), Decider: f.dec, Recorder: f.rec, Tarpit: p})
-	require.NoError(t, err)
-	srv := httptest.NewServer(mw.Wrap(f.next))
+	p := NewTarpit(time.Hour, 8, nil)
+	f := newHTTPFixture(t, 0, withMiddleware(func(c *Config) { c.Tarpit = p }))
+	srv := httptest.NewServer(f.h)
 	defer srv.Close()
 	c := srv.Client()
 	post := func(ctx context.Context) (*http.Response, error) {
@@ -185,6 +183,19 @@ func TestHTTPTarpitRejection(t *testing.T) {
 	cancel()
 	require.Error(t, <-errc, "the client gave up")
 	require.Eventually(t, func() bool { return p.Held() == 0 }, 10*time.Second, time.Millisecond)
-	assert.EqualValues(t, 1, f.rec.get(ProtocolHTTP, decision.SignalTraces, decision.VerdictDenyShed))
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyShed))
 	assert.Zero(t, f.next.calls.Load())
+}
+
+// TestTarpitClosing: when the receivers start to stop, every held
+// rejection is answered at once.
+func TestTarpitClosing(t *testing.T) {
+	closing := make(chan struct{})
+	p := NewTarpit(time.Hour, 1, closing)
+	r, _ := pacedRequest(context.Background(), 10)
+	done := holdAsync(p, r)
+	require.Eventually(t, func() bool { return p.Held() == 1 }, 10*time.Second, time.Millisecond)
+	close(closing)
+	<-done // would wait an hour
+	assert.Zero(t, p.Held())
 }
