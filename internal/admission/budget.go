@@ -110,9 +110,9 @@ const (
 	// useExempt: a request of an exempt signal, which may take the
 	// exempt signals' reserve and its key's share over by as much.
 	useExempt use = 1 << iota
-	// useDecode: what a gRPC message may decode to, which a key within its
-	// share may take whole (see callSize): one decode at a time is always
-	// possible, however small the key's share.
+	// useDecode: what a gRPC message may decode to (see callSize), which a
+	// key that holds nothing may take whole, however small its share: one
+	// decode at a time is always possible.
 	useDecode
 )
 
@@ -135,7 +135,7 @@ func (b *budget) take(n int64, k Key, keep int64, u use, at time.Duration) bool 
 		lim, plim = lim+extra, plim+extra
 	}
 	if u&useDecode != 0 {
-		lim, plim = lim+n, plim+n
+		lim, plim = max(lim, n), max(plim, n)
 	}
 	if !b.keys.reserve(k, n, lim, plim) {
 		return false
@@ -219,8 +219,12 @@ func (b *budget) tryGrow(need int64, k Key, exempt bool, at time.Duration) int64
 		return 0
 	}
 	lim, plim := b.limitOf(k, at)
+	if exempt {
+		extra := b.keepFor(false)
+		lim, plim = lim+extra, plim+extra
+	}
 	take := min(need, b.keys.room(k, lim, plim), b.max.Load()-b.reserved.Load()-b.keepFor(exempt))
-	if take <= 0 || !b.take(take, k, b.keepFor(exempt), 0, at) {
+	if take <= 0 || !b.take(take, k, b.keepFor(exempt), useOf(exempt), at) {
 		return 0
 	}
 	return take
@@ -231,6 +235,10 @@ func (b *budget) tryGrow(need int64, k Key, exempt bool, at time.Duration) int64
 // exempt): it can go on only in the oversize lane.
 func (b *budget) atShare(own int64, k Key, exempt bool, at time.Duration) bool {
 	lim, plim := b.limitOf(k, at)
+	if exempt {
+		extra := b.keepFor(false)
+		lim, plim = lim+extra, plim+extra
+	}
 	return own >= min(lim, plim, b.max.Load()-b.keepFor(exempt))
 }
 
@@ -281,7 +289,7 @@ func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Ke
 	defer t.Stop()
 	for {
 		older, headNeed, waitHeld, youngest := b.position(w)
-		if b.take(need, k, older+b.keepFor(exempt), 0, now()) {
+		if b.take(need, k, older+b.keepFor(exempt), useOf(exempt), now()) {
 			return true, now() - start
 		}
 		if youngest && headNeed > b.max.Load()-waitHeld {
@@ -396,7 +404,7 @@ func (b *budget) admitEntrantsLocked() {
 		// The budget, not its key's share, is short for it: the younger
 		// ones wait behind it, and requests that cannot wait leave it what
 		// it needs.
-		if lim, plim := b.limitOf(e.k, at); !short && (b.keys.room(e.k, lim, plim) >= e.n || e.u&useDecode != 0 && b.keys.room(e.k, lim, plim) > 0) {
+		if lim, plim := b.limitOf(e.k, at); !short && (b.keys.room(e.k, lim, plim) >= e.n || e.u&useDecode != 0 && b.keys.reserved(e.k) == 0) {
 			short, keep = true, e.n
 		}
 		kept = append(kept, e)

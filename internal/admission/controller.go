@@ -394,8 +394,8 @@ const decodesAtOnce = 4
 // and a client's earlier messages say nothing of its next one, so no
 // estimate is safe; reserving this bounds how many messages are decoded at
 // once, at most four of the largest the budget allows, whatever their
-// clients claim. A key within its share may take it whole (useDecode), so
-// that one decode at a time is always possible, however small its share.
+// clients claim. A key that holds nothing may take it whole (useDecode),
+// so that one decode at a time is always possible, however small its share.
 func (c *Controller) callSize() int64 {
 	return max(min(c.grpcMaxMessage, c.budget.max.Load()/decodesAtOnce), 1)
 }
@@ -574,9 +574,10 @@ type Stats struct {
 	// requests hold of it, gRPC messages larger than their reservation
 	// and the oversize lane's bodies included.
 	Budget, Reserved int64
-	// Peak is the most Reserved has been since the start: a reservation
-	// never takes it past Budget; only gRPC messages larger than their
-	// reservation, and the oversize lane's bodies, are counted beyond.
+	// Peak is the most the budget's reservations have been since the start
+	// (the oversize lane's pool apart): a reservation never takes them past
+	// Budget; only gRPC messages larger than their reservation are counted
+	// beyond.
 	Peak int64
 	// Held is what waiting gRPC streams are expected to buffer.
 	Held int64

@@ -436,7 +436,15 @@ func (t *Ticket) grow(want int) error {
 			n = min(n, t.known)
 		}
 		lim, plim := b.limitOf(t.key, at)
-		n = max(min(n, b.keys.room(t.key, lim, plim), b.max.Load()), need)
+		if t.exempt {
+			extra := b.keepFor(false)
+			lim, plim = lim+extra, plim+extra
+		}
+		// Within its key's room and what is not the exempt signals'
+		// reserve (unless it is exempt): what could never be had is not
+		// asked for.
+		room := min(b.keys.room(t.key, lim, plim), b.max.Load()-b.keepFor(t.exempt))
+		n = max(min(n, room), min(need, max(room, 1)))
 		if !b.admitNow(n, t.key, useOf(t.exempt), at) {
 			t.record(decision.VerdictDenyBudget)
 			if !c.observe {
@@ -458,6 +466,10 @@ func (t *Ticket) grow(want int) error {
 		return t.growLane(need)
 	}
 	lim, plim := b.limitOf(t.key, at)
+	if t.exempt {
+		extra := b.keepFor(false)
+		lim, plim = lim+extra, plim+extra
+	}
 	need = min(need, max(min(lim, plim)-reserved, 1))
 	if got := b.tryGrow(need, t.key, t.exempt, at); got > 0 {
 		return t.add(got, false)

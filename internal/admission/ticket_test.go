@@ -262,9 +262,9 @@ func TestGRPCReservesWhatMayBeDecoded(t *testing.T) {
 }
 
 // TestGRPCDecodesBounded: however many calls a key sends at once, only as
-// many are decoded at once as fit in its share plus one, each holding a
-// quarter of the budget; the others wait their turn, and go on as the ones
-// before are decoded.
+// many are decoded at once as fit in its share, each holding a quarter of
+// the budget; the others wait their turn, and go on as the ones before are
+// decoded.
 func TestGRPCDecodesBounded(t *testing.T) {
 	f := newFixture(t, 8<<20, nil) // share 4 MiB; a decode holds 2 MiB
 	const n = 6
@@ -285,17 +285,17 @@ func TestGRPCDecodesBounded(t *testing.T) {
 		}()
 	}
 	var decoding []*Ticket
-	for range 3 {
+	for range 2 {
 		decoding = append(decoding, <-started)
 	}
 	select {
 	case <-started:
-		t.Fatal("a fourth call was let decode beside three")
+		t.Fatal("a third call was let decode beside two")
 	case <-time.After(50 * time.Millisecond):
 	}
-	assert.EqualValues(t, 6<<20, f.c.Stats().Reserved, "three decodes; the waiting calls gave their estimates back")
+	assert.EqualValues(t, 4<<20, f.c.Stats().Reserved, "two decodes; the waiting calls gave their estimates back")
 	// Each decode that ends lets one more in.
-	for range n - 3 {
+	for range n - 2 {
 		decoding[0].Decoded(1000, 100)
 		decoding[0].Release(true)
 		decoding = append(decoding[1:], <-started)
@@ -304,7 +304,7 @@ func TestGRPCDecodesBounded(t *testing.T) {
 		tk.Release(true)
 	}
 	assert.Zero(t, f.c.Stats().Reserved)
-	assert.LessOrEqual(t, f.c.Stats().Peak, int64(6<<20)+n*(16<<10))
+	assert.LessOrEqual(t, f.c.Stats().Peak, int64(4<<20)+n*(16<<10))
 }
 
 // TestGRPCDecodeWithTinyShare: a key whose share is smaller than a decode

@@ -31,7 +31,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 )
 
@@ -400,7 +399,7 @@ func TestGRPCSilentStream(t *testing.T) {
 	start := time.Now()
 	cs, err := f.pushStream(ctx)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return f.stats().Reserved == int64(admission.DefaultGRPCMaxMessageSize) },
+	require.Eventually(t, func() bool { return f.stats().Reserved == callSize(8<<20) },
 		admissionWait, time.Millisecond, "it holds what its message may decode to, not unknown_size")
 	err = cs.RecvMsg(new(emptypb.Empty))
 	assert.Equal(t, codes.Canceled, status.Code(err), "%v", err)
@@ -444,14 +443,17 @@ func dialFrom(local string) func(ctx context.Context, network, addr string) (net
 }
 
 // keyAtShare returns a gRPC fixture with a budget of 4000 bytes and a
-// share of 0.5 whose client (127.0.0.1) holds its share: a silent stream
-// of ctx holds what its message may decode to, the key's share.
+// share of 0.5 whose client (127.0.0.1) holds its share: two silent
+// streams of ctx, each holding what its message may decode to, a quarter
+// of the budget.
 func keyAtShare(ctx context.Context, t *testing.T, opts ...admOption) *grpcFixture {
 	t.Helper()
 	f := newGRPCFixture(t, 4000, append([]admOption{withDefaultShare(), withUnknownSize(1000)}, opts...)...)
-	_, err := f.pushStream(ctx)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return f.stats().Reserved == 2000 }, admissionWait, time.Millisecond)
+	for want := int64(1000); want <= 2000; want += 1000 {
+		_, err := f.pushStream(ctx)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return f.stats().Reserved == want }, admissionWait, time.Millisecond)
+	}
 	return f
 }
 

@@ -304,8 +304,8 @@ func TestGRPCAdmit(t *testing.T) {
 	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalLogs, decision.VerdictAdmit))
 	assert.EqualValues(t, 2, f.rec.total())
 	f.requireReleased(t)
-	assert.EqualValues(t, admission.DefaultGRPCMaxMessageSize, f.stats().Peak,
-		"before its message is read, a call holds what grpc-go may decode for it")
+	assert.EqualValues(t, callSize(8<<20), f.stats().Peak,
+		"before its message is read, a call holds what grpc-go may decode for it, at most a quarter of the budget")
 }
 
 func TestGRPCRejectUnary(t *testing.T) {
@@ -397,17 +397,22 @@ func TestGRPCExempt(t *testing.T) {
 }
 
 // TestGRPCBudget: a stream that opens and sends nothing holds what its
-// message may decode to (grpc_max_message_size within the budget), not
-// unknown_size; with the budget full the next RPC is refused at the tap
-// with the short delay; when the stream goes away, everything is released.
+// message may decode to (grpc_max_message_size, at most a quarter of the
+// budget), not unknown_size; with four of them filling the budget the next
+// RPC is refused at the tap with the short delay; when the streams go away,
+// everything is released.
 func TestGRPCBudget(t *testing.T) {
 	const call = 64 << 10
-	f := newGRPCFixture(t, call, withMaxMessage(call), withUnknownSize(1000))
+	f := newGRPCFixture(t, 4*call, withMaxMessage(call), withUnknownSize(1000))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	idle, err := f.pushStream(ctx)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return f.stats().Reserved == call }, 10*time.Second, time.Millisecond)
+	var idle grpc.ClientStream
+	for i := range int64(4) {
+		var err error
+		idle, err = f.pushStream(ctx)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return f.stats().Reserved == (i+1)*call }, 10*time.Second, time.Millisecond)
+	}
 
 	// BudgetRetryDelay (1s) clamped up to the range's minimum of 2s.
 	requireRetryable(t, f.export(context.Background()), "budget", grpcRetryLow)
@@ -425,7 +430,7 @@ func TestGRPCBudget(t *testing.T) {
 	f.requireReleased(t)
 	require.NoError(t, f.export(context.Background()))
 	f.requireReleased(t)
-	assert.EqualValues(t, call, f.stats().Peak)
+	assert.EqualValues(t, 4*call, f.stats().Peak)
 }
 
 // TestGRPCBudgetHeldUntilEnd: the reservation lasts until the handler
@@ -499,7 +504,7 @@ func TestGRPCTapSafetyNet(t *testing.T) {
 	h := grpcStats{mw}
 	h.HandleRPC(rctx, &stats.Begin{})
 	cancel()
-	assert.EqualValues(t, admission.DefaultGRPCMaxMessageSize, a.stats().Reserved)
+	assert.EqualValues(t, callSize(a.stats().Budget), a.stats().Reserved)
 	assert.EqualValues(t, 1, a.stats().Inflight)
 	h.HandleRPC(rctx, &stats.End{})
 	assert.Zero(t, a.stats().Reserved)
@@ -661,7 +666,7 @@ func TestGRPCEstimateWireSize(t *testing.T) {
 
 	_, err := gz2.NewStream(ctx, &pushDesc.Streams[0], pushMethod)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return f2.stats().Reserved == int64(admission.DefaultGRPCMaxMessageSize) },
+	require.Eventually(t, func() bool { return f2.stats().Reserved == callSize(8<<20) },
 		10*time.Second, time.Millisecond, "a call holds what its message may decode to, not its estimate")
 	cancel()
 	f2.requireReleased(t)
@@ -705,7 +710,7 @@ func TestGRPCShedWaitsForDecision(t *testing.T) {
 	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictAdmit))
 	assert.Zero(t, f.stats().HeldRequests)
 	assert.Zero(t, f.stats().Held)
-	assert.EqualValues(t, 1<<20, f.stats().Peak, "admitted, it holds what its message may decode to, within the budget")
+	assert.EqualValues(t, callSize(1<<20), f.stats().Peak, "admitted, it holds what its message may decode to, a quarter of the budget")
 	f.requireReleased(t)
 }
 

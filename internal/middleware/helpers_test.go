@@ -247,3 +247,10 @@ func (a *admFixture) reserve(tb testing.TB, remote string, sig decision.Signal, 
 	require.Equal(tb, before+n, a.stats().Reserved, "a body read to its length holds its length")
 	return func() { t.Release(false) }
 }
+
+// callSize is what a gRPC call holds from before its message is read until
+// it is decoded, with the default grpc_max_message_size and a budget of
+// budget bytes: at most a quarter of the budget.
+func callSize(budget int64) int64 {
+	return min(int64(admission.DefaultGRPCMaxMessageSize), budget/4)
+}
