@@ -60,8 +60,8 @@ func testLive() LiveStatus {
 			{Name: "tenant-a", Reserved: 2 << 20, Held: 1, Admitted: 40, Refused: 3},
 			{Name: "other", Reserved: 1 << 20, Admitted: 9},
 		},
-		BudgetLimit:    24 << 20,
-		Go:             GoRuntime{MemoryLimit: 400 << 20, MemoryLimitSetBy: "owned by throttle", GCPercent: 150, GCPercentSetBy: "owned by throttle"},
+		BudgetLimit: 24 << 20,
+		Go:          GoRuntime{MemoryLimit: 400 << 20, MemoryLimitSetBy: "owned by throttle", GCPercent: 150, GCPercentSetBy: "owned by throttle"},
 		Transitions: []Transition{
 			{
 				At: time.Date(2025, 6, 1, 12, 9, 58, 0, time.UTC), Signals: [decision.NumSignals]bool{true, false, true, false},
