@@ -284,7 +284,9 @@ func (c *Controller) decide(k Key, sig decision.Signal) decision.Verdict {
 // let in to wait in Ticket.Start instead. It returns the ticket and
 // VerdictAdmit, or nil and the denial to answer with; in observe-only mode
 // every request is admitted and the denial it would have had is counted.
-// Deciding and refusing allocate nothing.
+// An admitted request with nothing to follow (no budget, or an HTTP request
+// without a body) has no ticket: nil and VerdictAdmit. Deciding, refusing
+// and admitting such a request allocate nothing.
 func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.Verdict) {
 	at := now()
 	k := c.key(req)
@@ -310,8 +312,11 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 			return nil, c.refuse(k, req, at, v)
 		}
 	}
-	if c.budget == nil {
-		return c.newTicket(ctx, k, req, at).admitted(decision.VerdictAdmit)
+	if c.budget == nil || req.Protocol == ProtocolHTTP && req.Length == 0 {
+		// Nothing to follow: no bytes to charge (the hold is over).
+		c.rec.Record(req.Protocol, req.Signal, decision.VerdictAdmit)
+		c.keys.noteDecision(k, true, at)
+		return nil, decision.VerdictAdmit
 	}
 	exempt := c.dec.Exempt(req.Signal)
 	if req.Protocol == ProtocolGRPC {

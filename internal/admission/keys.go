@@ -18,9 +18,11 @@ import (
 
 // Key is a request's fairness key as the controller tracks it: one slot of
 // a table of fixed size. Keys are hashed into the slots with a seed chosen
-// at start, so that no client can aim at another's slot; two keys in one
-// slot share its limits, which errs on the side of refusing. The zero Key
-// is no key (an address that is not IP): it has no per-key limits.
+// at start, so that no client can aim at another's slot, and a key takes
+// the first free slot of a few from its hash (see claim); two keys share a
+// slot only when all of those are busy, which errs on the side of
+// refusing. The zero Key is no key (an address that is not IP): it has no
+// per-key limits.
 type Key uint32
 
 // keySlots is the number of tracked keys: memory stays bounded however
@@ -106,6 +108,9 @@ type keyTable struct {
 
 	mu      sync.Mutex // guards scratch, the recount's working space
 	scratch recountScratch
+
+	// clock is now, or a test's clock.
+	clock func() time.Duration
 }
 
 type weightedPrefix struct {
@@ -152,6 +157,7 @@ func newKeyTable(cfg FairnessConfig) *keyTable {
 	t.newPlaces.Store(math.Float64bits(t.share))
 	// Recounts are numbered from 1: a slot's zero epoch is never current.
 	t.epoch.Store(1)
+	t.clock = now
 	return t
 }
 
@@ -206,20 +212,82 @@ func (t *keyTable) key(origin netip.Addr, tenant string) Key {
 	return t.claim(h.Sum64(), ok, tenant, netip.Addr{})
 }
 
-// claim returns the slot of id, (re)labelling it when it held another key
-// (a collision, or its first use): its parent, name and weight.
+// keyProbes is how many slots from a key's hash its slot may be: two keys
+// share one only when every slot of the range is in use, so that the
+// collisions of a few hundred active keys in 4096 slots are rare.
+const keyProbes = 8
+
+// claim returns the slot of id: the one already labelled with it in its
+// probe range, else the first of the range that is unused or idle (no
+// bytes, no places, no request for activeFor), labelled anew: its parent,
+// name and weight. When every slot of the range is busy, the key shares
+// its first one with the key there, which errs on the side of refusing.
 func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) Key {
 	id |= 1 // 0 is an unused slot
-	k := Key(id%keySlots) + 1
-	s := &t.slots[k-1]
-	if s.id.Load() == id {
-		return k
+	base := int(id % keySlots)
+	at := t.clock()
+	for {
+		free := -1
+		var freeID uint64
+		for p := range keyProbes {
+			i := (base + p) % keySlots
+			s := &t.slots[i]
+			cur := s.id.Load()
+			if cur == id {
+				return Key(i) + 1
+			}
+			if free < 0 && (cur == 0 || t.idle(s, at)) {
+				free, freeID = i, cur
+			}
+		}
+		if free < 0 {
+			return Key(base) + 1
+		}
+		s := &t.slots[free]
+		if !s.id.CompareAndSwap(freeID, id) {
+			continue // another key took it meanwhile: look again
+		}
+		if freeID != 0 {
+			s.forget()
+		}
+		t.label(s, parent, tenant, addr)
+		return Key(free) + 1
 	}
-	s.id.Store(id)
+}
+
+// idle reports whether a slot's key has let go of everything and sent
+// nothing for activeFor: its slot may serve another key.
+func (t *keyTable) idle(s *keySlot, at time.Duration) bool {
+	if s.reserved.Load() != 0 || s.held.Load() != 0 || s.hasKids.Load() {
+		return false
+	}
+	seen, busy := s.seen.Load(), s.busy.Load()
+	return at-time.Duration(max(seen, busy)) > activeFor
+}
+
+// forget clears what an idle slot's former key left in it.
+func (s *keySlot) forget() {
+	s.hasKids.Store(false)
+	s.busy.Store(0)
+	s.epoch.Store(0)
+	for _, c := range []*counter{&s.read, &s.laneRead, &s.admitted, &s.refused} {
+		c.reset()
+	}
+	for i := range s.arrivals {
+		s.arrivals[i].reset()
+		s.dropEpoch[i].Store(0)
+	}
+	s.sizes.Store(nil)
+	s.wire.Store(nil)
+}
+
+// label gives a slot just claimed its key's parent, name and weight.
+func (t *keyTable) label(s *keySlot, parent Key, tenant string, addr netip.Addr) {
 	s.parent.Store(uint32(parent))
 	if p := t.slot(parent); p != nil {
 		p.hasKids.Store(true)
 	}
+	s.seen.Store(int64(t.clock()))
 	w := 1.0
 	var name string
 	if addr.IsValid() {
@@ -244,7 +312,6 @@ func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) 
 	}
 	s.name.Store(&name)
 	s.weight.Store(math.Float64bits(w))
-	return k
 }
 
 // parentOf returns the origin of a nested key, 0 for a top-level one.

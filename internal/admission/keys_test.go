@@ -245,3 +245,37 @@ func TestTopKeys(t *testing.T) {
 	assert.Equal(t, "10.0.0.10", top[2].Name)
 	assert.Equal(t, KeyStat{Name: "other", Reserved: 100 * (1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 9), Refused: 9}, other)
 }
+
+// TestKeysDistinctSlots: keys take the first free slot near their hash, so
+// that a few hundred active keys do not share one; an idle slot serves a
+// new key, which does not inherit what its former key left.
+func TestKeysDistinctSlots(t *testing.T) {
+	kt := newKeyTable(FairnessConfig{Key: KeyAddress, Share: 0.5})
+	clock := t0
+	kt.clock = func() time.Duration { return clock }
+	seen := map[Key]bool{}
+	for i := range 500 {
+		k := kt.key(addr(fmt.Sprintf("10.%d.%d.1", i/200, i%200)), "")
+		require.False(t, seen[k], "key %d shares a slot", i)
+		seen[k] = true
+	}
+	// A slot idle for longer than activeFor is taken by the next key that
+	// needs it, forgetting what its former key read; the others are not.
+	old := kt.key(addr("10.0.0.1"), "")
+	kt.slot(old).read.add(1000, t0, readWindow)
+	clock = t0 + 2*activeFor
+	for k := range seen {
+		if k != old {
+			kt.slot(k).seen.Store(int64(clock))
+		}
+	}
+	for i := 0; ; i++ {
+		k := kt.key(addr(fmt.Sprintf("192.0.%d.%d", i/250, i%250)), "")
+		if k == old {
+			assert.Zero(t, kt.slot(k).read.recent(t0, readWindow), "the former key's reads are forgotten")
+			break
+		}
+		require.False(t, seen[k], "a busy key's slot was taken")
+		require.Less(t, i, 100000, "the idle slot was never taken")
+	}
+}

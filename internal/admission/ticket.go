@@ -377,7 +377,7 @@ func (t *Ticket) Read(r io.Reader, p []byte) (int, error) {
 	inLane, laneSince := t.inLane, t.laneSince
 	t.mu.Unlock()
 	if c.budget == nil {
-		return t.rawRead(r, p)
+		return t.rawRead(r, p, at)
 	}
 	if inLane && c.laneTenure > 0 && at-laneSince > c.laneTenure && !c.observe {
 		return 0, ErrBudget
@@ -386,11 +386,11 @@ func (t *Ticket) Read(r io.Reader, p []byte) (int, error) {
 		if int64(len(p)) > avail {
 			p = p[:avail]
 		}
-		return t.rawRead(r, p)
+		return t.rawRead(r, p, at)
 	}
 	// Tell the end of the body from more of it first, so that a body that
 	// sends nothing, or ends exactly at its reservation, takes nothing.
-	n, err := t.rawRead(r, t.probe[:])
+	n, err := t.rawRead(r, t.probe[:], at)
 	if n == 0 {
 		return 0, err
 	}
@@ -593,17 +593,17 @@ func (t *Ticket) trimLocked(at time.Duration) {
 
 // rawRead reads from the body and records what was read and the progress:
 // at least readStep more since the last progress, or the end of the body.
-func (t *Ticket) rawRead(r io.Reader, p []byte) (int, error) {
+// at is when the read began; the progress is timed when it ends.
+func (t *Ticket) rawRead(r io.Reader, p []byte, at time.Duration) (int, error) {
 	t.mu.Lock()
 	t.inRead = true
 	t.mu.Unlock()
 	n, err := r.Read(p)
-	at := now()
 	t.mu.Lock()
 	t.inRead = false
 	t.read += int64(n)
 	if t.read-t.progressAt >= readStep || err == io.EOF {
-		t.lastProgress, t.progressAt = at, t.read
+		t.lastProgress, t.progressAt = now(), t.read
 	}
 	if err == io.EOF {
 		t.eof = true

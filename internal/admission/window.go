@@ -24,6 +24,13 @@ type counter struct {
 	cur, prev atomic.Int64
 }
 
+// reset forgets every count.
+func (c *counter) reset() {
+	c.window.Store(0)
+	c.cur.Store(0)
+	c.prev.Store(0)
+}
+
 // add counts n at t, in windows of length w.
 func (c *counter) add(n int64, t, w time.Duration) {
 	c.roll(t, w)

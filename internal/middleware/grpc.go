@@ -124,6 +124,9 @@ func (g *GRPC) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	if !v.Admitted() {
 		return ctx, g.rejections.get(v, g.retry.Draw(v))
 	}
+	if t == nil {
+		return ctx, nil // nothing to follow (no budget)
+	}
 	c := &call{t: t}
 	ctx, c.cancel = context.WithCancel(ctx)
 	// Safety net: grpc-go sends *stats.End only for calls that reach a

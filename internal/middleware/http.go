@@ -63,21 +63,26 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
+	length := r.ContentLength
+	if r.Body == nil || r.Body == http.NoBody {
+		length = 0 // nothing to charge
+	}
 	t, v := m.adm.Admit(r.Context(), admission.Request{
 		Protocol: admission.ProtocolHTTP,
 		Signal:   sig,
 		Remote:   remoteAddr(r.RemoteAddr),
 		Header:   r.Header,
 		Auth:     authOf(r),
-		Length:   r.ContentLength,
+		Length:   length,
 	})
 	if !v.Admitted() {
 		m.reject(w, r, v)
 		return
 	}
-	if r.Body == nil || r.Body == http.NoBody {
-		defer t.Release(false)
-		t.Start(r.Context(), nil, false)
+	if t == nil || r.Body == nil || r.Body == http.NoBody {
+		if t != nil {
+			defer t.Release(false)
+		}
 		h.next.ServeHTTP(w, r)
 		return
 	}
