@@ -83,102 +83,6 @@ func (b *budget) setMax(n int64) {
 	b.wakeAll()
 }
 
-// limitOf is the most key k may hold now, and its origin.
-func (b *budget) limitOf(k Key, at time.Duration) (lim, parentLim int64) {
-	m := b.max.Load()
-	lim = b.keys.limit(k, m, at)
-	parentLim = m
-	if p := b.keys.parentOf(k); p != 0 {
-		parentLim = b.keys.limit(p, m, at)
-	}
-	return lim, parentLim
-}
-
-// keepFor is what a new reservation leaves free of the budget besides the
-// waiting requests' needs: the exempt reserve, unless it is exempt.
-func (b *budget) keepFor(exempt bool) int64 {
-	if exempt || b.exemptShare <= 0 {
-		return 0
-	}
-	return int64(float64(b.max.Load()) * b.exemptShare)
-}
-
-// use says what a reservation is for.
-type use uint8
-
-const (
-	// useExempt: a request of an exempt signal, which may take the
-	// exempt signals' reserve and its key's share over by as much.
-	useExempt use = 1 << iota
-	// useDecode: what a gRPC message may decode to (see callSize), which a
-	// key that holds nothing may take whole, however small its share: one
-	// decode at a time is always possible.
-	useDecode
-)
-
-func useOf(exempt bool) use {
-	if exempt {
-		return useExempt
-	}
-	return 0
-}
-
-// take reserves n bytes for key k if they fit in its share and in the
-// budget with keep bytes left free.
-func (b *budget) take(n int64, k Key, keep int64, u use, at time.Duration) bool {
-	if n <= 0 {
-		return true
-	}
-	lim, plim := b.limitOf(k, at)
-	if u&useExempt != 0 {
-		extra := b.keepFor(false)
-		lim, plim = lim+extra, plim+extra
-	}
-	if u&useDecode != 0 {
-		lim, plim = max(lim, n), max(plim, n)
-	}
-	if !b.keys.reserve(k, n, lim, plim) {
-		return false
-	}
-	for {
-		cur := b.reserved.Load()
-		if n > b.max.Load()-cur-keep {
-			b.keys.add(k, -n)
-			return false
-		}
-		if b.reserved.CompareAndSwap(cur, cur+n) {
-			b.notePeak(cur + n)
-			return true
-		}
-	}
-}
-
-// notePeak raises the peak to v if v is above it.
-func (b *budget) notePeak(v int64) {
-	for {
-		p := b.peak.Load()
-		if v <= p || b.peak.CompareAndSwap(p, v) {
-			return
-		}
-	}
-}
-
-// admitNow reserves n bytes for a new reservation of k that does not wait
-// in line, leaving free what the waiting requests need.
-func (b *budget) admitNow(n int64, k Key, u use, at time.Duration) bool {
-	return b.take(n, k, b.pending.Load()+b.headKeep.Load()+b.keepFor(u&useExempt != 0), u, at)
-}
-
-// charge adds n bytes that are already in memory, even beyond the budget,
-// so that it shows them and refuses others meanwhile.
-func (b *budget) charge(n int64, k Key) {
-	if n <= 0 {
-		return
-	}
-	b.notePeak(b.reserved.Add(n))
-	b.keys.add(k, n)
-}
-
 // release returns n bytes of key k and hands them to the waiting requests.
 func (b *budget) release(n int64, k Key) {
 	if n <= 0 {
@@ -414,15 +318,6 @@ func (b *budget) admitEntrantsLocked() {
 	b.headKeep.Store(keep)
 }
 
-// reserveHeld counts n bytes a waiting gRPC stream may buffer, if they fit
-// in the held pool (at least the budget's size).
-func (b *budget) reserveHeld(n int64) bool {
-	if n <= 0 {
-		return true
-	}
-	return casAdd(&b.held, n, max(b.heldMax.Load(), b.max.Load()))
-}
-
 // releaseHeld returns what reserveHeld counted.
 func (b *budget) releaseHeld(n int64) {
 	if n > 0 {
@@ -544,16 +439,4 @@ func (l *lanePool) wakeLocked() {
 		default:
 		}
 	}
-}
-
-// laneIndebted reports whether key k has lately read its allowance in the
-// oversize lane: the larger of the budget's size and its share of what
-// every other key read in the same time. Under pressure such a key's
-// requests that may need the lane are refused rather than decompressed up
-// to its share first.
-func (b *budget) laneIndebted(k Key, at time.Duration) bool {
-	lane, all := b.keys.laneRecent(k, at)
-	others := b.read.recent(at, readWindow) - all
-	share := b.keys.share
-	return lane >= max(b.max.Load(), int64(float64(others)*share))
 }

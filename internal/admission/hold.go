@@ -4,7 +4,6 @@
 package admission // import "github.com/otelthrottle/throttle/internal/admission"
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,83 +66,6 @@ func (h *hold) count() int64 {
 		return 0
 	}
 	return h.held.Load()
-}
-
-// takePlace takes one of the hold's places for key k: for a held request,
-// and for a gRPC call from the tap to the end of its wait, so that one
-// max_requests bounds everything held. False when the hold is full, k holds
-// its share of it, or the hold is closed or off.
-func (h *hold) takePlace(k Key) bool {
-	if h == nil {
-		return false
-	}
-	select {
-	case <-h.closing:
-		return false
-	default:
-	}
-	if h.held.Add(1) > h.maxHeld {
-		h.held.Add(-1)
-		return false
-	}
-	if !h.c.keys.takePlace(k, h.maxHeld) {
-		h.held.Add(-1)
-		return false
-	}
-	return true
-}
-
-// freePlace gives back a place taken by takePlace.
-func (h *hold) freePlace(k Key) {
-	h.c.keys.freePlace(k)
-	h.held.Add(-1)
-}
-
-// wait holds a request of key k and sig that holds a place, decided v (a
-// denial), until a decision admits it, ctx ends, the hold closes or limit
-// passes. It returns VerdictAdmit, or the denial to answer with: at the end
-// of the wait, a last decision as if the request had just arrived.
-func (h *hold) wait(ctx context.Context, k Key, sig decision.Signal, v decision.Verdict, limit time.Duration) decision.Verdict {
-	if limit <= 0 || sig >= decision.NumSignals {
-		return v
-	}
-	w := &heldRequest{key: k, admitted: make(chan struct{})}
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return v
-	}
-	h.waiting[sig] = append(h.waiting[sig], w)
-	if !h.running {
-		h.running = true
-		go h.dispatch()
-	}
-	h.mu.Unlock()
-
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	last := false
-	select {
-	case <-w.admitted:
-		return decision.VerdictAdmit
-	case <-timer.C:
-		last = true
-	case <-ctx.Done():
-	case <-h.closing:
-	}
-	h.mu.Lock()
-	select {
-	case <-w.admitted: // admitted while the lock was awaited
-		h.mu.Unlock()
-		return decision.VerdictAdmit
-	default:
-	}
-	w.gone = true
-	h.mu.Unlock()
-	if !last {
-		return v
-	}
-	return h.c.decide(k, sig)
 }
 
 // dispatch decides the held requests every tick until none is held, each

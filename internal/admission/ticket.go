@@ -98,32 +98,6 @@ type Ticket struct {
 	listed     bool
 }
 
-// admitted finishes the admission of a request recorded as v: counted in
-// flight, in the set Close cuts off, and for an HTTP body its head start
-// timed.
-func (t *Ticket) admitted(v decision.Verdict) (*Ticket, decision.Verdict) {
-	c := t.c
-	if v.Admitted() && (t.proto == ProtocolGRPC || c.budget != nil) {
-		// Recorded once its first bytes are reserved (HTTP) or its call
-		// has what its message may decode to (gRPC, in Start).
-		t.unrecorded = true
-	} else {
-		c.rec.Record(t.proto, t.sig, v)
-		c.keys.noteDecision(t.key, true, t.age)
-	}
-	if c.budget != nil {
-		t.waitLeft = c.cfg.WaitTimeout
-	}
-	t.w.age = t.age
-	t.lastProgress = t.age
-	t.mu.Lock()
-	t.counted = true
-	t.mu.Unlock()
-	c.inflight.Add(1)
-	c.tickets.add(t)
-	return t, decision.VerdictAdmit
-}
-
 // refuse records a refusal and returns it; the ticket is done.
 func (t *Ticket) refuse(v decision.Verdict) (*Ticket, decision.Verdict) {
 	t.mu.Lock()
@@ -131,17 +105,6 @@ func (t *Ticket) refuse(v decision.Verdict) (*Ticket, decision.Verdict) {
 	t.mu.Unlock()
 	t.Release(false)
 	return nil, t.c.refuse(t.key, Request{Protocol: t.proto, Signal: t.sig}, now(), v)
-}
-
-// pending lets a gRPC call in to wait in Start, holding a hold place and
-// held bytes of the held pool: for a decision that admits it when held is
-// a denial, then for want bytes (its callSize, or computed after the
-// decision). It is recorded when its wait ends.
-func (t *Ticket) pending(held decision.Verdict, heldBytes int64) (*Ticket, decision.Verdict) {
-	t.pend, t.place, t.heldBytes, t.held = true, true, heldBytes, held
-	t.w.age = t.age
-	t.c.tickets.add(t)
-	return t, decision.VerdictAdmit
 }
 
 // Start readies an admitted request to be handled, with s to cut it off
