@@ -103,6 +103,11 @@ func (b *budget) keepFor(exempt bool) int64 {
 	return int64(float64(b.max.Load()) * b.exemptShare)
 }
 
+// most is the most of the budget a request may ever hold: all of it for an
+// exempt signal, otherwise what the exempt reserve leaves. A reservation
+// asked for beyond it could never be made.
+func (b *budget) most(exempt bool) int64 { return b.max.Load() - b.keepFor(exempt) }
+
 // take reserves n bytes for key k if they fit in its share and in the
 // budget with keep bytes left free. An exempt request may take its key's
 // share over by the exempt reserve.
@@ -209,7 +214,7 @@ func (b *budget) tryGrow(need int64, k Key, exempt bool, at time.Duration) int64
 // exempt): it can go on only in the oversize lane.
 func (b *budget) atShare(own int64, k Key, exempt bool, at time.Duration) bool {
 	lim, plim := b.limitOf(k, at)
-	return own >= min(lim, plim, b.max.Load()-b.keepFor(exempt))
+	return own >= min(lim, plim, b.most(exempt))
 }
 
 // waiter is a body waiting for its reservation to grow.

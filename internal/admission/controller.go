@@ -335,7 +335,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 // reserved (Start reserves what its message may decode to before it is
 // read), or to wait for it in Ticket.Start.
 func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.Duration, exempt bool) (*Ticket, decision.Verdict) {
-	n := c.estimate(k, req.Signal, at)
+	n := c.estimate(k, req.Signal, exempt, at)
 	switch {
 	case c.budget.admitNow(n, k, exempt, at):
 		t := c.newTicket(ctx, k, req, at)
@@ -367,10 +367,10 @@ const maxOvercommit = 4
 // largest message of an accepted call of that key and signal lately as it
 // came on the wire, but at least a quarter of the largest decoded one
 // (unknown_size before any), at least minEstimate, at most its key's
-// share. It only decides whether the call is let in at once and bounds
+// share and what it may ever hold (budget.most). It only decides whether the call is let in at once and bounds
 // what its client may send before the call starts; Start then reserves
 // what the message may decode to (callSize), whatever the estimate says.
-func (c *Controller) estimate(k Key, sig decision.Signal, at time.Duration) int64 {
+func (c *Controller) estimate(k Key, sig decision.Signal, exempt bool, at time.Duration) int64 {
 	n := c.keys.sizeOf(k, sig, at, false)
 	if n == 0 {
 		n = c.unknownSize
@@ -379,18 +379,19 @@ func (c *Controller) estimate(k Key, sig decision.Signal, at time.Duration) int6
 	}
 	n = max(n, min(minEstimate, c.unknownSize))
 	lim, plim := c.budget.limitOf(k, at)
-	return max(min(n, lim, plim), 1)
+	return max(min(n, lim, plim, c.budget.most(exempt)), 1)
 }
 
 // callSize is what a gRPC call of k reserves from before its message is
 // read until it has been decoded: what grpc-go may decode for it, at most
-// its key's share and the budget. Nothing smaller is safe: grpc-go
+// its key's share and what it may ever hold of the budget (budget.most:
+// asking for more, it would wait for ever). Nothing smaller is safe: grpc-go
 // decompresses and decodes the whole message before anything sees its
 // size, and a client's earlier messages say nothing of its next one.
-func (c *Controller) callSize(k Key, at time.Duration) int64 {
+func (c *Controller) callSize(k Key, exempt bool, at time.Duration) int64 {
 	b := c.budget
 	lim, plim := b.limitOf(k, at)
-	return max(min(c.grpcMaxMessage, lim, plim, b.max.Load()), 1)
+	return max(min(c.grpcMaxMessage, lim, plim, b.most(exempt)), 1)
 }
 
 // takeHeld takes a hold place for a gRPC call of k and sig that waits, and

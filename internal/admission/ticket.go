@@ -206,7 +206,7 @@ func (t *Ticket) startCall(ctx context.Context) decision.Verdict {
 func (t *Ticket) reserveDecode(ctx context.Context) bool {
 	c, b := t.c, t.c.budget
 	at := now()
-	n := c.callSize(t.key, at)
+	n := c.callSize(t.key, t.exempt, at)
 	t.mu.Lock()
 	had := t.reserved
 	if had >= n {
@@ -436,7 +436,7 @@ func (t *Ticket) grow(want int) error {
 			n = min(n, t.known)
 		}
 		lim, plim := b.limitOf(t.key, at)
-		n = max(min(n, b.keys.room(t.key, lim, plim), b.max.Load()), need)
+		n = max(min(n, b.keys.room(t.key, lim, plim), b.most(t.exempt)), need)
 		if !b.admitNow(n, t.key, t.exempt, at) {
 			t.record(decision.VerdictDenyBudget)
 			if !c.observe {
