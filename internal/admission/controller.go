@@ -561,6 +561,10 @@ func (c *Controller) Closing() <-chan struct{} { return c.closing }
 // ObserveOnly reports whether decisions are only counted.
 func (c *Controller) ObserveOnly() bool { return c.observe }
 
+// MinBodyRate is the least an HTTP body must receive, n bytes per d, not to
+// be cut off with ErrIdle; d is 0 when the idle timeout is off.
+func (c *Controller) MinBodyRate() (n int64, d time.Duration) { return readStep, c.cfg.IdleTimeout }
+
 // Stats is the admission's state now, for the telemetry and the status
 // page.
 type Stats struct {
