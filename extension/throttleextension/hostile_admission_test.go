@@ -380,3 +380,83 @@ func TestHostileGRPCEstimateNotPoisoned(t *testing.T) {
 	require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond)
 	assert.Equal(t, 2*spans, gate.SpanCount())
 }
+
+// TestHostileShutdownBounded: the service calls the extension's NotReady
+// before it shuts the receivers down, and the receivers' servers wait for
+// the requests in flight. A client trickling its HTTP body (a byte every
+// 100 ms, which is no progress, at the longest idle_timeout) and a gRPC call
+// and an HTTP request held in the hold (max_wait at its longest, the call's
+// deadline five minutes away) cannot delay that: NotReady and the
+// receivers' Shutdown take less than five seconds, the held requests are
+// refused at once and the trickling body is cut off after a second, each
+// with an answer the OTLP exporters retry.
+func TestHostileShutdownBounded(t *testing.T) {
+	env := startE2E(t, e2eOptions{conf: map[string]any{
+		"admission": map[string]any{"idle_timeout": "1m"},
+		"hold":      map[string]any{"max_wait": "30s", "max_requests": 8},
+	}})
+	e, ok := env.ext.(*throttleExtension)
+	require.True(t, ok)
+
+	// Admitted in Normal; its first byte holds a reservation.
+	trickle, _ := hostileSlowBody(t, env.httpAddr, 1<<20, 1, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return env.requests(t, "http", decision.SignalTraces, "allowed", "") == 1 },
+		e2eWait, time.Millisecond, "the trickling body was not admitted")
+
+	env.setLevel(t, e2eOpen, decision.StateOpen)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cc := env.grpcConn(t)
+	grpcErr := make(chan error, 1)
+	go func() { grpcErr <- e2eSignals[0].grpcExport(ctx, cc, 1) }()
+	type result struct {
+		resp e2eResponse
+		err  error
+	}
+	held := make(chan result, 1)
+	body, err := e2eSignals[0].proto(1)
+	require.NoError(t, err)
+	go func() {
+		resp, err := env.tryPost(e2eHTTPClient(t), "/v1/traces", pbType, body)
+		held <- result{resp, err}
+	}()
+	require.Eventually(t, func() bool { return e.runner.Admission().Stats().HeldRequests == 2 }, e2eWait, time.Millisecond,
+		"the gRPC call and the HTTP request are not held")
+
+	start := time.Now()
+	require.NoError(t, e.NotReady())
+	for _, r := range env.receivers {
+		require.NoError(t, r.Shutdown(context.Background()))
+	}
+	elapsed := time.Since(start)
+	t.Logf("NotReady and the receivers' Shutdown took %v", elapsed)
+	assert.Less(t, elapsed, 5*time.Second, "the clients delayed the shutdown")
+
+	// The trickling body: cut off with a retryable 429.
+	require.NoError(t, trickle.SetReadDeadline(time.Now().Add(e2eWait)))
+	resp, err := http.ReadResponse(bufio.NewReader(trickle), &http.Request{Method: http.MethodPost})
+	require.NoError(t, err, "the trickling body got no answer")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+
+	// The held gRPC call: refused with a code the exporters retry.
+	err = <-grpcErr
+	t.Logf("held gRPC call: %v", err)
+	switch status.Code(err) {
+	case codes.ResourceExhausted:
+		requireGRPCRejection(t, err)
+	case codes.Canceled, codes.Unavailable:
+	default:
+		t.Errorf("the held gRPC call ended with %v, which the exporters do not retry", err)
+	}
+
+	// The held HTTP request: refused as in Open.
+	r := <-held
+	require.NoError(t, r.err)
+	requireHTTPRejection(t, r.resp, pbType, true)
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.SignalTraces, "denied", "open"))
+	assert.Zero(t, env.traces.SpanCount())
+}
