@@ -79,7 +79,7 @@ func TestNonExemptAloneFitsBesideTheExemptReserve(t *testing.T) {
 		for err == nil {
 			_, err = tk.Read(body, buf)
 		}
-		assert.ErrorIs(t, err, io.EOF, "the first byte of a body alone in the budget was refused")
+		require.ErrorIs(t, err, io.EOF, "the first byte of a body alone in the budget was refused")
 		tk.Release(true)
 	})
 }
