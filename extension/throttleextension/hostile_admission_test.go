@@ -460,3 +460,55 @@ func TestHostileShutdownBounded(t *testing.T) {
 	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.SignalTraces, "denied", "open"))
 	assert.Zero(t, env.traces.SpanCount())
 }
+
+// TestHostileGRPCSilentStreamsTwoAddresses: two addresses each open one
+// gRPC stream that sends its headers and never a message. Each holds what
+// its message may decode to, its key's share (half the budget), so
+// together they hold all of it; a client at a third address sending small
+// batches over HTTP and gRPC, retrying after each refusal as the exporters
+// do, must still get its data in within a few seconds rather than wait for
+// the silent streams to be cancelled (six idle timeouts).
+func TestHostileGRPCSilentStreamsTwoAddresses(t *testing.T) {
+	env := startE2E(t, e2eOptions{conf: map[string]any{
+		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	dial := func(local string) *grpc.ClientConn {
+		cc, err := grpc.NewClient(env.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return hostileDialFrom(local)(ctx, "tcp", addr)
+			}))
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, cc.Close()) })
+		return cc
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	for _, local := range []string{"127.0.0.2", "127.0.0.3"} {
+		cs, err := hostileSilentStream(sctx, dial(local), hostileTracesMethod)
+		require.NoError(t, err)
+		wg.Go(func() { _ = cs.RecvMsg(&emptypb.Empty{}) })
+	}
+	require.Eventually(t, func() bool { return hostileReserved(env) == hostileBudget }, e2eWait, time.Millisecond,
+		"the two silent streams do not hold the budget")
+
+	honest := dial("127.0.0.1")
+	body, _ := hostileTraces(t, 1<<10)
+	c := e2eHTTPClient(t)
+	deadline := time.Now().Add(5 * time.Second)
+	var httpOK, grpcOK bool
+	for (!httpOK || !grpcOK) && time.Now().Before(deadline) {
+		if !httpOK {
+			httpOK = env.post(t, c, "/v1/traces", pbType, body).StatusCode == http.StatusOK
+		}
+		if !grpcOK {
+			grpcOK = e2eSignals[0].grpcExport(ctx, honest, 1) == nil
+		}
+		time.Sleep(time.Second) // the refusals' Retry-After
+	}
+	assert.True(t, httpOK, "the honest HTTP client got nothing in for 5 s (reserved %d of %d)", hostileReserved(env), hostileBudget)
+	assert.True(t, grpcOK, "the honest gRPC client got nothing in for 5 s")
+}
