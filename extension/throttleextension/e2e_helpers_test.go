@@ -91,6 +91,10 @@ type e2eEnv struct {
 	tel *componenttest.Telemetry
 
 	httpAddr, grpcAddr string
+	// receivers are the started otlpreceivers (one shared server): a test
+	// may shut them down itself, as the service does; later Shutdowns do
+	// nothing.
+	receivers []component.Component
 
 	traces   *consumertest.TracesSink
 	metrics  *consumertest.MetricsSink
@@ -255,6 +259,7 @@ func (env *e2eEnv) startReceiver(tb testing.TB, opts e2eOptions) error {
 		}
 		started = append(started, r)
 	}
+	env.receivers = started
 	return nil
 }
 

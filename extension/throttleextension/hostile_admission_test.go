@@ -3,10 +3,10 @@
 
 package throttleextension
 
-// Hostile and odd clients against the admission budget: it must
-// not be held by slow or silent clients, poisoned by small requests, or
-// wasted on bodies cut off mid-read. Through the real otlpreceiver, as the
-// other hostile tests (hostile_test.go, helpers in e2e_helpers_test.go).
+// Hostile and odd clients against the admission budget: it must not be
+// held by slow or silent clients, poisoned by small requests, or wasted on
+// bodies cut off mid-read. Through the real otlpreceiver, as the other
+// hostile tests (hostile_test.go, helpers in e2e_helpers_test.go).
 
 import (
 	"bufio"
@@ -119,14 +119,13 @@ func hostileSlowBody(t *testing.T, addr string, size, first int, every time.Dura
 
 // TestHostileSlowHTTPBodies: two clients announce half the admission
 // budget each and then send their bodies a byte at a time; a third sends
-// part of its body and then nothing. The slow ones hold only the first
-// reservation of a traces body (unknown_size), not what they announce, so
-// an ordinary request is still delivered; a byte now and then is no
-// progress (a client trickling a byte at a time would otherwise hold its
-// share for ever), so all three are cut off once they have not sent 64 KiB
-// within idle_timeout, with a retryable 429 + Retry-After (a 400 the OTLP
-// exporters would drop), without any timeout
-// configured on the receiver; their reservations return.
+// part of its body and then nothing. Each holds only the first reservation
+// of a traces body (unknown_size), not what it announces, so an ordinary
+// request is still delivered; a byte now and then is no progress, so all
+// three are cut off once they have not sent 64 KiB within idle_timeout,
+// with a retryable 429 + Retry-After naming the rate they fell short of (a
+// 400 the OTLP exporters would drop), without any timeout configured on the
+// receiver; their reservations return.
 func TestHostileSlowHTTPBodies(t *testing.T) {
 	conf := hostileBudgetConf()
 	conf["admission"].(map[string]any)["idle_timeout"] = "2s"
@@ -168,27 +167,34 @@ func hostileDialFrom(local string) func(ctx context.Context, network, addr strin
 }
 
 // TestHostileGRPCSilentStreams: 50 streams on one connection that send
-// their headers and never a message, at the default peer_share: the
-// client's address gets half the budget (two unknown_size reservations),
-// every other stream is refused RESOURCE_EXHAUSTED before any
-// authentication could run, and clients at other addresses are still
-// admitted over gRPC and HTTP. The admitted silent streams are cancelled
-// by the server after six idle timeouts, which releases their reservations
-// without the client doing anything.
+// their headers and never a message, at the default share: a gRPC call
+// holds what its message may decode to (grpc_max_message_size, capped at
+// its key's share) from before the message is read, so one stream holds
+// the client address's half of the budget and every other one is refused
+// at once (wait_timeout 0) before any authentication could run, with
+// RESOURCE_EXHAUSTED + RetryInfo at the tap or, let in by the tap and
+// refused before its message is read, cancelled. Clients at other
+// addresses are still admitted over gRPC and HTTP. The admitted silent
+// stream is cancelled by the server after six idle timeouts, which releases
+// its reservation without the client doing anything.
 func TestHostileGRPCSilentStreams(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: waits for the server to cancel the silent streams, six idle timeouts (18 s)")
+		t.Skip("-short: waits for the server to cancel the silent stream, six idle timeouts (18 s)")
 	}
+	const idle = 3 * time.Second
 	env := startE2E(t, e2eOptions{conf: map[string]any{
 		// Long enough for the checks below to run while the streams are
 		// still open on a loaded machine.
-		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown, "idle_timeout": "3s"},
+		"admission": map[string]any{
+			"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown, "idle_timeout": idle.String(), "wait_timeout": "0s",
+		},
 	}})
 	cc := env.grpcConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 
-	const streams, fit = 50, hostileBudget / 2 / hostileUnknown
+	const streams, fit = 50, 1
+	start := time.Now()
 	errs := make(chan error, streams)
 	var wg sync.WaitGroup
 	for range streams {
@@ -203,7 +209,7 @@ func TestHostileGRPCSilentStreams(t *testing.T) {
 	assert.EqualValues(t, hostileBudget/2, hostileReserved(env), "one address holds half the budget")
 
 	// Other addresses: the first that is admitted shows the budget was not
-	// held (three, in case the per-peer hash puts one next to 127.0.0.1).
+	// held (three, in case the key table puts one in 127.0.0.1's slot).
 	body, spans := hostileTraces(t, 1<<10)
 	admitted := false
 	for _, local := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
@@ -228,32 +234,36 @@ func TestHostileGRPCSilentStreams(t *testing.T) {
 	require.True(t, admitted, "no other address was admitted next to the silent streams")
 	assert.Equal(t, 2+spans, env.traces.SpanCount())
 
-	wg.Wait()
-	close(errs)
-	var cancelled, refused int
-	for err := range errs {
-		switch status.Code(err) {
-		case codes.Canceled:
+	// The refused streams ended at once, the admitted one when the server
+	// cancelled it.
+	var exhausted, cancelled int
+	for range streams - fit {
+		err := <-errs
+		if status.Code(err) == codes.Canceled {
 			cancelled++
-		case codes.ResourceExhausted:
-			requireGRPCRejection(t, err)
-			refused++
-		default:
-			t.Errorf("unexpected %v", err)
+			continue
 		}
+		requireGRPCRejection(t, err)
+		exhausted++
 	}
-	assert.Equal(t, fit, cancelled, "the admitted silent streams are cancelled by the server")
-	assert.Equal(t, streams-fit, refused)
+	t.Logf("refused at the tap: %d, cancelled before their message: %d", exhausted, cancelled)
+	assert.Equal(t, codes.Canceled, status.Code(<-errs), "the admitted silent stream is cancelled by the server")
+	assert.GreaterOrEqual(t, time.Since(start), 6*idle, "cancelled before six idle timeouts")
+	wg.Wait()
 	require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond)
 }
 
 // TestHostileCompressedBurst: 30 concurrent gzip requests of one size
-// against a budget that holds ten of them. confighttp drops the length of a
-// compressed body, so the throttle cannot know it; once one such body has
-// been read, the next ones reserve what traces bodies decompress to. Ten
-// are admitted and delivered, twenty are refused at once with 429 +
-// Retry-After before anything is decompressed, and none is cut off
-// mid-read (which would throw away its decompression and be sent again).
+// against a budget that holds ten and a half of them. confighttp drops the
+// length of a compressed body, so the throttle cannot know it; once one
+// such body has been read, the next ones reserve what traces bodies
+// decompress to when their first byte arrives. Ten are admitted and
+// delivered; the others are refused with 429 + Retry-After 1, nearly all
+// before anything is decompressed (at admission or at their first byte).
+// The first reservation is capped at what its key has left, so at most one
+// is admitted with the last half share and cut off after waiting
+// wait_timeout for the rest; nothing is lost and the budget is never
+// exceeded.
 func TestHostileCompressedBurst(t *testing.T) {
 	plain, spans := hostileTraces(t, 64<<10)
 	gz := hostileGzip(t, plain)
@@ -298,13 +308,19 @@ func TestHostileCompressedBurst(t *testing.T) {
 			answers <- answer{code, ra}
 		})
 	}
+	// Every request of the burst decided (the first one's included), and
+	// any admitted beyond fit cut off.
+	cutOff := func() int64 { return env.requests(t, "http", decision.SignalTraces, "allowed", "") - 1 - fit }
 	if !assert.Eventually(t, func() bool {
-		return gate.entered.Load() == fit && env.requests(t, "http", decision.SignalTraces, "denied", "budget") == burst-fit
+		return gate.entered.Load() == fit && cutOff()+env.requests(t, "http", decision.SignalTraces, "denied", "budget") == burst-fit &&
+			len(answers) == burst-fit
 	}, e2eWait, time.Millisecond) {
-		t.Fatalf("admitted %d, delivering %d, refused %d of %d", env.requests(t, "http", decision.SignalTraces, "allowed", "")-1,
+		t.Fatalf("admitted %d, delivering %d, refused %d of %d", cutOff()+fit,
 			gate.entered.Load(), env.requests(t, "http", decision.SignalTraces, "denied", "budget"), burst)
 	}
-	assert.EqualValues(t, 1+fit, env.requests(t, "http", decision.SignalTraces, "allowed", ""), "admitted more than fit")
+	t.Logf("refused before their body: %d, admitted and cut off: %d", env.requests(t, "http", decision.SignalTraces, "denied", "budget"), cutOff())
+	assert.LessOrEqual(t, cutOff(), int64(1), "more than one body admitted beyond fit")
+	assert.LessOrEqual(t, hostileHighWater(t, env).Load(), int64(fit*len(plain)+len(plain)/2))
 	gate.release()
 	wg.Wait()
 	close(answers)
@@ -363,4 +379,136 @@ func TestHostileGRPCEstimateNotPoisoned(t *testing.T) {
 	require.NoError(t, <-bigErr)
 	require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond)
 	assert.Equal(t, 2*spans, gate.SpanCount())
+}
+
+// TestHostileShutdownBounded: the service calls the extension's NotReady
+// before it shuts the receivers down, and the receivers' servers wait for
+// the requests in flight. A client trickling its HTTP body (a byte every
+// 100 ms, which is no progress, at the longest idle_timeout) and a gRPC call
+// and an HTTP request held in the hold (max_wait at its longest, the call's
+// deadline five minutes away) cannot delay that: NotReady and the
+// receivers' Shutdown take less than five seconds, the held requests are
+// refused at once and the trickling body is cut off after a second, each
+// with an answer the OTLP exporters retry.
+func TestHostileShutdownBounded(t *testing.T) {
+	env := startE2E(t, e2eOptions{conf: map[string]any{
+		"admission": map[string]any{"idle_timeout": "1m"},
+		"hold":      map[string]any{"max_wait": "30s", "max_requests": 8},
+	}})
+	e, ok := env.ext.(*throttleExtension)
+	require.True(t, ok)
+
+	// Admitted in Normal; its first byte holds a reservation.
+	trickle, _ := hostileSlowBody(t, env.httpAddr, 1<<20, 1, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return env.requests(t, "http", decision.SignalTraces, "allowed", "") == 1 },
+		e2eWait, time.Millisecond, "the trickling body was not admitted")
+
+	env.setLevel(t, e2eOpen, decision.StateOpen)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cc := env.grpcConn(t)
+	grpcErr := make(chan error, 1)
+	go func() { grpcErr <- e2eSignals[0].grpcExport(ctx, cc, 1) }()
+	type result struct {
+		resp e2eResponse
+		err  error
+	}
+	held := make(chan result, 1)
+	body, err := e2eSignals[0].proto(1)
+	require.NoError(t, err)
+	go func() {
+		resp, err := env.tryPost(e2eHTTPClient(t), "/v1/traces", pbType, body)
+		held <- result{resp, err}
+	}()
+	require.Eventually(t, func() bool { return e.runner.MiddlewareConfig().Admission.Stats().HeldRequests == 2 }, e2eWait, time.Millisecond,
+		"the gRPC call and the HTTP request are not held")
+
+	start := time.Now()
+	require.NoError(t, e.NotReady())
+	for _, r := range env.receivers {
+		require.NoError(t, r.Shutdown(context.Background()))
+	}
+	elapsed := time.Since(start)
+	t.Logf("NotReady and the receivers' Shutdown took %v", elapsed)
+	assert.Less(t, elapsed, 5*time.Second, "the clients delayed the shutdown")
+
+	// The trickling body: cut off with a retryable 429.
+	require.NoError(t, trickle.SetReadDeadline(time.Now().Add(e2eWait)))
+	resp, err := http.ReadResponse(bufio.NewReader(trickle), &http.Request{Method: http.MethodPost})
+	require.NoError(t, err, "the trickling body got no answer")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+
+	// The held gRPC call: refused with a code the exporters retry.
+	err = <-grpcErr
+	t.Logf("held gRPC call: %v", err)
+	switch status.Code(err) {
+	case codes.ResourceExhausted:
+		requireGRPCRejection(t, err)
+	case codes.Canceled, codes.Unavailable:
+	default:
+		t.Errorf("the held gRPC call ended with %v, which the exporters do not retry", err)
+	}
+
+	// The held HTTP request: refused as in Open.
+	r := <-held
+	require.NoError(t, r.err)
+	requireHTTPRejection(t, r.resp, pbType, true)
+	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
+	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.SignalTraces, "denied", "open"))
+	assert.Zero(t, env.traces.SpanCount())
+}
+
+// TestHostileGRPCSilentStreamsTwoAddresses: two addresses each open one
+// gRPC stream that sends its headers and never a message. Each holds what
+// its message may decode to, its key's share (half the budget), so
+// together they hold all of it; a client at a third address sending small
+// batches over HTTP and gRPC, retrying after each refusal as the exporters
+// do, must still get its data in within a few seconds rather than wait for
+// the silent streams to be cancelled (six idle timeouts).
+func TestHostileGRPCSilentStreamsTwoAddresses(t *testing.T) {
+	env := startE2E(t, e2eOptions{conf: map[string]any{
+		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	dial := func(local string) *grpc.ClientConn {
+		cc, err := grpc.NewClient(env.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return hostileDialFrom(local)(ctx, "tcp", addr)
+			}))
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, cc.Close()) })
+		return cc
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	for _, local := range []string{"127.0.0.2", "127.0.0.3"} {
+		cs, err := hostileSilentStream(sctx, dial(local), hostileTracesMethod)
+		require.NoError(t, err)
+		wg.Go(func() { _ = cs.RecvMsg(&emptypb.Empty{}) })
+	}
+	require.Eventually(t, func() bool { return hostileReserved(env) == hostileBudget }, e2eWait, time.Millisecond,
+		"the two silent streams do not hold the budget")
+
+	honest := dial("127.0.0.1")
+	body, _ := hostileTraces(t, 1<<10)
+	c := e2eHTTPClient(t)
+	deadline := time.Now().Add(5 * time.Second)
+	var httpOK, grpcOK bool
+	for (!httpOK || !grpcOK) && time.Now().Before(deadline) {
+		if !httpOK {
+			httpOK = env.post(t, c, "/v1/traces", pbType, body).StatusCode == http.StatusOK
+		}
+		if !grpcOK {
+			grpcOK = e2eSignals[0].grpcExport(ctx, honest, 1) == nil
+		}
+		time.Sleep(time.Second) // the refusals' Retry-After
+	}
+	assert.True(t, httpOK, "the honest HTTP client got nothing in for 5 s (reserved %d of %d)", hostileReserved(env), hostileBudget)
+	assert.True(t, grpcOK, "the honest gRPC client got nothing in for 5 s")
 }

@@ -3,11 +3,11 @@
 
 package throttleextension
 
-// Hostile and odd requests against the real otlpreceiver
-// with middlewares: [{id: throttle}] on both servers, the state driven
-// through the fake resource source (helpers in e2e_helpers_test.go). Each
-// test proves, over the wire, that classification stays right, that nothing
-// gets past the throttle by a trick, that a rejected client gets its 429 /
+// Hostile and odd requests against the real otlpreceiver with middlewares:
+// [{id: throttle}] on both servers, the state driven through the fake
+// resource source (helpers in e2e_helpers_test.go). Each test proves, over
+// the wire, that classification stays right, that nothing gets past the
+// throttle by a trick, that a rejected client gets its 429 /
 // RESOURCE_EXHAUSTED, and that its body is not read.
 //
 // HTTP requests are written as raw bytes on a TCP connection: net/http
@@ -68,12 +68,17 @@ const (
 	hostileUnknown = 16 << 10
 )
 
-// hostileBudgetConf is the throttle configuration of the budget tests.
+// hostileBudgetConf is the throttle configuration of the budget tests: no
+// per-key share (every client of these tests is 127.0.0.1), no exempt
+// signal (which would keep a quarter of the budget for itself), and an
+// idle timeout longer than any of these tests, which turn it down where
+// they are about it.
 func hostileBudgetConf() map[string]any {
 	return map[string]any{
-		// No per-peer share: every client of these tests is 127.0.0.1.
-		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown, "fairness": map[string]any{"share": 1}},
-		"rules":     map[string]any{"metrics": map[string]any{"enabled": false}},
+		"admission": map[string]any{
+			"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown, "idle_timeout": "1m",
+			"fairness": map[string]any{"share": 1},
+		},
 	}
 }
 
@@ -612,30 +617,19 @@ func TestHostileH2CNotServed(t *testing.T) {
 	assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "open"))
 }
 
-// hostileHold opens a silent gRPC traces stream, which holds one
-// unknown_size reservation for as long as it is open, so that an HTTP
-// request is not alone in the budget. The returned func cancels it and
-// waits for the budget to be empty again.
+// hostileHold opens an HTTP traces request that sends its head and the
+// first byte of its body, then nothing: it holds its first reservation,
+// unknown_size, for as long as it is open, so that another HTTP request is
+// not alone in the budget. The returned func closes it and waits for the
+// budget to be empty again.
 func hostileHold(t *testing.T, env *e2eEnv) func() {
 	t.Helper()
-	cc := env.grpcConn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
-	cs, err := hostileSilentStream(ctx, cc, hostileTracesMethod)
-	if err != nil {
-		cancel()
-		require.NoError(t, err)
-	}
-	recvDone := make(chan struct{})
-	go func() {
-		defer close(recvDone)
-		_ = cs.RecvMsg(&emptypb.Empty{}) // ends when cancelled; only the end matters
-	}()
+	_, stop := hostileSlowBody(t, env.httpAddr, hostileBudget, 1, 0)
 	require.Eventually(t, func() bool { return hostileReserved(env) == hostileUnknown }, e2eWait, time.Millisecond,
-		"the silent stream does not hold its reservation")
+		"the paused body does not hold its first reservation")
 	return func() {
 		t.Helper()
-		cancel()
-		<-recvDone
+		stop()
 		require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond,
 			"the held reservation was not released")
 	}
@@ -645,15 +639,15 @@ func hostileHold(t *testing.T, env *e2eEnv) func() {
 // with unknown_size 16 KiB, a body of unknown size (chunked, or compressed:
 // confighttp drops Content-Length when it decompresses) is charged the
 // decompressed bytes it actually reads. One that fits is delivered; one
-// that does not, while another request (a silent gRPC stream) holds part of
-// the budget, is cut off when the budget cannot grow, otlpreceiver answers
-// the read error 429 + Retry-After with the throttle's Status (RetryInfo
-// included), nothing reaches the sink and the reservation is returned. The
-// throttle counts such a request as allowed: the admission decision was
-// made before the body, and the 429 comes from the receiver. A body larger
-// than the whole budget with nothing else reserved runs alone: it holds the
-// whole budget and is delivered (a retryable 429 could never succeed and
-// the client would end up dropping the data).
+// that does not, while another request holds part of the budget, is cut off
+// when the budget cannot grow: otlpreceiver answers the read error 429 +
+// Retry-After with the throttle's Status (RetryInfo included), nothing
+// reaches the sink and the reservation is returned. Such a request counts
+// as allowed: it was admitted when its first byte was reserved, and the 429
+// comes from the receiver. A body larger than the whole budget with nothing
+// else reserved holds the whole budget, reads the rest in the oversize lane
+// and is delivered (a retryable 429 could never succeed and the client
+// would end up dropping the data); the budget itself is never exceeded.
 func TestHostileChunkedBudget(t *testing.T) {
 	fits, fitsSpans := hostileTraces(t, 40<<10)
 	tooBig, tooBigSpans := hostileTraces(t, 200<<10)
@@ -687,7 +681,7 @@ func TestHostileChunkedBudget(t *testing.T) {
 			r := send(t, env, ct, chunked, hostileChunked(tooBig, 4<<10))
 			requireBudgetCutOff(t, r, ct)
 			assert.Zero(t, env.traces.SpanCount())
-			assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
+			assert.EqualValues(t, 2, env.requests(t, "http", decision.SignalTraces, "allowed", ""), "the held body and this one")
 			assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "budget"))
 			unhold()
 			released(t, env, hw)
@@ -700,7 +694,7 @@ func TestHostileChunkedBudget(t *testing.T) {
 		r := send(t, env, pbType, chunked, hostileChunked(tooBig, 4<<10))
 		require.Equal(t, http.StatusOK, r.StatusCode, "%q", r.body)
 		assert.Equal(t, tooBigSpans, env.traces.SpanCount())
-		assert.EqualValues(t, hostileBudget, hw.Load(), "it holds the whole budget, never more")
+		assert.EqualValues(t, hostileBudget, hw.Load(), "it holds the whole budget, never more, and reads the rest in the oversize lane")
 		released(t, env, hw)
 	})
 
@@ -764,10 +758,10 @@ func TestHostileChunkedBudget(t *testing.T) {
 	t.Run("declared size over budget", func(t *testing.T) {
 		// A Content-Length larger than the whole budget, while another
 		// request holds part of it, is admitted with its first reservation
-		// (refused up front, it could starve under steady load). Then it
-		// needs the whole budget and waits for it (wait_timeout, while new
-		// admissions stop); as the other request does not finish, it is
-		// cut off with the budget's 429 + Retry-After 1.
+		// (refused up front, it could starve under steady load). It grows
+		// into what the other leaves, then waits wait_timeout for more; as
+		// the other request does not finish, it is cut off with the
+		// budget's 429 + Retry-After 1.
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
 		hw := hostileHighWater(t, env)
 		unhold := hostileHold(t, env)
@@ -775,7 +769,7 @@ func TestHostileChunkedBudget(t *testing.T) {
 		head := []string{"Host: x", "Content-Type: " + pbType, "Content-Length: " + strconv.Itoa(size)}
 		r := hostileRaw(t, env.httpAddr, append(hostileHead(http.MethodPost, "/v1/traces", "HTTP/1.1", head...), make([]byte, size)...), false)
 		requireBudgetCutOff(t, r, pbType)
-		assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
+		assert.EqualValues(t, 2, env.requests(t, "http", decision.SignalTraces, "allowed", ""), "the held body and this one")
 		assert.Zero(t, env.requests(t, "http", decision.SignalTraces, "denied", "budget"))
 		assert.Zero(t, env.traces.SpanCount())
 		unhold()
@@ -784,7 +778,8 @@ func TestHostileChunkedBudget(t *testing.T) {
 
 	t.Run("declared size over budget alone", func(t *testing.T) {
 		// With nothing else reserved, a Content-Length over the whole
-		// budget reserves the whole budget and is delivered.
+		// budget holds the whole budget, reads the rest in the oversize
+		// lane and is delivered.
 		env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
 		hw := hostileHighWater(t, env)
 		body, spans := hostileTraces(t, hostileBudget+1)
@@ -897,12 +892,31 @@ func TestHostileGRPCSilentStreamOpen(t *testing.T) {
 	}
 }
 
+// hostileGRPCConf is the throttle configuration of the silent gRPC stream
+// tests: a budget of four messages of grpc_max_message_size (64 KiB, the
+// least), which is what a gRPC call holds from before its message is read
+// until it has been decoded, since grpc-go decodes the whole message before
+// anything sees its size.
+func hostileGRPCConf() map[string]any {
+	conf := hostileBudgetConf()
+	adm := conf["admission"].(map[string]any)
+	adm["max_inflight_bytes"] = hostileGRPCBudget
+	adm["grpc_max_message_size"] = hostileGRPCMessage
+	return conf
+}
+
+const (
+	hostileGRPCMessage = 64 << 10
+	hostileGRPCBudget  = 4 * hostileGRPCMessage
+)
+
 // TestHostileGRPCSilentStreamNormal: in Normal a silent stream is admitted
-// and holds one unknown_size reservation (no message size has been seen on
-// the server yet) for as long as it is open; the client's cancel releases
-// it (the gauge goes back to 0).
+// and holds what its message may decode to, grpc_max_message_size (not the
+// small unknown_size: a message of that size could arrive at any time), for
+// as long as it is open; the client's cancel releases it (the gauge goes
+// back to 0).
 func TestHostileGRPCSilentStreamNormal(t *testing.T) {
-	env := startE2E(t, e2eOptions{conf: hostileBudgetConf()})
+	env := startE2E(t, e2eOptions{conf: hostileGRPCConf()})
 	cc := env.grpcConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
@@ -912,8 +926,8 @@ func TestHostileGRPCSilentStreamNormal(t *testing.T) {
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- cs.RecvMsg(&emptypb.Empty{}) }()
 
-	require.Eventually(t, func() bool { return hostileReserved(env) == hostileUnknown }, e2eWait, time.Millisecond,
-		"the silent stream does not hold its reservation")
+	require.Eventually(t, func() bool { return hostileReserved(env) == hostileGRPCMessage }, e2eWait, time.Millisecond,
+		"the silent stream does not hold what its message may decode to")
 	assert.EqualValues(t, 1, env.requests(t, "grpc", decision.SignalTraces, "allowed", ""))
 	select {
 	case err := <-recvErr:
@@ -928,18 +942,20 @@ func TestHostileGRPCSilentStreamNormal(t *testing.T) {
 	assert.Zero(t, env.traces.SpanCount())
 }
 
-// TestHostileGRPCSilentStreamFlood: in Normal, 200 silent streams against a
-// 64 KiB budget (16 KiB each): 4 are admitted and hold the whole budget,
-// the other 196 are rejected RESOURCE_EXHAUSTED + RetryInfo (reason
-// budget). Meanwhile the server answers at once, refusing traces on both
-// protocols (the budget is shared) and admitting an exempt signal (metrics,
-// enabled: false) in its overdraft, which the traces cannot take. Once the
-// silent streams have sent nothing for idle_timeout they keep 4 KiB each
-// (a silent stream must not keep a full reservation), so traces are admitted again while they are still
-// open. After the cancel everything is released.
+// TestHostileGRPCSilentStreamFlood: in Normal, 200 silent traces streams
+// against a budget of four messages with metrics exempt: the traces may
+// take three quarters of the budget, so three streams are admitted and
+// hold it, and the other 197 are refused at once (wait_timeout 0), either
+// at the tap with RESOURCE_EXHAUSTED + RetryInfo or, let in by the tap
+// and refused before their message is read, cancelled; both are counted as
+// budget denials and both are retried by the OTLP exporters. Meanwhile the
+// server answers at once, refusing traces on both protocols (the budget is
+// shared) and admitting the exempt signal in the quarter the traces cannot
+// take. After the cancel everything is released.
 func TestHostileGRPCSilentStreamFlood(t *testing.T) {
-	conf := hostileBudgetConf()
-	conf["admission"].(map[string]any)["idle_timeout"] = "2s"
+	conf := hostileGRPCConf()
+	conf["admission"].(map[string]any)["wait_timeout"] = "0s"
+	conf["rules"] = map[string]any{"metrics": map[string]any{"enabled": false}}
 	env := startE2E(t, e2eOptions{conf: conf})
 	cc := env.grpcConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
@@ -947,7 +963,7 @@ func TestHostileGRPCSilentStreamFlood(t *testing.T) {
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 
-	const streams, fit = 200, hostileBudget / hostileUnknown
+	const streams, fit = 200, hostileGRPCBudget * 3 / 4 / hostileGRPCMessage
 	errs := make(chan error, streams)
 	var wg sync.WaitGroup
 	for range streams {
@@ -958,31 +974,36 @@ func TestHostileGRPCSilentStreamFlood(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return env.requests(t, "grpc", decision.SignalTraces, "denied", "budget") == streams-fit &&
 			env.requests(t, "grpc", decision.SignalTraces, "allowed", "") == fit &&
-			hostileReserved(env) == hostileBudget
+			hostileReserved(env) == fit*hostileGRPCMessage
 	}, e2eWait, time.Millisecond, "not every stream was decided")
+	var exhausted, cancelled int
 	for range streams - fit {
-		requireGRPCRejection(t, <-errs)
+		err := <-errs
+		if status.Code(err) == codes.Canceled {
+			cancelled++
+			continue
+		}
+		requireGRPCRejection(t, err)
+		exhausted++
 	}
+	t.Logf("refused at the tap: %d, cancelled before their message: %d", exhausted, cancelled)
 
 	// Responsive: refused at once by the budget the silent streams hold,
-	// but for the exempt signal.
-	require.NoError(t, e2eSignals[1].grpcExport(ctx, cc, 3), "the exempt signal is admitted in its overdraft")
+	// but for the exempt signal, in its reserve.
+	require.NoError(t, e2eSignals[1].grpcExport(ctx, cc, 3), "the exempt signal is admitted in its reserve")
+	requireGRPCRejection(t, e2eSignals[0].grpcExport(ctx, cc, 1))
 	c := e2eHTTPClient(t)
 	tb, err := e2eSignals[0].proto(1)
 	require.NoError(t, err)
-	requireHTTPRejection(t, env.post(t, c, "/v1/traces", pbType, tb), pbType, false)
+	r := env.post(t, c, "/v1/traces", pbType, tb)
+	requireBudgetCutOff(t, hostileResp{Response: r.Response, body: r.body}, pbType)
 	assert.EqualValues(t, 1, env.requests(t, "http", decision.SignalTraces, "denied", "budget"))
-	assert.Zero(t, env.traces.SpanCount())
-
-	// Silent for idle_timeout: they shrink, and the others get in.
-	require.Eventually(t, func() bool { return hostileReserved(env) == fit*4<<10 }, e2eWait, 10*time.Millisecond,
-		"the silent streams kept their reservations")
-	require.NoError(t, e2eSignals[0].grpcExport(ctx, cc, 2))
 	mb, err := e2eSignals[1].proto(4)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, env.post(t, c, "/v1/metrics", pbType, mb).StatusCode)
-	assert.Equal(t, 2, env.traces.SpanCount())
+	assert.Zero(t, env.traces.SpanCount())
 	assert.Equal(t, 3+4, env.metrics.DataPointCount())
+	assert.LessOrEqual(t, hostileHighWater(t, env).Load(), int64(hostileGRPCBudget))
 
 	scancel()
 	wg.Wait()

@@ -35,10 +35,10 @@ import (
 	"github.com/otelthrottle/throttle/internal/testutil"
 )
 
-// Lifecycle: Start and Shutdown in any order and more than
-// once, Shutdown while requests are in flight, several servers sharing one
-// extension, two throttle extensions in one process. Run under -race; every
-// test checks that no goroutine is left.
+// Lifecycle: Start and Shutdown in any order and more than once, Shutdown
+// while requests are in flight, several servers sharing one extension, two
+// throttle extensions in one process. Run under -race; every test checks
+// that no goroutine is left.
 
 // verifyNoLeaks checks, after every other cleanup of t (servers, clients,
 // extensions) has run, that no goroutine started since is left.
@@ -164,8 +164,14 @@ func postTraces(c *http.Client, url string) (int, error) {
 	return resp.StatusCode, nil
 }
 
+// exportTraces exports one span with the SDKs' 10 s deadline: while other
+// calls of its client hold its share of the budget (what each message may
+// decode to, from before it is read), a call waits for most of its
+// deadline rather than being refused.
 func exportTraces(c ptraceotlp.GRPCClient) codes.Code {
-	_, err := c.Export(context.Background(), ptraceotlp.NewExportRequestFromTraces(testTraces()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.Export(ctx, ptraceotlp.NewExportRequestFromTraces(testTraces()))
 	return status.Code(err)
 }
 
@@ -245,13 +251,17 @@ func joinOps(ops []string) string {
 // receiver on an HTTP and a gRPC server while the extension shuts down.
 // Shutdown does not wait for them; they complete; the admission budget is
 // released; later requests are still answered (the last decision holds), and
-// nothing panics or leaks.
+// nothing panics or leaks. The budget's client share holds what the four
+// gRPC calls may each decode to (4 MiB) at once.
 func TestShutdownWithRequestsInFlight(t *testing.T) {
 	verifyNoLeaks(t)
 	const n = 4
 	g := newGate(2 * n)
 	rcv := &traceReceiver{gate: g}
-	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfter = time.Second }), nopSettings())
+	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
+		c.StaleAfter = time.Second
+		c.Admission.MaxInflightBytes = admission.FixedInflightBudget(64 * admission.MiB)
+	}), nopSettings())
 	url := serveHTTP(t, e, rcv)
 	gc := serveGRPC(t, e, rcv)
 	hc := newHTTPClient()
@@ -268,8 +278,12 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 		})
 		wg.Go(func() { grpcCodes <- exportTraces(gc) })
 	}
-	for range 2 * n {
-		<-g.entered
+	for i := range 2 * n {
+		select {
+		case <-g.entered:
+		case <-time.After(e2eWait):
+			t.Fatalf("%d of %d requests reached the receiver", i, 2*n)
+		}
 	}
 	reserved := e.runner.MiddlewareConfig().Admission.Stats().Reserved
 	assert.Positive(t, reserved, "the held HTTP requests hold budget")
@@ -307,10 +321,11 @@ func TestSharedByManyServers(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
 	src := newFakeSource(50)
-	// A budget that 20 concurrent streams of unknown size (1 MiB each)
-	// cannot exhaust: the "auto" one of the fake 100 MiB limit is 8 MiB.
+	// A budget whose client share (half) holds what the ten concurrent
+	// gRPC calls may each decode to (4 MiB) at once: the "auto" one of the
+	// fake 100 MiB limit is 8 MiB.
 	e := startTestExtension(t, src, testConfig(t, func(c *Config) {
-		c.Admission.MaxInflightBytes = admission.FixedInflightBudget(64 * admission.MiB)
+		c.Admission.MaxInflightBytes = admission.FixedInflightBudget(128 * admission.MiB)
 	}), metadatatest.NewSettings(tel))
 	rcv := &traceReceiver{}
 	urls := []string{serveHTTP(t, e, rcv), serveHTTP(t, e, rcv)}
@@ -384,9 +399,9 @@ func TestTwoThrottleExtensions(t *testing.T) {
 		{id: component.MustNewIDWithName("throttle", "2"), src: newFakeSource(95), cfg: testConfig(t, func(c *Config) {
 			c.CheckInterval = 15 * time.Millisecond
 			c.Memory.Enter, c.Memory.Exit, c.Memory.Hard = 0.97, 0.96, 0.99
-			// No budget: with "auto" (8 MiB of the 100 MiB limit) ten
-			// concurrent gRPC streams of unknown size (1 MiB each) would
-			// exhaust it.
+			// No budget: with "auto" (8 MiB of the 100 MiB limit) the
+			// client's half holds what one gRPC call may decode to (4 MiB),
+			// and its ten concurrent calls would wait for one another.
 			c.Admission.MaxInflightBytes = admission.FixedInflightBudget(0)
 		})},
 	}

@@ -345,7 +345,7 @@ func (t *keyTable) touch(k Key, sig decision.Signal, at time.Duration, dec Decid
 		return
 	}
 	if s := t.slot(k); s != nil {
-		if at-time.Duration(s.seen.Load()) >= recountEvery/2 {
+		if seen := s.seen.Load(); seen == 0 || at-time.Duration(seen) >= recountEvery/2 {
 			s.seen.Store(int64(at))
 		}
 		if sig < decision.NumSignals {
@@ -437,7 +437,7 @@ func (t *keyTable) noteRefused(k Key, at time.Duration) {
 // only such keys share the budget.
 func (t *keyTable) busy(k Key, at time.Duration) {
 	for s := t.slot(k); s != nil; s = t.slot(Key(s.parent.Load())) {
-		if at-time.Duration(s.busy.Load()) >= recountEvery/2 {
+		if b := s.busy.Load(); b == 0 || at-time.Duration(b) >= recountEvery/2 {
 			s.busy.Store(int64(at))
 		}
 		if s.parent.Load() == 0 {
@@ -646,8 +646,10 @@ const (
 	// exempt signals' reserve and its key's share over by as much.
 	useExempt use = 1 << iota
 	// useDecode: what a gRPC message may decode to (see callSize), which a
-	// key that holds nothing may take whole, however small its share: one
-	// decode at a time is always possible.
+	// key may take while its calls still to be decoded hold less than its
+	// share, or none at all, however small its share: one decode at a time
+	// is always possible, and what its decoded calls hold while the
+	// pipeline handles them does not hold up the next.
 	useDecode
 )
 
@@ -685,15 +687,19 @@ func (b *budget) take(n int64, k Key, keep int64, u use, at time.Duration) bool 
 		lim, plim = lim+extra, plim+extra
 	}
 	if u&useDecode != 0 {
-		lim, plim = max(lim, n), max(plim, n)
-	}
-	if !b.keys.reserve(k, n, lim, plim) {
+		if !b.keys.reserveDecode(k, n, max(lim, n), max(plim, n)) {
+			return false
+		}
+	} else if !b.keys.reserve(k, n, lim, plim) {
 		return false
 	}
 	for {
 		cur := b.reserved.Load()
 		if n > b.max.Load()-cur-keep {
 			b.keys.add(k, -n)
+			if u&useDecode != 0 {
+				b.keys.endDecode(k, n)
+			}
 			return false
 		}
 		if b.reserved.CompareAndSwap(cur, cur+n) {
@@ -701,6 +707,60 @@ func (b *budget) take(n int64, k Key, keep int64, u use, at time.Duration) bool 
 			return true
 		}
 	}
+}
+
+// reserveDecode adds n bytes to k's reservation (and its origin's) for a
+// call still to be decoded, if what k's undecoded calls hold fits in lim
+// and its origin's in parentLim; lock-free.
+func (t *keyTable) reserveDecode(k Key, n, lim, parentLim int64) bool {
+	if !t.claimDecode(k, n, lim, parentLim) {
+		return false
+	}
+	t.add(k, n)
+	return true
+}
+
+// claimDecode counts n bytes k holds already as its undecoded calls', if
+// they fit in lim and its origin's in parentLim.
+func (t *keyTable) claimDecode(k Key, n, lim, parentLim int64) bool {
+	s := t.slot(k)
+	if s == nil {
+		return true
+	}
+	if !casAdd(&s.decoding, n, lim) {
+		return false
+	}
+	if p := t.slot(Key(s.parent.Load())); p != nil && !casAdd(&p.decoding, n, parentLim) {
+		s.decoding.Add(-n)
+		return false
+	}
+	return true
+}
+
+// endDecode takes n bytes of k's undecoded calls off (its call's message
+// has been decoded, or it ended); they stay reserved as the call's.
+func (t *keyTable) endDecode(k Key, n int64) { t.addDecoding(k, -n) }
+
+// addDecoding counts n bytes (negative: taken off) as k's undecoded
+// calls', unconditionally.
+func (t *keyTable) addDecoding(k Key, n int64) {
+	s := t.slot(k)
+	if s == nil {
+		return
+	}
+	s.decoding.Add(n)
+	if p := t.slot(Key(s.parent.Load())); p != nil {
+		p.decoding.Add(n)
+	}
+}
+
+// decodeRoom is what k's undecoded calls may still take of lim.
+func (t *keyTable) decodeRoom(k Key, lim int64) int64 {
+	s := t.slot(k)
+	if s == nil {
+		return lim
+	}
+	return max(lim-s.decoding.Load(), 0)
 }
 
 // reserve adds n bytes to k's reservation (and its origin's) if they fit
@@ -806,7 +866,7 @@ func (t *keyTable) topOf(k Key) *keySlot {
 // reserved (Start reserves what its message may decode to before it is
 // read), or to wait for it in Ticket.Start.
 func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.Duration, exempt bool) (*Ticket, decision.Verdict) {
-	n := c.estimate(k, req.Signal, at)
+	n := c.estimate(k, req.Signal, exempt, at)
 	switch {
 	case c.budget.admitNow(n, k, useOf(exempt), at):
 		t := c.newTicket(ctx, k, req, at)
@@ -841,7 +901,7 @@ const maxOvercommit = 4
 // share. It only decides whether the call is let in at once and bounds
 // what its client may send before the call starts; Start then reserves
 // what the message may decode to (callSize), whatever the estimate says.
-func (c *Controller) estimate(k Key, sig decision.Signal, at time.Duration) int64 {
+func (c *Controller) estimate(k Key, sig decision.Signal, exempt bool, at time.Duration) int64 {
 	n := c.keys.sizeOf(k, sig, at, false)
 	if n == 0 {
 		n = c.unknownSize
@@ -850,7 +910,7 @@ func (c *Controller) estimate(k Key, sig decision.Signal, at time.Duration) int6
 	}
 	n = max(n, min(minEstimate, c.unknownSize))
 	lim, plim := c.budget.limitOf(k, at)
-	return max(min(n, lim, plim), 1)
+	return max(min(n, lim, plim, c.budget.max.Load()-c.budget.keepFor(exempt)), 1)
 }
 
 // sizeOf returns the largest body of k and sig learnt lately, 0 if none.
@@ -881,8 +941,9 @@ const decodesAtOnce = 4
 // and a client's earlier messages say nothing of its next one, so no
 // estimate is safe; reserving this bounds how many messages are decoded at
 // once, at most four of the largest the budget allows, whatever their
-// clients claim. A key that holds nothing may take it whole (useDecode),
-// so that one decode at a time is always possible, however small its share.
+// clients claim. A key whose calls still to be decoded hold nothing may
+// take it whole (useDecode), so that one decode at a time is always
+// possible, however small its share.
 func (c *Controller) callSize() int64 {
 	return max(min(c.grpcMaxMessage, c.budget.max.Load()/decodesAtOnce), 1)
 }

@@ -62,6 +62,9 @@ type budget struct {
 
 	// closing is closed when the receivers stop: every wait ends.
 	closing chan struct{}
+	// onWait runs when a request starts to wait to be admitted: the budget
+	// is contended (see Controller.trimSilent). Nil: nothing.
+	onWait func(at time.Duration)
 }
 
 func newBudget(maxBytes int64, keys *keyTable, exemptShare float64) *budget {
@@ -272,12 +275,29 @@ func (b *budget) waitAdmit(ctx context.Context, n int64, k Key, u use, limit tim
 
 	t := time.NewTimer(limit)
 	defer t.Stop()
-	select {
-	case <-e.admitted:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	case <-b.closing:
+	// While it waits, what waits on nothing is looked for again and again
+	// (onWait), so that it is found once its grace is over.
+	var tick <-chan time.Time
+	if b.onWait != nil {
+		b.onWait(now())
+		tk := time.NewTicker(recountEvery)
+		defer tk.Stop()
+		tick = tk.C
+	}
+wait:
+	for {
+		select {
+		case <-e.admitted:
+			return true
+		case <-tick:
+			b.onWait(now())
+		case <-t.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-b.closing:
+			break wait
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -308,7 +328,7 @@ func (b *budget) admitEntrantsLocked() {
 		// The budget, not its key's share, is short for it: the younger
 		// ones wait behind it, and requests that cannot wait leave it what
 		// it needs.
-		if lim, plim := b.limitOf(e.k, at); !short && (b.keys.room(e.k, lim, plim) >= e.n || e.u&useDecode != 0 && b.keys.reserved(e.k) == 0) {
+		if lim, plim := b.limitOf(e.k, at); !short && (e.u&useDecode == 0 && b.keys.room(e.k, lim, plim) >= e.n || e.u&useDecode != 0 && b.keys.decodeRoom(e.k, max(lim, e.n)) >= e.n) {
 			short, keep = true, e.n
 		}
 		kept = append(kept, e)

@@ -147,6 +147,9 @@ type Controller struct {
 	tickets        ticketSet
 	shutdownGrace  time.Duration
 	laneTenure     time.Duration
+	// trimmed is now() of the last trimSilent; silentGrace its grace.
+	trimmed     atomic.Int64
+	silentGrace time.Duration
 }
 
 // Settings are a Controller's collaborators.
@@ -203,6 +206,7 @@ func New(cfg Config, holdCfg HoldConfig, set Settings) (*Controller, error) {
 		grpcMaxMessage: int64(cfg.GRPCMaxMessageSize),
 		closing:        make(chan struct{}),
 		shutdownGrace:  shutdownGrace,
+		silentGrace:    silentGrace,
 		laneTenure:     laneTenureFactor * cfg.IdleTimeout,
 		forwardedHTTP:  [2]string{"Forwarded", "X-Forwarded-For"},
 		forwardedGRPC:  [2]string{"forwarded", "x-forwarded-for"},
@@ -235,6 +239,7 @@ func New(cfg Config, holdCfg HoldConfig, set Settings) (*Controller, error) {
 		}
 		c.budget = newBudget(max(set.Budget, 1), c.keys, exemptShare)
 		c.budget.heldMax.Store(set.HeldPool)
+		c.budget.onWait = c.trimSilent
 	}
 	if !c.observe {
 		c.hold = newHold(c, holdCfg)
@@ -271,6 +276,44 @@ func canonicalHeader(name string) string {
 	return string(b)
 }
 
+// silentGrace is how long a gRPC call may hold what its message may decode
+// to without its message while others wait for the budget: far longer
+// than an honest message takes to come over a LAN.
+const silentGrace = 2 * time.Second
+
+// trimSilent cuts off (Stall) the gRPC calls that have held what their
+// message may decode to for silentGrace without a message, of keys whose
+// undecoded calls hold more than their fair share, while requests wait for
+// the budget: silent calls kept open cannot hold the budget from the
+// others. Their clients retry (CANCELLED), having lost nothing, since they
+// sent nothing. At most once per recountEvery.
+func (c *Controller) trimSilent(at time.Duration) {
+	last := c.trimmed.Load()
+	if at-time.Duration(last) < recountEvery || !c.trimmed.CompareAndSwap(last, int64(at)) {
+		return
+	}
+	// The shares as they are now: nothing may have arrived to count them
+	// again while everyone waits.
+	c.keys.recounted.Store(int64(at))
+	c.keys.recount(at, c.dec)
+	m := c.budget.max.Load()
+	c.tickets.each(func(t *Ticket) {
+		if t.proto != ProtocolGRPC {
+			return
+		}
+		t.mu.Lock()
+		cut := !t.done && !t.msg && !t.killed && !t.pend && t.decoding > 0 && t.onStall != nil &&
+			at-t.age >= c.silentGrace && c.keys.decodingOver(t.key, c.keys.limit(t.key, m, at))
+		if cut {
+			t.killed = true
+		}
+		t.mu.Unlock()
+		if cut {
+			t.onStall.Stall()
+		}
+	})
+}
+
 // Close ends every wait and cuts off every unfinished request within a
 // second, and holds nothing more: the receivers are stopping, and their
 // servers' shutdown waits for the requests in flight. Idempotent.
@@ -291,6 +334,10 @@ func (c *Controller) Closing() <-chan struct{} { return c.closing }
 
 // ObserveOnly reports whether decisions are only counted.
 func (c *Controller) ObserveOnly() bool { return c.observe }
+
+// MinBodyRate is the least an HTTP body must receive, n bytes per d, not to
+// be cut off with ErrIdle; d is 0 when the idle timeout is off.
+func (c *Controller) MinBodyRate() (n int64, d time.Duration) { return readStep, c.cfg.IdleTimeout }
 
 // Stats is the admission's state now, for the telemetry and the status
 // page.

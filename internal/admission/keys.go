@@ -71,6 +71,8 @@ type keySlot struct {
 	kids         atomic.Int32 // active nested keys of an origin
 
 	reserved atomic.Int64 // bytes of the admission budget
+	// decoding is what the key's gRPC calls still to be decoded hold of it.
+	decoding atomic.Int64
 	held     atomic.Int32 // places in the hold
 	seen     atomic.Int64 // now() of the last request
 	busy     atomic.Int64 // now() of the last byte read or budget refusal
@@ -205,6 +207,12 @@ func (t *keyTable) learn(k Key, sig decision.Signal, n int64, at time.Duration, 
 		}
 	}
 	w[sig].observe(n, at)
+}
+
+// decodingOver reports whether k's undecoded calls hold more than lim.
+func (t *keyTable) decodingOver(k Key, lim int64) bool {
+	s := t.slot(k)
+	return s != nil && s.decoding.Load() > lim
 }
 
 // recount computes, at at, every key's fair shares of the budget and of

@@ -90,6 +90,9 @@ type Ticket struct {
 	place     bool
 	heldBytes int64
 	streaming bool
+	// decoding is what the call holds as still to be decoded (its key's
+	// undecoded calls' part), until its message is decoded.
+	decoding  int64
 	msg       bool
 	size      int64 // the largest message, decoded
 	wire      int64 // the largest message, on the wire
@@ -170,25 +173,32 @@ func (t *Ticket) reserveDecode(ctx context.Context) bool {
 	c, b := t.c, t.c.budget
 	at := now()
 	n := c.callSize()
+	decodeOf := n // what counts as the key's undecoded calls'
 	t.mu.Lock()
 	had := t.reserved
-	if had >= n {
-		t.mu.Unlock()
-		return true
-	}
 	t.reserved = 0
 	t.mu.Unlock()
-	b.release(had, t.key)
+	lim, plim := b.limitOf(t.key, at)
 	ok := true
 	switch {
-	case b.entering.Load() == 0 && b.admitNow(n, t.key, useOf(t.exempt)|useDecode, at):
+	case had >= n && b.keys.claimDecode(t.key, n, max(lim, n), max(plim, n)):
+		// Its estimate covers it, and it keeps it: only what its key's
+		// undecoded calls hold has to fit.
+		n = had
 	case c.observe:
+		b.release(had, t.key)
 		b.charge(n, t.key)
-	case c.cfg.WaitTimeout > 0:
-		ok = b.waitAdmit(ctx, n, t.key, useOf(t.exempt)|useDecode, t.callWaitLeft(ctx))
+		b.keys.addDecoding(t.key, n)
 	default:
-		ok = false
-		c.keys.noteRefused(t.key, at)
+		b.release(had, t.key)
+		switch {
+		case b.entering.Load() == 0 && b.admitNow(n, t.key, useOf(t.exempt)|useDecode, at):
+		case c.cfg.WaitTimeout > 0:
+			ok = b.waitAdmit(ctx, n, t.key, useOf(t.exempt)|useDecode, t.callWaitLeft(ctx))
+		default:
+			ok = false
+			c.keys.noteRefused(t.key, at)
+		}
 	}
 	if !ok {
 		return false
@@ -196,10 +206,11 @@ func (t *Ticket) reserveDecode(ctx context.Context) bool {
 	t.mu.Lock()
 	late := t.done
 	if !late {
-		t.reserved = n
+		t.reserved, t.decoding = n, decodeOf
 	}
 	t.mu.Unlock()
 	if late {
+		b.keys.endDecode(t.key, decodeOf)
 		b.release(n, t.key)
 	}
 	return !late
@@ -250,6 +261,12 @@ func (t *Ticket) Decoded(size, wire int64) {
 	if t.done || c.budget == nil {
 		return
 	}
+	if t.decoding > 0 && !t.streaming {
+		// Decoded: the key's next call need not wait for the pipeline to
+		// be done with this one.
+		c.keys.endDecode(t.key, t.decoding)
+		t.decoding = 0
+	}
 	switch {
 	case size > t.reserved:
 		c.budget.charge(size-t.reserved, t.key)
@@ -284,6 +301,8 @@ func (t *Ticket) Release(accepted bool) {
 	t.endWaitLocked()
 	counted, unrecorded := t.counted, t.unrecorded
 	t.counted, t.unrecorded = false, false
+	decoding := t.decoding
+	t.decoding = 0
 	learn := accepted && (t.eof || t.msg)
 	size, wire := t.read, int64(0)
 	if t.proto == ProtocolGRPC {
@@ -298,6 +317,9 @@ func (t *Ticket) Release(accepted bool) {
 		}
 	}
 	if c.budget != nil {
+		if decoding > 0 {
+			c.keys.endDecode(t.key, decoding)
+		}
 		c.budget.release(n, t.key)
 		if inLane {
 			c.budget.lane.leave(lane)

@@ -323,7 +323,15 @@ func TestGRPCDecodeWithTinyShare(t *testing.T) {
 	defer cancel()
 	require.True(t, tk.Start(ctx, nil, false).Admitted())
 	assert.GreaterOrEqual(t, f.c.Stats().Reserved, int64(2<<20))
+	// Decoded, it is in the pipeline still: the key's next call need not
+	// wait for the pipeline to be done with it.
+	tk.Decoded(1000, 100)
+	next, v := f.grpc(context.Background(), "10.0.1.1")
+	require.True(t, v.Admitted())
+	require.True(t, next.Start(ctx, nil, false).Admitted())
+	next.Release(true)
 	tk.Release(true)
+	assert.Zero(t, f.c.Stats().Reserved)
 }
 
 // TestCloseEndsWaitsAndCutsOff: when the receivers stop, held requests are
@@ -412,4 +420,51 @@ func TestHoldPlacesPerKey(t *testing.T) {
 	f.dec.setOpen(decision.SignalTraces, false)
 	cancel()
 	wg.Wait()
+}
+
+// TestSilentCallsTrimmedUnderContention: two keys' calls that never send
+// their message hold the budget; a third key's call waits for its bytes,
+// and the silent calls of keys above their fair share are cut off after a
+// grace, so that it is admitted long before they would have timed out.
+func TestSilentCallsTrimmedUnderContention(t *testing.T) {
+	// A decode holds 256 KiB, a key alone half the budget; a call that
+	// finds the budget full at the tap waits with a place in the hold.
+	f := newFixture(t, 1<<20, func(_ *Config, h *HoldConfig) { *h = HoldConfig{MaxWait: 5 * time.Second, MaxRequests: 8} })
+	f.c.silentGrace = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var silent []*stallCount
+	for _, remote := range []string{"10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"} {
+		tk, v := f.grpc(ctx, remote)
+		require.True(t, v.Admitted())
+		s := &stallCount{}
+		silent = append(silent, s)
+		require.True(t, tk.Start(ctx, s, false).Admitted())
+		t.Cleanup(func() { tk.Release(false) })
+	}
+	assert.EqualValues(t, 1<<20, f.c.Stats().Reserved, "the silent calls hold the budget")
+	tk, v := f.grpc(ctx, "10.0.0.3")
+	require.True(t, v.Admitted())
+	done := make(chan decision.Verdict, 1)
+	go func() { done <- tk.Start(ctx, nil, false) }()
+	// The silent calls are cut off; their clients end them.
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, s := range silent {
+			n += int(s.n.Load())
+		}
+		return n > 0
+	}, 3*time.Second, time.Millisecond, "no silent call was cut off")
+	f.c.tickets.each(func(other *Ticket) {
+		if other != tk && other.killed {
+			other.Release(false)
+		}
+	})
+	select {
+	case v := <-done:
+		assert.True(t, v.Admitted())
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiting call was not admitted")
+	}
+	tk.Release(true)
 }

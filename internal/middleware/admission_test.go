@@ -124,7 +124,7 @@ func TestHTTPIdleBodyCutOff(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "retryable, never 400")
 	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
-	assert.Contains(t, string(body), "request body too slow")
+	assert.Contains(t, string(body), "request body slower than 64 KiB per")
 	f.requireReleased(t)
 	assert.EqualValues(t, 100, f.next.read.Load())
 }

@@ -5,6 +5,7 @@ package middleware // import "github.com/otelthrottle/throttle/internal/middlewa
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
@@ -30,10 +31,15 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The client is told the rate it fell short of.
+	msg := "throttle: request body too slow; retry"
+	if n, d := s.adm.MinBodyRate(); d > 0 {
+		msg = fmt.Sprintf("throttle: request body slower than %d KiB per %v; retry", n>>10, d)
+	}
 	return &HTTP{
 		settings: s,
 		bodies:   newHTTPBodies(),
-		slowErr:  RetryableError("throttle: request body too slow; retry", BudgetRetryDelay),
+		slowErr:  RetryableError(msg, BudgetRetryDelay),
 	}, nil
 }
 
