@@ -92,10 +92,10 @@ type Ticket struct {
 	streaming bool
 	// decoding is what the call holds as still to be decoded (its key's
 	// undecoded calls' part), until its message is decoded.
-	decoding  int64
-	msg       bool
-	size      int64 // the largest message, decoded
-	wire      int64 // the largest message, on the wire
+	decoding int64
+	msg      bool
+	size     int64 // the largest message, decoded
+	wire     int64 // the largest message, on the wire
 
 	prev, next *Ticket // in the controller's set of unfinished tickets
 	listed     bool
