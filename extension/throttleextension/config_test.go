@@ -332,9 +332,9 @@ func TestConfigErrorsInOrder(t *testing.T) {
 			`grpc "pkg.Service/Method": want a full method name like "/pkg.Service/Method"`,
 		}, "\n"),
 		"admission_limits_invalid": strings.Join([]string{
-			"admission: idle_timeout must be 0 (off) or >= 1s, got 500ms",
-			"peer_share must be in (0, 1], got 0",
+			"admission: idle_timeout must be 0 (off) or between 1s and 1m0s, got 500ms",
 			"wait_timeout must be between 0s and 10s, got 11s",
+			"admission::fairness: share must be in (0, 1], got 0",
 		}, "\n"),
 	} {
 		cfg, err := loadConfig(t, component.NewIDWithName(metadata.Type, name))

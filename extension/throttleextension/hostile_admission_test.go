@@ -461,13 +461,14 @@ func TestHostileShutdownBounded(t *testing.T) {
 	assert.Zero(t, env.traces.SpanCount())
 }
 
-// TestHostileGRPCSilentStreamsTwoAddresses: two addresses each open one
-// gRPC stream that sends its headers and never a message. Each holds what
-// its message may decode to, its key's share (half the budget), so
-// together they hold all of it; a client at a third address sending small
-// batches over HTTP and gRPC, retrying after each refusal as the exporters
-// do, must still get its data in within a few seconds rather than wait for
-// the silent streams to be cancelled (six idle timeouts).
+// TestHostileGRPCSilentStreamsTwoAddresses: two addresses each open two
+// gRPC streams that send their headers and never a message. Each holds what
+// its message may decode to, a quarter of the budget, so together they hold
+// all of it; a client at a third address sending small batches over HTTP
+// and gRPC, retrying after each refusal as the exporters do, gets its data
+// in within a few seconds (the silent streams of keys above their fair
+// share are cut off after 2 s while others are refused) rather than waiting
+// for them to be cancelled after six idle timeouts.
 func TestHostileGRPCSilentStreamsTwoAddresses(t *testing.T) {
 	env := startE2E(t, e2eOptions{conf: map[string]any{
 		"admission": map[string]any{"max_inflight_bytes": hostileBudget, "unknown_size": hostileUnknown},
@@ -487,13 +488,15 @@ func TestHostileGRPCSilentStreamsTwoAddresses(t *testing.T) {
 	defer wg.Wait()
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
-	for _, local := range []string{"127.0.0.2", "127.0.0.3"} {
+	// Two streams per address: each holds what its message may decode to,
+	// a quarter of the budget, and each address may hold half of it alone.
+	for _, local := range []string{"127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.3"} {
 		cs, err := hostileSilentStream(sctx, dial(local), hostileTracesMethod)
 		require.NoError(t, err)
 		wg.Go(func() { _ = cs.RecvMsg(&emptypb.Empty{}) })
 	}
 	require.Eventually(t, func() bool { return hostileReserved(env) == hostileBudget }, e2eWait, time.Millisecond,
-		"the two silent streams do not hold the budget")
+		"the silent streams do not hold the budget")
 
 	honest := dial("127.0.0.1")
 	body, _ := hostileTraces(t, 1<<10)

@@ -422,7 +422,8 @@ func (t *keyTable) noteDecision(k Key, admitted bool, at time.Duration) {
 	}
 }
 
-// noteRefused records a budget refusal (or wait) of k at at.
+// noteRefused records a budget refusal (or wait) of k at at: the budget
+// is contended (see onContended).
 func (t *keyTable) noteRefused(k Key, at time.Duration) {
 	if t == nil {
 		return
@@ -431,6 +432,9 @@ func (t *keyTable) noteRefused(k Key, at time.Duration) {
 		t.refusedAt.Store(int64(at))
 	}
 	t.busy(k, at)
+	if t.onContended != nil {
+		t.onContended(at)
+	}
 }
 
 // busy marks k and its origin as reading (or refused for the budget) at t:

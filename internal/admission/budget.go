@@ -62,8 +62,8 @@ type budget struct {
 
 	// closing is closed when the receivers stop: every wait ends.
 	closing chan struct{}
-	// onWait runs when a request starts to wait to be admitted: the budget
-	// is contended (see Controller.trimSilent). Nil: nothing.
+	// onWait runs again and again while a request waits to be admitted
+	// (see Controller.trimSilent). Nil: nothing.
 	onWait func(at time.Duration)
 }
 

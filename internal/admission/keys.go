@@ -113,6 +113,9 @@ type keyTable struct {
 
 	// clock is now, or a test's clock.
 	clock func() time.Duration
+	// onContended runs when a request is refused for the budget or waits
+	// for it (see Controller.trimSilent); nil: nothing.
+	onContended func(at time.Duration)
 }
 
 type weightedPrefix struct {
