@@ -35,7 +35,7 @@ import (
 func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.Verdict) {
 	at := now()
 	k := c.key(req)
-	c.keys.touch(k, req.Signal, at, c.dec)
+	c.keys.touch(k, req.Signal, c.offered(k, req, at), at, c.dec)
 	v := c.decide(k, req.Signal)
 	if !v.Admitted() {
 		switch {
@@ -293,8 +293,9 @@ func (s *keySlot) forget() {
 // label gives a slot just claimed its key's parent, name and weight.
 func (t *keyTable) label(s *keySlot, parent Key, tenant string, addr netip.Addr) {
 	s.parent.Store(uint32(parent))
-	if p := t.slot(parent); p != nil {
-		p.hasKids.Store(true)
+	if p := t.slot(parent); p != nil && !p.hasKids.Swap(true) {
+		// An origin's first nested key changes what it may hold (capOf).
+		t.recounted.Store(int64(-recountEvery))
 	}
 	s.seen.Store(int64(t.clock()))
 	w := 1.0
@@ -338,9 +339,10 @@ func (t *keyTable) parentOf(k Key) Key {
 	return 0
 }
 
-// touch records a request of k for sig arriving at t and computes the
+// touch records a request of k for sig arriving at at, of bytes (what it is
+// expected to cost: the fair drops weigh requests by it), and computes the
 // shares again when that is due.
-func (t *keyTable) touch(k Key, sig decision.Signal, at time.Duration, dec Decider) {
+func (t *keyTable) touch(k Key, sig decision.Signal, bytes int64, at time.Duration, dec Decider) {
 	if t == nil {
 		return
 	}
@@ -349,7 +351,7 @@ func (t *keyTable) touch(k Key, sig decision.Signal, at time.Duration, dec Decid
 			s.seen.Store(int64(at))
 		}
 		if sig < decision.NumSignals {
-			s.arrivals[sig].add(1, at, arrivalWindow)
+			s.arrivals[sig].add(max(bytes, 1), at, arrivalWindow)
 		}
 	}
 	last := t.recounted.Load()
@@ -357,6 +359,21 @@ func (t *keyTable) touch(k Key, sig decision.Signal, at time.Duration, dec Decid
 		return
 	}
 	t.recount(at, dec)
+}
+
+// offered is what a request of k is expected to cost: its length when
+// known, else what its key's requests of its signal lately turned out to be
+// (unknown_size before any). The fair drops weigh requests by it, so that a
+// key sending ten times the bytes in as many requests is seen as sending ten
+// times as much.
+func (c *Controller) offered(k Key, req Request, at time.Duration) int64 {
+	if req.Length > 0 {
+		return req.Length
+	}
+	if n := c.keys.sizeOf(k, req.Signal, at, false); n > 0 {
+		return n
+	}
+	return c.unknownSize
 }
 
 // decide is the decision for one request of key k and sig: the signal's
@@ -597,7 +614,8 @@ func (t *keyTable) limit(k Key, total int64, at time.Duration) int64 {
 
 // fraction is the share of the budget k may hold at at: its fair share
 // while the budget is contended, the configured share otherwise (of its
-// origin's for a nested key).
+// origin's for a nested key: a client choosing its own header values
+// holds no more than its address may).
 func (t *keyTable) fraction(k Key, at time.Duration) float64 {
 	s := t.slot(k)
 	if s == nil || t.share >= 1 && t.parentOf(k) == 0 {

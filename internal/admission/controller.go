@@ -357,6 +357,10 @@ type Stats struct {
 	// HeldRequests is the number of requests held; Inflight the admitted
 	// requests not finished.
 	HeldRequests, Inflight int64
+	// Waiting is the number of admitted requests waiting for the budget:
+	// bodies for their next bytes, gRPC calls for what their message may
+	// decode to.
+	Waiting int64
 	// Keys is the number of keys that share the budget now.
 	Keys int
 }
@@ -369,6 +373,7 @@ func (c *Controller) Stats() Stats {
 		s.Reserved = b.reserved.Load() + b.lane.used.Load()
 		s.Peak = b.peak.Load()
 		s.Held = b.held.Load()
+		s.Waiting = int64(b.waiting.Load() + b.entering.Load())
 	}
 	return s
 }

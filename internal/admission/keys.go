@@ -212,6 +212,19 @@ func (t *keyTable) learn(k Key, sig decision.Signal, n int64, at time.Duration, 
 	w[sig].observe(n, at)
 }
 
+// capOf is the most of the budget a top-level slot's fair share may be
+// while the budget is contended: the configured share for a key, the whole
+// of it for an origin whose nested keys are what the share bounds (behind
+// a proxy, the tenants: the proxy is every client). Uncontended, an origin
+// holds at most the share (see fraction), so that a client that chooses
+// its own header values gains nothing by it.
+func (t *keyTable) capOf(s *keySlot) float64 {
+	if s.hasKids.Load() {
+		return 1
+	}
+	return t.share
+}
+
 // decodingOver reports whether k's undecoded calls hold more than lim.
 func (t *keyTable) decodingOver(k Key, lim int64) bool {
 	s := t.slot(k)
@@ -277,13 +290,14 @@ func (t *keyTable) recount(at time.Duration, dec Decider) {
 			var frac, places float64
 			if parent == 0 {
 				// A key not counted yet is counted as if it had just joined.
-				frac = min(t.share, w/(topW+boolW(!busy, w)))
-				places = min(t.share, w/(placeW+boolW(!placed, w)))
+				c := t.capOf(s)
+				frac = min(c, w/(topW+boolW(!busy, w)))
+				places = min(c, w/(placeW+boolW(!placed, w)))
 				s.kids.Store(sc.kids[i])
 			} else {
 				p := &t.slots[parent-1]
-				frac = math.Float64frombits(p.frac.Load()) * w / (sc.kidsWeight[parent-1] + boolW(!busy, w))
-				places = math.Float64frombits(p.places.Load()) * w / (sc.kidsPlaceW[parent-1] + boolW(!placed, w))
+				frac = math.Float64frombits(p.frac.Load()) * min(t.share, w/(sc.kidsWeight[parent-1]+boolW(!busy, w)))
+				places = math.Float64frombits(p.places.Load()) * min(t.share, w/(sc.kidsPlaceW[parent-1]+boolW(!placed, w)))
 			}
 			s.frac.Store(math.Float64bits(frac))
 			s.places.Store(math.Float64bits(places))
@@ -306,7 +320,7 @@ func boolW(b bool, w float64) float64 {
 
 // recountDrops computes, for every signal that sheds with probability p,
 // each key's drop so that the keys that send more than their weighted fair
-// share of the requests are refused first (approximate fair dropping):
+// share of the bytes are refused first (approximate fair dropping):
 // with f the fair rate per unit of weight such that the keys' admitted
 // requests, min(arrived, f × weight) each, add up to 1 − p of all that
 // arrived, a key is dropped with probability 1 − f × weight / arrived.

@@ -99,7 +99,7 @@ func TestSharesFollowReads(t *testing.T) {
 	// one that reads keeps the whole of its own.
 	busyAt(kt, honest, t0)
 	for _, k := range attackers {
-		kt.touch(k, decision.SignalTraces, t0, nil)
+		kt.touch(k, decision.SignalTraces, 1, t0, nil)
 	}
 	kt.recount(t0, nil)
 	kt.noteRefused(honest, t0) // contended: fair shares bind
@@ -137,9 +137,10 @@ func TestSharesWeighted(t *testing.T) {
 	// Each origin (address) weighs 1 at the top; within it, its tenants
 	// share its part by their weights.
 	assert.InDelta(t, 0.5, kt.fraction(kt.parentOf(gold), t0), 1e-9)
-	assert.InDelta(t, 0.5, kt.fraction(gold, t0), 1e-9, "alone in its origin")
+	assert.InDelta(t, 0.9*0.5, kt.fraction(gold, t0), 1e-9, "alone in its origin: the share of it")
 
-	// Two tenants behind one proxy: 4 to 1.
+	// Two tenants behind one proxy, the only client: 4 to 1 of the whole
+	// budget while it is contended (the proxy is every client).
 	proxied := newKeyTable(FairnessConfig{Key: KeyHeader, Share: 0.9, Weights: map[string]float64{"gold": 4}})
 	g := proxied.key(addr("10.0.0.9"), "gold")
 	s := proxied.key(addr("10.0.0.9"), "silver")
@@ -147,8 +148,11 @@ func TestSharesWeighted(t *testing.T) {
 	busyAt(proxied, s, t0)
 	proxied.recount(t0, nil)
 	proxied.noteRefused(g, t0)
-	assert.InDelta(t, 0.9*0.8, proxied.fraction(g, t0), 1e-9)
-	assert.InDelta(t, 0.9*0.2, proxied.fraction(s, t0), 1e-9)
+	assert.InDelta(t, 0.8, proxied.fraction(g, t0), 1e-9)
+	assert.InDelta(t, 0.2, proxied.fraction(s, t0), 1e-9)
+	// Uncontended, the proxy's address holds at most the share, as any
+	// client's.
+	assert.InDelta(t, 0.9*0.9, proxied.fraction(g, t0+contendedFor), 1e-9)
 }
 
 // TestRotatingHeaderValuesGainNothing: a client that sends a new header
@@ -202,11 +206,11 @@ func TestFairDrops(t *testing.T) {
 	at := t0
 	for range 10 {
 		for _, k := range quiet {
-			kt.touch(k, decision.SignalTraces, at, nil)
+			kt.touch(k, decision.SignalTraces, 1000, at, nil)
 		}
 	}
 	for range 100 {
-		kt.touch(noisy, decision.SignalTraces, at, nil)
+		kt.touch(noisy, decision.SignalTraces, 1000, at, nil)
 	}
 	// The collector can take 100 of the 190: p = 1 - 100/190.
 	dec.setDrop(decision.SignalTraces, 1-100.0/190)
@@ -281,4 +285,22 @@ func TestKeysDistinctSlots(t *testing.T) {
 		}
 		require.Less(t, i, 100000, "the idle slot was never taken")
 	}
+}
+
+// TestFairDropsByBytes: a key sending as many requests as the others, but
+// ten times the bytes in each, is seen as sending ten times as much.
+func TestFairDropsByBytes(t *testing.T) {
+	dec := &fakeDecider{}
+	kt := newKeyTable(FairnessConfig{Key: KeyAddress, Share: 0.5})
+	small := kt.key(addr("10.0.0.1"), "")
+	large := kt.key(addr("10.0.0.2"), "")
+	for range 10 {
+		kt.touch(small, decision.SignalTraces, 10<<10, t0, nil)
+		kt.touch(large, decision.SignalTraces, 100<<10, t0, nil)
+	}
+	dec.setDrop(decision.SignalTraces, 1-20.0/110) // room for 20 of the 110 units
+	kt.recount(t0, dec)
+	d := func(k Key) float64 { return float64(kt.dropThreshold(k, decision.SignalTraces, 0.5)) / (1 << 53) }
+	assert.InDelta(t, 0, d(small), 1e-9)
+	assert.InDelta(t, 0.9, d(large), 1e-9)
 }

@@ -411,8 +411,10 @@ func (t *Ticket) grow(want int) error {
 	case reserved == 0 && !inLane:
 		// The first bytes: what bodies of this key and signal lately turned
 		// out to be (unknown_size before any), or the known length if
-		// smaller, within the key's share. It does not wait: a request
-		// that finds no room is refused, as it would be before its body.
+		// smaller, within the key's share. A key with room in its share
+		// waits for the budget, oldest first, at most wait_timeout (the
+		// others hold more than their share and will let go of it); one
+		// without is refused at once.
 		n := c.keys.sizeOf(t.key, t.sig, at, false)
 		if n == 0 {
 			n = c.unknownSize
@@ -431,12 +433,24 @@ func (t *Ticket) grow(want int) error {
 		room := min(b.keys.room(t.key, lim, plim), b.max.Load()-b.keepFor(t.exempt))
 		n = max(min(n, room), min(need, max(room, 1)))
 		if !b.admitNow(n, t.key, useOf(t.exempt), at) {
-			t.record(decision.VerdictDenyBudget)
-			if !c.observe {
-				c.keys.noteRefused(t.key, at)
-				return ErrBudget
+			if c.observe {
+				t.record(decision.VerdictDenyBudget)
+				b.charge(n, t.key)
+			} else {
+				ok := false
+				if room >= n && t.waitLeft > 0 {
+					// In line with the gRPC calls waiting to start: like them,
+					// it holds nothing yet.
+					ok = b.waitAdmit(t.ctx, n, t.key, useOf(t.exempt), t.waitLeft)
+					t.waitLeft -= now() - at
+				} else {
+					c.keys.noteRefused(t.key, at)
+				}
+				if !ok {
+					t.record(decision.VerdictDenyBudget)
+					return ErrBudget
+				}
 			}
-			b.charge(n, t.key)
 		}
 		t.record(decision.VerdictAdmit)
 		return t.add(n, false)

@@ -494,37 +494,43 @@ func TestGRPCWaitKeepsKeyShare(t *testing.T) {
 	f.requireReleased(t)
 }
 
-// TestHTTPBudgetNoWait: an HTTP body that finds the budget full at its
-// first byte is refused at once (429, counted as a budget refusal), even
-// with the hold on; and it leaves free what the oldest request waiting in
-// line for the budget (a gRPC call) needs, rather than passing it.
-func TestHTTPBudgetNoWait(t *testing.T) {
+// TestHTTPBudgetWaitsInLine: an HTTP body that finds the budget full at
+// its first byte, its key within its share, waits for its bytes in line
+// behind the gRPC call that came first (which would otherwise wait out its
+// deadline while requests that do not wait take every byte released), and
+// is admitted once they are free; one whose wait runs out is refused (429,
+// counted as a budget refusal).
+func TestHTTPBudgetWaitsInLine(t *testing.T) {
 	const budget, call = 256 << 10, 64 << 10
 	a := newAdm(t, budget, withMaxMessage(call), withUnknownSize(budget), withWait(admissionWait), withHold(admissionWait, 8))
 	hf := newHTTPFixtureOn(t, a)
 	gf := newGRPCFixtureOn(t, a)
 	release := a.reserve(t, "10.255.0.1", decision.SignalLogs, budget-40<<10)
 
-	rec := serve(hf.h, post("/v1/traces", "192.0.2.1:1", 41<<10))
-	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
-	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
-	assert.EqualValues(t, 1, a.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget), "refused at once, not admitted to wait")
-	assert.Zero(t, a.stats().HeldRequests)
-
-	// A gRPC call waits in line for the 64 KiB it may decode, of the
-	// 40 KiB free: an HTTP body of 30 KiB would fit, but it does not pass
-	// the call (which would otherwise wait out its deadline while requests
-	// that do not wait take every byte released).
+	// The call waits for the 64 KiB it may decode, of the 40 KiB free; a
+	// body of 30 KiB would fit, but waits behind it.
 	errc := make(chan error, 1)
 	go func() { errc <- gf.export(context.Background()) }()
-	require.Eventually(t, func() bool {
-		return serve(hf.h, post("/v1/traces", "192.0.2.1:1", 30<<10)).Code == http.StatusTooManyRequests
-	}, admissionWait, time.Millisecond, "the body is admitted while the call waits")
-	assert.EqualValues(t, 1, a.stats().HeldRequests, "the call waits")
+	require.Eventually(t, func() bool { return a.stats().Waiting == 1 }, admissionWait, time.Millisecond, "the call waits")
+	codec := make(chan int, 1)
+	go func() { codec <- serve(hf.h, post("/v1/traces", "192.0.2.1:1", 30<<10)).Code }()
+	require.Eventually(t, func() bool { return a.stats().Waiting == 2 }, admissionWait, time.Millisecond, "the body waits behind the call")
+	assert.EqualValues(t, budget-40<<10, a.stats().Reserved, "nobody passed the call")
 	release()
-	require.NoError(t, <-errc, "the waiting call goes first")
-	assert.Equal(t, http.StatusOK, serve(hf.h, post("/v1/traces", "192.0.2.1:1", 30<<10)).Code, "nobody waits: it fits")
+	require.NoError(t, <-errc, "the waiting call goes")
+	assert.Equal(t, http.StatusOK, <-codec, "then the body")
+	assert.Zero(t, a.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
 	a.requireReleased(t)
+
+	// A body whose wait runs out is refused.
+	short := newAdm(t, budget, withUnknownSize(budget), withWait(50*time.Millisecond))
+	release = short.reserve(t, "10.255.0.1", decision.SignalLogs, budget-20<<10)
+	rec := serve(newHTTPFixtureOn(t, short).h, post("/v1/traces", "192.0.2.1:1", 30<<10))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	assert.EqualValues(t, 1, short.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
+	release()
+	short.requireReleased(t)
 }
 
 // TestGRPCFullHoldNoLockout: a key whose calls wait for the budget and

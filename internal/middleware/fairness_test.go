@@ -198,20 +198,37 @@ func tenant(req *http.Request, v string) *http.Request {
 
 // TestHTTPHeaderKeyNested: with the key a tenant header, each tenant of an
 // address has its part of the address's share, so that a client choosing
-// its own header values gains nothing by rotating them: its address holds
-// at most its share whatever the values, while another address is
-// admitted.
+// its own header values gains nothing by rotating them: while another
+// address sends too, its address holds at most its fair share whatever the
+// values, and a third address is admitted.
 func TestHTTPHeaderKeyNested(t *testing.T) {
 	const budget = 400 << 10
 	const quarter = budget / 4
 	f := newHTTPFixture(t, budget, withDefaultShare(), withUnknownSize(budget), withHeaderKey())
 	const a = "10.0.0.1:1"
-	defer heldRequests(t, f, tenant(post("/v1/traces", a, quarter), "t1"), tenant(post("/v1/traces", a, quarter), "t2"))()
+	defer heldRequests(t, f, tenant(post("/v1/traces", a, quarter), "t1"), tenant(post("/v1/traces", a, quarter), "t2"),
+		tenant(post("/v1/traces", "10.0.0.2:1", 1<<10), "t1"))()
 	assert.Equal(t, http.StatusTooManyRequests, serve(f.h, tenant(post("/v1/traces", a, 1), "t1")).Code, "t1 holds its part")
 	assert.Equal(t, http.StatusTooManyRequests, serve(f.h, tenant(post("/v1/traces", a, 1), "t3")).Code, "a new value: the address holds its share")
 	assert.Equal(t, http.StatusTooManyRequests, serve(f.h, post("/v1/traces", a, 1)).Code, "no value: the address's key")
-	assert.Equal(t, http.StatusOK, serve(f.h, tenant(post("/v1/traces", "10.0.0.2:1", 1), "t3")).Code, "another address")
+	assert.Equal(t, http.StatusOK, serve(f.h, tenant(post("/v1/traces", "10.0.0.3:1", 1), "t3")).Code, "another address")
 	assert.EqualValues(t, 3, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyBudget))
+}
+
+// TestHTTPHeaderKeyOneOrigin: behind a proxy every client has
+// the proxy's address: with the key a tenant header and nobody else
+// sending, the proxy's tenants share the whole budget, each its fair part,
+// instead of the address's configured share.
+func TestHTTPHeaderKeyOneOrigin(t *testing.T) {
+	const budget = 400 << 10
+	const quarter = budget / 4
+	f := newHTTPFixture(t, budget, withDefaultShare(), withUnknownSize(budget), withHeaderKey())
+	const proxy = "10.0.0.1:1"
+	defer heldRequests(t, f, tenant(post("/v1/traces", proxy, quarter), "t1"), tenant(post("/v1/traces", proxy, quarter), "t2"))()
+	assert.Equal(t, http.StatusTooManyRequests, serve(f.h, tenant(post("/v1/traces", proxy, 1), "t1")).Code, "t1 holds its part")
+	release := heldRequests(t, f, tenant(post("/v1/traces", proxy, quarter), "t3"))
+	assert.EqualValues(t, 3*quarter, f.stats().Reserved, "beyond the address's share of 1/2")
+	release()
 }
 
 // TestGRPCHeaderKeyNested is TestHTTPHeaderKeyNested for gRPC metadata: a
@@ -219,7 +236,7 @@ func TestHTTPHeaderKeyNested(t *testing.T) {
 // part of its address's share.
 func TestGRPCHeaderKeyNested(t *testing.T) {
 	const budget = 256 << 10
-	const part = budget / 4 // share 0.5 of the address's share 0.5
+	const part = budget / 4 // share 0.5 of the address's fair share 0.5
 	f := newGRPCFixture(t, budget, withDefaultShare(), withUnknownSize(1<<10), withHeaderKey())
 	ctx, cancel := context.WithTimeout(context.Background(), admissionWait)
 	defer cancel()
@@ -229,13 +246,15 @@ func TestGRPCHeaderKeyNested(t *testing.T) {
 		require.NoError(t, err)
 		return cs
 	}
-	silent(of("t1"), f.conn)
+	silent(of("t1"), grpcConnFrom(t, f.addr, "127.0.0.2"))
 	require.Eventually(t, func() bool { return f.stats().Reserved == part }, admissionWait, time.Millisecond)
-	silent(of("t2"), f.conn)
+	silent(of("t1"), f.conn)
 	require.Eventually(t, func() bool { return f.stats().Reserved == 2*part }, admissionWait, time.Millisecond)
+	silent(of("t2"), f.conn)
+	require.Eventually(t, func() bool { return f.stats().Reserved == 3*part }, admissionWait, time.Millisecond)
 	requireRetryable(t, silent(of("t1"), f.conn).RecvMsg(new(emptypb.Empty)), "budget", grpcRetryLow)
 	requireRetryable(t, silent(of("t3"), f.conn).RecvMsg(new(emptypb.Empty)), "budget", grpcRetryLow)
-	require.NoError(t, f.pushAllOn(of("t3"), grpcConnFrom(t, f.addr, "127.0.0.2"), 1, 10), "another address")
+	require.NoError(t, f.pushAllOn(of("t3"), grpcConnFrom(t, f.addr, "127.0.0.3"), 1, 10), "another address")
 	cancel()
 	f.requireReleased(t)
 }

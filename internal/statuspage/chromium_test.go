@@ -97,6 +97,7 @@ func serveBurst(t *testing.T, info func() Info) (string, LiveStatus) {
 	t.Helper()
 	ring, live := burst(time.Now(), 250*time.Millisecond)
 	live.Stale = false
+	live.Keys = []KeyStatus{{Name: "tenant-<a>", Reserved: 2 << 20, Held: 1, Admitted: 40, Refused: 3}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	h := Handler(ring, info, func() LiveStatus { return live }, ln.Addr().String())
@@ -153,6 +154,9 @@ func TestPageInChromium(t *testing.T) {
 
 		panels := map[string]int{}
 		for _, tag := range sectionRE.FindAllString(dom, -1) {
+			if attr(tag, "data-panel") == "" {
+				continue // not a chart: the clients' table
+			}
 			p, err := strconv.Atoi(attr(tag, "data-points"))
 			require.NoError(t, err, tag)
 			panels[attr(tag, "data-panel")] = p
@@ -172,6 +176,9 @@ func TestPageInChromium(t *testing.T) {
 		assert.Regexp(t, `data-state="(normal|shedding|open)"`, dom)
 		assert.NotContains(t, dom, "disconnected:")
 		assert.NotContains(t, dom, "waiting for samples")
+
+		// The clients' table shows the live keys, the header value as text.
+		assert.Regexp(t, `<td>tenant-&lt;a&gt;</td><td>[^<]+</td><td>1</td><td>40</td><td>3</td>`, element(dom, "tbody", "keys"))
 
 		// Enforcing: no observe_only banner, denials are denials.
 		assert.Regexp(t, `<div class="banner" id="observe" hidden`, dom)
