@@ -1,6 +1,8 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
+//go:build e2e
+
 package main
 
 import (
@@ -21,7 +23,7 @@ import (
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
 
-// TestHostilePeers is the short form of bench/hostile in the normal test
+// TestHostilePeers is the short form of bench/hostile in the end-to-end
 // suite (about seven minutes): the distribution with the throttle's
 // shipped defaults in a cgroup of 1 CPU and 512 MiB, normal clients at half
 // its capacity (measured first), and each hostile scenario for 20 s after a
