@@ -1,7 +1,12 @@
 # throttle: adaptive overload protection for the OpenTelemetry Collector.
 SHELL := /bin/bash
 GO ?= go
-GOTEST_FLAGS ?= -race -timeout 20m
+# make test runs without the race detector and without go test's vet
+# checks (make lint runs go vet), to stay quick on a small machine; make
+# e2e runs every test under the race detector, with a longer bound because
+# its load tests wait for one another across packages.
+GOTEST_FLAGS ?= -vet=off -timeout 10m
+E2E_FLAGS ?= -race -timeout 20m
 MDATAGEN := $(GO) tool -modfile=$(CURDIR)/internal/tools/go.mod mdatagen
 
 # Two modules: the component module (the repository root: the processor, the
@@ -14,23 +19,45 @@ TESTBED := testbed
 .PHONY: all
 all: lint test
 
-## test: run every test of both modules (unit, component, end-to-end, distribution).
+## test: the unit and component tests: the component module (go test ./...
+## at the root) and the docs checks (testbed/test/docs). Nothing in it needs
+## root, cgroups, a browser, a distribution build, load or npm; the rest
+## carries the build tag e2e and runs in make e2e.
 .PHONY: test
 test:
 	$(GO) test $(GOTEST_FLAGS) ./...
-	cd $(TESTBED) && $(GO) test $(GOTEST_FLAGS) ./...
+	cd $(TESTBED) && $(GO) test $(GOTEST_FLAGS) ./test/docs/
 
-## unit: the unit and component tests of both modules, without root, a browser
-## or a distribution build: go test -short skips the browser test, the
-## distribution tests and the cgroup load tests, which `make test` runs. The
-## two modules run side by side, each module's output printed when it ends.
-.PHONY: unit unit-component unit-testbed
-unit:
-	@$(MAKE) --no-print-directory -j2 --output-sync=target unit-component unit-testbed
-unit-component:
-	$(GO) test -short $(GOTEST_FLAGS) ./...
-unit-testbed:
-	cd $(TESTBED) && $(GO) test -short $(GOTEST_FLAGS) ./...
+## e2e: every test of both modules under the race detector, with the
+## end-to-end ones (build tag e2e; Linux, as root): real cgroups, the status
+## page in headless Chromium, the distribution built with ocb and its smoke
+## tests, the benchmarks' short forms in cgroups (one at a time, about 11
+## minutes), HAProxy, the JavaScript SDK, real exporters. It installs the
+## JavaScript clients' packages (npm ci) and ocb itself; a missing root,
+## chromium, haproxy or node skips what needs it, said on one line each,
+## and fails instead under CI=true.
+.PHONY: e2e
+e2e: e2e-tools
+	$(GO) test $(E2E_FLAGS) -tags e2e ./...
+	cd $(TESTBED) && $(GO) test $(E2E_FLAGS) -tags e2e ./...
+
+# e2e-tools: what the end-to-end tests need besides Go, checked before they
+# run, since go test shows no skip without -v; with node and npm, the
+# JavaScript clients' packages are installed first (clients-js).
+.PHONY: e2e-tools
+e2e-tools: $(if $(shell command -v node && command -v npm),clients-js)
+	@ci=; case "$${CI:-}" in ""|false|0) ;; *) ci=1 ;; esac; bad=0; \
+	skipping() { if [ -n "$$ci" ]; then echo "e2e: $$1 cannot run: $$2 (CI is set: nothing may be skipped)" >&2; bad=1; \
+	  else echo "e2e: skipping $$1: $$2"; fi; }; \
+	[ "$$(id -u)" = 0 ] || skipping "the load tests in cgroups and the cgroup test" "not root (run make e2e as root)"; \
+	{ [ -n "$${THROTTLE_CHROMIUM:-}" ] || command -v chromium || command -v chromium-browser \
+	  || command -v google-chrome || command -v google-chrome-stable; } >/dev/null \
+	  || skipping "the status page's browser test" "no chromium (apt-get install chromium fonts-dejavu-core, or set THROTTLE_CHROMIUM)"; \
+	{ command -v haproxy || [ -x /usr/sbin/haproxy ]; } >/dev/null \
+	  || skipping "the tier, autoscaling and balancer tests" "no haproxy (apt-get install haproxy)"; \
+	{ command -v node && command -v npm; } >/dev/null \
+	  || skipping "the client matrix's short form" "no node and npm (install Node.js)"; \
+	exit $$bad
 
 ## bench: run the Go benchmarks (request path, engine, sampler; both modules).
 .PHONY: bench
@@ -54,14 +81,15 @@ fuzz:
 	done
 
 ## lint: gofmt, go vet and golangci-lint (.golangci.yml; the version is pinned
-## in internal/tools/go.mod, like mdatagen), in both modules.
+## in internal/tools/go.mod, like mdatagen), in both modules, the files of
+## the e2e and soak build tags included (as .golangci.yml's build-tags).
 GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/internal/tools/go.mod golangci-lint
 .PHONY: lint
 lint:
 	@bad=$$(gofmt -l $$(find . -name '*.go' -not -path './_build/*' -not -path './bin/*')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
-	$(GO) vet ./...
+	$(GO) vet -tags e2e,soak ./...
 	$(GOLANGCI_LINT) run ./...
-	cd $(TESTBED) && $(GO) vet ./...
+	cd $(TESTBED) && $(GO) vet -tags e2e,soak ./...
 	cd $(TESTBED) && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
 	$(MAKE) --no-print-directory links
 
@@ -90,7 +118,7 @@ check-generate: generate
 ## simulated burst, with the default lines (headless Chromium).
 .PHONY: status-page-png
 status-page-png:
-	THROTTLE_WRITE_SCREENSHOT=$(CURDIR)/docs/status-page.png $(GO) test -count=1 -run 'TestPageInChromium/screenshot' ./internal/statuspage
+	THROTTLE_WRITE_SCREENSHOT=$(CURDIR)/docs/status-page.png $(GO) test -tags e2e -count=1 -run 'TestPageInChromium/screenshot' ./internal/statuspage
 
 # ---------------------------------------------------------------------------
 # The distributions: otelcol-throttle (builder-config.yaml), and the fleet
@@ -120,10 +148,10 @@ otelcol: $(OTELCOL)
 run: $(OTELCOL)
 	$(OTELCOL) --config $(CONFIG)
 
-## smoke: only the smoke test of the real distribution (part of `make test` too).
+## smoke: only the smoke test of the real distribution (part of `make e2e` too).
 .PHONY: smoke
 smoke:
-	cd $(TESTBED) && $(GO) test -count=1 -v -timeout 20m ./test/distribution/...
+	cd $(TESTBED) && $(GO) test -tags e2e -count=1 -v -timeout 20m ./test/distribution/...
 
 # The benchmark drivers are built from the testbed module into ./bin and run
 # from the repository root, where their default paths (_build/...,
@@ -144,7 +172,7 @@ OVERLOAD_FLAGS ?=
 overload: $(OTELCOL) bench-bin
 	$(CURDIR)/bin/overload -collector $(OTELCOL) $(OVERLOAD_FLAGS)
 
-## soak: the soak of issue 8 (Linux, root; not part of `make test`): the
+## soak: the soak of issue 8 (Linux, root; not part of `make e2e`): the
 ## distribution with throttle in a 1 CPU / 300 MiB cgroup at twice its
 ## saturating load for 10 minutes (testbed/bench/overload/soak_test.go, build
 ## tag soak). Shorter: make soak SOAK_FLAGS='-soak.duration=2m'; results in bench/runs/.

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/testutil/e2eskip"
 )
 
 // hostileGate is a traces consumer that holds every export while closed,
@@ -178,9 +179,7 @@ func hostileDialFrom(local string) func(ctx context.Context, network, addr strin
 // streams are cancelled by the server after six idle timeouts, which
 // releases their reservations without the client doing anything.
 func TestHostileGRPCSilentStreams(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: waits for the server to cancel the silent stream, six idle timeouts (18 s)")
-	}
+	e2eskip.Slow(t, "waits for the server to cancel the silent streams, six idle timeouts (18 s)")
 	const idle = 3 * time.Second
 	env := startE2E(t, e2eOptions{conf: map[string]any{
 		// Long enough for the checks below to run while the streams are

@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build linux
+//go:build linux && e2e
 
 package statuspage
 
@@ -29,6 +29,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/otelthrottle/throttle/internal/testutil/e2eskip"
 )
 
 // chromiumInstall is what CI runs when the browser is missing (Debian).
@@ -36,13 +38,9 @@ const chromiumInstall = "apt-get update && apt-get install -y --no-install-recom
 
 // findChromium returns the browser binary: $THROTTLE_CHROMIUM, else the first
 // of the usual names on PATH. Without one the test is skipped locally and
-// fails in CI (CI set), where .ci/run installs it. With -short (make unit)
-// it is skipped before looking.
+// fails in CI (CI set), where .ci/run installs it.
 func findChromium(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: the browser test runs headless Chromium (make test runs it)")
-	}
 	if p := os.Getenv("THROTTLE_CHROMIUM"); p != "" {
 		return p
 	}
@@ -51,10 +49,7 @@ func findChromium(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("no chromium binary on PATH and CI is set; install it with: %s", chromiumInstall)
-	}
-	t.Skipf("no chromium binary on PATH (set THROTTLE_CHROMIUM, or install it: %s); skipping the browser test", chromiumInstall)
+	e2eskip.Missing(t, "no chromium binary on PATH for the status page's browser test (set THROTTLE_CHROMIUM, or install it: %s)", chromiumInstall)
 	return ""
 }
 

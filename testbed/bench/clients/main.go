@@ -208,20 +208,31 @@ func (o *options) check() error {
 		*b, _ = filepath.Abs(*b)
 	}
 	if needs["node"] {
-		if o.nodeBin, err = exec.LookPath(o.nodeBin); err != nil {
-			return fmt.Errorf("node: %w", err)
-		}
-		if o.jsDir == "" {
-			o.jsDir = findJSDir()
-		}
-		if o.jsDir, err = filepath.Abs(o.jsDir); err != nil {
+		if o.nodeBin, o.jsDir, err = findJS(o.nodeBin, o.jsDir); err != nil {
 			return err
-		}
-		if _, err := os.Stat(filepath.Join(o.jsDir, "node_modules", "@opentelemetry", "exporter-trace-otlp-grpc")); err != nil {
-			return fmt.Errorf("the JavaScript clients' packages are not installed in %s: run `npm ci --ignore-scripts` there (make clients does): %w", o.jsDir, err)
 		}
 	}
 	return nil
+}
+
+// findJS returns the path of node (nodeBin: a name on PATH or a path) and
+// the absolute folder of the JavaScript clients (jsDir, or found from the
+// working directory when empty), or an error saying how to get what is
+// missing: node, or the packages its package-lock.json pins.
+func findJS(nodeBin, jsDir string) (node, dir string, err error) {
+	if node, err = exec.LookPath(nodeBin); err != nil {
+		return "", "", fmt.Errorf("node: %w (install Node.js and npm)", err)
+	}
+	if jsDir == "" {
+		jsDir = findJSDir()
+	}
+	if dir, err = filepath.Abs(jsDir); err != nil {
+		return "", "", err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@opentelemetry", "exporter-trace-otlp-grpc")); err != nil {
+		return "", "", fmt.Errorf("the JavaScript clients' packages are not installed in %s: run `npm ci --ignore-scripts` there (make clients-js, make clients and make e2e do): %w", dir, err)
+	}
+	return node, dir, nil
 }
 
 // findJSDir finds testbed/bench/clients/js from the working directory:

@@ -1,6 +1,8 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
+//go:build e2e
+
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/otelthrottle/throttle/internal/testutil/e2eskip"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
@@ -28,7 +31,7 @@ func TestMain(m *testing.M) {
 }
 
 // TestShortOpensLoseNothing is scenario a of the client matrix in the
-// normal test suite (about a minute and a half): the Go SDK's and the
+// end-to-end suite (about a minute and a half): the Go SDK's and the
 // JavaScript SDK's OTLP exporters over HTTP and gRPC, default settings,
 // each handing 1000 spans/s in 512-span batches to the distribution in a
 // 0.5 CPU / 256 MiB cgroup, while a CPU pulse of 3 s every 14 s over CPU
@@ -41,11 +44,14 @@ func TestMain(m *testing.M) {
 // the shortest client budget (10 s), the gateway neither restarted nor was
 // OOM-killed, and everything drained.
 //
-// It needs the JavaScript packages (`npm ci --ignore-scripts` in
-// testbed/bench/clients/js; .ci/run and make clients do it) and node, and
-// is skipped without root or cgroups.
+// It needs node and the JavaScript packages (`npm ci --ignore-scripts` in
+// testbed/bench/clients/js; make e2e and make clients do it), and is
+// skipped without them, root or cgroups (fails instead under CI).
 func TestShortOpensLoseNothing(t *testing.T) {
 	harness.RequireCgroups(t)
+	if _, _, err := findJS("node", ""); err != nil {
+		e2eskip.Missing(t, "the client matrix's JavaScript clients: %v", err)
+	}
 	harness.TakeMachine(t)
 	o := defaultOptions()
 	o.throttleBin = distbuild.Binary(t)

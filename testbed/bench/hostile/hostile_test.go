@@ -1,6 +1,8 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
+//go:build e2e
+
 package main
 
 import (
@@ -22,16 +24,15 @@ import (
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
 
-// TestHostilePeers is the short form of bench/hostile's scenarios of one
-// hostile peer in the normal test suite (about seven minutes): the
-// distribution with the throttle's shipped defaults in a cgroup of 1 CPU
-// and 512 MiB, normal clients at half its capacity (measured first), and
-// each hostile scenario for 20 s after a baseline round of 20 s. Each
-// scenario is a subtest that asserts the criteria of issue 28 on its
-// figures: the normal clients keep at least 95 % of their baseline's
-// accepted spans/s, none of their budget refusals lasts over 2 s, the
-// hostile peer's requests are the ones refused, and the gateway is neither
-// OOM-killed nor restarted.
+// TestHostilePeers is the short form of bench/hostile in the end-to-end
+// suite (about seven minutes): the distribution with the throttle's
+// shipped defaults in a cgroup of 1 CPU and 512 MiB, normal clients at half
+// its capacity (measured first), and each hostile scenario for 20 s after a
+// baseline round of 20 s. Each scenario is a subtest that asserts on its
+// figures what a hostile peer must not do: the normal clients keep at least
+// 95 % of their baseline's accepted spans/s, none of their budget
+// refusals lasts over 2 s, the hostile peer's requests are the ones
+// refused, and the gateway is neither OOM-killed nor restarted.
 //
 // The command runs built without the race detector, as make hostile runs
 // it: instrumented, the clients, not the gateway, would set the capacity

@@ -1,6 +1,8 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
+//go:build e2e || soak
+
 package main
 
 import (
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
+	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
 // harnessRun runs one scenario with the harness as a library and returns
@@ -102,4 +105,17 @@ func harnessRun(t *testing.T, o options, s scenario) *summary {
 		t.Logf("writing the summary: %v", err)
 	}
 	return sum
+}
+
+// loadPhase is the generator's report of the phase named load.
+func loadPhase(rep *loadgen.Report) *loadgen.PhaseReport {
+	if rep == nil {
+		return nil
+	}
+	for i := range rep.Phases {
+		if rep.Phases[i].Phase.Name == "load" {
+			return rep.Phases[i]
+		}
+	}
+	return nil
 }

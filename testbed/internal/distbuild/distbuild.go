@@ -34,6 +34,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/otelthrottle/throttle/internal/testutil/e2eskip"
 )
 
 const (
@@ -93,8 +95,8 @@ var (
 )
 
 // Binary returns the path of the otelcol-throttle binary built from this
-// checkout, building it once per test binary; it skips the test under
-// -short or without a go toolchain, and fails it when the build fails.
+// checkout, building it once per test binary; it skips the test without a
+// go toolchain (fails it under CI), and fails it when the build fails.
 func Binary(tb testing.TB) string {
 	tb.Helper()
 	if p := os.Getenv("OTELCOL_THROTTLE_BINARY"); p != "" {
@@ -122,8 +124,7 @@ var (
 )
 
 // Stock returns the path of the otelcol-stock binary, building it once per
-// test binary; like Binary, it skips under -short or without a go
-// toolchain.
+// test binary; like Binary, it skips without a go toolchain.
 func Stock(tb testing.TB) string {
 	tb.Helper()
 	if p := os.Getenv("OTELCOL_STOCK_BINARY"); p != "" {
@@ -139,11 +140,8 @@ func Stock(tb testing.TB) string {
 
 func skipUnlessBuildable(tb testing.TB) {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skip("-short: building a distribution with ocb takes minutes on a cold cache")
-	}
 	if _, err := exec.LookPath("go"); err != nil {
-		tb.Skip("no go toolchain on PATH: cannot build a distribution with ocb")
+		e2eskip.Missing(tb, "no go toolchain on PATH: cannot build a distribution with ocb")
 	}
 }
 

@@ -1,6 +1,8 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
+//go:build e2e
+
 package distribution
 
 import (
@@ -14,7 +16,7 @@ var errExitTimeout = errors.New("process did not exit in time")
 
 // distribution returns the path of the otelcol-throttle binary built with
 // ocb from this checkout (cached by a hash of its sources, shared with the
-// overload test), or skips the test under -short or without a go toolchain.
+// overload test), or skips the test without a go toolchain.
 func distribution(t *testing.T) string {
 	t.Helper()
 	return distbuild.Binary(t)

@@ -1,6 +1,8 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
+//go:build e2e
+
 package distribution
 
 import (

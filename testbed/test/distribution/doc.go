@@ -7,7 +7,7 @@
 // binary on free ports, sends OTLP over HTTP and gRPC, scrapes the collector's
 // own metrics for the throttle series and stops it with SIGTERM.
 //
-// It runs with `make test` (go test ./...) and alone with `make smoke`;
-// `go test -short` skips it. Set OTELCOL_THROTTLE_BINARY to test a binary
-// built elsewhere instead of building one.
+// Its tests carry the build tag e2e: they run with `make e2e` and alone
+// with `make smoke`. Set OTELCOL_THROTTLE_BINARY to test a binary built
+// elsewhere instead of building one.
 package distribution // import "github.com/otelthrottle/throttle/testbed/test/distribution"

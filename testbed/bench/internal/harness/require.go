@@ -8,27 +8,26 @@ import (
 	"os"
 	"runtime"
 	"testing"
+
+	"github.com/otelthrottle/throttle/internal/testutil/e2eskip"
 )
 
 // RequireCgroups skips the test, saying why, where this harness cannot
 // create a limited cgroup: not Linux, not root, or no writable cgroup with
-// the cpu and memory controllers; and with -short (make unit), which runs
-// no load test.
+// the cpu and memory controllers. Under CI, which runs the end-to-end tests
+// as root, it fails the test instead.
 func RequireCgroups(tb testing.TB) {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skip("-short: a load test in a limited cgroup, as root (make test runs it)")
-	}
 	if runtime.GOOS != "linux" {
-		tb.Skipf("needs Linux cgroups (GOOS=%s)", runtime.GOOS)
+		e2eskip.Missing(tb, "a load test in a limited cgroup needs Linux cgroups (GOOS=%s)", runtime.GOOS)
 	}
 	if os.Geteuid() != 0 {
-		tb.Skip("needs root to create a cgroup (run as root, e.g. in a privileged CI container)")
+		e2eskip.Missing(tb, "a load test in a limited cgroup needs root to create it: run make e2e as root (e.g. in a privileged container)")
 	}
 	probe := fmt.Sprintf("throttle-probe-%d", os.Getpid())
 	cg, err := CreateCgroup(probe, 1, 64<<20)
 	if err != nil {
-		tb.Skipf("cannot create a limited cgroup here: %v", err)
+		e2eskip.Missing(tb, "a load test in a limited cgroup, and none can be created here: %v", err)
 	}
 	if err := cg.Destroy(); err != nil {
 		tb.Logf("removing probe cgroup %s: %v", probe, err)
