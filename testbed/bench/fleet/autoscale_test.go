@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
+	"github.com/otelthrottle/throttle/testbed/bench/internal/haproxy"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
@@ -67,7 +69,7 @@ func TestSetupAutoscale(t *testing.T) {
 	assert.Equal(t, []float64{0.2, 0.2, 0.2}, got.tier.cpus, "equal replicas")
 	assert.Equal(t, []float64{autoscaleFactor}, got.factors)
 	assert.Equal(t, autoscaleLoad, got.burst)
-	assert.Equal(t, gwThrottle, got.scenarios)
+	assert.Equal(t, colconfig.KindThrottle, got.scenarios)
 	assert.Equal(t, "replay", got.bench)
 	o.protocol = "grpc"
 	got, err = setupAutoscale(o)
@@ -126,7 +128,7 @@ func TestAutoscaleDemandScalesOut(t *testing.T) {
 	o.autoscale = autoscaleOptions{signals: []string{signalDemand}, probePeriod: autoscaleProbePeriod}
 	o, err := setupAutoscale(o)
 	require.NoError(t, err)
-	if o.tier.haproxy, err = findHAProxy(o.tier.haproxy); err != nil {
+	if o.tier.haproxy, err = haproxy.Find(o.tier.haproxy); err != nil {
 		t.Skip(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
@@ -140,7 +142,7 @@ func TestAutoscaleDemandScalesOut(t *testing.T) {
 		require.NoError(t, err)
 		defer ws[i].Close()
 	}
-	sc := tierScenario{name: gwThrottle, kind: gwThrottle}
+	sc := tierScenario{name: colconfig.KindThrottle, kind: colconfig.KindThrottle}
 	run, err := runAutoscaleOnce(ctx, o, o.tier.capacities, sc, signalDemand, 1, 1, ws[0], ws[1], ws[2])
 	require.NoError(t, err, "files in %s", o.out)
 	var b strings.Builder

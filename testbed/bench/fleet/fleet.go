@@ -64,7 +64,7 @@ type fleet struct {
 // fleetSpec is what to start.
 type fleetSpec struct {
 	name    string
-	gateway gatewayConfig
+	gateway colconfig.Gateway
 	gwBin   string
 	gwEnv   []string
 	memMiB  uint64
@@ -112,9 +112,9 @@ func startFleet(ctx context.Context, o options, spec fleetSpec, tw *harness.CSVF
 	}
 	gw := spec.gateway
 	gw.HTTPPort, gw.GRPCPort, gw.MetricsPort, gw.PprofPort, gw.SinkHTTPPort = ports[0], ports[1], ports[2], ports[3], sinkHTTPPort
-	gw.MemoryLimiter = memoryLimiterYAML
+	gw.Bench, gw.MemoryLimiter = "bench/fleet", colconfig.MemoryLimiterYAML
 	f.gwPprof = gw.PprofPort
-	b, err := colconfig.Render(gatewayTmpl, gw)
+	b, err := gw.Render()
 	if err != nil {
 		return nil, err
 	}
@@ -419,7 +419,7 @@ func searchCapacity(ctx context.Context, o options, tw *harness.CSVFile, out io.
 // stock gateway with memory enough not to matter.
 func startCapacityFleet(ctx context.Context, o options, tw *harness.CSVFile, name string) (*fleet, error) {
 	return startFleet(ctx, o, fleetSpec{
-		name: name, gateway: gatewayConfig{Kind: gwStock},
+		name: name, gateway: colconfig.Gateway{Kind: colconfig.KindStock},
 		gwBin: o.stockBin, memMiB: unlimitedMiB(o),
 	}, tw)
 }
@@ -457,7 +457,7 @@ func capacityStep(ctx context.Context, o options, f *fleet, rate float64, length
 // runScenario runs one scenario: warmup, burst, drain.
 func runScenario(ctx context.Context, o options, s scenario, tw *harness.CSVFile) (*summary, error) {
 	spec := fleetSpec{
-		name: s.name, gateway: gatewayConfig{Kind: s.kind, ThrottleYAML: o.throttleYAML},
+		name: s.name, gateway: colconfig.Gateway{Kind: s.kind, ThrottleYAML: o.throttleYAML},
 		gwBin: o.binFor(s.kind), memMiB: o.memMiB,
 	}
 	if s.unlimited {

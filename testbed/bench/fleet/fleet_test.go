@@ -44,36 +44,36 @@ func TestRenderConfigs(t *testing.T) {
 	}
 
 	// The tier's remedy for gRPC clients that never reconnect.
-	b, err = colconfig.Render(gatewayTmpl, gatewayConfig{
-		Kind: gwThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5,
+	b, err = colconfig.Gateway{
+		Kind: colconfig.KindThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5,
 		MaxConnectionAge: 30 * time.Second, MaxConnectionAgeGrace: 10 * time.Second,
-	})
+	}.Render()
 	require.NoError(t, err)
 	conf := parse(b)
 	assert.Equal(t, "30s", conf.Get("receivers::otlp::protocols::grpc::keepalive::server_parameters::max_connection_age"))
 	assert.Equal(t, "10s", conf.Get("receivers::otlp::protocols::grpc::keepalive::server_parameters::max_connection_age_grace"))
-	b, err = colconfig.Render(gatewayTmpl, gatewayConfig{Kind: gwThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5})
+	b, err = colconfig.Gateway{Kind: colconfig.KindThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5}.Render()
 	require.NoError(t, err)
 	assert.False(t, parse(b).IsSet("receivers::otlp::protocols::grpc::keepalive"), "none unless asked for")
 
 	for _, kind := range kinds {
-		b, err := colconfig.Render(gatewayTmpl, gatewayConfig{
+		b, err := colconfig.Gateway{
 			Kind: kind, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4,
-			SinkHTTPPort: 5, MemoryLimiter: memoryLimiterYAML,
-		})
+			SinkHTTPPort: 5, MemoryLimiter: colconfig.MemoryLimiterYAML,
+		}.Render()
 		require.NoError(t, err)
 		conf := parse(b)
 		procs := []any{"batch"}
-		if kind == gwMemoryLimiter {
+		if kind == colconfig.KindMemoryLimiter {
 			procs = []any{"memory_limiter", "batch"}
 		}
 		assert.Equal(t, procs, conf.Get("service::pipelines::traces::processors"), kind)
 		mw := conf.Get("receivers::otlp::protocols::http::middlewares")
 		switch kind {
-		case gwThrottle:
+		case colconfig.KindThrottle:
 			assert.Equal(t, []any{map[string]any{"id": "throttle"}}, mw)
 			assert.True(t, conf.IsSet("extensions::throttle"), "shipped defaults: an empty throttle section")
-		case gwMLExt:
+		case colconfig.KindMLExt:
 			assert.Equal(t, []any{map[string]any{"id": "memory_limiter"}}, mw)
 			assert.Equal(t, 80, conf.Get("extensions::memory_limiter::limit_percentage"))
 		default:
@@ -113,7 +113,7 @@ func TestFleetThrottleDelivers(t *testing.T) {
 	tl, err := harness.CreateCSV(filepath.Join(o.out, "timeline.csv"), timelineHeader)
 	require.NoError(t, err)
 	defer tl.Close()
-	sum, err := runScenario(ctx, o, scenario{name: gwThrottle, kind: gwThrottle}, tl)
+	sum, err := runScenario(ctx, o, scenario{name: colconfig.KindThrottle, kind: colconfig.KindThrottle}, tl)
 	require.NoError(t, err, "files in %s", o.out)
 	t.Logf("delivered %.2f%% (%d of %d), gateway lost %d, burst %.0f spans/s to the sink, OOM kills %d, restarts %d, peak working set %.1f%%, Open %.0f s, Shedding %.0f s, drained %s",
 		sum.DeliveredPct, sum.SinkSpans, sum.AgentAccepted, sum.Lost, sum.BurstSinkRate, sum.OOMKills, sum.Restarts,

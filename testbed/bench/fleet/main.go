@@ -91,6 +91,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/bench/report"
 )
@@ -268,14 +269,14 @@ func logf(format string, args ...any) {
 // scenario is one gateway under test.
 type scenario struct {
 	name       string
-	kind       string // gwStock, gwMemoryLimiter, gwMLExt, gwThrottle
+	kind       string // colconfig.KindStock, colconfig.KindMemoryLimiter, colconfig.KindMLExt, colconfig.KindThrottle
 	gomemlimit bool
 	// unlimited gives the gateway memory enough not to matter (see
 	// referenceScenario).
 	unlimited bool
 }
 
-var kinds = []string{gwStock, gwMemoryLimiter, gwMLExt, gwThrottle}
+var kinds = []string{colconfig.KindStock, colconfig.KindMemoryLimiter, colconfig.KindMLExt, colconfig.KindThrottle}
 
 // referenceScenario is the stock gateway with the capacity measurement's
 // memory (unlimitedMiB) through the same burst and drain as the others.
@@ -285,7 +286,7 @@ var kinds = []string{gwStock, gwMemoryLimiter, gwMLExt, gwThrottle}
 // share its cores): the capacity, measured at lighter load, is not reached
 // in a burst by any gateway. Over HTTP agents the burst OOM-kills it even
 // there, so it is no ceiling.
-var referenceScenario = scenario{name: "reference", kind: gwStock, unlimited: true}
+var referenceScenario = scenario{name: "reference", kind: colconfig.KindStock, unlimited: true}
 
 // parseScenarios parses -scenarios.
 func parseScenarios(s string) ([]scenario, error) {
@@ -349,9 +350,9 @@ func (o *options) prepareRun(kinds []string, name string) error {
 
 func (o options) binFor(kind string) string {
 	switch kind {
-	case gwThrottle:
+	case colconfig.KindThrottle:
 		return o.throttleBin
-	case gwMLExt:
+	case colconfig.KindMLExt:
 		return o.mlextBin
 	}
 	return o.stockBin

@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
+	"github.com/otelthrottle/throttle/testbed/bench/internal/haproxy"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
@@ -26,7 +28,7 @@ import (
 // requireHAProxy returns the haproxy binary, or skips the test saying why.
 func requireHAProxy(tb testing.TB) string {
 	tb.Helper()
-	bin, err := findHAProxy("haproxy")
+	bin, err := haproxy.Find("haproxy")
 	if err != nil {
 		tb.Skipf("no balancer: %v", err)
 	}
@@ -130,23 +132,6 @@ func requireUp(t *testing.T, lb *balancer, servers ...string) {
 	}, 10*time.Second, 100*time.Millisecond, "servers %v up", servers)
 }
 
-func TestParseStats(t *testing.T) {
-	text := "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,\n" +
-		"otlp_http,FRONTEND,,,2,3,4096,7,100,50,0,0,0,,,,,OPEN,\n" +
-		"gateways_http,r1,0,0,1,2,,4,60,30,,0,,0,0,0,0,UP,\n" +
-		"gateways_http,r2,0,0,1,1,,3,40,20,,0,,0,0,0,0,DOWN,\n" +
-		"gateways_http,BACKEND,0,0,2,3,410,7,100,50,0,0,,0,0,0,0,UP,\n" +
-		"gateways_grpc,r1,0,0,0,0,,0,0,0,,0,,0,0,0,0,UP,\n\n"
-	st, err := parseStats(strings.NewReader(text), backendHTTP)
-	require.NoError(t, err)
-	assert.Equal(t, map[string]serverStats{
-		"r1": {Status: "UP", Conns: 1, ConnsTotal: 4},
-		"r2": {Status: "DOWN", Conns: 1, ConnsTotal: 3},
-	}, st)
-	_, err = parseStats(strings.NewReader("# pxname,svname\n"), backendHTTP)
-	assert.ErrorContains(t, err, "no status column")
-}
-
 func TestParseTierScenarios(t *testing.T) {
 	s, err := parseTierScenarios("all")
 	require.NoError(t, err)
@@ -159,8 +144,8 @@ func TestParseTierScenarios(t *testing.T) {
 	s, err = parseTierScenarios("throttle+age=30s, stock+gomemlimit")
 	require.NoError(t, err)
 	assert.Equal(t, []tierScenario{
-		{name: "throttle+age=30s", kind: gwThrottle, connAge: 30 * time.Second},
-		{name: "stock+gomemlimit", kind: gwStock, gomemlimit: true},
+		{name: "throttle+age=30s", kind: colconfig.KindThrottle, connAge: 30 * time.Second},
+		{name: "stock+gomemlimit", kind: colconfig.KindStock, gomemlimit: true},
 	}, s)
 
 	for in, want := range map[string]string{
@@ -238,16 +223,16 @@ func TestIncrease(t *testing.T) {
 // scenarios only.
 func TestTierChecks(t *testing.T) {
 	sums := []*tierSummary{
-		{Scenario: "stock", Gateway: gwStock, Round: 1, Factor: 1, BurstSinkRate: 1000},
-		{Scenario: "throttle", Gateway: gwThrottle, Round: 1, Factor: 1, BurstSinkRate: 960},
-		{Scenario: "stock", Gateway: gwStock, Round: 2, Factor: 1, BurstSinkRate: 1000},
-		{Scenario: "throttle", Gateway: gwThrottle, Round: 2, Factor: 1, BurstSinkRate: 940},
+		{Scenario: "stock", Gateway: colconfig.KindStock, Round: 1, Factor: 1, BurstSinkRate: 1000},
+		{Scenario: "throttle", Gateway: colconfig.KindThrottle, Round: 1, Factor: 1, BurstSinkRate: 960},
+		{Scenario: "stock", Gateway: colconfig.KindStock, Round: 2, Factor: 1, BurstSinkRate: 1000},
+		{Scenario: "throttle", Gateway: colconfig.KindThrottle, Round: 2, Factor: 1, BurstSinkRate: 940},
 		{
-			Scenario: "throttle", Gateway: gwThrottle, Round: 1, Factor: 1.5, BurstSinkRate: 950, BurstPctCapacity: 95,
+			Scenario: "throttle", Gateway: colconfig.KindThrottle, Round: 1, Factor: 1.5, BurstSinkRate: 950, BurstPctCapacity: 95,
 			delivery: delivery{AgentAccepted: 100, SinkSpans: 100}, WeakReplica: "r3", WeakShare: 30, WeakCapShare: 20,
 		},
 		{
-			Scenario: "throttle", Gateway: gwThrottle, Round: 2, Factor: 1.5, BurstSinkRate: 800, BurstPctCapacity: 80,
+			Scenario: "throttle", Gateway: colconfig.KindThrottle, Round: 2, Factor: 1.5, BurstSinkRate: 800, BurstPctCapacity: 80,
 			delivery: delivery{AgentAccepted: 100, SinkSpans: 90, AgentSent: 95, Lost: 5}, OOMKills: 1, WeakReplica: "r3", WeakShare: 31, WeakCapShare: 20,
 		},
 	}
@@ -305,7 +290,7 @@ func TestTierThrottleDelivers(t *testing.T) {
 	o.warmup, o.burst, o.drainMax, o.settle = 3*time.Second, 30*time.Second, 2*time.Minute, 5*time.Second
 	o, err := setupTier(o)
 	require.NoError(t, err)
-	if o.tier.haproxy, err = findHAProxy(o.tier.haproxy); err != nil {
+	if o.tier.haproxy, err = haproxy.Find(o.tier.haproxy); err != nil {
 		t.Skip(err)
 	}
 
@@ -317,7 +302,7 @@ func TestTierThrottleDelivers(t *testing.T) {
 	rl, err := harness.CreateCSV(filepath.Join(o.out, "timeline-replicas.csv"), replicaTimelineHeader)
 	require.NoError(t, err)
 	defer rl.Close()
-	sc := tierScenario{name: gwThrottle, kind: gwThrottle}
+	sc := tierScenario{name: colconfig.KindThrottle, kind: colconfig.KindThrottle}
 	s, err := runTierScenario(ctx, o, o.tier.capacities, sc, 1, 1.5, tl, rl)
 	require.NoError(t, err, "files in %s", o.out)
 	var b strings.Builder

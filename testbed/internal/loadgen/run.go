@@ -49,7 +49,7 @@ func New(cfg Config) (*Runner, error) {
 			if r.payloads[k] != nil {
 				continue
 			}
-			pl, err := BuildPayload(w.Signal, p.Items, p.AttrSize, cfg.Encoding, cfg.Gzip)
+			pl, err := buildPayload(w.Signal, p.Items, p.AttrSize, cfg.Encoding, cfg.Gzip, cfg.Resource)
 			if err != nil {
 				return nil, err
 			}
