@@ -132,31 +132,3 @@ func TestFleetThrottleDelivers(t *testing.T) {
 	last := sum.points[len(sum.points)-1]
 	assert.NotEqual(t, 2.0, last.state, "Open left standing after the drain")
 }
-
-func TestCapacitySearch(t *testing.T) {
-	// f runs the search over (offered, delivered) steps and checks the
-	// number of steps it takes and the capacity it finds.
-	f := func(steps [][2]float64, wantSteps int, wantBest, wantOffered float64) {
-		t.Helper()
-		var c capacitySearch
-		n := 0
-		for _, s := range steps {
-			n++
-			if c.step(s[0], s[1]) {
-				break
-			}
-		}
-		assert.Equal(t, wantSteps, n)
-		assert.InDelta(t, wantBest, c.best, 0.5)
-		assert.InDelta(t, wantOffered, c.bestOffered, 0.5, "the rate to measure again is the best step's")
-	}
-	// Keeping up: never done.
-	f([][2]float64{{4000, 4000}, {5000, 5000}, {6250, 6200}}, 3, 6200, 6250)
-	// A plateau: two steps behind without a gain end it.
-	f([][2]float64{{15259, 14949}, {19073, 15500}, {23842, 15300}, {29802, 15000}}, 3, 15500, 19073)
-	// A noisy step behind, then one that still gains: the search goes on
-	// to the plateau (the rule of two steps behind stopped at 18,529).
-	f([][2]float64{{15259, 14949}, {19073, 15159}, {23842, 18529}, {29802, 23000}, {37252, 23500}, {46566, 22000}, {58207, 21000}}, 6, 23500, 37252)
-	// Behind from the start, falling: done after two.
-	f([][2]float64{{4000, 1000}, {5000, 900}}, 2, 1000, 4000)
-}

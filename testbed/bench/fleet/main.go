@@ -241,11 +241,11 @@ func checkCommon(o options) error {
 }
 
 // checkCapacitySearch checks the capacity measurement's flags.
-func checkCapacitySearch(o options) error {
-	if o.capStart <= 0 || o.capGrowth <= 1 || o.capMaxSteps < 1 || o.capStep <= 0 {
-		return errors.New("-capacity-start, -capacity-step and -capacity-max-steps must be > 0 and -capacity-growth > 1")
-	}
-	return nil
+func checkCapacitySearch(o options) error { return o.capacitySteps().Check() }
+
+// capacitySteps are the capacity measurement's steps.
+func (o options) capacitySteps() harness.CapacitySteps {
+	return harness.CapacitySteps{Start: o.capStart, Growth: o.capGrowth, MaxSteps: o.capMaxSteps, Step: o.capStep}
 }
 
 // parseList parses a comma-separated list of values with parse (a
