@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -123,13 +124,13 @@ type roundResult struct {
 	// The gateway: OOM kills and restarts, peak working set and its limit,
 	// its mean CPU (% of its quota) and the machine's (% of all its cores)
 	// over the load window, the machine's busiest sample.
-	OOMKills    int `json:"oom_kills"`
-	Restarts    int `json:"restarts"`
-	PeakWSBytes num `json:"peak_ws_bytes"`
-	LimitBytes  num `json:"limit_bytes"`
-	CPUMeanPct  num `json:"cpu_mean_pct"`
-	HostMeanPct num `json:"host_busy_mean_pct"`
-	HostMaxPct  num `json:"host_busy_max_pct"`
+	OOMKills    uint64 `json:"oom_kills"`
+	Restarts    int    `json:"restarts"`
+	PeakWSBytes num    `json:"peak_ws_bytes"`
+	LimitBytes  num    `json:"limit_bytes"`
+	CPUMeanPct  num    `json:"cpu_mean_pct"`
+	HostMeanPct num    `json:"host_busy_mean_pct"`
+	HostMaxPct  num    `json:"host_busy_max_pct"`
 	// The throttle (NaN without): seconds Shedding and Open in the load
 	// window, peak in-flight bytes reserved and the budget, and its
 	// decisions over the round (HTTP requests; counted again from 0 after
@@ -238,7 +239,7 @@ func gatewayFigures(res *roundResult, pts []point, w loadWindow, interval time.D
 	res.ShedSeconds, res.OpenSeconds, res.PeakReserved, res.Budget = num(math.NaN()), num(math.NaN()), num(math.NaN()), num(math.NaN())
 	for _, p := range pts {
 		if p.cgOK {
-			res.OOMKills = max(res.OOMKills, int(p.cg.OOMKills))
+			res.OOMKills = max(res.OOMKills, p.cg.OOMKills)
 			res.PeakWSBytes = num(maxNaN(float64(res.PeakWSBytes), float64(p.cg.WorkingSet)))
 			res.LimitBytes = num(float64(p.cg.Limit))
 		}
@@ -398,7 +399,7 @@ func (c comparison) targets() []target {
 		},
 		{
 			Name:     "0 OOM kills",
-			Measured: fmt.Sprintf("%d", ooms),
+			Measured: strconv.FormatUint(ooms, 10),
 			Pass:     ooms == 0,
 		},
 	}

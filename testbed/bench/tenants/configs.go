@@ -37,11 +37,11 @@ const (
 	maxTenants = proxyAddrByte - firstTenantAddr
 )
 
-var proxyAddr = netip.AddrFrom4([4]byte{127, 0, 0, proxyAddrByte})
+var proxyAddr = netip.MustParseAddr(fmt.Sprintf("127.0.0.%d", proxyAddrByte))
 
-// tenantAddr is the source address of tenant i's agent.
+// tenantAddr is the source address of tenant i's agent (i < maxTenants).
 func tenantAddr(i int) netip.Addr {
-	return netip.AddrFrom4([4]byte{127, 0, 0, byte(firstTenantAddr + i)})
+	return netip.MustParseAddr(fmt.Sprintf("127.0.0.%d", firstTenantAddr+i))
 }
 
 // gateway is one gateway under test: a kind of colconfig and, for the
@@ -60,10 +60,14 @@ type gateway struct {
 // gateways are the gateways compared, in the order they run.
 var gateways = []gateway{
 	{name: "throttle-address", kind: colconfig.KindThrottle},
-	{name: "throttle-tenant", kind: colconfig.KindThrottle,
-		throttle: "admission:\n  fairness: { key: header, header: " + tenantHeader + " }"},
-	{name: "throttle-forwarded", kind: colconfig.KindThrottle, proxyOnly: true,
-		throttle: "admission:\n  fairness: { key: address, trusted_proxies: [\"" + proxyAddr.String() + "\"] }"},
+	{
+		name: "throttle-tenant", kind: colconfig.KindThrottle,
+		throttle: "admission:\n  fairness: { key: header, header: " + tenantHeader + " }",
+	},
+	{
+		name: "throttle-forwarded", kind: colconfig.KindThrottle, proxyOnly: true,
+		throttle: "admission:\n  fairness: { key: address, trusted_proxies: [\"" + proxyAddr.String() + "\"] }",
+	},
 	{name: colconfig.KindStock, kind: colconfig.KindStock},
 	{name: colconfig.KindMLExt, kind: colconfig.KindMLExt},
 }

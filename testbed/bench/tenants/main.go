@@ -126,7 +126,7 @@ func defaultOptions() options {
 	return options{
 		stockBin: "_build/stock/otelcol-stock", throttleBin: "_build/otelcol-throttle", mlextBin: "_build/mlext/otelcol-mlext",
 		haproxyBin: "haproxy", name: "tenants", gateways: gateways, topologies: topologies,
-		tenants: 10, noisyFactor: 10, load: 0.7, cpus: 0.1, memMiB: 200,
+		tenants: 10, noisyFactor: 10, load: 0.8, cpus: 0.1, memMiB: 200,
 		capSteps: harness.CapacitySteps{Start: 4000, Growth: 1.25, MaxSteps: 14, Step: 10 * time.Second},
 		warmup:   5 * time.Second, round: 40 * time.Second, drainMax: 30 * time.Second, settle: 3 * time.Second,
 		interval: time.Second, spans: 200, attrSize: 256,

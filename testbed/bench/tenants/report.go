@@ -17,8 +17,8 @@ import (
 	"github.com/otelthrottle/throttle/testbed/bench/report"
 )
 
-// chartFile is the run's chart: the noisy rounds behind the proxy.
-const chartFile = "tenants-proxy.png"
+// chartFile is a run's chart of a topology: its noisy rounds.
+func chartFile(topology string) string { return "tenants-" + topology + ".png" }
 
 // writeReport writes summary.csv, the chart and report.md of the run in
 // dir from its setup.json, results.json, machine.txt and capacity.md.
@@ -39,22 +39,25 @@ func writeReport(dir string) error {
 	if err := harness.WriteCSV(filepath.Join(dir, summaryFile), summaryHeader, summaryRows(results)); err != nil {
 		return err
 	}
-	var chart string
-	var rounds []string
-	for _, r := range results {
-		if r.Topology == topoProxy && r.Round == roundNoisy {
-			rounds = append(rounds, r.Name)
+	var charts []string
+	for _, topo := range topologies {
+		var rounds []string
+		for _, r := range results {
+			if r.Topology == topo && r.Round == roundNoisy {
+				rounds = append(rounds, r.Name)
+			}
 		}
-	}
-	if len(rounds) > 0 {
-		p, err := report.TenantsChart(dir, chartFile, rounds, tenantName(s.Noisy))
+		if len(rounds) == 0 {
+			continue
+		}
+		p, err := report.TenantsChart(dir, chartFile(topo), rounds, tenantName(s.Noisy))
 		if err != nil {
 			return fmt.Errorf("chart: %w", err)
 		}
-		chart = filepath.Base(p)
+		charts = append(charts, filepath.Base(p))
 	}
 	var b bytes.Buffer
-	renderReport(&b, s, results, string(machine), string(capMD), chart)
+	renderReport(&b, s, results, string(machine), string(capMD), charts)
 	return os.WriteFile(filepath.Join(dir, reportFile), b.Bytes(), 0o644)
 }
 
@@ -80,7 +83,7 @@ func comparisons(results []*roundResult) []comparison {
 // proxy, keyed by the tenant header.
 const doneWhenGateway = "throttle-tenant"
 
-func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD, chart string) {
+func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD string, charts []string) {
 	fmt.Fprintf(w, "# Tenants: fairness per tenant behind a proxy\n\n```\n%s```\n\n", machine)
 	noisyRate := s.NoisyFactor * s.Rate
 	capNote := "given with -capacity"
@@ -154,8 +157,8 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD, 
 			opt(float64(c.base.CPUMeanPct), 0), opt(float64(c.noisy.CPUMeanPct), 0),
 			opt(float64(c.base.HostMeanPct), 0), opt(float64(c.noisy.HostMeanPct), 0))
 	}
-	if chart != "" {
-		fmt.Fprintf(w, "\n![tenants behind the proxy](%s)\n", chart)
+	for _, c := range charts {
+		fmt.Fprintf(w, "\n![%s](%s)\n", strings.TrimSuffix(c, ".png"), c)
 	}
 
 	fmt.Fprintf(w, "\n## The gateways' own view\n\n")
@@ -247,10 +250,20 @@ func trust(w io.Writer, comps []comparison) {
 		fmt.Fprintf(w, "The machine's busy share was not recorded.\n")
 		return
 	}
+	p99lo, p99hi := math.Inf(1), math.Inf(-1)
+	for _, c := range comps {
+		if v := float64(c.base.QuietP99Ms); !math.IsNaN(v) {
+			p99lo, p99hi = min(p99lo, v), max(p99hi, v)
+		}
+	}
 	fmt.Fprintf(w, "The machine was %.0f to %.0f %% busy over the rounds' load windows (mean of each); within a pair the rounds differ by up to %.0f points (%s). "+
 		"The noisy round adds the noisy tenant's agent and load, so it is the busier by design. Acceptance, loss and refusals are counts of what the gateway answered "+
 		"and hold however busy the machine was; the latencies and the spans/s delivered move with the machine's load, so a p99 change within the gap between "+
 		"two pairs' baselines, or between a pair's rounds' busy shares, is noise rather than the gateway's doing.\n", lo, hi, worst, worstName)
+	if !math.IsInf(p99lo, 0) {
+		fmt.Fprintf(w, "\nThe quiet tenants' p99 in the baseline rounds, the same offered load in every pair, ranges from %.0f to %.0f ms: "+
+			"that spread is this run's noise in a p99, against which the 10 %% target is to be read.\n", p99lo, p99hi)
+	}
 }
 
 func mib(v num) string {
@@ -295,7 +308,7 @@ func summaryRows(results []*roundResult) [][]string {
 			}
 			row = append(row, strconv.FormatInt(t.Spans[classOK], 10), strconv.FormatInt(sum(t.Spans[:])-t.Spans[classOK], 10),
 				opt(float64(t.P50Ms), 2), opt(float64(t.P99Ms), 2), opt(float64(r.QuietP99Ms), 2),
-				strconv.Itoa(r.OOMKills), strconv.Itoa(r.Restarts), mib(r.PeakWSBytes), mib(r.LimitBytes),
+				strconv.FormatUint(r.OOMKills, 10), strconv.Itoa(r.Restarts), mib(r.PeakWSBytes), mib(r.LimitBytes),
 				opt(float64(r.CPUMeanPct), 1), opt(float64(r.HostMeanPct), 1), opt(float64(r.HostMaxPct), 1),
 				opt(float64(r.ShedSeconds), 0), opt(float64(r.OpenSeconds), 0), opt(float64(r.Allowed), 0),
 				opt(float64(r.DeniedShed), 0), opt(float64(r.DeniedOpen), 0), opt(float64(r.DeniedBudget), 0),

@@ -242,7 +242,7 @@ func findCapacity(ctx context.Context, o options, tw *harness.CSVFile, out io.Wr
 		return 0, err
 	}
 	fmt.Fprintf(out, "\nCapacity of the gateway (%.2g CPU, stock, memory not limiting; %d tenants' agents alike, no proxy, %d-span requests):\n\n", o.cpus, o.tenants, o.spans)
-	search, err := o.capSteps.Search(ctx, func(ctx context.Context, rate float64, step int) (float64, error) {
+	search, err := o.capSteps.Search(ctx, func(ctx context.Context, rate float64, _ int) (float64, error) {
 		r.rec.setPhase(fmt.Sprintf("capacity %.0f", rate))
 		got, cpu, err := r.offerCPU(ctx, rate, o.capSteps.Step)
 		logf("capacity: %.0f spans/s offered, %.0f delivered, the gateway at %.0f %% of its CPU quota", rate, got, 100*cpu)

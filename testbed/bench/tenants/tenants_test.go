@@ -117,9 +117,9 @@ func TestPairs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, g, 2)
 	_, err = parseGateways("throttle-tenant,nginx")
-	assert.ErrorContains(t, err, `"nginx"`)
+	require.ErrorContains(t, err, `"nginx"`)
 	_, err = parseTopologies("proxy,mesh")
-	assert.ErrorContains(t, err, `"mesh"`)
+	require.ErrorContains(t, err, `"mesh"`)
 	o := defaultOptions()
 	o.topologies, o.gateways = []string{topoDirect}, []gateway{gateways[2]}
 	assert.ErrorContains(t, o.check(), "nothing to run")
@@ -131,21 +131,24 @@ func TestRoundSpec(t *testing.T) {
 	o := defaultOptions()
 	o.capacity = 10000
 	s := o.setup()
-	assert.InDelta(t, 700, s.Rate, 1e-9, "ten tenants at 70 % of 10000 spans/s")
+	assert.InDelta(t, 800, s.Rate, 1e-9, "ten tenants at 80 % of 10000 spans/s")
 	b := s.spec(pair{topology: topoProxy, gw: gateways[1]}, roundBaseline)
 	n := s.spec(pair{topology: topoProxy, gw: gateways[1]}, roundNoisy)
 	assert.Equal(t, "proxy-throttle-tenant-noisy", n.name())
-	assert.Equal(t, []float64{700, 700, 700, 700, 700, 700, 700, 700, 700, 0}, b.rates)
-	assert.Equal(t, []float64{700, 700, 700, 700, 700, 700, 700, 700, 700, 7000}, n.rates)
+	assert.Equal(t, []float64{800, 800, 800, 800, 800, 800, 800, 800, 800, 0}, b.rates)
+	assert.Equal(t, []float64{800, 800, 800, 800, 800, 800, 800, 800, 800, 8000}, n.rates)
 	assert.Equal(t, 9, n.noisy)
 }
 
-// traces builds an ExportTraceServiceRequest: per resource, its tenant
-// ("" for none) and its spans in each scope.
-func traces(t *testing.T, resources ...struct {
+// res is one resource of traces: its tenant ("" for none) and its spans
+// in each scope.
+type res = struct {
 	tenant string
 	scopes []int
-}) []byte {
+}
+
+// traces builds an ExportTraceServiceRequest of resources.
+func traces(t *testing.T, resources ...res) []byte {
 	t.Helper()
 	td := ptrace.NewTraces()
 	for _, r := range resources {
@@ -168,11 +171,6 @@ func traces(t *testing.T, resources ...struct {
 	return b
 }
 
-type res = struct {
-	tenant string
-	scopes []int
-}
-
 // The sink attributes spans to tenants by their resource attribute,
 // whatever else the resource and scopes hold, gzip'd or not.
 func TestWalkTraces(t *testing.T) {
@@ -192,7 +190,7 @@ func TestWalkTraces(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, b, raw)
 	_, err = readBody(strings.NewReader("x"), "zstd")
-	assert.Error(t, err)
+	require.Error(t, err)
 
 	assert.ErrorIs(t, walkTraces(b[:len(b)-3], tenantAttr, func(string, int64) {}), errProto, "a cut body is malformed")
 }
@@ -273,11 +271,16 @@ func TestClassify(t *testing.T) {
 		err    error
 		want   class
 	}{
-		{200, false, nil, classOK}, {204, true, nil, classOK},
-		{429, true, nil, class429Retry}, {429, false, nil, class429},
-		{503, true, nil, class503Retry}, {503, false, nil, class503},
-		{502, true, nil, classOtherStatus}, {400, false, nil, classOtherStatus},
-		{0, false, nil, classError}, {200, false, io.ErrUnexpectedEOF, classError},
+		{200, false, nil, classOK},
+		{204, true, nil, classOK},
+		{429, true, nil, class429Retry},
+		{429, false, nil, class429},
+		{503, true, nil, class503Retry},
+		{503, false, nil, class503},
+		{502, true, nil, classOtherStatus},
+		{400, false, nil, classOtherStatus},
+		{0, false, nil, classError},
+		{200, false, io.ErrUnexpectedEOF, classError},
 	} {
 		assert.Equal(t, c.want, classify(c.status, c.ra, c.err), "%d %v %v", c.status, c.ra, c.err)
 	}
@@ -322,15 +325,17 @@ func TestTenantAccounting(t *testing.T) {
 // means of the load window alone, the seconds in each state.
 func TestGatewayFigures(t *testing.T) {
 	w := loadWindow{start: time.Unix(10, 0), end: time.Unix(13, 0)}
-	pt := func(sec int64, ws uint64, oom uint64, cpu, host, state float64) point {
-		return point{at: time.Unix(sec, 0), cgOK: true, cg: harness.CgStats{WorkingSet: ws, Limit: 100, OOMKills: oom},
-			cpuPct: cpu, hostPct: host, state: state, reserved: float64(ws), budget: 50}
+	pt := func(sec int64, ws, oom uint64, cpu, host, state float64) point {
+		return point{
+			at: time.Unix(sec, 0), cgOK: true, cg: harness.CgStats{WorkingSet: ws, Limit: 100, OOMKills: oom},
+			cpuPct: cpu, hostPct: host, state: state, reserved: float64(ws), budget: 50,
+		}
 	}
 	var r roundResult
 	gatewayFigures(&r, []point{
 		pt(9, 10, 0, 100, 100, 0), pt(10, 40, 0, 50, 60, 1), pt(11, 30, 1, 70, 80, 2), pt(12, 20, 1, -1, 70, 0), pt(14, 90, 1, 100, 100, 0),
 	}, w, time.Second)
-	assert.Equal(t, 1, r.OOMKills)
+	assert.EqualValues(t, 1, r.OOMKills)
 	assert.InDelta(t, 90, float64(r.PeakWSBytes), 1e-9)
 	assert.InDelta(t, 60, float64(r.CPUMeanPct), 1e-9, "an unknown CPU sample is left out")
 	assert.InDelta(t, 70, float64(r.HostMeanPct), 1e-9)
@@ -340,10 +345,12 @@ func TestGatewayFigures(t *testing.T) {
 	assert.InDelta(t, 50, float64(r.Budget), 1e-9)
 }
 
-// quietTenants makes n quiet tenants alike: acceptance ok of all, p99.
-func quietTenants(n int, okSpans, allSpans int64, rate float64) []tenantResult {
+// quietTenants makes nine quiet tenants alike: okSpans of the 1000 spans
+// they sent accepted, rate delivered.
+func quietTenants(okSpans int64, rate float64) []tenantResult {
+	const allSpans = 1000
 	var out []tenantResult
-	for i := range n {
+	for i := range 9 {
 		t := tenantResult{Tenant: tenantName(i), AgentAccepted: num(allSpans), AgentSent: num(allSpans), Delivered: allSpans, WindowRate: num(rate)}
 		t.Spans[classOK], t.Spans[class429Retry] = okSpans, allSpans-okSpans
 		out = append(out, t)
@@ -354,9 +361,9 @@ func quietTenants(n int, okSpans, allSpans int64, rate float64) []tenantResult {
 // The Done-when targets, computed from a baseline and a noisy round: each
 // passes at its bound and fails past it.
 func TestTargets(t *testing.T) {
-	mk := func(okPerMille int64, p99Base, p99Noisy float64, hinted, refused int64, lost float64, oom int) comparison {
-		base := &roundResult{Round: roundBaseline, Tenants: quietTenants(9, 1000, 1000, 700), QuietP99Ms: num(p99Base), Drained: true}
-		noisy := &roundResult{Round: roundNoisy, Tenants: quietTenants(9, okPerMille, 1000, 690), QuietP99Ms: num(p99Noisy), Drained: true, OOMKills: oom}
+	mk := func(okPerMille int64, p99Base, p99Noisy float64, hinted, refused int64, lost float64, oom uint64) comparison {
+		base := &roundResult{Round: roundBaseline, Tenants: quietTenants(1000, 700), QuietP99Ms: num(p99Base), Drained: true}
+		noisy := &roundResult{Round: roundNoisy, Tenants: quietTenants(okPerMille, 690), QuietP99Ms: num(p99Noisy), Drained: true, OOMKills: oom}
 		noisy.Tenants[0].Delivered -= int64(lost)
 		nt := tenantResult{Tenant: tenantName(9), Noisy: true}
 		nt.Exports[class429Retry], nt.Exports[class429] = hinted, refused-hinted
@@ -393,11 +400,15 @@ func TestReport(t *testing.T) {
 	s.Measured = true
 	require.NoError(t, writeJSON(filepath.Join(dir, setupFile), s))
 	c := func(topo, gw string) []*roundResult {
-		b := &roundResult{Name: topo + "-" + gw + "-baseline", Topology: topo, Gateway: gw, Round: roundBaseline,
-			Tenants: quietTenants(9, 1000, 1000, 700), QuietP99Ms: 100, Drained: true, HostMeanPct: 60, PeakWSBytes: 50 << 20,
-			Allowed: num(math.NaN()), DeniedShed: num(math.NaN())}
-		n := &roundResult{Name: topo + "-" + gw + "-noisy", Topology: topo, Gateway: gw, Round: roundNoisy,
-			Tenants: quietTenants(9, 900, 1000, 650), QuietP99Ms: 130, Drained: true, HostMeanPct: 75, PeakWSBytes: 80 << 20}
+		b := &roundResult{
+			Name: topo + "-" + gw + "-baseline", Topology: topo, Gateway: gw, Round: roundBaseline,
+			Tenants: quietTenants(1000, 700), QuietP99Ms: 100, Drained: true, HostMeanPct: 60, PeakWSBytes: 50 << 20,
+			Allowed: num(math.NaN()), DeniedShed: num(math.NaN()),
+		}
+		n := &roundResult{
+			Name: topo + "-" + gw + "-noisy", Topology: topo, Gateway: gw, Round: roundNoisy,
+			Tenants: quietTenants(900, 650), QuietP99Ms: 130, Drained: true, HostMeanPct: 75, PeakWSBytes: 80 << 20,
+		}
 		n.Tenants = append(n.Tenants, tenantResult{Tenant: tenantName(9), Noisy: true, Rate: 7000})
 		return []*roundResult{b, n}
 	}
@@ -409,11 +420,20 @@ func TestReport(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, capacityFile), []byte("\nCapacity: 10000 spans/s.\n"), 0o644))
 	tl, err := harness.CreateCSV(filepath.Join(dir, timelineFile), timelineHeader(10))
 	require.NoError(t, err)
+	for _, r := range results[:4] {
+		for sec := range 5 {
+			row := make([]string, len(timelineHeader(10)))
+			row[0], row[4], row[6] = r.Name, itoa(sec), "load"
+			for i := range 10 {
+				row[len(row)-3*(10-i)] = itoa(700 * sec)
+			}
+			tl.Write(row)
+		}
+	}
 	require.NoError(t, tl.Close())
 
-	err = writeReport(dir)
-	require.ErrorContains(t, err, "chart", "no timeline rows for the chart")
-	results = results[4:] // only the direct pair: no chart
+	require.ErrorContains(t, writeReport(dir), "chart", "the direct topology's noisy round is not in the timeline")
+	results = results[:4]
 	require.NoError(t, writeJSON(filepath.Join(dir, resultsFile), results))
 	require.NoError(t, writeReport(dir))
 	md, err := os.ReadFile(filepath.Join(dir, reportFile))
@@ -422,16 +442,19 @@ func TestReport(t *testing.T) {
 	info := harness.ParseRunInfo(text)
 	assert.Equal(t, "abc1234", info.Commit)
 	assert.Equal(t, "bin/tenants -round 40s", info.Command)
-	assert.Contains(t, text, "| the nine quiet tenants keep >= 99 % of the acceptance they have without the noisy tenant | **fail**: lowest tenant 90.0 %, pooled 90.0 % |")
+	assert.Contains(t, text, "| the nine quiet tenants keep >= 99 % of the acceptance they have without the noisy tenant | **fail**: lowest tenant 90.0 %, pooled 90.0 % | **fail**: lowest tenant 90.0 %, pooled 90.0 % |")
+	assert.Contains(t, text, "![tenants-proxy](tenants-proxy.png)")
+	assert.FileExists(t, filepath.Join(dir, "tenants-proxy.png"))
 	assert.Contains(t, text, "| their p99 latency rises <= 10 % | **fail**: 100.0 -> 130.0 ms (+30.0 %) |")
+	assert.Contains(t, text, "ranges from 100 to 100 ms")
 	assert.Contains(t, text, "Capacity: 10000 spans/s.")
 	assert.Contains(t, text, "within a pair the rounds differ by up to 15 points")
 	sum, err := report.ReadCSV(filepath.Join(dir, summaryFile))
 	require.NoError(t, err)
-	assert.Len(t, sum.Rows, 19, "a row per round and tenant")
+	assert.Len(t, sum.Rows, 38, "a row per round and tenant")
 	assert.Equal(t, "0.90000", sum.Rows[9]["acceptance"])
 
-	results, err = nil, nil
+	results = nil
 	require.NoError(t, readJSON(filepath.Join(dir, resultsFile), &results))
 	assert.True(t, math.IsNaN(float64(results[0].Allowed)), "a missing figure stays missing")
 
