@@ -43,7 +43,7 @@ func TenantsChart(dir, file string, rounds []string, noisy string) (string, erro
 		return "", fmt.Errorf("%s: none of the rounds %v in timeline.csv", dir, rounds)
 	}
 	last := ps[len(ps)-1]
-	last.X.Label.Text = "seconds since the round's gateway started (the load window between the grey dashed lines)"
+	last.X.Label.Text = "seconds since the round started (the load window between the grey dashed lines)"
 	last.X.Label.TextStyle.Font.Size = vg.Points(10)
 	path := filepath.Join(dir, file)
 	return path, writeStackPNG(ps, path)

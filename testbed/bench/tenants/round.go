@@ -265,7 +265,7 @@ func (r *round) load(ctx context.Context, warmup, length time.Duration) (map[int
 	for j, rep := range reps {
 		var c loadgen.Counts
 		for _, p := range rep.Phases {
-			c = addCounts(c, p.Total)
+			c.Add(p.Total)
 			if p.Phase.Name != "load" {
 				continue
 			}
@@ -298,20 +298,6 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return string(l.b)
-}
-
-func addCounts(a, b loadgen.Counts) loadgen.Counts {
-	a.Sent += b.Sent
-	a.OK += b.OK
-	a.Rejected += b.Rejected
-	a.Unavailable += b.Unavailable
-	a.Other += b.Other
-	a.Errors += b.Errors
-	a.Skipped += b.Skipped
-	a.SentItems += b.SentItems
-	a.AcceptedItems += b.AcceptedItems
-	a.SentBytes += b.SentBytes
-	return a
 }
 
 // agentFlow is what an agent's own metrics count, in spans.

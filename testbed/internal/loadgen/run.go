@@ -294,7 +294,7 @@ func (r *Runner) runPhase(ctx context.Context, p Phase) *PhaseReport {
 		if c.Sent+c.Skipped > 0 {
 			pr.PerSignal[Signal(s)] = c
 		}
-		pr.Total.add(c)
+		pr.Total.Add(c)
 	}
 	pr.Codes = cloneCodes(pa.codes)
 	lat := slices.Clone(pa.latencies)

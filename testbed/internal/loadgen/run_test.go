@@ -142,10 +142,10 @@ func TestRunHTTPPattern(t *testing.T) {
 				assert.Equal(t, p.Total.OK*int64(p.Phase.Items), p.Total.AcceptedItems, p.Phase.Name)
 				assert.Equal(t, p.Total.OK, p.Codes[200])
 				assert.Equal(t, p.Total.Rejected, p.Codes[429])
-				total.add(p.Total)
+				total.Add(p.Total)
 				for s, c := range p.PerSignal {
 					pc := perSignal[s]
-					pc.add(c)
+					pc.Add(c)
 					perSignal[s] = pc
 				}
 			}
@@ -349,10 +349,10 @@ func TestRunGRPC(t *testing.T) {
 				assert.Zero(t, p.Total.Errors+p.Total.Other+p.Total.Unavailable)
 				assert.Equal(t, p.Total.OK, p.Codes[int(codes.OK)])
 				assert.Equal(t, p.Total.Rejected, p.Codes[int(codes.ResourceExhausted)])
-				total.add(p.Total)
+				total.Add(p.Total)
 				for s, c := range p.PerSignal {
 					pc := per[s]
-					pc.add(c)
+					pc.Add(c)
 					per[s] = pc
 				}
 			}
