@@ -251,9 +251,13 @@ func trust(w io.Writer, comps []comparison) {
 		return
 	}
 	p99lo, p99hi := math.Inf(1), math.Inf(-1)
+	cpulo, cpuhi := math.Inf(1), math.Inf(-1)
 	for _, c := range comps {
 		if v := float64(c.base.QuietP99Ms); !math.IsNaN(v) {
 			p99lo, p99hi = min(p99lo, v), max(p99hi, v)
+		}
+		if v := float64(c.base.CPUMeanPct); !math.IsNaN(v) {
+			cpulo, cpuhi = min(cpulo, v), max(cpuhi, v)
 		}
 	}
 	fmt.Fprintf(w, "The machine was %.0f to %.0f %% busy over the rounds' load windows (mean of each); within a pair the rounds differ by up to %.0f points (%s). "+
@@ -261,8 +265,9 @@ func trust(w io.Writer, comps []comparison) {
 		"and hold however busy the machine was; the latencies and the spans/s delivered move with the machine's load, so a p99 change within the gap between "+
 		"two pairs' baselines, or between a pair's rounds' busy shares, is noise rather than the gateway's doing.\n", lo, hi, worst, worstName)
 	if !math.IsInf(p99lo, 0) {
-		fmt.Fprintf(w, "\nThe quiet tenants' p99 in the baseline rounds, the same offered load in every pair, ranges from %.0f to %.0f ms: "+
-			"that spread is this run's noise in a p99, against which the 10 %% target is to be read.\n", p99lo, p99hi)
+		fmt.Fprintf(w, "\nThe quiet tenants' p99 in the baseline rounds, the same load offered to every gateway, ranges from %.0f to %.0f ms, "+
+			"the gateways' CPU then from %.0f to %.0f %% of the quota: part of that spread is the gateways' own cost, part the machine's noise, "+
+			"and the 10 %% target is to be read against it.\n", p99lo, p99hi, cpulo, cpuhi)
 	}
 }
 
