@@ -179,7 +179,7 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD s
 	fmt.Fprintf(w, "Spans unless named otherwise. Exports by answer: ok, 429 with Retry-After, 429 without, 503 with, 503 without, other status, no answer.\n")
 	for _, c := range comps {
 		fmt.Fprintf(w, "\n### %s, %s\n\n", c.noisy.Topology, c.noisy.Gateway)
-		fmt.Fprintf(w, "| tenant | round | offered spans/s | acceptance | delivered spans/s (window) | agent accepted | delivered | lost | backlog | exports ok / 429+RA / 429 / 503+RA / 503 / other / none | p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprint(w, "| tenant | round | offered spans/s | acceptance | delivered spans/s (window) | agent accepted | delivered | lost | backlog | exports ok / 429+RA / 429 / 503+RA / 503 / other / none | p50 / p99 ms | host busy % |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, n := range c.noisy.Tenants {
 			for _, r := range []*roundResult{c.base, c.noisy} {
 				t := r.tenant(n.Tenant)
@@ -190,9 +190,9 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD s
 				for i, v := range t.Exports {
 					ex[i] = strconv.FormatInt(v, 10)
 				}
-				fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %.0f | %d | %.0f | %.0f | %s | %s / %s |\n", t.Tenant, r.Round, float64(t.Rate),
+				fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %.0f | %d | %.0f | %.0f | %s | %s / %s | %s |\n", t.Tenant, r.Round, float64(t.Rate),
 					pct(t.Acceptance(), 2), opt(float64(t.WindowRate), 0), float64(t.AgentAccepted), t.Delivered, t.Lost(), t.Backlog(),
-					strings.Join(ex, " / "), opt(float64(t.P50Ms), 1), opt(float64(t.P99Ms), 1))
+					strings.Join(ex, " / "), opt(float64(t.P50Ms), 1), opt(float64(t.P99Ms), 1), opt(float64(r.HostMeanPct), 0))
 			}
 		}
 	}
