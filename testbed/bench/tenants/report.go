@@ -110,7 +110,8 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD s
 		"and records its answer and timing. *Acceptance* is the share of the spans a tenant's agent sent (every attempt, retries included) "+
 		"that the gateway accepted (2xx); the quiet tenants' is compared with their own in the baseline round of the same gateway. "+
 		"*Delivered* is what the sink counted of the tenant (spans/s over the load window). *Lost* is what the tenant's agent accepted "+
-		"that is neither at the sink nor still in the agent (its *backlog*) after the drain. *p99* is of the accepted exports in the load "+
+		"that is neither at the sink nor still in the agent (its *backlog*) after the drain; for a tenant whose agent was still sending when the round ended "+
+		"(the noisy one, whose backlog the drain does not wait for) it also counts what the gateway had accepted and not yet delivered. *p99* is of the accepted exports in the load "+
 		"window, from the export's arrival at the tap to the end of the answer, pooled over the quiet tenants. Refusals are by status and "+
 		"whether the answer carried Retry-After. *Host busy* is the whole machine's CPU (2 cores, shared with the agents, the proxy, this "+
 		"process and whatever else runs on it), mean over the load window.\n\n")
