@@ -159,9 +159,9 @@ smoke:
 # bench/runs/<date>-<name> (git-ignored); make promote makes one the
 # baseline in bench/results.
 .PHONY: bench-bin
-## bench-bin: build bin/overload, bin/fleet and bin/loadgen from the testbed module.
+## bench-bin: build bin/overload, bin/fleet, bin/tenants and bin/loadgen from the testbed module.
 bench-bin:
-	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/overload ./bench/fleet ./cmd/loadgen
+	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/overload ./bench/fleet ./bench/tenants ./cmd/loadgen
 
 ## overload: the overload benchmark (Linux, root): builds the distribution, then
 ## runs it in a 1 CPU / 300 MiB cgroup under scenarios A B C D M (testbed/bench/overload).
@@ -213,7 +213,7 @@ fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
 
 ## promote: make one run the baseline of its benchmark: RUN=bench/runs/<dir>
-## BENCH=<overload-sweep|fleet-http|fleet-grpc|soak|clients-a..d|hostile|tier-http|tier-grpc|autoscale-http>, and
+## BENCH=<overload-sweep|fleet-http|fleet-grpc|soak|clients-a..d|hostile|tier-http|tier-grpc|autoscale-http|tenants>, and
 ## CHARTS=a.png,b.png when the run has more than three charts. Replaces
 ## bench/results/$(BENCH)/ with the run's report, summary and charts and
 ## updates its row of bench/results/README.md (testbed/bench/promote).
@@ -249,6 +249,22 @@ CLIENTS_FLAGS ?=
 clients: $(OTELCOL) $(OTELCOL_STOCK) clients-js
 	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/clients
 	$(CURDIR)/bin/clients -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) $(CLIENTS_FLAGS)
+
+# ---------------------------------------------------------------------------
+## tenants: fairness per tenant (Linux, root, haproxy; about 25 minutes):
+## ten stock agents sending their tenant in a header, one at ten times the
+## others' rate, behind HAProxy in HTTP mode and without a proxy, against
+## the throttle keyed by address, by the tenant header and by the
+## forwarded address, a stock gateway and core's memory_limiter extension,
+## each gateway in a baseline round without the noisy tenant and a round
+## with it (testbed/bench/tenants). The binaries are the defaults' paths,
+## relative to the repository root, as the run records its command. Results
+## in bench/runs/<date>-tenants/ (git-ignored).
+## e.g. make tenants TENANTS_FLAGS='-topologies proxy -gateways throttle-tenant,throttle-address -round 20s'
+TENANTS_FLAGS ?=
+.PHONY: tenants
+tenants: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
+	$(CURDIR)/bin/tenants $(TENANTS_FLAGS)
 
 # ---------------------------------------------------------------------------
 ## hostile: one hostile peer at a time beside normal clients (issue 28;

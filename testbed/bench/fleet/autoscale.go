@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
+	"github.com/otelthrottle/throttle/testbed/bench/internal/haproxy"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
@@ -136,9 +138,9 @@ func setupAutoscale(o options) (options, error) {
 		o.burst = autoscaleLoad
 	}
 	if !slices.Contains(o.set, "scenarios") {
-		o.scenarios = gwThrottle
+		o.scenarios = colconfig.KindThrottle
 		if o.protocol == "grpc" {
-			o.scenarios += "," + gwThrottle + "+age=" + autoscaleConnAge
+			o.scenarios += "," + colconfig.KindThrottle + "+age=" + autoscaleConnAge
 		}
 	}
 	o, err := setupTier(o)
@@ -169,7 +171,7 @@ func parseAutoscaleScenarios(s string) ([]tierScenario, error) {
 		return nil, err
 	}
 	for _, sc := range scens {
-		if sc.kind != gwThrottle {
+		if sc.kind != colconfig.KindThrottle {
 			return nil, fmt.Errorf("-scenarios: %q: the autoscaling replay runs throttle gateways only (the demand signal is theirs)", sc.name)
 		}
 	}
@@ -198,7 +200,7 @@ func runAutoscale(o options) error {
 	if err != nil {
 		return err
 	}
-	if o.tier.haproxy, err = findHAProxy(o.tier.haproxy); err != nil {
+	if o.tier.haproxy, err = haproxy.Find(o.tier.haproxy); err != nil {
 		return err
 	}
 	for _, b := range []string{o.stockBin, o.throttleBin} {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
@@ -57,7 +58,7 @@ func TestSetupAutoscale(t *testing.T) {
 	assert.Equal(t, []float64{0.2, 0.2, 0.2}, got.tier.cpus, "equal replicas")
 	assert.Equal(t, []float64{autoscaleFactor}, got.factors)
 	assert.Equal(t, autoscaleLoad, got.burst)
-	assert.Equal(t, gwThrottle, got.scenarios)
+	assert.Equal(t, colconfig.KindThrottle, got.scenarios)
 	assert.Equal(t, "replay", got.bench)
 	o.protocol = "grpc"
 	got, err = setupAutoscale(o)
@@ -125,7 +126,7 @@ func TestAutoscaleDemandScalesOut(t *testing.T) {
 		require.NoError(t, err)
 		defer ws[i].Close()
 	}
-	sc := tierScenario{name: gwThrottle, kind: gwThrottle}
+	sc := tierScenario{name: colconfig.KindThrottle, kind: colconfig.KindThrottle}
 	run, err := runAutoscaleOnce(ctx, o, o.tier.capacities, sc, signalDemand, 1, 1, ws[0], ws[1], ws[2])
 	require.NoError(t, err, "files in %s", o.out)
 	var b strings.Builder

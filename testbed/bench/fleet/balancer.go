@@ -4,22 +4,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/csv"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"text/template"
-	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
+	"github.com/otelthrottle/throttle/testbed/bench/internal/haproxy"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
 
@@ -90,26 +81,10 @@ backend ` + backendGRPC + `
 
 // balancer is the running HAProxy.
 type balancer struct {
-	proc   *harness.Process
-	socket string
+	*haproxy.Proxy
 	// backend is the backend of the protocol the agents use.
 	backend            string
 	HTTPPort, GRPCPort int
-}
-
-// findHAProxy returns the path of the haproxy binary bin (a name looked up
-// in PATH, or a path), or an error saying how to install it.
-// A plain name is also looked for in /usr/sbin, where Debian installs it
-// and which a non-root PATH often lacks.
-func findHAProxy(bin string) (string, error) {
-	p, err := exec.LookPath(bin)
-	if err != nil && !strings.Contains(bin, "/") {
-		p, err = exec.LookPath(filepath.Join("/usr/sbin", bin))
-	}
-	if err != nil {
-		return "", fmt.Errorf("the balancer %q: %w (Debian: apt-get install haproxy)", bin, err)
-	}
-	return filepath.Abs(p)
 }
 
 // startBalancer starts HAProxy (the binary bin) in front of replicas on
@@ -120,146 +95,40 @@ func (g *group) startBalancer(ctx context.Context, bin string, replicas []balanc
 	if err != nil {
 		return nil, err
 	}
-	// A unix socket's path is limited to 107 bytes: a short one in the
-	// temporary folder rather than in the results folder.
-	sockDir, err := os.MkdirTemp("", "tier-lb-")
-	if err != nil {
-		return nil, err
-	}
-	g.cleanups = append(g.cleanups, func() { _ = os.RemoveAll(sockDir) })
-	cfg := balancerConfig{HTTPPort: ports[0], GRPCPort: ports[1], Socket: filepath.Join(sockDir, "stats.sock"), Replicas: replicas}
-	b, err := colconfig.Render(balancerTmpl, cfg)
-	if err != nil {
-		return nil, err
-	}
-	cfgPath, _ := filepath.Abs(filepath.Join(g.o.out, fmt.Sprintf("config-%s-balancer.cfg", g.name)))
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		return nil, err
-	}
-	// -db: stay in the foreground, so that the PID is HAProxy's own.
-	p, err := harness.StartProcess(harness.ProcessConfig{
-		Bin: bin, Args: []string{"-db", "-f", cfgPath},
-		LogPath: filepath.Join(g.o.out, fmt.Sprintf("log-%s-balancer.txt", g.name)), Logf: logf,
+	cfg := balancerConfig{HTTPPort: ports[0], GRPCPort: ports[1], Replicas: replicas}
+	p, err := haproxy.Start(ctx, haproxy.Config{
+		Bin: bin,
+		Render: func(socket string) ([]byte, error) {
+			cfg.Socket = socket
+			return colconfig.Render(balancerTmpl, cfg)
+		},
+		ConfigPath: filepath.Join(g.o.out, fmt.Sprintf("config-%s-balancer.cfg", g.name)),
+		LogPath:    filepath.Join(g.o.out, fmt.Sprintf("log-%s-balancer.txt", g.name)), Logf: logf,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("starting the balancer: %w", err)
+		return nil, fmt.Errorf("the balancer: %w", err)
 	}
-	g.cleanups = append(g.cleanups, func() { p.Stop(2 * time.Second) })
-	lb := &balancer{proc: p, socket: cfg.Socket, backend: backendHTTP, HTTPPort: cfg.HTTPPort, GRPCPort: cfg.GRPCPort}
+	g.cleanups = append(g.cleanups, p.Stop)
+	lb := &balancer{Proxy: p, backend: backendHTTP, HTTPPort: cfg.HTTPPort, GRPCPort: cfg.GRPCPort}
 	if g.o.protocol == "grpc" {
 		lb.backend = backendGRPC
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := lb.stats()
-		if err == nil {
-			return lb, nil
-		}
-		if _, alive, _ := p.State(); !alive || time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, errors.Join(fmt.Errorf("the balancer did not start (see log-%s-balancer.txt)", g.name), err, ctx.Err())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return lb, nil
 }
 
-// serverStats is what the balancer counted of one replica.
-type serverStats struct {
-	// Status is the replica's health (UP, DOWN, ...).
-	Status string
-	// Conns is the connections open to it now, ConnsTotal all it was
-	// given. (Its byte counts are left out: HAProxy adds a connection's
-	// bytes when it ends, and a gRPC agent's lasts the whole run.)
-	Conns, ConnsTotal float64
+// stats reads the statistics of the agents' backend's servers, by server
+// name.
+func (lb *balancer) stats() (map[string]haproxy.ServerStats, error) {
+	return lb.Stats(lb.backend)
 }
 
-// stats reads the statistics of the agents' backend's servers from the
-// stats socket, by server name.
-func (lb *balancer) stats() (map[string]serverStats, error) {
-	var out map[string]serverStats
-	err := lb.command("show stat", func(r io.Reader) (err error) {
-		out, err = parseStats(bufio.NewReader(r), lb.backend)
-		return err
-	})
-	return out, err
-}
-
-// command sends one command to the stats socket and hands its answer to
-// read.
-func (lb *balancer) command(cmd string, read func(io.Reader) error) error {
-	c, err := net.DialTimeout("unix", lb.socket, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := io.WriteString(c, cmd+"\n"); err != nil {
-		return err
-	}
-	return read(c)
-}
-
-// setReady puts the replica server into rotation in both backends
-// (HAProxy's runtime API, "set server <backend>/<server> state ready"), as
-// a pod that turns ready joins a Service's endpoints.
+// setReady puts the replica server into rotation in both backends, as a
+// pod that turns ready joins a Service's endpoints.
 func (lb *balancer) setReady(server string) error {
 	for _, backend := range []string{backendHTTP, backendGRPC} {
-		err := lb.command(fmt.Sprintf("set server %s/%s state ready", backend, server), func(r io.Reader) error {
-			// It answers nothing when it did it, else why not.
-			b, err := io.ReadAll(r)
-			if msg := strings.TrimSpace(string(b)); msg != "" {
-				return fmt.Errorf("balancer: set server %s/%s state ready: %s", backend, server, msg)
-			}
-			return err
-		})
-		if err != nil {
+		if err := lb.SetReady(backend, server); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// parseStats parses the CSV of HAProxy's "show stat" (a header line "#
-// pxname,svname,...", one line per frontend, backend and server) into the
-// servers of backend.
-func parseStats(r io.Reader, backend string) (map[string]serverStats, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1
-	head, err := cr.Read()
-	if err != nil {
-		return nil, fmt.Errorf("balancer stats: %w", err)
-	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[strings.TrimSpace(strings.TrimPrefix(h, "#"))] = i
-	}
-	for _, need := range []string{"pxname", "svname", "status", "scur", "stot"} {
-		if _, ok := col[need]; !ok {
-			return nil, fmt.Errorf("balancer stats: no %s column", need)
-		}
-	}
-	out := map[string]serverStats{}
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("balancer stats: %w", err)
-		}
-		cell := func(name string) string {
-			if i := col[name]; i < len(rec) {
-				return rec[i]
-			}
-			return ""
-		}
-		if cell("pxname") != backend || cell("svname") == "BACKEND" || cell("svname") == "FRONTEND" {
-			continue
-		}
-		num := func(name string) float64 {
-			v, _ := strconv.ParseFloat(cell(name), 64)
-			return v
-		}
-		out[cell("svname")] = serverStats{Status: cell("status"), Conns: num("scur"), ConnsTotal: num("stot")}
-	}
-	return out, nil
 }

@@ -64,7 +64,7 @@ type fleet struct {
 // fleetSpec is what to start.
 type fleetSpec struct {
 	name    string
-	gateway gatewayConfig
+	gateway colconfig.Gateway
 	gwBin   string
 	gwEnv   []string
 	memMiB  uint64
@@ -112,9 +112,9 @@ func startFleet(ctx context.Context, o options, spec fleetSpec, tw *harness.CSVF
 	}
 	gw := spec.gateway
 	gw.HTTPPort, gw.GRPCPort, gw.MetricsPort, gw.PprofPort, gw.SinkHTTPPort = ports[0], ports[1], ports[2], ports[3], sinkHTTPPort
-	gw.MemoryLimiter = memoryLimiterYAML
+	gw.Bench, gw.MemoryLimiter = "bench/fleet", colconfig.MemoryLimiterYAML
 	f.gwPprof = gw.PprofPort
-	b, err := colconfig.Render(gatewayTmpl, gw)
+	b, err := gw.Render()
 	if err != nil {
 		return nil, err
 	}
@@ -306,47 +306,11 @@ func (o options) gomemlimitEnv() []string {
 // matter: the capacity measurement and the reference scenario.
 func unlimitedMiB(o options) uint64 { return max(o.memMiB, 1024) }
 
-// capacitySearch decides when the capacity measurement has seen the
-// gateway's plateau: a step counts as spent when the sink fell behind the
-// offered rate (received less than capacityBehind of it) and did not raise
-// the best rate by capacityGain; two spent steps in a row end the search. A
-// step that falls behind but still raises the best does not count: one
-// noisy step would otherwise end the search below the plateau.
-type capacitySearch struct {
-	// best is the best rate the sink received, bestOffered the rate offered
-	// in that step.
-	best, bestOffered float64
-	spent             int
-}
-
-const (
-	// capacityBehind is the share of the offered rate below which the sink
-	// has fallen behind it.
-	capacityBehind = 0.85
-	// capacityGain is the gain over the best rate that keeps the search going.
-	capacityGain = 1.05
-)
-
-// step records the rate the sink received at an offered rate and reports
-// whether the search is over.
-func (c *capacitySearch) step(offered, got float64) (done bool) {
-	raised := got > c.best*capacityGain
-	if got > c.best {
-		c.best, c.bestOffered = got, offered
-	}
-	if got < capacityBehind*offered && !raised {
-		c.spent++
-	} else {
-		c.spent = 0
-	}
-	return c.spent >= 2
-}
-
 // measureCapacity finds the rate the stock gateway delivers to the sink at
 // most: the agents and the gateway as in the scenarios, but a memory limit
 // generous enough that memory plays no part, and an open loop stepped up
 // from -capacity-start by -capacity-growth each -capacity-step, until the
-// delivered rate stops growing (capacitySearch). Each step is read over its
+// delivered rate stops growing (harness.CapacitySearch). Each step is read over its
 // second half: a synchronous measurement (each request waiting for the
 // sink) under-reads the rate, since batching and the exporter's queue let
 // the gateway overlap receiving and exporting.
@@ -373,15 +337,15 @@ func findCapacity(ctx context.Context, o options, tw *harness.CSVFile, out io.Wr
 	if err != nil {
 		return 0, err
 	}
-	if search.best <= 0 {
+	if search.Best <= 0 {
 		return 0, fmt.Errorf("nothing delivered (see %s)", o.out)
 	}
-	again, err := remeasureCapacity(ctx, o, tw, search.bestOffered)
+	again, err := remeasureCapacity(ctx, o, tw, search.BestOffered)
 	if err != nil {
 		return 0, err
 	}
 	fmt.Fprintf(out, "\nBest step: %.0f spans/s, at %.0f offered. The same rate offered again to a fresh fleet for %s delivered %.0f spans/s over its second half.\n",
-		search.best, search.bestOffered, remeasureLength(o), again)
+		search.Best, search.BestOffered, remeasureLength(o), again)
 	if again <= 0 {
 		return 0, fmt.Errorf("nothing delivered when the capacity was measured again (see %s)", o.out)
 	}
@@ -389,37 +353,25 @@ func findCapacity(ctx context.Context, o options, tw *harness.CSVFile, out io.Wr
 	return again, nil
 }
 
-// searchCapacity steps the offered rate up until capacitySearch is done,
+// searchCapacity steps the offered rate up until the search is done,
 // writing each step to out.
-func searchCapacity(ctx context.Context, o options, tw *harness.CSVFile, out io.Writer) (*capacitySearch, error) {
+func searchCapacity(ctx context.Context, o options, tw *harness.CSVFile, out io.Writer) (*harness.CapacitySearch, error) {
 	f, err := startCapacityFleet(ctx, o, tw, "capacity")
 	if err != nil {
 		return nil, err
 	}
 	defer f.stop()
 	fmt.Fprintf(out, "\nCapacity of the gateway (%.2g CPU, stock, memory not limiting; %d agents over %s, %d-span requests):\n\n", o.cpus, o.agents, o.protocol, o.spans)
-	fmt.Fprintf(out, "| offered spans/s | delivered spans/s (second half of the step) |\n|---|---|\n")
-	search := &capacitySearch{}
-	rate := o.capStart
-	for step := 0; step < o.capMaxSteps; step++ {
-		got, err := capacityStep(ctx, o, f, rate, o.capStep, fmt.Sprintf("capacity-%02d", step))
-		if err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(out, "| %.0f | %.0f |\n", rate, got)
-		if search.step(rate, got) {
-			break
-		}
-		rate *= o.capGrowth
-	}
-	return search, nil
+	return o.capacitySteps().Search(ctx, func(ctx context.Context, rate float64, step int) (float64, error) {
+		return capacityStep(ctx, o, f, rate, o.capStep, fmt.Sprintf("capacity-%02d", step))
+	}, out)
 }
 
 // startCapacityFleet starts the fleet the capacity is measured on: the
 // stock gateway with memory enough not to matter.
 func startCapacityFleet(ctx context.Context, o options, tw *harness.CSVFile, name string) (*fleet, error) {
 	return startFleet(ctx, o, fleetSpec{
-		name: name, gateway: gatewayConfig{Kind: gwStock},
+		name: name, gateway: colconfig.Gateway{Kind: colconfig.KindStock},
 		gwBin: o.stockBin, memMiB: unlimitedMiB(o),
 	}, tw)
 }
@@ -457,7 +409,7 @@ func capacityStep(ctx context.Context, o options, f *fleet, rate float64, length
 // runScenario runs one scenario: warmup, burst, drain.
 func runScenario(ctx context.Context, o options, s scenario, tw *harness.CSVFile) (*summary, error) {
 	spec := fleetSpec{
-		name: s.name, gateway: gatewayConfig{Kind: s.kind, ThrottleYAML: o.throttleYAML},
+		name: s.name, gateway: colconfig.Gateway{Kind: s.kind, ThrottleYAML: o.throttleYAML},
 		gwBin: o.binFor(s.kind), memMiB: o.memMiB,
 	}
 	if s.unlimited {

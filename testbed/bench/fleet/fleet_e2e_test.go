@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
@@ -46,7 +47,7 @@ func TestFleetThrottleDelivers(t *testing.T) {
 	tl, err := harness.CreateCSV(filepath.Join(o.out, "timeline.csv"), timelineHeader)
 	require.NoError(t, err)
 	defer tl.Close()
-	sum, err := runScenario(ctx, o, scenario{name: gwThrottle, kind: gwThrottle}, tl)
+	sum, err := runScenario(ctx, o, scenario{name: colconfig.KindThrottle, kind: colconfig.KindThrottle}, tl)
 	require.NoError(t, err, "files in %s", o.out)
 	t.Logf("delivered %.2f%% (%d of %d), gateway lost %d, burst %.0f spans/s to the sink, OOM kills %d, restarts %d, peak working set %.1f%%, Open %.0f s, Shedding %.0f s, drained %s",
 		sum.DeliveredPct, sum.SinkSpans, sum.AgentAccepted, sum.Lost, sum.BurstSinkRate, sum.OOMKills, sum.Restarts,

@@ -40,68 +40,40 @@ func TestRenderConfigs(t *testing.T) {
 	}
 
 	// The tier's remedy for gRPC clients that never reconnect.
-	b, err = colconfig.Render(gatewayTmpl, gatewayConfig{
-		Kind: gwThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5,
+	b, err = colconfig.Gateway{
+		Kind: colconfig.KindThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5,
 		MaxConnectionAge: 30 * time.Second, MaxConnectionAgeGrace: 10 * time.Second,
-	})
+	}.Render()
 	require.NoError(t, err)
 	conf := parse(b)
 	assert.Equal(t, "30s", conf.Get("receivers::otlp::protocols::grpc::keepalive::server_parameters::max_connection_age"))
 	assert.Equal(t, "10s", conf.Get("receivers::otlp::protocols::grpc::keepalive::server_parameters::max_connection_age_grace"))
-	b, err = colconfig.Render(gatewayTmpl, gatewayConfig{Kind: gwThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5})
+	b, err = colconfig.Gateway{Kind: colconfig.KindThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5}.Render()
 	require.NoError(t, err)
 	assert.False(t, parse(b).IsSet("receivers::otlp::protocols::grpc::keepalive"), "none unless asked for")
 
 	for _, kind := range kinds {
-		b, err := colconfig.Render(gatewayTmpl, gatewayConfig{
+		b, err := colconfig.Gateway{
 			Kind: kind, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4,
-			SinkHTTPPort: 5, MemoryLimiter: memoryLimiterYAML,
-		})
+			SinkHTTPPort: 5, MemoryLimiter: colconfig.MemoryLimiterYAML,
+		}.Render()
 		require.NoError(t, err)
 		conf := parse(b)
 		procs := []any{"batch"}
-		if kind == gwMemoryLimiter {
+		if kind == colconfig.KindMemoryLimiter {
 			procs = []any{"memory_limiter", "batch"}
 		}
 		assert.Equal(t, procs, conf.Get("service::pipelines::traces::processors"), kind)
 		mw := conf.Get("receivers::otlp::protocols::http::middlewares")
 		switch kind {
-		case gwThrottle:
+		case colconfig.KindThrottle:
 			assert.Equal(t, []any{map[string]any{"id": "throttle"}}, mw)
 			assert.True(t, conf.IsSet("extensions::throttle"), "shipped defaults: an empty throttle section")
-		case gwMLExt:
+		case colconfig.KindMLExt:
 			assert.Equal(t, []any{map[string]any{"id": "memory_limiter"}}, mw)
 			assert.Equal(t, 80, conf.Get("extensions::memory_limiter::limit_percentage"))
 		default:
 			assert.Nil(t, mw, kind)
 		}
 	}
-}
-
-func TestCapacitySearch(t *testing.T) {
-	// f runs the search over (offered, delivered) steps and checks the
-	// number of steps it takes and the capacity it finds.
-	f := func(steps [][2]float64, wantSteps int, wantBest, wantOffered float64) {
-		t.Helper()
-		var c capacitySearch
-		n := 0
-		for _, s := range steps {
-			n++
-			if c.step(s[0], s[1]) {
-				break
-			}
-		}
-		assert.Equal(t, wantSteps, n)
-		assert.InDelta(t, wantBest, c.best, 0.5)
-		assert.InDelta(t, wantOffered, c.bestOffered, 0.5, "the rate to measure again is the best step's")
-	}
-	// Keeping up: never done.
-	f([][2]float64{{4000, 4000}, {5000, 5000}, {6250, 6200}}, 3, 6200, 6250)
-	// A plateau: two steps behind without a gain end it.
-	f([][2]float64{{15259, 14949}, {19073, 15500}, {23842, 15300}, {29802, 15000}}, 3, 15500, 19073)
-	// A noisy step behind, then one that still gains: the search goes on
-	// to the plateau (the rule of two steps behind stopped at 18,529).
-	f([][2]float64{{15259, 14949}, {19073, 15159}, {23842, 18529}, {29802, 23000}, {37252, 23500}, {46566, 22000}, {58207, 21000}}, 6, 23500, 37252)
-	// Behind from the start, falling: done after two.
-	f([][2]float64{{4000, 1000}, {5000, 900}}, 2, 1000, 4000)
 }

@@ -91,6 +91,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/bench/report"
 )
@@ -240,11 +241,11 @@ func checkCommon(o options) error {
 }
 
 // checkCapacitySearch checks the capacity measurement's flags.
-func checkCapacitySearch(o options) error {
-	if o.capStart <= 0 || o.capGrowth <= 1 || o.capMaxSteps < 1 || o.capStep <= 0 {
-		return errors.New("-capacity-start, -capacity-step and -capacity-max-steps must be > 0 and -capacity-growth > 1")
-	}
-	return nil
+func checkCapacitySearch(o options) error { return o.capacitySteps().Check() }
+
+// capacitySteps are the capacity measurement's steps.
+func (o options) capacitySteps() harness.CapacitySteps {
+	return harness.CapacitySteps{Start: o.capStart, Growth: o.capGrowth, MaxSteps: o.capMaxSteps, Step: o.capStep}
 }
 
 // parseList parses a comma-separated list of values with parse (a
@@ -268,14 +269,14 @@ func logf(format string, args ...any) {
 // scenario is one gateway under test.
 type scenario struct {
 	name       string
-	kind       string // gwStock, gwMemoryLimiter, gwMLExt, gwThrottle
+	kind       string // colconfig.KindStock, colconfig.KindMemoryLimiter, colconfig.KindMLExt, colconfig.KindThrottle
 	gomemlimit bool
 	// unlimited gives the gateway memory enough not to matter (see
 	// referenceScenario).
 	unlimited bool
 }
 
-var kinds = []string{gwStock, gwMemoryLimiter, gwMLExt, gwThrottle}
+var kinds = []string{colconfig.KindStock, colconfig.KindMemoryLimiter, colconfig.KindMLExt, colconfig.KindThrottle}
 
 // referenceScenario is the stock gateway with the capacity measurement's
 // memory (unlimitedMiB) through the same burst and drain as the others.
@@ -285,7 +286,7 @@ var kinds = []string{gwStock, gwMemoryLimiter, gwMLExt, gwThrottle}
 // share its cores): the capacity, measured at lighter load, is not reached
 // in a burst by any gateway. Over HTTP agents the burst OOM-kills it even
 // there, so it is no ceiling.
-var referenceScenario = scenario{name: "reference", kind: gwStock, unlimited: true}
+var referenceScenario = scenario{name: "reference", kind: colconfig.KindStock, unlimited: true}
 
 // parseScenarios parses -scenarios.
 func parseScenarios(s string) ([]scenario, error) {
@@ -349,9 +350,9 @@ func (o *options) prepareRun(kinds []string, name string) error {
 
 func (o options) binFor(kind string) string {
 	switch kind {
-	case gwThrottle:
+	case colconfig.KindThrottle:
 		return o.throttleBin
-	case gwMLExt:
+	case colconfig.KindMLExt:
 		return o.mlextBin
 	}
 	return o.stockBin

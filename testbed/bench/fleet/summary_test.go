@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 )
 
 func TestParseScenarios(t *testing.T) {
@@ -23,7 +25,7 @@ func TestParseScenarios(t *testing.T) {
 
 	got, err := parseScenarios("reference, throttle+gomemlimit")
 	require.NoError(t, err)
-	assert.Equal(t, []scenario{referenceScenario, {name: "throttle+gomemlimit", kind: gwThrottle, gomemlimit: true}}, got)
+	assert.Equal(t, []scenario{referenceScenario, {name: "throttle+gomemlimit", kind: colconfig.KindThrottle, gomemlimit: true}}, got)
 
 	_, err = parseScenarios("throttle,baseline")
 	require.ErrorContains(t, err, `unknown scenario "baseline"`)

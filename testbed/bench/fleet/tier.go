@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
+	"github.com/otelthrottle/throttle/testbed/bench/internal/haproxy"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
 
@@ -110,7 +111,7 @@ type tierScenario struct {
 }
 
 // tierKinds are the kinds of -scenarios all in the tier.
-var tierKinds = []string{gwStock, gwMemoryLimiter, gwThrottle}
+var tierKinds = []string{colconfig.KindStock, colconfig.KindMemoryLimiter, colconfig.KindThrottle}
 
 // parseTierScenarios parses -scenarios for the tier: kinds, each optionally
 // with +gomemlimit and +age=<duration> (the gRPC server's
@@ -211,7 +212,7 @@ func runTier(o options) error {
 	if err != nil {
 		return err
 	}
-	if o.tier.haproxy, err = findHAProxy(o.tier.haproxy); err != nil {
+	if o.tier.haproxy, err = haproxy.Find(o.tier.haproxy); err != nil {
 		return err
 	}
 	kinds := make([]string, len(scens))
@@ -454,15 +455,15 @@ func startTier(ctx context.Context, o options, caps []float64, sc tierScenario, 
 		if err != nil {
 			return nil, err
 		}
-		gw := gatewayConfig{
-			Kind: sc.kind, ThrottleYAML: o.throttleYAML, MemoryLimiter: memoryLimiterYAML,
+		gw := colconfig.Gateway{
+			Bench: "bench/fleet (tier)", Kind: sc.kind, ThrottleYAML: o.throttleYAML, MemoryLimiter: colconfig.MemoryLimiterYAML,
 			HTTPPort: ports[0], GRPCPort: ports[1], MetricsPort: ports[2], PprofPort: ports[3], SinkHTTPPort: sinkHTTPPort,
 			MaxConnectionAge: sc.connAge,
 		}
 		if sc.connAge > 0 {
 			gw.MaxConnectionAgeGrace = o.tier.connAgeGrace
 		}
-		if r.cfg, err = colconfig.Render(gatewayTmpl, gw); err != nil {
+		if r.cfg, err = gw.Render(); err != nil {
 			return nil, err
 		}
 		r.bin, r.env, r.metricsPort = o.binFor(sc.kind), env, gw.MetricsPort

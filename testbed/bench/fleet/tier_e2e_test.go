@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/otelthrottle/throttle/internal/testutil/e2eskip"
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
+	"github.com/otelthrottle/throttle/testbed/bench/internal/haproxy"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 	"github.com/otelthrottle/throttle/testbed/internal/distbuild"
 )
@@ -28,7 +30,7 @@ import (
 // /usr/sbin, or a path), or skips the test saying why (fails it under CI).
 func requireHAProxy(tb testing.TB, bin string) string {
 	tb.Helper()
-	p, err := findHAProxy(bin)
+	p, err := haproxy.Find(bin)
 	if err != nil {
 		e2eskip.Missing(tb, "no balancer for the tier's tests: %v", err)
 	}
@@ -210,7 +212,7 @@ func TestTierThrottleDelivers(t *testing.T) {
 	rl, err := harness.CreateCSV(filepath.Join(o.out, "timeline-replicas.csv"), replicaTimelineHeader)
 	require.NoError(t, err)
 	defer rl.Close()
-	sc := tierScenario{name: gwThrottle, kind: gwThrottle}
+	sc := tierScenario{name: colconfig.KindThrottle, kind: colconfig.KindThrottle}
 	s, err := runTierScenario(ctx, o, o.tier.capacities, sc, 1, 1.5, tl, rl)
 	require.NoError(t, err, "files in %s", o.out)
 	var b strings.Builder

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
 
@@ -346,7 +347,7 @@ func writeTierSummaries(o options, caps []float64, sums []*tierSummary) error {
 // factor as s (0 without one).
 func stockRate(sums []*tierSummary, s *tierSummary) float64 {
 	for _, x := range sums {
-		if x.Round == s.Round && x.Factor == s.Factor && x.Scenario == gwStock {
+		if x.Round == s.Round && x.Factor == s.Factor && x.Scenario == colconfig.KindStock {
 			return x.BurstSinkRate
 		}
 	}
@@ -364,7 +365,7 @@ func printTierSummaries(w io.Writer, o options, caps []float64, sums []*tierSumm
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range sums {
 		vsStock := "n/a"
-		if st := stockRate(sums, s); st > 0 && s.Scenario != gwStock {
+		if st := stockRate(sums, s); st > 0 && s.Scenario != colconfig.KindStock {
 			vsStock = fmt.Sprintf("%.2f×", s.BurstSinkRate/st)
 		}
 		host := "n/a"
@@ -451,7 +452,7 @@ func tierChecks(sums []*tierSummary) []tierCheck {
 		return nil
 	}
 	for _, s := range sums {
-		if s.Gateway != gwThrottle {
+		if s.Gateway != colconfig.KindThrottle {
 			continue
 		}
 		add := func(target, measured string, met bool) {

@@ -8,32 +8,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
-
-func TestParseStats(t *testing.T) {
-	text := "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,\n" +
-		"otlp_http,FRONTEND,,,2,3,4096,7,100,50,0,0,0,,,,,OPEN,\n" +
-		"gateways_http,r1,0,0,1,2,,4,60,30,,0,,0,0,0,0,UP,\n" +
-		"gateways_http,r2,0,0,1,1,,3,40,20,,0,,0,0,0,0,DOWN,\n" +
-		"gateways_http,BACKEND,0,0,2,3,410,7,100,50,0,0,,0,0,0,0,UP,\n" +
-		"gateways_grpc,r1,0,0,0,0,,0,0,0,,0,,0,0,0,0,UP,\n\n"
-	st, err := parseStats(strings.NewReader(text), backendHTTP)
-	require.NoError(t, err)
-	assert.Equal(t, map[string]serverStats{
-		"r1": {Status: "UP", Conns: 1, ConnsTotal: 4},
-		"r2": {Status: "DOWN", Conns: 1, ConnsTotal: 3},
-	}, st)
-	_, err = parseStats(strings.NewReader("# pxname,svname\n"), backendHTTP)
-	assert.ErrorContains(t, err, "no status column")
-}
 
 func TestParseTierScenarios(t *testing.T) {
 	s, err := parseTierScenarios("all")
@@ -47,8 +30,8 @@ func TestParseTierScenarios(t *testing.T) {
 	s, err = parseTierScenarios("throttle+age=30s, stock+gomemlimit")
 	require.NoError(t, err)
 	assert.Equal(t, []tierScenario{
-		{name: "throttle+age=30s", kind: gwThrottle, connAge: 30 * time.Second},
-		{name: "stock+gomemlimit", kind: gwStock, gomemlimit: true},
+		{name: "throttle+age=30s", kind: colconfig.KindThrottle, connAge: 30 * time.Second},
+		{name: "stock+gomemlimit", kind: colconfig.KindStock, gomemlimit: true},
 	}, s)
 
 	for in, want := range map[string]string{
@@ -87,16 +70,16 @@ func TestIncrease(t *testing.T) {
 // scenarios only.
 func TestTierChecks(t *testing.T) {
 	sums := []*tierSummary{
-		{Scenario: "stock", Gateway: gwStock, Round: 1, Factor: 1, BurstSinkRate: 1000},
-		{Scenario: "throttle", Gateway: gwThrottle, Round: 1, Factor: 1, BurstSinkRate: 960},
-		{Scenario: "stock", Gateway: gwStock, Round: 2, Factor: 1, BurstSinkRate: 1000},
-		{Scenario: "throttle", Gateway: gwThrottle, Round: 2, Factor: 1, BurstSinkRate: 940},
+		{Scenario: "stock", Gateway: colconfig.KindStock, Round: 1, Factor: 1, BurstSinkRate: 1000},
+		{Scenario: "throttle", Gateway: colconfig.KindThrottle, Round: 1, Factor: 1, BurstSinkRate: 960},
+		{Scenario: "stock", Gateway: colconfig.KindStock, Round: 2, Factor: 1, BurstSinkRate: 1000},
+		{Scenario: "throttle", Gateway: colconfig.KindThrottle, Round: 2, Factor: 1, BurstSinkRate: 940},
 		{
-			Scenario: "throttle", Gateway: gwThrottle, Round: 1, Factor: 1.5, BurstSinkRate: 950, BurstPctCapacity: 95,
+			Scenario: "throttle", Gateway: colconfig.KindThrottle, Round: 1, Factor: 1.5, BurstSinkRate: 950, BurstPctCapacity: 95,
 			delivery: delivery{AgentAccepted: 100, SinkSpans: 100}, WeakReplica: "r3", WeakShare: 30, WeakCapShare: 20,
 		},
 		{
-			Scenario: "throttle", Gateway: gwThrottle, Round: 2, Factor: 1.5, BurstSinkRate: 800, BurstPctCapacity: 80,
+			Scenario: "throttle", Gateway: colconfig.KindThrottle, Round: 2, Factor: 1.5, BurstSinkRate: 800, BurstPctCapacity: 80,
 			delivery: delivery{AgentAccepted: 100, SinkSpans: 90, AgentSent: 95, Lost: 5}, OOMKills: 1, WeakReplica: "r3", WeakShare: 31, WeakCapShare: 20,
 		},
 	}

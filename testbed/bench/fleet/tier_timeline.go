@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/haproxy"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
 
@@ -56,7 +57,7 @@ type replicaPoint struct {
 	state, held                                   float64
 	allowed, deniedShed, deniedOpen, deniedBudget float64
 	accepted, refused                             float64
-	lb                                            serverStats
+	lb                                            haproxy.ServerStats
 	lbOK                                          bool
 }
 

@@ -112,7 +112,7 @@ func (l *loadCounts) setRunners(rs []*loadgen.Runner) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, old := range l.runners {
-		l.base = addCounts(l.base, old.Snapshot().Total)
+		l.base.Add(old.Snapshot().Total)
 	}
 	l.runners = rs
 }
@@ -123,7 +123,7 @@ func (l *loadCounts) total() loadgen.Counts {
 	runners, c := l.runners, l.base
 	l.mu.Unlock()
 	for _, rn := range runners {
-		c = addCounts(c, rn.Snapshot().Total)
+		c.Add(rn.Snapshot().Total)
 	}
 	return c
 }
@@ -305,20 +305,6 @@ type recorder struct {
 
 func newRecorder(scenario string, o options, f *fleet, w *harness.CSVFile) *recorder {
 	return &recorder{timeline: newTimeline[point](f.agents, f.sink), scenario: scenario, o: o, f: f, w: w}
-}
-
-func addCounts(a, b loadgen.Counts) loadgen.Counts {
-	a.Sent += b.Sent
-	a.OK += b.OK
-	a.Rejected += b.Rejected
-	a.Unavailable += b.Unavailable
-	a.Other += b.Other
-	a.Errors += b.Errors
-	a.Skipped += b.Skipped
-	a.SentItems += b.SentItems
-	a.AcceptedItems += b.AcceptedItems
-	a.SentBytes += b.SentBytes
-	return a
 }
 
 // sinkRate is the sink's rate in spans/s between from and to, from the

@@ -103,12 +103,16 @@ type Weighted struct {
 // Config of a run.
 type Config struct {
 	// Target is http://host:port for HTTP, host:port for gRPC.
-	Target      string
-	Protocol    Protocol
-	Encoding    Encoding
-	Gzip        bool
-	Signals     []Weighted
-	Headers     http.Header
+	Target   string
+	Protocol Protocol
+	Encoding Encoding
+	Gzip     bool
+	Signals  []Weighted
+	Headers  http.Header
+	// Resource are attributes added to the resource of every request's
+	// items, as an instrumented service's SDK sets them (a tenant, say),
+	// so that a sink can tell the generators' items apart.
+	Resource    map[string]string
 	Phases      []Phase
 	Timeout     time.Duration // per request; also bounds the drain at the end of a phase
 	GRPCConns   int           // gRPC client connections (requests are spread over them)

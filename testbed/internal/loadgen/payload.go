@@ -61,6 +61,12 @@ func randomText(n int, seed uint64) string {
 // carrying one string attribute of attrSize bytes (the bulk of the size) and
 // a few small ones, as a real instrumentation library would.
 func BuildPayload(s Signal, items, attrSize int, encoding Encoding, gz bool) (*Payload, error) {
+	return buildPayload(s, items, attrSize, encoding, gz, nil)
+}
+
+// buildPayload is BuildPayload with resource attributes added to the
+// items' resource.
+func buildPayload(s Signal, items, attrSize int, encoding Encoding, gz bool, resource map[string]string) (*Payload, error) {
 	if items < 1 {
 		return nil, fmt.Errorf("items per request must be >= 1, got %d", items)
 	}
@@ -68,17 +74,23 @@ func BuildPayload(s Signal, items, attrSize int, encoding Encoding, gz bool) (*P
 	var err error
 	switch s {
 	case Traces:
-		req := ptraceotlp.NewExportRequestFromTraces(buildTraces(items, attrSize))
+		td := buildTraces(items, attrSize)
+		addResource(td.ResourceSpans().At(0).Resource(), resource)
+		req := ptraceotlp.NewExportRequestFromTraces(td)
 		if protoBody, err = req.MarshalProto(); err == nil && encoding == JSON {
 			jsonBody, err = req.MarshalJSON()
 		}
 	case Metrics:
-		req := pmetricotlp.NewExportRequestFromMetrics(buildMetrics(items, attrSize))
+		md := buildMetrics(items, attrSize)
+		addResource(md.ResourceMetrics().At(0).Resource(), resource)
+		req := pmetricotlp.NewExportRequestFromMetrics(md)
 		if protoBody, err = req.MarshalProto(); err == nil && encoding == JSON {
 			jsonBody, err = req.MarshalJSON()
 		}
 	case Logs:
-		req := plogotlp.NewExportRequestFromLogs(buildLogs(items, attrSize))
+		ld := buildLogs(items, attrSize)
+		addResource(ld.ResourceLogs().At(0).Resource(), resource)
+		req := plogotlp.NewExportRequestFromLogs(ld)
 		if protoBody, err = req.MarshalProto(); err == nil && encoding == JSON {
 			jsonBody, err = req.MarshalJSON()
 		}
@@ -105,6 +117,13 @@ func BuildPayload(s Signal, items, attrSize int, encoding Encoding, gz bool) (*P
 		p.Body = buf.Bytes()
 	}
 	return p, nil
+}
+
+// addResource puts attrs into res.
+func addResource(res pcommon.Resource, attrs map[string]string) {
+	for k, v := range attrs {
+		res.Attributes().PutStr(k, v)
+	}
 }
 
 func buildTraces(n, attrSize int) ptrace.Traces {

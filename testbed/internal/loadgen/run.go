@@ -49,7 +49,7 @@ func New(cfg Config) (*Runner, error) {
 			if r.payloads[k] != nil {
 				continue
 			}
-			pl, err := BuildPayload(w.Signal, p.Items, p.AttrSize, cfg.Encoding, cfg.Gzip)
+			pl, err := buildPayload(w.Signal, p.Items, p.AttrSize, cfg.Encoding, cfg.Gzip, cfg.Resource)
 			if err != nil {
 				return nil, err
 			}
@@ -294,7 +294,7 @@ func (r *Runner) runPhase(ctx context.Context, p Phase) *PhaseReport {
 		if c.Sent+c.Skipped > 0 {
 			pr.PerSignal[Signal(s)] = c
 		}
-		pr.Total.add(c)
+		pr.Total.Add(c)
 	}
 	pr.Codes = cloneCodes(pa.codes)
 	lat := slices.Clone(pa.latencies)

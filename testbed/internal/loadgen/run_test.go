@@ -22,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
@@ -141,10 +142,10 @@ func TestRunHTTPPattern(t *testing.T) {
 				assert.Equal(t, p.Total.OK*int64(p.Phase.Items), p.Total.AcceptedItems, p.Phase.Name)
 				assert.Equal(t, p.Total.OK, p.Codes[200])
 				assert.Equal(t, p.Total.Rejected, p.Codes[429])
-				total.add(p.Total)
+				total.Add(p.Total)
 				for s, c := range p.PerSignal {
 					pc := perSignal[s]
-					pc.add(c)
+					pc.Add(c)
 					perSignal[s] = pc
 				}
 			}
@@ -348,10 +349,10 @@ func TestRunGRPC(t *testing.T) {
 				assert.Zero(t, p.Total.Errors+p.Total.Other+p.Total.Unavailable)
 				assert.Equal(t, p.Total.OK, p.Codes[int(codes.OK)])
 				assert.Equal(t, p.Total.Rejected, p.Codes[int(codes.ResourceExhausted)])
-				total.add(p.Total)
+				total.Add(p.Total)
 				for s, c := range p.PerSignal {
 					pc := per[s]
-					pc.add(c)
+					pc.Add(c)
 					per[s] = pc
 				}
 			}
@@ -407,4 +408,46 @@ func BenchmarkSendHTTP(b *testing.B) {
 			b.Fatal(res)
 		}
 	}
+}
+
+// Resource attributes go into the resource of every request's items, of
+// every signal, beside the generator's own.
+func TestResourceAttributes(t *testing.T) {
+	sigs, err := ParseSignals("traces,metrics,logs")
+	require.NoError(t, err)
+	r, err := New(Config{
+		Target: "http://127.0.0.1:9", Protocol: HTTP, Signals: sigs, Timeout: time.Second,
+		Resource: map[string]string{"tenant": "tenant-4"},
+		Phases:   []Phase{{Name: "p", Duration: time.Second, Rate: 1, MaxInflight: 1, Items: 3}},
+	})
+	require.NoError(t, err)
+	defer r.snd.close()
+	for _, p := range r.Payloads() {
+		var res pcommon.Map
+		switch p.Signal {
+		case Traces:
+			req := ptraceotlp.NewExportRequest()
+			require.NoError(t, req.UnmarshalProto(p.Proto))
+			res = req.Traces().ResourceSpans().At(0).Resource().Attributes()
+		case Metrics:
+			req := pmetricotlp.NewExportRequest()
+			require.NoError(t, req.UnmarshalProto(p.Proto))
+			res = req.Metrics().ResourceMetrics().At(0).Resource().Attributes()
+		case Logs:
+			req := plogotlp.NewExportRequest()
+			require.NoError(t, req.UnmarshalProto(p.Proto))
+			res = req.Logs().ResourceLogs().At(0).Resource().Attributes()
+		}
+		v, ok := res.Get("tenant")
+		require.True(t, ok, p.Signal.String())
+		assert.Equal(t, "tenant-4", v.Str())
+		_, ok = res.Get("service.name")
+		assert.True(t, ok, "the generator's own attributes stay")
+	}
+	plain, err := BuildPayload(Traces, 3, 0, Proto, false)
+	require.NoError(t, err)
+	req := ptraceotlp.NewExportRequest()
+	require.NoError(t, req.UnmarshalProto(plain.Proto))
+	_, ok := req.Traces().ResourceSpans().At(0).Resource().Attributes().Get("tenant")
+	assert.False(t, ok, "none unless asked for")
 }

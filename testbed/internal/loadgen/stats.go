@@ -62,7 +62,8 @@ type Counts struct {
 // Done is the number of answered or failed requests.
 func (c Counts) Done() int64 { return c.OK + c.Rejected + c.Unavailable + c.Other + c.Errors }
 
-func (c *Counts) add(o Counts) {
+// Add adds o's counts to c: the counts of several generators or phases.
+func (c *Counts) Add(o Counts) {
 	c.Sent += o.Sent
 	c.OK += o.OK
 	c.Rejected += o.Rejected
@@ -183,9 +184,9 @@ func (r *Recorder) Sent(phase int, p *Payload) {
 	c := Counts{Sent: 1, SentItems: int64(p.Items), SentBytes: int64(len(p.Body))}
 	now := r.now()
 	r.mu.Lock()
-	r.phases[phase].perSignal[p.Signal].add(c)
-	r.cum[p.Signal].add(c)
-	r.bucket(r.second(now), phase, p.Signal).add(c)
+	r.phases[phase].perSignal[p.Signal].Add(c)
+	r.cum[p.Signal].Add(c)
+	r.bucket(r.second(now), phase, p.Signal).Add(c)
 	r.mu.Unlock()
 }
 
@@ -194,9 +195,9 @@ func (r *Recorder) Skipped(phase int, s Signal) {
 	c := Counts{Skipped: 1}
 	now := r.now()
 	r.mu.Lock()
-	r.phases[phase].perSignal[s].add(c)
-	r.cum[s].add(c)
-	r.bucket(r.second(now), phase, s).add(c)
+	r.phases[phase].perSignal[s].Add(c)
+	r.cum[s].Add(c)
+	r.bucket(r.second(now), phase, s).Add(c)
 	r.mu.Unlock()
 }
 
@@ -228,7 +229,7 @@ func (r *Recorder) Snapshot() Snapshot {
 	}
 	s.PerSignal = r.cum
 	for _, c := range r.cum {
-		s.Total.add(c)
+		s.Total.Add(c)
 	}
 	return s
 }

@@ -69,6 +69,9 @@ type Agent struct {
 	// Compression replaces the exporter's (gzip) when set: none sends
 	// uncompressed.
 	Compression string
+	// Headers are sent with every export (the exporter's headers), e.g.
+	// the tenant a multi-tenant gateway tells clients apart by.
+	Headers map[string]string
 }
 
 var agentTmpl = New("agent", `# Written by {{ .Bench }}: one agent.
@@ -83,6 +86,12 @@ exporters:
     endpoint: "{{ .Endpoint }}"
 {{- if .Compression }}
     compression: {{ .Compression }}
+{{- end }}
+{{- if .Headers }}
+    headers:
+{{- range $name, $value := .Headers }}
+      {{ printf "%q" $name }}: {{ printf "%q" $value }}
+{{- end }}
 {{- end }}
 {{- if eq .Exporter "otlp_grpc" }}
     tls: { insecure: true }

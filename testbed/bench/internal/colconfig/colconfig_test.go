@@ -37,3 +37,35 @@ func TestTelemetry(t *testing.T) {
 	assert.Equal(t, 8888, p.Get("port"))
 	assert.Equal(t, true, p.Get("without_type_suffix"))
 }
+
+// An agent sends the headers it is given with every export; without them
+// it sends none, as users run it.
+func TestAgentHeaders(t *testing.T) {
+	conf := func(a Agent) *confmap.Conf {
+		t.Helper()
+		b, err := a.Render()
+		require.NoError(t, err)
+		ret, err := confmap.NewRetrievedFromYAML(b)
+		require.NoError(t, err, string(b))
+		c, err := ret.AsConf()
+		require.NoError(t, err, string(b))
+		return c
+	}
+	a := Agent{Bench: "t", HTTPPort: 1, MetricsPort: 2, Exporter: "otlp_http", Endpoint: "http://127.0.0.1:3"}
+	assert.False(t, conf(a).IsSet("exporters::otlp_http::headers"))
+	a.Headers = map[string]string{"x-tenant": "tenant: 1", "X-Scope-OrgID": `a"b`}
+	assert.Equal(t, map[string]any{"x-tenant": "tenant: 1", "X-Scope-OrgID": `a"b`}, conf(a).Get("exporters::otlp_http::headers"), "quoted as YAML strings")
+}
+
+// A gateway's exporter to the sink compresses as its default (gzip)
+// unless told otherwise.
+func TestGatewayCompression(t *testing.T) {
+	g := Gateway{Bench: "t", Kind: KindThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5}
+	b, err := g.Render()
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "compression")
+	g.Compression = "none"
+	b, err = g.Render()
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "    endpoint: \"http://127.0.0.1:5\"\n    compression: none\n")
+}
