@@ -172,7 +172,7 @@ OVERLOAD_FLAGS ?=
 overload: $(OTELCOL) bench-bin
 	$(CURDIR)/bin/overload -collector $(OTELCOL) $(OVERLOAD_FLAGS)
 
-## soak: the soak of issue 8 (Linux, root; not part of `make e2e`): the
+## soak: a long run (Linux, root; not part of `make e2e`): the
 ## distribution with throttle in a 1 CPU / 300 MiB cgroup at twice its
 ## saturating load for 10 minutes (testbed/bench/overload/soak_test.go, build
 ## tag soak). Shorter: make soak SOAK_FLAGS='-soak.duration=2m'; results in bench/runs/.
@@ -226,7 +226,7 @@ promote:
 	$(GO) run -C $(TESTBED) ./bench/promote -run $(abspath $(RUN)) -bench $(BENCH) -results $(CURDIR)/bench/results -charts '$(CHARTS)'
 
 # ---------------------------------------------------------------------------
-# The client matrix (testbed/bench/clients, issue 28): real OTLP clients (the
+# The client matrix (testbed/bench/clients): real OTLP clients (the
 # Go and JavaScript SDKs' exporters, stock collector agents) with their
 # defaults against the distribution, every span counted at the sink. Its
 # JavaScript clients' packages are pinned by its package-lock.json.
@@ -267,10 +267,10 @@ tenants: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/tenants $(TENANTS_FLAGS)
 
 # ---------------------------------------------------------------------------
-## hostile: one hostile peer at a time beside normal clients (issue 28;
-## Linux, root; about 15 minutes): the distribution with the shipped
-## defaults in a 1 CPU / 512 MiB cgroup, normal clients at half its
-## capacity, each scenario after a baseline round (testbed/bench/hostile).
+## hostile: one hostile peer at a time beside normal clients (Linux, root;
+## about 15 minutes): the distribution with the shipped defaults in a
+## 1 CPU / 512 MiB cgroup, normal clients at half its capacity, each
+## scenario after a baseline round (testbed/bench/hostile).
 ## Results in bench/runs/<date>-hostile/ (git-ignored).
 ## e.g. make hostile HOSTILE_FLAGS='-scenarios fill-then-trickle -d 20s'
 HOSTILE_FLAGS ?=

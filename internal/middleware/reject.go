@@ -76,7 +76,7 @@ func isProtobuf(contentType string) bool {
 // unread (up to 256 KiB) so that the client can send its next request on
 // the connection. A client that re-sends as soon as it is refused turns
 // those reads into a load of their own; in an overloaded collector a new
-// connection measured cheaper than reading a large body (docs/design.md §7).
+// connection measured cheaper than reading a large body.
 const drainMax = 64 << 10
 
 // closeLinger is how long a connection closed after a rejection keeps its

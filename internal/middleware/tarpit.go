@@ -22,7 +22,7 @@ const MaxTarpitBody = 256 << 10
 
 // tarpitBufSize is the read size of the drain: larger than net/http's own
 // discard, so a body takes fewer reads, and no larger, as the reads then
-// only catch up with the sender and wait (docs/design.md §7). A buffer is
+// only catch up with the sender and wait. A buffer is
 // taken only while a body is read.
 const tarpitBufSize = 16 << 10
 

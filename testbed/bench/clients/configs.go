@@ -54,7 +54,7 @@ service:
 // cpuLines are CPU lines for the throttle (shares of the quota).
 type cpuLines struct{ enter, exit, hard float64 }
 
-// yaml writes the lines under the configuration names of issue 29
+// yaml writes the lines under today's configuration names
 // (cpu.enter, ...) or, for a distribution built before the rename, the
 // names it knows (thresholds.cpu.enter, ...).
 func (l cpuLines) yaml(renamed bool) string {

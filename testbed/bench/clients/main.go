@@ -1,7 +1,7 @@
 // Copyright The throttle Authors
 // SPDX-License-Identifier: Apache-2.0
 
-// Command clients runs the client matrix of issue 28: real OTLP clients
+// Command clients runs the client matrix: real OTLP clients
 // with their default settings against the otelcol-throttle distribution,
 // counting every span from the application to the sink.
 //
@@ -21,7 +21,7 @@
 // loopback address (127.0.0.11, .12, ...; through a relay for the clients
 // that cannot bind one: grpc-js and the agents' exporters).
 //
-// Scenarios (-scenario; issue 28):
+// Scenarios (-scenario):
 //
 //	a  short Opens, repeated: a CPU pulse (a helper in the gateway's CPU
 //	   cgroup keeping -burn of the quota busy for -pulse-hold every

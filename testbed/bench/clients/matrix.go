@@ -103,7 +103,7 @@ func (m *matrix) startGateway(ctx context.Context) error {
 	}
 	m.gwCfg = gatewayConfig{GRPCPort: ports[0], HTTPPort: ports[1], MetricsPort: ports[2], Sink: m.sink.addr()}
 	cfgPath := m.path("config-gateway.yaml")
-	// The scenario's settings under issue 29's names; a distribution built
+	// The scenario's settings under today's names; a distribution built
 	// before the rename knows only the old ones.
 	for _, renamed := range []bool{true, false} {
 		m.gwCfg.Throttle = m.s.throttle(renamed)

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 // 0.5 CPU / 256 MiB cgroup, while a CPU pulse of 3 s every 14 s over CPU
 // lines set under the quota opens it for a few seconds, three times.
 //
-// It asserts issue 28's promise for Opens shorter than every client's
+// It asserts what throttle promises for Opens shorter than every client's
 // retry budget: every client loses 0 spans and duplicates none (counted
 // exactly, span by span, at the gateway's downstream). It also asserts the
 // premise: the gateway opened at least twice, no Open lasted longer than

@@ -189,7 +189,7 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 	}
 	fmt.Fprintf(w, "```yaml\nthrottle:\n%s\n```\n\n", colconfig.Indent(2, settings))
 	if !m.renamed {
-		fmt.Fprintf(w, "(This distribution predates issue 29's configuration names: the settings above are under the old names.)\n\n")
+		fmt.Fprintf(w, "(This distribution predates today's configuration names: the settings above are under the old names.)\n\n")
 	}
 	if r.capacity > 0 && s.needsCapacity {
 		fmt.Fprintf(w, "Capacity: %.0f spans/s (see `capacity/capacity.md` when measured in this run); the clients share %g× that.\n\n", r.capacity, s.factor)

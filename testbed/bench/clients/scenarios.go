@@ -124,7 +124,7 @@ func (c clientSpec) gzipLarge(rate float64) clientSpec {
 	return c
 }
 
-// scenario is one scenario of issue 28.
+// scenario is one scenario of the matrix (see Scenarios in main.go).
 type scenario struct {
 	name, title string
 	// throttle returns the extension's settings ("" = shipped defaults),

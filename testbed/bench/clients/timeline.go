@@ -142,7 +142,7 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 		}
 		return harness.Value(gs, name, labels)
 	}
-	// The water level's kinds under issue 29's names, or the old ones.
+	// The water level's kinds under today's names, or the old ones.
 	lvl := func(kinds ...string) float64 {
 		for _, k := range kinds {
 			if v := g("otelcol_throttle_water_level", map[string]string{"kind": k}); !math.IsNaN(v) {

@@ -355,7 +355,7 @@ func stockRate(sums []*tierSummary, s *tierSummary) float64 {
 }
 
 // printTierSummaries writes the tier's tables (summary.md): the setup, one
-// row per scenario, one per replica, and the targets of issue 30.
+// row per scenario, one per replica, and the targets the tier must meet (tierChecks).
 func printTierSummaries(w io.Writer, o options, caps []float64, sums []*tierSummary) {
 	fmt.Fprintf(w, "Tier of %d replicas (%s CPU, %d MiB each) behind HAProxy (TCP, round-robin); %d stock agents over %s (compression: %s), %d-span requests of %d-byte attributes; burst %s at each factor times the summed capacity, %d round(s).\n\n",
 		len(caps), joinFloats(o.tier.cpus, 2), o.memMiB, o.agents, o.protocol, compressionName(o.agentCompression), o.spans, o.attrSize, o.burst, o.tier.rounds)
@@ -406,7 +406,7 @@ func printTierSummaries(w io.Writer, o options, caps []float64, sums []*tierSumm
 	if len(checks) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nTargets (issue 30), round by round:")
+	fmt.Fprintln(w, "\nTargets, round by round:")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| round | factor | gateway | target | measured | met |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
@@ -426,7 +426,7 @@ func compressionName(c string) string {
 	return c
 }
 
-// tierCheck is one target of issue 30 in one round.
+// tierCheck is one target of the tier in one round.
 type tierCheck struct {
 	round            int
 	factor           float64
@@ -435,7 +435,7 @@ type tierCheck struct {
 	met              bool
 }
 
-// tierChecks checks issue 30's targets for every throttle scenario, round
+// tierChecks checks the tier's targets for every throttle scenario, round
 // by round: at 1× the summed capacity, a burst throughput of at least 0.95×
 // the stock tier's; above it, everything delivered, nothing acknowledged
 // lost, no OOM kill, at least 90% of the summed capacity to the sink and

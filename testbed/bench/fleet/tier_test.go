@@ -66,7 +66,7 @@ func TestIncrease(t *testing.T) {
 	assert.InDelta(t, 0.0, increase(nil), 0)
 }
 
-// TestTierChecks: issue 30's targets, round by round, for the throttle
+// TestTierChecks: the tier's targets, round by round, for the throttle
 // scenarios only.
 func TestTierChecks(t *testing.T) {
 	sums := []*tierSummary{

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The issue's criteria (issue 28, "Done when"): with one hostile peer at a
+// The criteria a hostile peer is judged by: with one hostile peer at a
 // time the normal clients keep at least minThroughput of their throughput
 // without it, none of their refusals is a budget refusal lasting over
 // maxBudgetStretch, and the hostile peer's requests are the ones refused.

@@ -2,8 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command hostile measures what one hostile peer does to the normal
-// clients of a gateway protected by throttle (issue 28: "a budget no single
-// client can hold or inflate").
+// clients of a gateway protected by throttle, whose admission budget no single client may hold
+// or inflate.
 //
 // The gateway is the otelcol-throttle distribution (make otelcol) with the
 // throttle's shipped defaults on the otlp receiver's gRPC and HTTP servers,

@@ -301,10 +301,10 @@ func writeReport(dir string) error {
 	setup, _ := os.ReadFile(filepath.Join(dir, "setup.md"))
 	charts, chartErr := report.GenerateHostile(dir)
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# Hostile peers beside normal clients (issue 28)\n\n```\n%s```\n\n%s\n", machine, setup)
+	fmt.Fprintf(&b, "# Hostile peers beside normal clients\n\n```\n%s```\n\n%s\n", machine, setup)
 	fmt.Fprintf(&b, "## Results\n\n")
 	mdTable(&b, rows)
-	fmt.Fprintf(&b, "\nCriteria (issue 28): the normal clients keep at least %.0f %% of the spans/s their baseline round got accepted; "+
+	fmt.Fprintf(&b, "\nCriteria: the normal clients keep at least %.0f %% of the spans/s their baseline round got accepted; "+
 		"no stretch of their budget refusals lasts over %s (a stretch runs from a budget refusal to the last budget refusal before one of their requests is accepted, per protocol, by send time); "+
 		"the refusals fall on the hostile peer (the normal clients were refused nothing, or a smaller share of their requests than the hostile peer); "+
 		"the gateway was neither OOM-killed nor restarted. A hostile request is *refused* when the gateway answered it with anything but success or ended its connection or stream, "+

@@ -13,7 +13,7 @@ import (
 	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
-// TestOverloadD is scenario D of issue 7 in the end-to-end suite (about a
+// TestOverloadD is the overload benchmark's scenario D in the end-to-end suite (about a
 // minute): the distribution, throttle on with its default thresholds and
 // metrics exempt, in a cgroup limited to half a CPU and 300 MiB, loaded in
 // open loop with 205 KiB trace requests at 1000 req/s, about 1.7 times
@@ -25,7 +25,7 @@ import (
 // which depend on the machine: no OOM kill, no restart, the throttle left
 // Normal, every rejection was a 429 (no 503, no other status), and the
 // exempt signal was never shed nor refused in Open: exempt from shedding
-// and Open, it is still bounded by the admission budget (design §11), so
+// and Open, it is still bounded by the admission budget, so
 // the throttle's own counters say why each of its refusals was made.
 //
 // Skipped off Linux, without root, or where no cgroup can be created

@@ -16,7 +16,7 @@ type colConfig struct {
 	GRPCPort, HTTPPort, MetricsPort int
 	// Throttle: the throttle extension on both OTLP receivers.
 	Throttle bool
-	// Thresholds: "default" (design §8) or "benchmark" (the original
+	// Thresholds: "default" (the shipped lines) or "benchmark" (the original
 	// design's 0x08 a).
 	Thresholds string
 	// ThrottleYAML, when set, replaces the throttle extension's settings
@@ -36,7 +36,7 @@ type colConfig struct {
 // decoding and the batch processor are the work under test, and the nop
 // exporter keeps the sink free (an exporter to a local sink would share the
 // machine's CPUs with the collector and the generator, and measure the
-// sink). Metrics are exempt from throttling (design §10): the harness
+// sink). Metrics are exempt from throttling: the harness
 // checks that they lose nothing.
 var configTmpl = template.Must(template.New("config").Funcs(template.FuncMap{"split": strings.Fields, "indent": indent4}).Parse(`# Written by bench/overload; one scenario's collector.
 {{- if or .Throttle .PprofPort }}
@@ -65,7 +65,7 @@ extensions:
       default: { drop_min: 0.0, drop_max: 0.2 }
       metrics: { enabled: false }
 {{- else }}
-    # The defaults (design §8), metrics exempt.
+    # The defaults, metrics exempt.
     rules:
       metrics: { enabled: false }
 {{- end }}

@@ -3,7 +3,7 @@
 
 // Command overload runs the otelcol-throttle distribution in a cgroup
 // limited to 1 CPU and 300 MiB and loads it with internal/loadgen, in the
-// scenarios of the original design's benchmark (issue 7):
+// scenarios of the original design's benchmark:
 //
 //	A  throttle off, below overload (closed loop at the saturating concurrency)
 //	B  throttle off, overloaded (open loop, about twice A's saturating rate)

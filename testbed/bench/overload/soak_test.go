@@ -21,7 +21,7 @@ import (
 	"github.com/otelthrottle/throttle/testbed/internal/loadgen"
 )
 
-// The soak of issue 8 item 6; not in the default test run (build tag soak):
+// The soak: twice the saturating load for minutes; not in the default test run (build tag soak):
 //
 //	make soak                                  # 10 minutes
 //	make soak SOAK_FLAGS='-soak.duration=2m'   # shorter

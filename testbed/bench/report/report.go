@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package report turns the CSVs of one bench/overload run (summary.csv and
-// timeline.csv) into the report of issue 7: a Markdown table per scenario,
+// timeline.csv) into the overload benchmark's report: a Markdown table per scenario,
 // a timeline chart per scenario (stacked panels on one shared time axis) as
 // PNG and as an HTML page with the same charts in SVG, and the plotted
 // series as CSV.
