@@ -151,8 +151,9 @@ var ruleKeys = append([]string{RuleKeyDefault}, signalNames[:]...)
 // from the default rule, the default rule's from the built-in rule
 // (enabled: true, drop_min: 0, drop_max: 1).
 type RuleConfig struct {
-	// Enabled: false exempts the signal; it is always admitted, even in
-	// Open, and bypasses the admission budget.
+	// Enabled: false exempts the signal from shedding and from Open, but
+	// not from the memory backstop; the admission budget still bounds its
+	// bytes.
 	Enabled *bool `mapstructure:"enabled"`
 	// DropMin is the drop probability at the enter line while Shedding.
 	DropMin *float64 `mapstructure:"drop_min"`
