@@ -186,7 +186,7 @@ func (t *keyTable) key(origin netip.Addr, tenant string) Key {
 	if t == nil {
 		return 0
 	}
-	if len(tenant) > 0 && t.source == KeyAuth {
+	if tenant != "" && t.source == KeyAuth {
 		var h maphash.Hash
 		h.SetSeed(t.seed)
 		h.WriteByte('a')
@@ -210,7 +210,7 @@ func (t *keyTable) key(origin netip.Addr, tenant string) Key {
 	}
 	oid := maphash.Bytes(t.seed, k[:])
 	ok := t.claim(oid, 0, "", origin)
-	if len(tenant) == 0 || t.source != KeyHeader {
+	if tenant == "" || t.source != KeyHeader {
 		return ok
 	}
 	var h maphash.Hash

@@ -202,8 +202,8 @@ func New(cfg Config, holdCfg HoldConfig, set Settings) (*Controller, error) {
 		keys:           newKeyTable(cfg.Fairness),
 		source:         cfg.Fairness.Key,
 		authAttr:       cfg.Fairness.AuthAttribute,
-		unknownSize:    int64(cfg.UnknownSize),
-		grpcMaxMessage: int64(cfg.GRPCMaxMessageSize),
+		unknownSize:    int64(cfg.UnknownSize),        //nolint:gosec // G115: at most 1 TiB (Validate)
+		grpcMaxMessage: int64(cfg.GRPCMaxMessageSize), //nolint:gosec // G115: at most 1 TiB (Validate)
 		closing:        make(chan struct{}),
 		shutdownGrace:  shutdownGrace,
 		silentGrace:    silentGrace,

@@ -166,14 +166,6 @@ func newKeyTable(cfg FairnessConfig) *keyTable {
 	return t
 }
 
-// reserved is what k holds of the budget.
-func (t *keyTable) reserved(k Key) int64 {
-	if s := t.slot(k); s != nil {
-		return s.reserved.Load()
-	}
-	return 0
-}
-
 // noteRead records that a request of k read n bytes at at, in the lane or
 // not, for its origin too.
 func (t *keyTable) noteRead(k Key, n int64, lane bool, at time.Duration) {

@@ -62,7 +62,9 @@ func TestKeyOf(t *testing.T) {
 	s1 := auth.key(addr("10.0.0.1"), "subject-1")
 	assert.Equal(t, s1, auth.key(addr("10.0.0.2"), "subject-1"), "an authenticated subject is one key wherever it comes from")
 	assert.Zero(t, auth.parentOf(s1))
-	assert.Equal(t, auth.key(addr("10.0.0.1"), ""), auth.key(addr("10.0.0.1"), ""), "unauthenticated: by address")
+	anon := auth.key(addr("10.0.0.1"), "")
+	assert.Equal(t, anon, auth.key(addr("10.0.0.1"), ""), "unauthenticated: by address")
+	assert.NotEqual(t, anon, auth.key(addr("10.0.0.2"), ""), "unauthenticated: by address")
 
 	byAddr := newKeyTable(FairnessConfig{Key: KeyAddress, Share: 0.5})
 	assert.Equal(t, byAddr.key(addr("2001:db8:1:2::1"), ""), byAddr.key(addr("2001:db8:1:2:ffff::9"), ""), "IPv6 by its /64")

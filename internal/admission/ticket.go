@@ -102,12 +102,12 @@ type Ticket struct {
 }
 
 // refuse records a refusal and returns it; the ticket is done.
-func (t *Ticket) refuse(v decision.Verdict) (*Ticket, decision.Verdict) {
+func (t *Ticket) refuse(v decision.Verdict) decision.Verdict {
 	t.mu.Lock()
 	t.unrecorded = false
 	t.mu.Unlock()
 	t.Release(false)
-	return nil, t.c.refuse(t.key, Request{Protocol: t.proto, Signal: t.sig}, now(), v)
+	return t.c.refuse(t.key, Request{Protocol: t.proto, Signal: t.sig}, now(), v)
 }
 
 // Start readies an admitted request to be handled, with s to cut it off
@@ -151,7 +151,7 @@ func (t *Ticket) startCall(ctx context.Context) decision.Verdict {
 	t.endWaitLocked()
 	t.mu.Unlock()
 	if !v.Admitted() {
-		_, v = t.refuse(v)
+		v = t.refuse(v)
 		return v
 	}
 	if pend {

@@ -304,7 +304,7 @@ func TestGRPCAdmit(t *testing.T) {
 	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalLogs, decision.VerdictAdmit))
 	assert.EqualValues(t, 2, f.rec.total())
 	f.requireReleased(t)
-	assert.EqualValues(t, callSize(8<<20), f.stats().Peak,
+	assert.Equal(t, callSize(8<<20), f.stats().Peak,
 		"before its message is read, a call holds what grpc-go may decode for it, at most a quarter of the budget")
 }
 
@@ -504,7 +504,7 @@ func TestGRPCTapSafetyNet(t *testing.T) {
 	h := grpcStats{mw}
 	h.HandleRPC(rctx, &stats.Begin{})
 	cancel()
-	assert.EqualValues(t, callSize(a.stats().Budget), a.stats().Reserved)
+	assert.Equal(t, callSize(a.stats().Budget), a.stats().Reserved)
 	assert.EqualValues(t, 1, a.stats().Inflight)
 	h.HandleRPC(rctx, &stats.End{})
 	assert.Zero(t, a.stats().Reserved)
@@ -710,7 +710,7 @@ func TestGRPCShedWaitsForDecision(t *testing.T) {
 	assert.EqualValues(t, 1, f.rec.get(protoGRPC, decision.SignalTraces, decision.VerdictAdmit))
 	assert.Zero(t, f.stats().HeldRequests)
 	assert.Zero(t, f.stats().Held)
-	assert.EqualValues(t, callSize(1<<20), f.stats().Peak, "admitted, it holds what its message may decode to, a quarter of the budget")
+	assert.Equal(t, callSize(1<<20), f.stats().Peak, "admitted, it holds what its message may decode to, a quarter of the budget")
 	f.requireReleased(t)
 }
 
