@@ -138,7 +138,9 @@ func TestStaleAfterZeroHolds(t *testing.T) {
 func TestStaleWatchdogStopsAtShutdown(t *testing.T) {
 	verifyNoLeaks(t)
 	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) { c.StaleAfter = time.Second }), nopSettings())
-	require.True(t, watchdogRunning(), "stale watchdog started")
+	// Eventually: the goroutine Start created may not have run its first
+	// instruction yet, and its stack then names only the WaitGroup's wrapper.
+	require.Eventually(t, watchdogRunning, 10*time.Second, time.Millisecond, "stale watchdog started")
 	require.NoError(t, e.Shutdown(context.Background()))
 	require.NoError(t, e.Shutdown(context.Background()))
 }
