@@ -119,37 +119,32 @@ func (c *Controller) isTrusted(a netip.Addr) bool {
 }
 
 // forwarded returns the client's address a trusted proxy forwards: the
-// last address of the Forwarded (for=) or X-Forwarded-For chain that is not
-// itself a trusted proxy, the remote address when there is none.
+// last address of the chain in forwarded_header that is not itself a
+// trusted proxy, the remote address when there is none. The other
+// header is not read: a proxy passes it on as its client sent it.
 func (c *Controller) forwarded(remote netip.Addr, req Request) netip.Addr {
-	names := c.forwardedHTTP
+	name := c.forwardedHTTP
 	if req.Protocol == ProtocolGRPC {
-		names = c.forwardedGRPC
+		name = c.forwardedGRPC
 	}
-	for i, name := range names {
-		vs := req.Header.Values(name)
-		if len(vs) == 0 {
-			continue
-		}
-		for j := len(vs) - 1; j >= 0; j-- {
-			v := vs[j]
-			for v != "" {
-				cut := strings.LastIndexByte(v, ',')
-				elem := v[cut+1:]
-				v = v[:max(cut, 0)]
-				a, ok := forwardedAddr(elem, i == 0)
-				if !ok {
-					return remote // a chain we cannot read: trust none of it
-				}
-				if !c.isTrusted(a) {
-					return a
-				}
-				remote = a
+	vs := req.Header.Values(name)
+	for j := len(vs) - 1; j >= 0; j-- {
+		v := vs[j]
+		for v != "" {
+			cut := strings.LastIndexByte(v, ',')
+			elem := v[cut+1:]
+			v = v[:max(cut, 0)]
+			a, ok := forwardedAddr(elem, c.rfc7239)
+			if !ok {
+				return remote // a chain we cannot read: trust none of it
 			}
+			if !c.isTrusted(a) {
+				return a
+			}
+			remote = a
 		}
-		return remote // the chain is all trusted proxies: the first of them
 	}
-	return remote
+	return remote // the chain is all trusted proxies: the first of them
 }
 
 // forwardedAddr reads one element of a Forwarded (RFC 7239, its for=
