@@ -224,17 +224,23 @@ const keyProbes = 8
 // claim returns the slot of id: the one already labelled with it in its
 // probe range, else the first of the range that is unused or idle (no
 // bytes, no places, no request for activeFor), labelled anew: its parent,
-// name and weight. When every slot of the range is busy, the key shares
-// its first one with the key there, which errs on the side of refusing.
+// name and weight. Top-level keys and nested ones have slots apart. When
+// every slot of the range is busy, a top-level key shares its first one
+// with the key there, which errs on the side of refusing, and a nested key
+// is its origin's: it never shares another origin's tenant's.
 func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) Key {
 	id |= 1 // 0 is an unused slot
-	base := int(id % keySlots)
+	first, span := 0, topSlots
+	if parent != 0 {
+		first, span = topSlots, keySlots-topSlots
+	}
+	base := int(id % uint64(span))
 	at := t.clock()
 	for {
 		free := -1
 		var freeID uint64
 		for p := range keyProbes {
-			i := (base + p) % keySlots
+			i := first + (base+p)%span
 			s := &t.slots[i]
 			cur := s.id.Load()
 			if cur == id {
@@ -245,7 +251,10 @@ func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) 
 			}
 		}
 		if free < 0 {
-			return Key(base) + 1
+			if parent != 0 {
+				return parent
+			}
+			return Key(first+base) + 1
 		}
 		s := &t.slots[free]
 		if !s.id.CompareAndSwap(freeID, id) {

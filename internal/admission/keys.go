@@ -29,6 +29,12 @@ type Key uint32
 // many addresses or header values clients use.
 const keySlots = 4096
 
+// topSlots is how many of the slots are for top-level keys (addresses,
+// auth values); the rest are for the keys nested in them (header values),
+// so that a client naming new header values without end cannot take the
+// slots of other clients' addresses.
+const topSlots = keySlots / 2
+
 // activeFor is how long a key counts towards the shares after it last read
 // a byte or was refused for the budget: long enough to span an exporter's
 // back-off after a refusal, so that a key refused because others hold the

@@ -304,3 +304,26 @@ func TestFairDropsByBytes(t *testing.T) {
 	assert.InDelta(t, 0, d(small), 1e-9)
 	assert.InDelta(t, 0.9, d(large), 1e-9)
 }
+
+// TestRotatingHeaderValuesCannotFillTheTable: one address sending a new
+// header value in every request (bodyless requests will do) fills the
+// slots near every hash; another client must still have a key of its own,
+// not share one of that address's tenants and be held within its share.
+func TestRotatingHeaderValuesCannotFillTheTable(t *testing.T) {
+	kt := newKeyTable(FairnessConfig{Key: KeyHeader, Share: 0.5})
+	kt.clock = func() time.Duration { return t0 }
+	attacker := addr("10.0.0.1")
+	origin := kt.key(attacker, "")
+	for i := range 2 * keySlots {
+		kt.key(attacker, fmt.Sprint("v-", i))
+	}
+	for i := range 200 {
+		a := addr(fmt.Sprintf("10.1.%d.%d", i/200, i%200))
+		k := kt.key(a, "")
+		require.NotZero(t, k)
+		assert.Zero(t, kt.parentOf(k), "an address is nobody's tenant")
+		assert.NotEqual(t, origin, k)
+		tk := kt.key(a, "t1")
+		assert.NotEqual(t, origin, kt.parentOf(tk), "another address's tenant is not the attacker's")
+	}
+}
