@@ -124,6 +124,11 @@ func (t *Ticket) Start(ctx context.Context, s Staller, streaming bool) decision.
 	t.mu.Lock()
 	t.onStall, t.streaming = s, streaming
 	t.mu.Unlock()
+	if t.c.closed.Load() {
+		// Admitted after Close listed the unfinished requests (another
+		// receiver's server still serves): cut off after the grace too.
+		t.shutdown(t.c.shutdownGrace)
+	}
 	if t.proto == ProtocolGRPC {
 		if v := t.startCall(ctx); !v.Admitted() {
 			return v

@@ -468,3 +468,22 @@ func TestSilentCallsTrimmedUnderContention(t *testing.T) {
 	}
 	tk.Release(true)
 }
+
+// TestAdmittedAfterCloseIsCutOff: a request admitted after the receivers
+// started to stop (another receiver's server still serves) is cut off
+// after the grace as well, or a body trickling in would hold its server's
+// shutdown for as long as it likes.
+func TestAdmittedAfterCloseIsCutOff(t *testing.T) {
+	f := newFixture(t, 1<<20, nil)
+	f.c.shutdownGrace = 50 * time.Millisecond
+	f.c.Close()
+	for _, proto := range []Protocol{ProtocolHTTP, ProtocolGRPC} {
+		tk, v := f.c.Admit(context.Background(), Request{Protocol: proto, Signal: decision.SignalTraces, Remote: addr("10.0.0.1"), Length: -1})
+		require.True(t, v.Admitted())
+		stall := &stallCount{}
+		require.True(t, tk.Start(context.Background(), stall, false).Admitted())
+		require.Eventually(t, func() bool { return stall.n.Load() == 1 }, 2*time.Second, time.Millisecond, "%v: not cut off", proto)
+		tk.Release(false)
+	}
+	assert.Zero(t, f.c.Stats().Reserved)
+}
