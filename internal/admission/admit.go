@@ -35,17 +35,18 @@ import (
 func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.Verdict) {
 	at := now()
 	k := c.key(req)
-	c.keys.touch(k, req.Signal, c.offered(k, req, at), at, c.dec)
+	off := c.offered(k, req, at)
+	c.keys.touch(k, req.Signal, off, at, c.dec)
 	v := c.decide(k, req.Signal)
 	if !v.Admitted() {
 		switch {
 		case c.observe:
-			return c.newTicket(ctx, k, req, at).admitted(v)
+			return c.newTicket(ctx, k, req, at, off).admitted(v)
 		case req.Protocol == ProtocolGRPC:
 			// Waits in Ticket.Start, with a place in the hold and what its
 			// client sends meanwhile counted in the held pool.
 			if n, ok := c.takeHeld(k, req.Signal, at); ok {
-				return c.newTicket(ctx, k, req, at).pending(v, n)
+				return c.newTicket(ctx, k, req, at, off).pending(v, n)
 			}
 			return nil, c.refuse(k, req, at, v)
 		case !c.hold.takePlace(k):
@@ -65,7 +66,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 	}
 	exempt := c.dec.Exempt(req.Signal)
 	if req.Protocol == ProtocolGRPC {
-		return c.admitCall(ctx, k, req, at, exempt)
+		return c.admitCall(ctx, k, req, at, exempt, off)
 	}
 	// A key at its share, or one that owes the oversize lane under
 	// pressure, is refused what it could not have, before it is read.
@@ -74,11 +75,11 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 		(req.Length < 0 || req.Length > lim) && c.budget.laneIndebted(k, at) && c.dec.Pressed(req.Signal) {
 		c.keys.noteRefused(k, at)
 		if c.observe {
-			return c.newTicket(ctx, k, req, at).admitted(decision.VerdictDenyBudget)
+			return c.newTicket(ctx, k, req, at, off).admitted(decision.VerdictDenyBudget)
 		}
 		return nil, c.refuse(k, req, at, decision.VerdictDenyBudget)
 	}
-	return c.newTicket(ctx, k, req, at).admitted(decision.VerdictAdmit)
+	return c.newTicket(ctx, k, req, at, off).admitted(decision.VerdictAdmit)
 }
 
 // key is the fairness key of req.
@@ -363,6 +364,14 @@ func (t *keyTable) touch(k Key, sig decision.Signal, bytes int64, at time.Durati
 		return
 	}
 	t.recount(at, dec)
+}
+
+// arrived counts n more bytes of a request of k and sig than it was
+// counted for when it arrived (see Ticket.weigh).
+func (t *keyTable) arrived(k Key, sig decision.Signal, n int64, at time.Duration) {
+	if s := t.slot(k); s != nil && sig < decision.NumSignals && n > 0 {
+		s.arrivals[sig].add(n, at, arrivalWindow)
+	}
 }
 
 // offered is what a request of k is expected to cost: its length when
@@ -891,21 +900,21 @@ func (t *keyTable) topOf(k Key) *keySlot {
 // admitCall admits a gRPC call the decision admits, with its estimate
 // reserved (Start reserves what its message may decode to before it is
 // read), or to wait for it in Ticket.Start.
-func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.Duration, exempt bool) (*Ticket, decision.Verdict) {
+func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.Duration, exempt bool, off int64) (*Ticket, decision.Verdict) {
 	n := c.estimate(k, req.Signal, exempt, at)
 	switch {
 	case c.budget.admitNow(n, k, useOf(exempt), at):
-		t := c.newTicket(ctx, k, req, at)
+		t := c.newTicket(ctx, k, req, at, off)
 		t.reserved = n
 		return t.admitted(decision.VerdictAdmit)
 	case c.observe:
 		c.budget.charge(n, k)
-		t := c.newTicket(ctx, k, req, at)
+		t := c.newTicket(ctx, k, req, at, off)
 		t.reserved = n
 		return t.admitted(decision.VerdictDenyBudget)
 	case c.cfg.WaitTimeout > 0:
 		if held, ok := c.takeHeld(k, req.Signal, at); ok {
-			return c.newTicket(ctx, k, req, at).pending(decision.VerdictAdmit, held)
+			return c.newTicket(ctx, k, req, at, off).pending(decision.VerdictAdmit, held)
 		}
 	}
 	return nil, c.refuse(k, req, at, decision.VerdictDenyBudget)
@@ -1002,10 +1011,11 @@ func (b *budget) reserveHeld(n int64) bool {
 	return casAdd(&b.held, n, max(b.heldMax.Load(), b.max.Load()))
 }
 
-// newTicket returns the ticket of an admitted (or waiting) request.
-func (c *Controller) newTicket(ctx context.Context, k Key, req Request, at time.Duration) *Ticket {
+// newTicket returns the ticket of an admitted (or waiting) request,
+// counted in its key's arrivals as off bytes.
+func (c *Controller) newTicket(ctx context.Context, k Key, req Request, at time.Duration, off int64) *Ticket {
 	return &Ticket{
-		c: c, ctx: ctx, key: k, sig: req.Signal, proto: req.Protocol, age: at, known: req.Length,
+		c: c, ctx: ctx, key: k, sig: req.Signal, proto: req.Protocol, age: at, known: req.Length, weighed: max(off, 1),
 		exempt: c.budget != nil && c.dec.Exempt(req.Signal),
 	}
 }

@@ -67,7 +67,7 @@ type Ticket struct {
 	lane         int64 // bytes held in the oversize lane's pool
 	inLane       bool
 	laneSince    time.Duration
-	read         int64
+	read         int64 // bytes read (HTTP) or decoded (gRPC, all its messages)
 	lastProgress time.Duration
 	progressAt   int64 // read when lastProgress was last moved
 	late         bool  // older than the idle timeout: no more head start
@@ -81,6 +81,10 @@ type Ticket struct {
 	// without reading any.
 	unrecorded bool
 	idle       *time.Timer
+
+	// weighed is what the fair drops counted the request as: what it was
+	// expected to cost when it arrived, then what it read, if more.
+	weighed int64
 
 	// A gRPC call that waits in Start: the tap's refusal it waits out
 	// (VerdictAdmit: it waits for bytes only); its hold place and held-pool
@@ -263,6 +267,10 @@ func (t *Ticket) Decoded(size, wire int64) {
 		}
 	}
 	t.size, t.wire = max(t.size, size), max(t.wire, wire)
+	t.read += size
+	if over := t.weighLocked(); over > 0 {
+		c.keys.arrived(t.key, t.sig, over, now())
+	}
 	if t.done || c.budget == nil {
 		return
 	}
@@ -606,6 +614,7 @@ func (t *Ticket) rawRead(r io.Reader, p []byte, at time.Duration) (int, error) {
 	t.mu.Lock()
 	t.inRead = false
 	t.read += int64(n)
+	over := t.weighLocked()
 	if t.read-t.progressAt >= readStep || err == io.EOF {
 		t.lastProgress, t.progressAt = now(), t.read
 	}
@@ -617,10 +626,26 @@ func (t *Ticket) rawRead(r io.Reader, p []byte, at time.Duration) (int, error) {
 	if n > 0 && t.c.budget != nil {
 		t.c.budget.noteRead(int64(n), t.key, inLane, at)
 	}
+	if over > 0 {
+		t.c.keys.arrived(t.key, t.sig, over, at)
+	}
 	if err != nil && killed && !errors.Is(err, io.EOF) {
 		err = ErrIdle
 	}
 	return n, err
+}
+
+// weighLocked returns what the request has read beyond what the fair
+// drops counted it as, and counts it: a key that taught a small size, then
+// sends large bodies that are never learnt (they fail to decode), is
+// weighed by what it sends.
+func (t *Ticket) weighLocked() int64 {
+	over := t.read - t.weighed
+	if over <= 0 {
+		return 0
+	}
+	t.weighed = t.read
+	return over
 }
 
 // startIdle times an admitted request's progress: an HTTP body that has

@@ -487,3 +487,32 @@ func TestAdmittedAfterCloseIsCutOff(t *testing.T) {
 	}
 	assert.Zero(t, f.c.Stats().Reserved)
 }
+
+// TestFairDropsWeighWhatWasRead: a key that taught its learnt size with
+// one tiny accepted body, then sends large chunked bodies (failing to
+// decode, so never learnt), is weighed by what it sends, not by that
+// size: under pressure it is dropped before a key sending a tenth of it.
+func TestFairDropsWeighWhatWasRead(t *testing.T) {
+	f := newFixture(t, 1<<30, nil)
+	ka := f.c.keys.key(addr("10.0.0.1"), "")
+	f.c.keys.learn(ka, decision.SignalTraces, 10, now(), false)
+	send := func(remote string, length, n int64) {
+		tk, v := f.http(t, remote, length)
+		require.True(t, v.Admitted())
+		tk.Start(context.Background(), nil, false)
+		got, err := readAll(tk, bytes.NewReader(make([]byte, n)))
+		require.NoError(t, err)
+		require.Equal(t, n, got)
+		tk.Release(false)
+	}
+	for range 10 {
+		send("10.0.0.1", -1, 1<<20)
+		send("10.0.0.2", 100<<10, 100<<10)
+	}
+	f.dec.setDrop(decision.SignalTraces, 0.5)
+	f.c.keys.recount(now(), f.dec)
+	d := func(k Key) float64 { return float64(f.c.keys.dropThreshold(k, decision.SignalTraces, 0.5)) / (1 << 53) }
+	kb := f.c.keys.key(addr("10.0.0.2"), "")
+	assert.Greater(t, d(ka), d(kb), "the key sending ten times the bytes is dropped first")
+	assert.InDelta(t, 0, d(kb), 1e-9, "the key within its share is not dropped")
+}
