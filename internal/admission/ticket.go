@@ -202,7 +202,7 @@ func (t *Ticket) reserveDecode(ctx context.Context) bool {
 		b.release(had, t.key)
 		switch {
 		case b.entering.Load() == 0 && b.admitNow(n, t.key, useOf(t.exempt)|useDecode, at):
-		case c.cfg.WaitTimeout > 0:
+		case c.cfg.WaitTimeout > 0 && t.countWait(at):
 			ok = b.waitAdmit(ctx, n, t.key, useOf(t.exempt)|useDecode, t.callWaitLeft(ctx))
 		default:
 			ok = false
@@ -223,6 +223,36 @@ func (t *Ticket) reserveDecode(ctx context.Context) bool {
 		b.release(n, t.key)
 	}
 	return !late
+}
+
+// countWait counts a gRPC call about to wait for what its message may
+// decode to as the calls waiting for a decision are: a place in the hold
+// and, in the held pool, what its client may send meanwhile (grpc-go
+// buffers it; the budget holds nothing for the call while it waits). False
+// when either is full: the call is refused at once, so that a key's calls
+// that the tap let in cannot wait, buffering, in any number. A call let in
+// to wait has its place already.
+func (t *Ticket) countWait(at time.Duration) bool {
+	c := t.c
+	t.mu.Lock()
+	counted := t.place || t.heldBytes > 0
+	t.mu.Unlock()
+	if counted {
+		return true
+	}
+	var n int64
+	if c.hold != nil {
+		var ok bool
+		if n, ok = c.takeHeld(t.key, t.sig, at); !ok {
+			return false
+		}
+	} else if n = max(heldWindow, c.keys.sizeOf(t.key, t.sig, at, true)); !c.budget.reserveHeld(n) {
+		return false
+	}
+	t.mu.Lock()
+	t.place, t.heldBytes = c.hold != nil, n
+	t.mu.Unlock()
+	return true
 }
 
 // callWaitLeft is how much longer a gRPC call may wait: deadlineShare of the

@@ -516,3 +516,50 @@ func TestFairDropsWeighWhatWasRead(t *testing.T) {
 	assert.Greater(t, d(ka), d(kb), "the key sending ten times the bytes is dropped first")
 	assert.InDelta(t, 0, d(kb), 1e-9, "the key within its share is not dropped")
 }
+
+// TestGRPCCallsWaitingToStartCounted: a call the tap admits gives its
+// estimate back at Start and waits there for what its message may decode
+// to, holding nothing of the budget, while grpc-go buffers what its client
+// sends meanwhile (its stream's window). One key's calls that find the
+// budget short must be counted in the held pool and hold places in the
+// hold like the calls waiting for a decision, or a key could keep any
+// number of them buffering beside a full budget.
+func TestGRPCCallsWaitingToStartCounted(t *testing.T) {
+	// A decode holds 256 KiB; two other keys leave 100 KiB free, room for
+	// the tap's estimates, not for a decode.
+	f := newFixture(t, 1<<20, func(_ *Config, h *HoldConfig) { *h = HoldConfig{MaxWait: 5 * time.Second, MaxRequests: 8} })
+	for _, remote := range []string{"10.0.0.2", "10.0.0.3"} {
+		k := f.c.keys.key(addr(remote), "")
+		require.True(t, f.c.budget.admitNow(462<<10, k, 0, now()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	// Its estimate learnt from empty exports: the floor, 4 KiB.
+	k := f.c.keys.key(addr("10.0.0.1"), "")
+	f.c.keys.learn(k, decision.SignalTraces, 0, now(), false)
+	f.c.keys.learn(k, decision.SignalTraces, 0, now(), true)
+	const calls = 20
+	var tickets []*Ticket
+	for range calls {
+		tk, v := f.grpc(ctx, "10.0.0.1")
+		if !v.Admitted() {
+			continue
+		}
+		tickets = append(tickets, tk)
+	}
+	// Every tap ran first (the connection's reader goroutine), then the
+	// calls start.
+	for _, tk := range tickets {
+		wg.Go(func() {
+			tk.Start(ctx, nil, false)
+			tk.Release(false)
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	s := f.c.Stats()
+	assert.LessOrEqual(t, s.Waiting, int64(4), "one key waits in at most its half of the hold's places")
+	assert.GreaterOrEqual(t, s.Held, s.Waiting*heldWindow, "each waiting call counted in the held pool")
+}
