@@ -616,8 +616,24 @@ func (b *budget) limitOf(k Key, at time.Duration) (lim, parentLim int64) {
 	parentLim = m
 	if p := b.keys.parentOf(k); p != 0 {
 		parentLim = b.keys.limit(p, m, at)
+	} else if f := b.keys.ownFraction(k); f < 1 {
+		// An origin's own requests (no tenant value, or one that found no
+		// slot) are one more of its tenants: what the origin may hold is
+		// its tenants', not theirs alone.
+		lim, parentLim = max(int64(float64(lim)*f), 1), lim
 	}
 	return lim, parentLim
+}
+
+// ownFraction is the part of what an origin whose tenants are nested in it
+// may hold that its own requests may: one tenant's, the configured share
+// of it or, with others active, a fair part. 1 for any other key.
+func (t *keyTable) ownFraction(k Key) float64 {
+	s := t.slot(k)
+	if s == nil || !s.hasKids.Load() {
+		return 1
+	}
+	return min(t.share, 1/float64(s.kids.Load()+1))
 }
 
 // limit is the most that k may hold of total bytes at at, at least 1.

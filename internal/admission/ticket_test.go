@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -562,4 +563,48 @@ func TestGRPCCallsWaitingToStartCounted(t *testing.T) {
 	s := f.c.Stats()
 	assert.LessOrEqual(t, s.Waiting, int64(4), "one key waits in at most its half of the hold's places")
 	assert.GreaterOrEqual(t, s.Held, s.Waiting*heldWindow, "each waiting call counted in the held pool")
+}
+
+// TestOriginOwnRequestsAreOneTenant: with the key a tenant header, behind
+// a proxy (one address, its tenants nested) the proxy's address may hold
+// the whole budget while it is contended, for its tenants to share. A
+// client of it that sends no tenant header is keyed by the address itself:
+// it must hold no more than a tenant, or it fills what the address may
+// hold and every tenant is refused.
+func TestOriginOwnRequestsAreOneTenant(t *testing.T) {
+	const budget = 1 << 20
+	f := newFixture(t, budget, func(c *Config, _ *HoldConfig) { c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant" })
+	const proxy = "10.0.0.1"
+	send := func(tenant string, n int64) (*Ticket, error) {
+		req := Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr(proxy), Length: n, Header: http.Header{}}
+		if tenant != "" {
+			req.Header.(http.Header).Set("X-Tenant", tenant)
+		}
+		tk, v := f.c.Admit(context.Background(), req)
+		if !v.Admitted() {
+			return nil, ErrBudget
+		}
+		tk.Start(context.Background(), nil, false)
+		_, err := readAll(tk, io.LimitReader(bytes.NewReader(make([]byte, n)), n-1)) // held: its last byte still to come
+		return tk, err
+	}
+	// A tenant has sent: the proxy's address nests tenants. The budget is
+	// contended, the proxy the only client reading.
+	tk, err := send("t1", 1<<10)
+	require.NoError(t, err)
+	tk.Release(true)
+	origin := f.c.keys.key(addr(proxy), "")
+	f.c.keys.noteRefused(origin, now())
+	f.c.keys.recount(now(), nil)
+	// The client without a tenant header takes all it can.
+	for range 8 {
+		if tk, err := send("", 128<<10); err == nil {
+			t.Cleanup(func() { tk.Release(false) })
+		} else if tk != nil {
+			tk.Release(false)
+		}
+	}
+	tk, err = send("t2", 64<<10)
+	require.NoError(t, err, "another tenant is starved")
+	tk.Release(false)
 }
