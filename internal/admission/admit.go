@@ -245,6 +245,9 @@ func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) 
 			s := &t.slots[i]
 			cur := s.id.Load()
 			if cur == id {
+				if parent != 0 {
+					t.renest(s, parent, tenant)
+				}
 				return Key(i) + 1
 			}
 			if free < 0 && (cur == 0 || t.idle(s, at)) {
@@ -269,10 +272,27 @@ func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) 
 	}
 }
 
+// renest keeps a nested key's slot in its origin's: the origin, idle with
+// its tenants, may have lost its slot and taken another, or taken its own
+// anew and forgotten that it has tenants.
+func (t *keyTable) renest(s *keySlot, parent Key, tenant string) {
+	if old := s.parent.Load(); old != uint32(parent) {
+		if s.parent.CompareAndSwap(old, uint32(parent)) {
+			s.forget()
+			t.label(s, parent, tenant, netip.Addr{})
+		}
+		return
+	}
+	if p := t.slot(parent); p != nil && !p.hasKids.Load() && !p.hasKids.Swap(true) {
+		t.recounted.Store(int64(-recountEvery))
+	}
+}
+
 // idle reports whether a slot's key has let go of everything and sent
-// nothing for activeFor: its slot may serve another key.
+// nothing for activeFor: its slot may serve another key. An origin's
+// requests are its tenants' (see touch): it is idle when they are.
 func (t *keyTable) idle(s *keySlot, at time.Duration) bool {
-	if s.reserved.Load() != 0 || s.held.Load() != 0 || s.hasKids.Load() {
+	if s.reserved.Load() != 0 || s.held.Load() != 0 {
 		return false
 	}
 	seen, busy := s.seen.Load(), s.busy.Load()
@@ -352,8 +372,14 @@ func (t *keyTable) touch(k Key, sig decision.Signal, bytes int64, at time.Durati
 		return
 	}
 	if s := t.slot(k); s != nil {
-		if seen := s.seen.Load(); seen == 0 || at-time.Duration(seen) >= recountEvery/2 {
-			s.seen.Store(int64(at))
+		// The origin of a nested key is seen with it: its slot stays its own.
+		for o := s; o != nil; o = t.slot(Key(o.parent.Load())) {
+			if seen := o.seen.Load(); seen == 0 || at-time.Duration(seen) >= recountEvery/2 {
+				o.seen.Store(int64(at))
+			}
+			if o.parent.Load() == 0 {
+				break
+			}
 		}
 		if sig < decision.NumSignals {
 			s.arrivals[sig].add(max(bytes, 1), at, arrivalWindow)

@@ -327,3 +327,33 @@ func TestRotatingHeaderValuesCannotFillTheTable(t *testing.T) {
 		assert.NotEqual(t, origin, kt.parentOf(tk), "another address's tenant is not the attacker's")
 	}
 }
+
+// TestOriginSlotsFreedWhenIdle: an address whose requests once carried a
+// tenant header is an origin; once it and its tenants are idle, its slot
+// serves another address like any idle slot. Otherwise addresses that sent
+// one request each with a header value (many IPv6 /64s) would keep every
+// slot for ever, and every new client would share one.
+func TestOriginSlotsFreedWhenIdle(t *testing.T) {
+	kt := newKeyTable(FairnessConfig{Key: KeyHeader, Share: 0.5})
+	clock := t0
+	kt.clock = func() time.Duration { return clock }
+	for i := range 2 * keySlots {
+		a := addr(fmt.Sprintf("2001:db8:%x::1", i))
+		kt.touch(kt.key(a, "t"), decision.SignalTraces, 1, clock, nil)
+	}
+	clock += 2 * activeFor
+	for i := range 200 {
+		a := addr(fmt.Sprintf("10.1.%d.%d", i/200, i%200))
+		k := kt.key(a, "")
+		assert.Equal(t, a.String(), *kt.slot(k).name.Load(), "a slot of its own")
+	}
+	// An origin whose tenant keeps sending keeps its slot.
+	a := addr("10.2.0.1")
+	kid := kt.key(a, "t")
+	origin := kt.parentOf(kid)
+	for range 3 {
+		clock += activeFor / 2
+		kt.touch(kt.key(a, "t"), decision.SignalTraces, 1, clock, nil)
+		assert.True(t, kt.idle(kt.slot(kid), clock) == false && kt.idle(kt.slot(origin), clock) == false)
+	}
+}
