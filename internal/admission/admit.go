@@ -544,7 +544,12 @@ func (t *keyTable) takePlace(k Key, maxPlaces int64) bool {
 	if s == nil || t.share >= 1 {
 		return true
 	}
-	if s.held.Add(1) > t.placeLimit(k, maxPlaces) {
+	lim := t.placeLimit(k, maxPlaces)
+	if f := t.ownFraction(k); f < 1 {
+		// An origin's own requests are one more of its tenants (limitOf).
+		lim = max(int32(float64(lim)*f), 1)
+	}
+	if s.held.Add(1) > lim {
 		s.held.Add(-1)
 		return false
 	}

@@ -608,3 +608,38 @@ func TestOriginOwnRequestsAreOneTenant(t *testing.T) {
 	require.NoError(t, err, "another tenant is starved")
 	tk.Release(false)
 }
+
+// TestOriginOwnRequestsHoldOneTenantsPlaces: behind a proxy, with the key
+// a tenant header, a client sending no tenant header holds no more of the
+// hold's places than a tenant: the others are still held, not refused.
+func TestOriginOwnRequestsHoldOneTenantsPlaces(t *testing.T) {
+	f := newFixture(t, 1<<20, func(c *Config, h *HoldConfig) {
+		c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant"
+		*h = HoldConfig{MaxWait: time.Minute, MaxRequests: 8}
+	})
+	const proxy = "10.0.0.1"
+	req := func(tenant string) Request {
+		r := Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr(proxy), Length: 1, Header: http.Header{}}
+		if tenant != "" {
+			r.Header.(http.Header).Set("X-Tenant", tenant)
+		}
+		return r
+	}
+	tk, v := f.c.Admit(context.Background(), req("t1")) // the proxy's address nests tenants
+	require.True(t, v.Admitted())
+	tk.Release(true)
+	f.c.keys.recount(now(), nil)
+
+	f.dec.setOpen(decision.SignalTraces, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range 8 {
+		wg.Go(func() { _, _ = f.c.Admit(ctx, req("")) })
+	}
+	time.Sleep(50 * time.Millisecond)
+	wg.Go(func() { _, _ = f.c.Admit(ctx, req("t2")) })
+	require.Eventually(t, func() bool { return f.c.keys.slot(f.c.keys.key(addr(proxy), "t2")).held.Load() == 1 }, time.Second, time.Millisecond,
+		"another tenant finds no place in the hold")
+}
