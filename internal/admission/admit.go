@@ -231,17 +231,17 @@ const keyProbes = 8
 // is its origin's: it never shares another origin's tenant's.
 func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) Key {
 	id |= 1 // 0 is an unused slot
-	first, span := 0, topSlots
+	first := 0
 	if parent != 0 {
-		first, span = topSlots, keySlots-topSlots
+		first = topSlots // the nested keys' half
 	}
-	base := int(id % uint64(span))
+	base := int(id % topSlots)
 	at := t.clock()
 	for {
 		free := -1
 		var freeID uint64
 		for p := range keyProbes {
-			i := first + (base+p)%span
+			i := first + (base+p)%topSlots
 			s := &t.slots[i]
 			cur := s.id.Load()
 			if cur == id {

@@ -30,9 +30,9 @@ type Key uint32
 const keySlots = 4096
 
 // topSlots is how many of the slots are for top-level keys (addresses,
-// auth values); the rest are for the keys nested in them (header values),
-// so that a client naming new header values without end cannot take the
-// slots of other clients' addresses.
+// auth values); the other half is for the keys nested in them (header
+// values), so that a client naming new header values without end cannot
+// take the slots of other clients' addresses.
 const topSlots = keySlots / 2
 
 // activeFor is how long a key counts towards the shares after it last read

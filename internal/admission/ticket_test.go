@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -510,7 +511,7 @@ func TestFairDropsWeighWhatWasRead(t *testing.T) {
 		send("10.0.0.1", -1, 1<<20)
 		send("10.0.0.2", 100<<10, 100<<10)
 	}
-	f.dec.setDrop(decision.SignalTraces, 0.5)
+	f.dec.drop[decision.SignalTraces].Store(math.Float64bits(0.5))
 	f.c.keys.recount(now(), f.dec)
 	d := func(k Key) float64 { return float64(f.c.keys.dropThreshold(k, decision.SignalTraces, 0.5)) / (1 << 53) }
 	kb := f.c.keys.key(addr("10.0.0.2"), "")
@@ -630,7 +631,7 @@ func TestOriginOwnRequestsHoldOneTenantsPlaces(t *testing.T) {
 	tk.Release(true)
 	f.c.keys.recount(now(), nil)
 
-	f.dec.setOpen(decision.SignalTraces, true)
+	f.dec.open[decision.SignalTraces].Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer wg.Wait()
