@@ -277,7 +277,8 @@ func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) 
 // anew and forgotten that it has tenants.
 func (t *keyTable) renest(s *keySlot, parent Key, tenant string) {
 	if old := s.parent.Load(); old != uint32(parent) {
-		if s.parent.CompareAndSwap(old, uint32(parent)) {
+		// Its old origin's slot was idle, so is it; it is taken anew once.
+		if s.live.Load() == 0 && s.reserved.Load() == 0 && s.held.Load() == 0 && s.parent.CompareAndSwap(old, uint32(parent)) {
 			s.forget()
 			t.label(s, parent, tenant, netip.Addr{})
 		}
@@ -292,7 +293,7 @@ func (t *keyTable) renest(s *keySlot, parent Key, tenant string) {
 // nothing for activeFor: its slot may serve another key. An origin's
 // requests are its tenants' (see touch): it is idle when they are.
 func (t *keyTable) idle(s *keySlot, at time.Duration) bool {
-	if s.reserved.Load() != 0 || s.held.Load() != 0 {
+	if s.reserved.Load() != 0 || s.held.Load() != 0 || s.live.Load() != 0 {
 		return false
 	}
 	seen, busy := s.seen.Load(), s.busy.Load()
@@ -819,6 +820,17 @@ func (t *keyTable) claimDecode(k Key, n, lim, parentLim int64) bool {
 	return true
 }
 
+// addLive counts n more unfinished requests of k (negative: ended), for
+// its origin too.
+func (t *keyTable) addLive(k Key, n int32) {
+	for s := t.slot(k); s != nil; s = t.slot(Key(s.parent.Load())) {
+		s.live.Add(n)
+		if s.parent.Load() == 0 {
+			return
+		}
+	}
+}
+
 // endDecode takes n bytes of k's undecoded calls off (its call's message
 // has been decoded, or it ended); they stay reserved as the call's.
 func (t *keyTable) endDecode(k Key, n int64) { t.addDecoding(k, -n) }
@@ -1059,8 +1071,10 @@ func (b *budget) reserveHeld(n int64) bool {
 }
 
 // newTicket returns the ticket of an admitted (or waiting) request,
-// counted in its key's arrivals as off bytes.
+// counted in its key's arrivals as off bytes, and live in its key until
+// it is released.
 func (c *Controller) newTicket(ctx context.Context, k Key, req Request, at time.Duration, off int64) *Ticket {
+	c.keys.addLive(k, 1)
 	return &Ticket{
 		c: c, ctx: ctx, key: k, sig: req.Signal, proto: req.Protocol, age: at, known: req.Length, weighed: max(off, 1),
 		exempt: c.budget != nil && c.dec.Exempt(req.Signal),

@@ -82,6 +82,10 @@ type keySlot struct {
 	held     atomic.Int32 // places in the hold
 	seen     atomic.Int64 // now() of the last request
 	busy     atomic.Int64 // now() of the last byte read or budget refusal
+	// live counts the key's unfinished requests (tickets): an admitted
+	// body may hold nothing for longer than a key's idleness, and its slot
+	// must stay its key's (and its origin's) until it ends.
+	live atomic.Int32
 
 	hasKids atomic.Bool // an origin some nested key names as parent
 

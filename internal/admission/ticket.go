@@ -375,6 +375,7 @@ func (t *Ticket) Release(accepted bool) {
 		c.rec.Record(t.proto, t.sig, decision.VerdictAdmit)
 		c.keys.noteDecision(t.key, true, t.age)
 	}
+	c.keys.addLive(t.key, -1)
 	c.tickets.remove(t)
 }
 

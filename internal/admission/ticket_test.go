@@ -644,3 +644,43 @@ func TestOriginOwnRequestsHoldOneTenantsPlaces(t *testing.T) {
 	require.Eventually(t, func() bool { return f.c.keys.slot(f.c.keys.key(addr(proxy), "t2")).held.Load() == 1 }, time.Second, time.Millisecond,
 		"another tenant finds no place in the hold")
 }
+
+// TestSlotsNotReusedUnderUnfinishedRequests: a request admitted but not
+// yet reading (its head start is longer than a key's idleness) keeps its
+// key's slot and its origin's: were they given to other keys meanwhile,
+// its bytes would be counted to them and given back by others, and the
+// counts would drift (a key holding for ever what it never had, another
+// room it never gave back).
+func TestSlotsNotReusedUnderUnfinishedRequests(t *testing.T) {
+	f := newFixture(t, 1<<20, func(c *Config, _ *HoldConfig) { c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant" })
+	kt := f.c.keys
+	req := func(remote, tenant string) Request {
+		r := Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr(remote), Length: 1 << 10, Header: http.Header{}}
+		r.Header.(http.Header).Set("X-Tenant", tenant)
+		return r
+	}
+	r1, v := f.c.Admit(context.Background(), req("10.0.0.1", "t"))
+	require.True(t, v.Admitted())
+	r1.Start(context.Background(), nil, false)
+	origin := kt.parentOf(r1.key)
+	originID := kt.slot(origin).id.Load()
+
+	// Later than activeFor, other clients arrive (their first requests).
+	kt.clock = func() time.Duration { return now() + 2*activeFor }
+	for i := 0; i < 20000 && kt.slot(origin).id.Load() == originID; i++ {
+		kt.key(addr(fmt.Sprintf("10.%d.%d.%d", 1+i/65536, i/256%256, i%256)), "")
+	}
+	// r1 reads; the same client sends again; both end.
+	_, err := readAll(r1, bytes.NewReader(make([]byte, 1<<10)))
+	require.NoError(t, err)
+	r2, v := f.c.Admit(context.Background(), req("10.0.0.1", "t"))
+	require.True(t, v.Admitted())
+	r2.Start(context.Background(), nil, false)
+	_, err = readAll(r2, bytes.NewReader(make([]byte, 1<<10)))
+	require.NoError(t, err)
+	r1.Release(true)
+	r2.Release(true)
+	for i := range kt.slots {
+		require.Zero(t, kt.slots[i].reserved.Load(), "slot %d", i)
+	}
+}
