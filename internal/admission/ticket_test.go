@@ -684,3 +684,34 @@ func TestSlotsNotReusedUnderUnfinishedRequests(t *testing.T) {
 		require.Zero(t, kt.slots[i].reserved.Load(), "slot %d", i)
 	}
 }
+
+// TestTicketMisuse: a ticket released twice, or read, decoded or started
+// after its release, gives back nothing twice and takes nothing more: no
+// count goes negative or keeps bytes.
+func TestTicketMisuse(t *testing.T) {
+	f := newFixture(t, 1<<20, nil)
+	h, _ := f.http(t, "10.0.0.1", -1)
+	h.Start(context.Background(), nil, false)
+	_, err := h.Read(bytes.NewReader(make([]byte, 100)), make([]byte, 64))
+	require.NoError(t, err)
+	h.Release(false)
+	h.Release(true)
+	_, err = h.Read(bytes.NewReader(make([]byte, 100)), make([]byte, 64))
+	require.Error(t, err)
+
+	g, _ := f.grpc(context.Background(), "10.0.0.1")
+	require.True(t, g.Start(context.Background(), nil, false).Admitted())
+	g.Release(false)
+	g.Decoded(1<<20, 1<<10)
+	g.Release(true)
+	assert.False(t, g.Start(context.Background(), nil, false).Admitted(), "started after its release")
+
+	s := f.c.Stats()
+	assert.Zero(t, s.Reserved)
+	assert.Zero(t, s.Inflight)
+	assert.Zero(t, s.Held)
+	k := f.c.keys.key(addr("10.0.0.1"), "")
+	assert.Zero(t, f.c.keys.slot(k).reserved.Load())
+	assert.Zero(t, f.c.keys.slot(k).decoding.Load())
+	assert.Zero(t, f.c.keys.slot(k).live.Load())
+}
