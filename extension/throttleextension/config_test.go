@@ -101,6 +101,7 @@ func TestLoadConfig(t *testing.T) {
 					Fairness: admission.FairnessConfig{
 						Key: admission.KeyHeader, Header: "X-Scope-OrgID", Share: 0.25,
 						Weights: map[string]float64{"tenant-a": 4}, TrustedProxies: []string{"10.0.0.0/8"},
+						ForwardedHeader: admission.DefaultForwardedHeader,
 					},
 				},
 				Hold:   admission.HoldConfig{MaxWait: 2 * time.Second, MaxRequests: 32},

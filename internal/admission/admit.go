@@ -35,17 +35,18 @@ import (
 func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.Verdict) {
 	at := now()
 	k := c.key(req)
-	c.keys.touch(k, req.Signal, c.offered(k, req, at), at, c.dec)
+	off := c.offered(k, req, at)
+	c.keys.touch(k, req.Signal, off, at, c.dec)
 	v := c.decide(k, req.Signal)
 	if !v.Admitted() {
 		switch {
 		case c.observe:
-			return c.newTicket(ctx, k, req, at).admitted(v)
+			return c.newTicket(ctx, k, req, at, off).admitted(v)
 		case req.Protocol == ProtocolGRPC:
 			// Waits in Ticket.Start, with a place in the hold and what its
 			// client sends meanwhile counted in the held pool.
 			if n, ok := c.takeHeld(k, req.Signal, at); ok {
-				return c.newTicket(ctx, k, req, at).pending(v, n)
+				return c.newTicket(ctx, k, req, at, off).pending(v, n)
 			}
 			return nil, c.refuse(k, req, at, v)
 		case !c.hold.takePlace(k):
@@ -65,7 +66,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 	}
 	exempt := c.dec.Exempt(req.Signal)
 	if req.Protocol == ProtocolGRPC {
-		return c.admitCall(ctx, k, req, at, exempt)
+		return c.admitCall(ctx, k, req, at, exempt, off)
 	}
 	// A key at its share, or one that owes the oversize lane under
 	// pressure, is refused what it could not have, before it is read.
@@ -74,11 +75,11 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 		(req.Length < 0 || req.Length > lim) && c.budget.laneIndebted(k, at) && c.dec.Pressed(req.Signal) {
 		c.keys.noteRefused(k, at)
 		if c.observe {
-			return c.newTicket(ctx, k, req, at).admitted(decision.VerdictDenyBudget)
+			return c.newTicket(ctx, k, req, at, off).admitted(decision.VerdictDenyBudget)
 		}
 		return nil, c.refuse(k, req, at, decision.VerdictDenyBudget)
 	}
-	return c.newTicket(ctx, k, req, at).admitted(decision.VerdictAdmit)
+	return c.newTicket(ctx, k, req, at, off).admitted(decision.VerdictAdmit)
 }
 
 // key is the fairness key of req.
@@ -119,37 +120,32 @@ func (c *Controller) isTrusted(a netip.Addr) bool {
 }
 
 // forwarded returns the client's address a trusted proxy forwards: the
-// last address of the Forwarded (for=) or X-Forwarded-For chain that is not
-// itself a trusted proxy, the remote address when there is none.
+// last address of the chain in forwarded_header that is not itself a
+// trusted proxy, the remote address when there is none. The other
+// header is not read: a proxy passes it on as its client sent it.
 func (c *Controller) forwarded(remote netip.Addr, req Request) netip.Addr {
-	names := c.forwardedHTTP
+	name := c.forwardedHTTP
 	if req.Protocol == ProtocolGRPC {
-		names = c.forwardedGRPC
+		name = c.forwardedGRPC
 	}
-	for i, name := range names {
-		vs := req.Header.Values(name)
-		if len(vs) == 0 {
-			continue
-		}
-		for j := len(vs) - 1; j >= 0; j-- {
-			v := vs[j]
-			for v != "" {
-				cut := strings.LastIndexByte(v, ',')
-				elem := v[cut+1:]
-				v = v[:max(cut, 0)]
-				a, ok := forwardedAddr(elem, i == 0)
-				if !ok {
-					return remote // a chain we cannot read: trust none of it
-				}
-				if !c.isTrusted(a) {
-					return a
-				}
-				remote = a
+	vs := req.Header.Values(name)
+	for j := len(vs) - 1; j >= 0; j-- {
+		v := vs[j]
+		for v != "" {
+			cut := strings.LastIndexByte(v, ',')
+			elem := v[cut+1:]
+			v = v[:max(cut, 0)]
+			a, ok := forwardedAddr(elem, c.rfc7239)
+			if !ok {
+				return remote // a chain we cannot read: trust none of it
 			}
+			if !c.isTrusted(a) {
+				return a
+			}
+			remote = a
 		}
-		return remote // the chain is all trusted proxies: the first of them
 	}
-	return remote
+	return remote // the chain is all trusted proxies: the first of them
 }
 
 // forwardedAddr reads one element of a Forwarded (RFC 7239, its for=
@@ -229,20 +225,29 @@ const keyProbes = 8
 // claim returns the slot of id: the one already labelled with it in its
 // probe range, else the first of the range that is unused or idle (no
 // bytes, no places, no request for activeFor), labelled anew: its parent,
-// name and weight. When every slot of the range is busy, the key shares
-// its first one with the key there, which errs on the side of refusing.
+// name and weight. Top-level keys and nested ones have slots apart. When
+// every slot of the range is busy, a top-level key shares its first one
+// with the key there, which errs on the side of refusing, and a nested key
+// is its origin's: it never shares another origin's tenant's.
 func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) Key {
 	id |= 1 // 0 is an unused slot
-	base := int(id % keySlots)
+	first := 0
+	if parent != 0 {
+		first = topSlots // the nested keys' half
+	}
+	base := int(id % topSlots)
 	at := t.clock()
 	for {
 		free := -1
 		var freeID uint64
 		for p := range keyProbes {
-			i := (base + p) % keySlots
+			i := first + (base+p)%topSlots
 			s := &t.slots[i]
 			cur := s.id.Load()
 			if cur == id {
+				if parent != 0 {
+					t.renest(s, parent, tenant)
+				}
 				return Key(i) + 1
 			}
 			if free < 0 && (cur == 0 || t.idle(s, at)) {
@@ -250,7 +255,10 @@ func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) 
 			}
 		}
 		if free < 0 {
-			return Key(base) + 1
+			if parent != 0 {
+				return parent
+			}
+			return Key(first+base) + 1
 		}
 		s := &t.slots[free]
 		if !s.id.CompareAndSwap(freeID, id) {
@@ -264,10 +272,28 @@ func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) 
 	}
 }
 
+// renest keeps a nested key's slot in its origin's: the origin, idle with
+// its tenants, may have lost its slot and taken another, or taken its own
+// anew and forgotten that it has tenants.
+func (t *keyTable) renest(s *keySlot, parent Key, tenant string) {
+	if old := s.parent.Load(); old != uint32(parent) {
+		// Its old origin's slot was idle, so is it; it is taken anew once.
+		if s.live.Load() == 0 && s.reserved.Load() == 0 && s.held.Load() == 0 && s.parent.CompareAndSwap(old, uint32(parent)) {
+			s.forget()
+			t.label(s, parent, tenant, netip.Addr{})
+		}
+		return
+	}
+	if p := t.slot(parent); p != nil && !p.hasKids.Load() && !p.hasKids.Swap(true) {
+		t.recounted.Store(int64(-recountEvery))
+	}
+}
+
 // idle reports whether a slot's key has let go of everything and sent
-// nothing for activeFor: its slot may serve another key.
+// nothing for activeFor: its slot may serve another key. An origin's
+// requests are its tenants' (see touch): it is idle when they are.
 func (t *keyTable) idle(s *keySlot, at time.Duration) bool {
-	if s.reserved.Load() != 0 || s.held.Load() != 0 || s.hasKids.Load() {
+	if s.reserved.Load() != 0 || s.held.Load() != 0 || s.live.Load() != 0 {
 		return false
 	}
 	seen, busy := s.seen.Load(), s.busy.Load()
@@ -347,8 +373,14 @@ func (t *keyTable) touch(k Key, sig decision.Signal, bytes int64, at time.Durati
 		return
 	}
 	if s := t.slot(k); s != nil {
-		if seen := s.seen.Load(); seen == 0 || at-time.Duration(seen) >= recountEvery/2 {
-			s.seen.Store(int64(at))
+		// The origin of a nested key is seen with it: its slot stays its own.
+		for o := s; o != nil; o = t.slot(Key(o.parent.Load())) {
+			if seen := o.seen.Load(); seen == 0 || at-time.Duration(seen) >= recountEvery/2 {
+				o.seen.Store(int64(at))
+			}
+			if o.parent.Load() == 0 {
+				break
+			}
 		}
 		if sig < decision.NumSignals {
 			s.arrivals[sig].add(max(bytes, 1), at, arrivalWindow)
@@ -359,6 +391,14 @@ func (t *keyTable) touch(k Key, sig decision.Signal, bytes int64, at time.Durati
 		return
 	}
 	t.recount(at, dec)
+}
+
+// arrived counts n more bytes of a request of k and sig than it was
+// counted for when it arrived (see Ticket.weigh).
+func (t *keyTable) arrived(k Key, sig decision.Signal, n int64, at time.Duration) {
+	if s := t.slot(k); s != nil && sig < decision.NumSignals && n > 0 {
+		s.arrivals[sig].add(n, at, arrivalWindow)
+	}
 }
 
 // offered is what a request of k is expected to cost: its length when
@@ -505,7 +545,12 @@ func (t *keyTable) takePlace(k Key, maxPlaces int64) bool {
 	if s == nil || t.share >= 1 {
 		return true
 	}
-	if s.held.Add(1) > t.placeLimit(k, maxPlaces) {
+	lim := t.placeLimit(k, maxPlaces)
+	if f := t.ownFraction(k); f < 1 {
+		// An origin's own requests are one more of its tenants (limitOf).
+		lim = max(int32(float64(lim)*f), 1)
+	}
+	if s.held.Add(1) > lim {
 		s.held.Add(-1)
 		return false
 	}
@@ -603,8 +648,24 @@ func (b *budget) limitOf(k Key, at time.Duration) (lim, parentLim int64) {
 	parentLim = m
 	if p := b.keys.parentOf(k); p != 0 {
 		parentLim = b.keys.limit(p, m, at)
+	} else if f := b.keys.ownFraction(k); f < 1 {
+		// An origin's own requests (no tenant value, or one that found no
+		// slot) are one more of its tenants: what the origin may hold is
+		// its tenants', not theirs alone.
+		lim, parentLim = max(int64(float64(lim)*f), 1), lim
 	}
 	return lim, parentLim
+}
+
+// ownFraction is the part of what an origin whose tenants are nested in it
+// may hold that its own requests may: one tenant's, the configured share
+// of it or, with others active, a fair part. 1 for any other key.
+func (t *keyTable) ownFraction(k Key) float64 {
+	s := t.slot(k)
+	if s == nil || !s.hasKids.Load() {
+		return 1
+	}
+	return min(t.share, 1/float64(s.kids.Load()+1))
 }
 
 // limit is the most that k may hold of total bytes at at, at least 1.
@@ -759,6 +820,17 @@ func (t *keyTable) claimDecode(k Key, n, lim, parentLim int64) bool {
 	return true
 }
 
+// addLive counts n more unfinished requests of k (negative: ended), for
+// its origin too.
+func (t *keyTable) addLive(k Key, n int32) {
+	for s := t.slot(k); s != nil; s = t.slot(Key(s.parent.Load())) {
+		s.live.Add(n)
+		if s.parent.Load() == 0 {
+			return
+		}
+	}
+}
+
 // endDecode takes n bytes of k's undecoded calls off (its call's message
 // has been decoded, or it ended); they stay reserved as the call's.
 func (t *keyTable) endDecode(k Key, n int64) { t.addDecoding(k, -n) }
@@ -887,21 +959,21 @@ func (t *keyTable) topOf(k Key) *keySlot {
 // admitCall admits a gRPC call the decision admits, with its estimate
 // reserved (Start reserves what its message may decode to before it is
 // read), or to wait for it in Ticket.Start.
-func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.Duration, exempt bool) (*Ticket, decision.Verdict) {
+func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.Duration, exempt bool, off int64) (*Ticket, decision.Verdict) {
 	n := c.estimate(k, req.Signal, exempt, at)
 	switch {
 	case c.budget.admitNow(n, k, useOf(exempt), at):
-		t := c.newTicket(ctx, k, req, at)
+		t := c.newTicket(ctx, k, req, at, off)
 		t.reserved = n
 		return t.admitted(decision.VerdictAdmit)
 	case c.observe:
 		c.budget.charge(n, k)
-		t := c.newTicket(ctx, k, req, at)
+		t := c.newTicket(ctx, k, req, at, off)
 		t.reserved = n
 		return t.admitted(decision.VerdictDenyBudget)
 	case c.cfg.WaitTimeout > 0:
 		if held, ok := c.takeHeld(k, req.Signal, at); ok {
-			return c.newTicket(ctx, k, req, at).pending(decision.VerdictAdmit, held)
+			return c.newTicket(ctx, k, req, at, off).pending(decision.VerdictAdmit, held)
 		}
 	}
 	return nil, c.refuse(k, req, at, decision.VerdictDenyBudget)
@@ -998,10 +1070,13 @@ func (b *budget) reserveHeld(n int64) bool {
 	return casAdd(&b.held, n, max(b.heldMax.Load(), b.max.Load()))
 }
 
-// newTicket returns the ticket of an admitted (or waiting) request.
-func (c *Controller) newTicket(ctx context.Context, k Key, req Request, at time.Duration) *Ticket {
+// newTicket returns the ticket of an admitted (or waiting) request,
+// counted in its key's arrivals as off bytes, and live in its key until
+// it is released.
+func (c *Controller) newTicket(ctx context.Context, k Key, req Request, at time.Duration, off int64) *Ticket {
+	c.keys.addLive(k, 1)
 	return &Ticket{
-		c: c, ctx: ctx, key: k, sig: req.Signal, proto: req.Protocol, age: at, known: req.Length,
+		c: c, ctx: ctx, key: k, sig: req.Signal, proto: req.Protocol, age: at, known: req.Length, weighed: max(off, 1),
 		exempt: c.budget != nil && c.dec.Exempt(req.Signal),
 	}
 }

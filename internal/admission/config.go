@@ -37,6 +37,9 @@ const (
 	// hold's places, so that one client, or one node or proxy many clients
 	// come through, never takes all of them.
 	DefaultShare = 0.5
+	// DefaultForwardedHeader is what most proxies add (HAProxy's option
+	// forwardfor, nginx's $proxy_add_x_forwarded_for, cloud balancers).
+	DefaultForwardedHeader = "X-Forwarded-For"
 	// DefaultHoldMaxWait is under the SDKs' 10 s export budget, so that a
 	// request held to the end is still answered within it, and long enough
 	// that their fixed retries spread over a long Open.
@@ -145,6 +148,11 @@ type FairnessConfig struct {
 	// not itself a trusted proxy. From any other address these headers are
 	// ignored.
 	TrustedProxies []string `mapstructure:"trusted_proxies"`
+	// ForwardedHeader is the header the trusted proxies set the client's
+	// address in: X-Forwarded-For (default) or Forwarded (its for=). Only
+	// that one is read: a proxy passes the other on as its client sent it,
+	// and a client must not choose its own key.
+	ForwardedHeader string `mapstructure:"forwarded_header"`
 	// Share is the most of the budget and of the hold's places that one
 	// key may hold while it is the only one sending; with others active,
 	// each has its weighted fair share. In (0, 1]; 1 = no limit.
@@ -183,7 +191,7 @@ func NewDefaultConfig() Config {
 		IdleTimeout:        DefaultIdleTimeout,
 		WaitTimeout:        DefaultWaitTimeout,
 		GRPCMaxMessageSize: DefaultGRPCMaxMessageSize,
-		Fairness:           FairnessConfig{Key: KeyAddress, Share: DefaultShare},
+		Fairness:           FairnessConfig{Key: KeyAddress, Share: DefaultShare, ForwardedHeader: DefaultForwardedHeader},
 	}
 }
 
@@ -209,6 +217,7 @@ var (
 	ErrAuthMissing    = errors.New("auth_attribute must be set with key: auth")
 	ErrAuthUnused     = errors.New("auth_attribute is set but key is not auth")
 	ErrTrustedProxy   = errors.New("trusted_proxies: want an IP address or a CIDR range")
+	ErrForwarded      = errors.New("forwarded_header must be X-Forwarded-For or Forwarded")
 	ErrShare          = errors.New("share must be in (0, 1]")
 	ErrWeight         = fmt.Errorf("weights: a weight must be in (0, %d]", maxWeight)
 	ErrWeightKey      = errors.New("weights: with key: address a key must be an IP address or a CIDR range")
@@ -273,6 +282,9 @@ func (c FairnessConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%w, got %q", ErrTrustedProxy, p))
 		}
 	}
+	if _, err := forwardedName(c.ForwardedHeader); err != nil {
+		errs = append(errs, fmt.Errorf("%w, got %q", err, c.ForwardedHeader))
+	}
 	if !(c.Share > 0 && c.Share <= 1) { // also rejects NaN
 		errs = append(errs, fmt.Errorf("%w, got %s", ErrShare, strconv.FormatFloat(c.Share, 'g', -1, 64)))
 	}
@@ -303,6 +315,19 @@ func (c HoldConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("%w, got %d", ErrHoldMaxRequests, c.MaxRequests))
 	}
 	return errors.Join(errs...)
+}
+
+// forwardedName returns the forwarded header name as net/http keys it,
+// and whether it is Forwarded (RFC 7239) rather than X-Forwarded-For;
+// empty is the default.
+func forwardedName(name string) (rfc7239 bool, err error) {
+	switch {
+	case name == "" || strings.EqualFold(name, DefaultForwardedHeader):
+		return false, nil
+	case strings.EqualFold(name, "Forwarded"):
+		return true, nil
+	}
+	return false, ErrForwarded
 }
 
 // parsePrefix reads an address (a prefix of its full length) or a CIDR

@@ -51,6 +51,8 @@ func TestConfigValidate(t *testing.T) {
 	f(func(c *Config) { c.Fairness.AuthAttribute = "subject" }, ErrAuthUnused)
 	f(func(c *Config) { c.Fairness.TrustedProxies = []string{"10.0.0.0/8", "::1", "192.0.2.7"} })
 	f(func(c *Config) { c.Fairness.TrustedProxies = []string{"proxy.local"} }, ErrTrustedProxy)
+	f(func(c *Config) { c.Fairness.ForwardedHeader = "forwarded" })
+	f(func(c *Config) { c.Fairness.ForwardedHeader = "X-Real-IP" }, ErrForwarded)
 	f(func(c *Config) { c.Fairness.Weights = map[string]float64{"10.1.0.0/16": 4, "192.0.2.1": 2} })
 	f(func(c *Config) { c.Fairness.Weights = map[string]float64{"tenant-a": 4} }, ErrWeightKey)
 	f(func(c *Config) { c.Fairness.Weights = map[string]float64{"10.0.0.0/8": 0} }, ErrWeight)

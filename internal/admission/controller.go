@@ -133,13 +133,16 @@ type Controller struct {
 	inflight atomic.Int64
 
 	// source and names of the fairness key.
-	source         KeySource
-	headerHTTP     string
-	headerGRPC     string
-	authAttr       string
-	trusted        []netip.Prefix
-	forwardedHTTP  [2]string
-	forwardedGRPC  [2]string
+	source     KeySource
+	headerHTTP string
+	headerGRPC string
+	authAttr   string
+	trusted    []netip.Prefix
+	// forwardedHTTP and forwardedGRPC name the header the trusted proxies
+	// set, rfc7239 whether it is Forwarded.
+	forwardedHTTP  string
+	forwardedGRPC  string
+	rfc7239        bool
 	unknownSize    int64
 	grpcMaxMessage int64
 	closed         atomic.Bool
@@ -208,8 +211,7 @@ func New(cfg Config, holdCfg HoldConfig, set Settings) (*Controller, error) {
 		shutdownGrace:  shutdownGrace,
 		silentGrace:    silentGrace,
 		laneTenure:     laneTenureFactor * cfg.IdleTimeout,
-		forwardedHTTP:  [2]string{"Forwarded", "X-Forwarded-For"},
-		forwardedGRPC:  [2]string{"forwarded", "x-forwarded-for"},
+		forwardedHTTP:  DefaultForwardedHeader,
 	}
 	if c.rec == nil {
 		c.rec = nopRecorder{}
@@ -224,6 +226,10 @@ func New(cfg Config, holdCfg HoldConfig, set Settings) (*Controller, error) {
 		c.headerHTTP = canonicalHeader(cfg.Fairness.Header)
 		c.headerGRPC = strings.ToLower(cfg.Fairness.Header)
 	}
+	if rfc, err := forwardedName(cfg.Fairness.ForwardedHeader); err == nil && rfc {
+		c.forwardedHTTP, c.rfc7239 = "Forwarded", true
+	}
+	c.forwardedGRPC = strings.ToLower(c.forwardedHTTP)
 	for _, p := range cfg.Fairness.TrustedProxies {
 		if pf, err := parsePrefix(p); err == nil {
 			c.trusted = append(c.trusted, pf)

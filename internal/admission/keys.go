@@ -29,6 +29,12 @@ type Key uint32
 // many addresses or header values clients use.
 const keySlots = 4096
 
+// topSlots is how many of the slots are for top-level keys (addresses,
+// auth values); the other half is for the keys nested in them (header
+// values), so that a client naming new header values without end cannot
+// take the slots of other clients' addresses.
+const topSlots = keySlots / 2
+
 // activeFor is how long a key counts towards the shares after it last read
 // a byte or was refused for the budget: long enough to span an exporter's
 // back-off after a refusal, so that a key refused because others hold the
@@ -76,6 +82,10 @@ type keySlot struct {
 	held     atomic.Int32 // places in the hold
 	seen     atomic.Int64 // now() of the last request
 	busy     atomic.Int64 // now() of the last byte read or budget refusal
+	// live counts the key's unfinished requests (tickets): an admitted
+	// body may hold nothing for longer than a key's idleness, and its slot
+	// must stay its key's (and its origin's) until it ends.
+	live atomic.Int32
 
 	hasKids atomic.Bool // an origin some nested key names as parent
 

@@ -306,3 +306,56 @@ func TestFairDropsByBytes(t *testing.T) {
 	assert.InDelta(t, 0, d(small), 1e-9)
 	assert.InDelta(t, 0.9, d(large), 1e-9)
 }
+
+// TestRotatingHeaderValuesCannotFillTheTable: one address sending a new
+// header value in every request (bodyless requests will do) fills the
+// slots near every hash; another client must still have a key of its own,
+// not share one of that address's tenants and be held within its share.
+func TestRotatingHeaderValuesCannotFillTheTable(t *testing.T) {
+	kt := newKeyTable(FairnessConfig{Key: KeyHeader, Share: 0.5})
+	kt.clock = func() time.Duration { return t0 }
+	attacker := addr("10.0.0.1")
+	origin := kt.key(attacker, "")
+	for i := range 2 * keySlots {
+		kt.key(attacker, fmt.Sprint("v-", i))
+	}
+	for i := range 200 {
+		a := addr(fmt.Sprintf("10.1.%d.%d", i/200, i%200))
+		k := kt.key(a, "")
+		require.NotZero(t, k)
+		assert.Zero(t, kt.parentOf(k), "an address is nobody's tenant")
+		assert.NotEqual(t, origin, k)
+		tk := kt.key(a, "t1")
+		assert.NotEqual(t, origin, kt.parentOf(tk), "another address's tenant is not the attacker's")
+	}
+}
+
+// TestOriginSlotsFreedWhenIdle: an address whose requests once carried a
+// tenant header is an origin; once it and its tenants are idle, its slot
+// serves another address like any idle slot. Otherwise addresses that sent
+// one request each with a header value (many IPv6 /64s) would keep every
+// slot for ever, and every new client would share one.
+func TestOriginSlotsFreedWhenIdle(t *testing.T) {
+	kt := newKeyTable(FairnessConfig{Key: KeyHeader, Share: 0.5})
+	clock := t0
+	kt.clock = func() time.Duration { return clock }
+	for i := range 2 * keySlots {
+		a := addr(fmt.Sprintf("2001:db8:%x::1", i))
+		kt.touch(kt.key(a, "t"), decision.SignalTraces, 1, clock, nil)
+	}
+	clock += 2 * activeFor
+	for i := range 200 {
+		a := addr(fmt.Sprintf("10.1.%d.%d", i/200, i%200))
+		k := kt.key(a, "")
+		assert.Equal(t, a.String(), *kt.slot(k).name.Load(), "a slot of its own")
+	}
+	// An origin whose tenant keeps sending keeps its slot.
+	a := addr("10.2.0.1")
+	kid := kt.key(a, "t")
+	origin := kt.parentOf(kid)
+	for range 3 {
+		clock += activeFor / 2
+		kt.touch(kt.key(a, "t"), decision.SignalTraces, 1, clock, nil)
+		assert.True(t, kt.idle(kt.slot(kid), clock) == false && kt.idle(kt.slot(origin), clock) == false)
+	}
+}

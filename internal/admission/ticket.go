@@ -67,7 +67,7 @@ type Ticket struct {
 	lane         int64 // bytes held in the oversize lane's pool
 	inLane       bool
 	laneSince    time.Duration
-	read         int64
+	read         int64 // bytes read (HTTP) or decoded (gRPC, all its messages)
 	lastProgress time.Duration
 	progressAt   int64 // read when lastProgress was last moved
 	late         bool  // older than the idle timeout: no more head start
@@ -81,6 +81,10 @@ type Ticket struct {
 	// without reading any.
 	unrecorded bool
 	idle       *time.Timer
+
+	// weighed is what the fair drops counted the request as: what it was
+	// expected to cost when it arrived, then what it read, if more.
+	weighed int64
 
 	// A gRPC call that waits in Start: the tap's refusal it waits out
 	// (VerdictAdmit: it waits for bytes only); its hold place and held-pool
@@ -124,6 +128,11 @@ func (t *Ticket) Start(ctx context.Context, s Staller, streaming bool) decision.
 	t.mu.Lock()
 	t.onStall, t.streaming = s, streaming
 	t.mu.Unlock()
+	if t.c.closed.Load() {
+		// Admitted after Close listed the unfinished requests (another
+		// receiver's server still serves): cut off after the grace too.
+		t.shutdown(t.c.shutdownGrace)
+	}
 	if t.proto == ProtocolGRPC {
 		if v := t.startCall(ctx); !v.Admitted() {
 			return v
@@ -193,7 +202,7 @@ func (t *Ticket) reserveDecode(ctx context.Context) bool {
 		b.release(had, t.key)
 		switch {
 		case b.entering.Load() == 0 && b.admitNow(n, t.key, useOf(t.exempt)|useDecode, at):
-		case c.cfg.WaitTimeout > 0:
+		case c.cfg.WaitTimeout > 0 && t.countWait(at):
 			ok = b.waitAdmit(ctx, n, t.key, useOf(t.exempt)|useDecode, t.callWaitLeft(ctx))
 		default:
 			ok = false
@@ -214,6 +223,36 @@ func (t *Ticket) reserveDecode(ctx context.Context) bool {
 		b.release(n, t.key)
 	}
 	return !late
+}
+
+// countWait counts a gRPC call about to wait for what its message may
+// decode to as the calls waiting for a decision are: a place in the hold
+// and, in the held pool, what its client may send meanwhile (grpc-go
+// buffers it; the budget holds nothing for the call while it waits). False
+// when either is full: the call is refused at once, so that a key's calls
+// that the tap let in cannot wait, buffering, in any number. A call let in
+// to wait has its place already.
+func (t *Ticket) countWait(at time.Duration) bool {
+	c := t.c
+	t.mu.Lock()
+	counted := t.place || t.heldBytes > 0
+	t.mu.Unlock()
+	if counted {
+		return true
+	}
+	var n int64
+	if c.hold != nil {
+		var ok bool
+		if n, ok = c.takeHeld(t.key, t.sig, at); !ok {
+			return false
+		}
+	} else if n = max(heldWindow, c.keys.sizeOf(t.key, t.sig, at, true)); !c.budget.reserveHeld(n) {
+		return false
+	}
+	t.mu.Lock()
+	t.place, t.heldBytes = c.hold != nil, n
+	t.mu.Unlock()
+	return true
 }
 
 // callWaitLeft is how much longer a gRPC call may wait: deadlineShare of the
@@ -258,6 +297,10 @@ func (t *Ticket) Decoded(size, wire int64) {
 		}
 	}
 	t.size, t.wire = max(t.size, size), max(t.wire, wire)
+	t.read += size
+	if over := t.weighLocked(); over > 0 {
+		c.keys.arrived(t.key, t.sig, over, now())
+	}
 	if t.done || c.budget == nil {
 		return
 	}
@@ -332,6 +375,7 @@ func (t *Ticket) Release(accepted bool) {
 		c.rec.Record(t.proto, t.sig, decision.VerdictAdmit)
 		c.keys.noteDecision(t.key, true, t.age)
 	}
+	c.keys.addLive(t.key, -1)
 	c.tickets.remove(t)
 }
 
@@ -601,6 +645,7 @@ func (t *Ticket) rawRead(r io.Reader, p []byte, at time.Duration) (int, error) {
 	t.mu.Lock()
 	t.inRead = false
 	t.read += int64(n)
+	over := t.weighLocked()
 	if t.read-t.progressAt >= readStep || err == io.EOF {
 		t.lastProgress, t.progressAt = now(), t.read
 	}
@@ -612,10 +657,26 @@ func (t *Ticket) rawRead(r io.Reader, p []byte, at time.Duration) (int, error) {
 	if n > 0 && t.c.budget != nil {
 		t.c.budget.noteRead(int64(n), t.key, inLane, at)
 	}
+	if over > 0 {
+		t.c.keys.arrived(t.key, t.sig, over, at)
+	}
 	if err != nil && killed && !errors.Is(err, io.EOF) {
 		err = ErrIdle
 	}
 	return n, err
+}
+
+// weighLocked returns what the request has read beyond what the fair
+// drops counted it as, and counts it: a key that taught a small size, then
+// sends large bodies that are never learnt (they fail to decode), is
+// weighed by what it sends.
+func (t *Ticket) weighLocked() int64 {
+	over := t.read - t.weighed
+	if over <= 0 {
+		return 0
+	}
+	t.weighed = t.read
+	return over
 }
 
 // startIdle times an admitted request's progress: an HTTP body that has

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -469,4 +471,249 @@ func TestSilentCallsTrimmedUnderContention(t *testing.T) {
 		t.Fatal("the waiting call was not admitted")
 	}
 	tk.Release(true)
+}
+
+// TestAdmittedAfterCloseIsCutOff: a request admitted after the receivers
+// started to stop (another receiver's server still serves) is cut off
+// after the grace as well, or a body trickling in would hold its server's
+// shutdown for as long as it likes.
+func TestAdmittedAfterCloseIsCutOff(t *testing.T) {
+	f := newFixture(t, 1<<20, nil)
+	f.c.shutdownGrace = 50 * time.Millisecond
+	f.c.Close()
+	for _, proto := range []Protocol{ProtocolHTTP, ProtocolGRPC} {
+		tk, v := f.c.Admit(context.Background(), Request{Protocol: proto, Signal: decision.SignalTraces, Remote: addr("10.0.0.1"), Length: -1})
+		require.True(t, v.Admitted())
+		stall := &stallCount{}
+		require.True(t, tk.Start(context.Background(), stall, false).Admitted())
+		require.Eventually(t, func() bool { return stall.n.Load() == 1 }, 2*time.Second, time.Millisecond, "%v: not cut off", proto)
+		tk.Release(false)
+	}
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
+// TestFairDropsWeighWhatWasRead: a key that taught its learnt size with
+// one tiny accepted body, then sends large chunked bodies (failing to
+// decode, so never learnt), is weighed by what it sends, not by that
+// size: under pressure it is dropped before a key sending a tenth of it.
+func TestFairDropsWeighWhatWasRead(t *testing.T) {
+	f := newFixture(t, 1<<30, nil)
+	ka := f.c.keys.key(addr("10.0.0.1"), "")
+	f.c.keys.learn(ka, decision.SignalTraces, 10, now(), false)
+	send := func(remote string, length, n int64) {
+		tk, v := f.http(t, remote, length)
+		require.True(t, v.Admitted())
+		tk.Start(context.Background(), nil, false)
+		got, err := readAll(tk, bytes.NewReader(make([]byte, n)))
+		require.NoError(t, err)
+		require.Equal(t, n, got)
+		tk.Release(false)
+	}
+	for range 10 {
+		send("10.0.0.1", -1, 1<<20)
+		send("10.0.0.2", 100<<10, 100<<10)
+	}
+	f.dec.drop[decision.SignalTraces].Store(math.Float64bits(0.5))
+	f.c.keys.recount(now(), f.dec)
+	d := func(k Key) float64 { return float64(f.c.keys.dropThreshold(k, decision.SignalTraces, 0.5)) / (1 << 53) }
+	kb := f.c.keys.key(addr("10.0.0.2"), "")
+	assert.Greater(t, d(ka), d(kb), "the key sending ten times the bytes is dropped first")
+	assert.InDelta(t, 0, d(kb), 1e-9, "the key within its share is not dropped")
+}
+
+// TestGRPCCallsWaitingToStartCounted: a call the tap admits gives its
+// estimate back at Start and waits there for what its message may decode
+// to, holding nothing of the budget, while grpc-go buffers what its client
+// sends meanwhile (its stream's window). One key's calls that find the
+// budget short must be counted in the held pool and hold places in the
+// hold like the calls waiting for a decision, or a key could keep any
+// number of them buffering beside a full budget.
+func TestGRPCCallsWaitingToStartCounted(t *testing.T) {
+	// A decode holds 256 KiB; two other keys leave 100 KiB free, room for
+	// the tap's estimates, not for a decode.
+	f := newFixture(t, 1<<20, func(_ *Config, h *HoldConfig) { *h = HoldConfig{MaxWait: 5 * time.Second, MaxRequests: 8} })
+	for _, remote := range []string{"10.0.0.2", "10.0.0.3"} {
+		k := f.c.keys.key(addr(remote), "")
+		require.True(t, f.c.budget.admitNow(462<<10, k, 0, now()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	// Its estimate learnt from empty exports: the floor, 4 KiB.
+	k := f.c.keys.key(addr("10.0.0.1"), "")
+	f.c.keys.learn(k, decision.SignalTraces, 0, now(), false)
+	f.c.keys.learn(k, decision.SignalTraces, 0, now(), true)
+	const calls = 20
+	var tickets []*Ticket
+	for range calls {
+		tk, v := f.grpc(ctx, "10.0.0.1")
+		if !v.Admitted() {
+			continue
+		}
+		tickets = append(tickets, tk)
+	}
+	// Every tap ran first (the connection's reader goroutine), then the
+	// calls start.
+	for _, tk := range tickets {
+		wg.Go(func() {
+			tk.Start(ctx, nil, false)
+			tk.Release(false)
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	s := f.c.Stats()
+	assert.LessOrEqual(t, s.Waiting, int64(4), "one key waits in at most its half of the hold's places")
+	assert.GreaterOrEqual(t, s.Held, s.Waiting*heldWindow, "each waiting call counted in the held pool")
+}
+
+// TestOriginOwnRequestsAreOneTenant: with the key a tenant header, behind
+// a proxy (one address, its tenants nested) the proxy's address may hold
+// the whole budget while it is contended, for its tenants to share. A
+// client of it that sends no tenant header is keyed by the address itself:
+// it must hold no more than a tenant, or it fills what the address may
+// hold and every tenant is refused.
+func TestOriginOwnRequestsAreOneTenant(t *testing.T) {
+	const budget = 1 << 20
+	f := newFixture(t, budget, func(c *Config, _ *HoldConfig) { c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant" })
+	const proxy = "10.0.0.1"
+	send := func(tenant string, n int64) (*Ticket, error) {
+		req := Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr(proxy), Length: n, Header: http.Header{}}
+		if tenant != "" {
+			req.Header.(http.Header).Set("X-Tenant", tenant)
+		}
+		tk, v := f.c.Admit(context.Background(), req)
+		if !v.Admitted() {
+			return nil, ErrBudget
+		}
+		tk.Start(context.Background(), nil, false)
+		_, err := readAll(tk, io.LimitReader(bytes.NewReader(make([]byte, n)), n-1)) // held: its last byte still to come
+		return tk, err
+	}
+	// A tenant has sent: the proxy's address nests tenants. The budget is
+	// contended, the proxy the only client reading.
+	tk, err := send("t1", 1<<10)
+	require.NoError(t, err)
+	tk.Release(true)
+	origin := f.c.keys.key(addr(proxy), "")
+	f.c.keys.noteRefused(origin, now())
+	f.c.keys.recount(now(), nil)
+	// The client without a tenant header takes all it can.
+	for range 8 {
+		if tk, err := send("", 128<<10); err == nil {
+			t.Cleanup(func() { tk.Release(false) })
+		} else if tk != nil {
+			tk.Release(false)
+		}
+	}
+	tk, err = send("t2", 64<<10)
+	require.NoError(t, err, "another tenant is starved")
+	tk.Release(false)
+}
+
+// TestOriginOwnRequestsHoldOneTenantsPlaces: behind a proxy, with the key
+// a tenant header, a client sending no tenant header holds no more of the
+// hold's places than a tenant: the others are still held, not refused.
+func TestOriginOwnRequestsHoldOneTenantsPlaces(t *testing.T) {
+	f := newFixture(t, 1<<20, func(c *Config, h *HoldConfig) {
+		c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant"
+		*h = HoldConfig{MaxWait: time.Minute, MaxRequests: 8}
+	})
+	const proxy = "10.0.0.1"
+	req := func(tenant string) Request {
+		r := Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr(proxy), Length: 1, Header: http.Header{}}
+		if tenant != "" {
+			r.Header.(http.Header).Set("X-Tenant", tenant)
+		}
+		return r
+	}
+	tk, v := f.c.Admit(context.Background(), req("t1")) // the proxy's address nests tenants
+	require.True(t, v.Admitted())
+	tk.Release(true)
+	f.c.keys.recount(now(), nil)
+
+	f.dec.open[decision.SignalTraces].Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range 8 {
+		wg.Go(func() { _, _ = f.c.Admit(ctx, req("")) })
+	}
+	time.Sleep(50 * time.Millisecond)
+	wg.Go(func() { _, _ = f.c.Admit(ctx, req("t2")) })
+	require.Eventually(t, func() bool { return f.c.keys.slot(f.c.keys.key(addr(proxy), "t2")).held.Load() == 1 }, time.Second, time.Millisecond,
+		"another tenant finds no place in the hold")
+}
+
+// TestSlotsNotReusedUnderUnfinishedRequests: a request admitted but not
+// yet reading (its head start is longer than a key's idleness) keeps its
+// key's slot and its origin's: were they given to other keys meanwhile,
+// its bytes would be counted to them and given back by others, and the
+// counts would drift (a key holding for ever what it never had, another
+// room it never gave back).
+func TestSlotsNotReusedUnderUnfinishedRequests(t *testing.T) {
+	f := newFixture(t, 1<<20, func(c *Config, _ *HoldConfig) { c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant" })
+	kt := f.c.keys
+	req := func(remote, tenant string) Request {
+		r := Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr(remote), Length: 1 << 10, Header: http.Header{}}
+		r.Header.(http.Header).Set("X-Tenant", tenant)
+		return r
+	}
+	r1, v := f.c.Admit(context.Background(), req("10.0.0.1", "t"))
+	require.True(t, v.Admitted())
+	r1.Start(context.Background(), nil, false)
+	origin := kt.parentOf(r1.key)
+	originID := kt.slot(origin).id.Load()
+
+	// Later than activeFor, other clients arrive (their first requests).
+	kt.clock = func() time.Duration { return now() + 2*activeFor }
+	for i := 0; i < 20000 && kt.slot(origin).id.Load() == originID; i++ {
+		kt.key(addr(fmt.Sprintf("10.%d.%d.%d", 1+i/65536, i/256%256, i%256)), "")
+	}
+	// r1 reads; the same client sends again; both end.
+	_, err := readAll(r1, bytes.NewReader(make([]byte, 1<<10)))
+	require.NoError(t, err)
+	r2, v := f.c.Admit(context.Background(), req("10.0.0.1", "t"))
+	require.True(t, v.Admitted())
+	r2.Start(context.Background(), nil, false)
+	_, err = readAll(r2, bytes.NewReader(make([]byte, 1<<10)))
+	require.NoError(t, err)
+	r1.Release(true)
+	r2.Release(true)
+	for i := range kt.slots {
+		require.Zero(t, kt.slots[i].reserved.Load(), "slot %d", i)
+	}
+}
+
+// TestTicketMisuse: a ticket released twice, or read, decoded or started
+// after its release, gives back nothing twice and takes nothing more: no
+// count goes negative or keeps bytes.
+func TestTicketMisuse(t *testing.T) {
+	f := newFixture(t, 1<<20, nil)
+	h, _ := f.http(t, "10.0.0.1", -1)
+	h.Start(context.Background(), nil, false)
+	_, err := h.Read(bytes.NewReader(make([]byte, 100)), make([]byte, 64))
+	require.NoError(t, err)
+	h.Release(false)
+	h.Release(true)
+	_, err = h.Read(bytes.NewReader(make([]byte, 100)), make([]byte, 64))
+	require.Error(t, err)
+
+	g, _ := f.grpc(context.Background(), "10.0.0.1")
+	require.True(t, g.Start(context.Background(), nil, false).Admitted())
+	g.Release(false)
+	g.Decoded(1<<20, 1<<10)
+	g.Release(true)
+	assert.False(t, g.Start(context.Background(), nil, false).Admitted(), "started after its release")
+
+	s := f.c.Stats()
+	assert.Zero(t, s.Reserved)
+	assert.Zero(t, s.Inflight)
+	assert.Zero(t, s.Held)
+	k := f.c.keys.key(addr("10.0.0.1"), "")
+	assert.Zero(t, f.c.keys.slot(k).reserved.Load())
+	assert.Zero(t, f.c.keys.slot(k).decoding.Load())
+	assert.Zero(t, f.c.keys.slot(k).live.Load())
 }

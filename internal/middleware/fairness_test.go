@@ -305,7 +305,6 @@ func TestHTTPForwardedKey(t *testing.T) {
 	for _, h := range [][2]string{
 		{"X-Forwarded-For", "10.0.0.1"},
 		{"X-Forwarded-For", "192.0.2.7, 10.0.0.1, 127.0.0.5"},
-		{"Forwarded", `for="10.0.0.1:4711"`},
 	} {
 		assert.Equal(t, http.StatusTooManyRequests, serve(f.h, via(post("/v1/traces", proxy, 1), h[0], h[1])).Code, "%s: %s", h[0], h[1])
 	}
@@ -313,6 +312,15 @@ func TestHTTPForwardedKey(t *testing.T) {
 	assert.Equal(t, http.StatusOK, serve(f.h, post("/v1/traces", proxy, 1)).Code, "the proxy's own key")
 	assert.Equal(t, http.StatusOK, serve(f.h, via(post("/v1/traces", "10.0.0.9:1", 1), "X-Forwarded-For", "10.0.0.1")).Code,
 		"an untrusted address cannot claim another's key")
+
+	// A proxy that sets Forwarded: its for= is the client's address.
+	g := newHTTPFixture(t, budget, withDefaultShare(), withUnknownSize(budget),
+		withFairness(func(c *admission.FairnessConfig) {
+			c.TrustedProxies, c.ForwardedHeader = []string{"127.0.0.0/24"}, "Forwarded"
+		}))
+	defer heldRequests(t, g, via(post("/v1/traces", proxy, budget/2), "Forwarded", `for="10.0.0.1:4711"`))()
+	assert.Equal(t, http.StatusTooManyRequests, serve(g.h, via(post("/v1/traces", proxy, 1), "Forwarded", "for=10.0.0.1")).Code)
+	assert.Equal(t, http.StatusOK, serve(g.h, via(post("/v1/traces", proxy, 1), "Forwarded", "for=10.0.0.2")).Code, "another client behind the proxy")
 }
 
 // TestHTTPFairDrops: while a signal sheds, the keys that send more than
@@ -434,4 +442,26 @@ func TestInflightCounts(t *testing.T) {
 	close(g.push.hold)
 	require.NoError(t, <-errc)
 	a.requireReleased(t)
+}
+
+// TestHTTPForwardedNotChosenByClient: behind a trusted proxy that adds
+// X-Forwarded-For (HAProxy's option forwardfor, nginx's
+// $proxy_add_x_forwarded_for), a client's own Forwarded header reaches the
+// collector unchanged: it must not choose the client's key, or a client
+// naming a new address in every request would escape its share.
+func TestHTTPForwardedNotChosenByClient(t *testing.T) {
+	const budget = 400 << 10
+	f := newHTTPFixture(t, budget, withDefaultShare(), withUnknownSize(budget),
+		withFairness(func(c *admission.FairnessConfig) { c.TrustedProxies = []string{"127.0.0.0/24"} }))
+	const proxy = "127.0.0.1:1"
+	forged := func(n, i int) *http.Request {
+		req := post("/v1/traces", proxy, n)
+		req.Header.Set("Forwarded", fmt.Sprintf("for=10.9.0.%d", i))
+		req.Header.Set("X-Forwarded-For", "10.0.0.1") // the proxy's
+		return req
+	}
+	defer heldRequests(t, f, forged(budget/2, 1))()
+	for i := 2; i < 5; i++ {
+		assert.Equal(t, http.StatusTooManyRequests, serve(f.h, forged(1, i)).Code, "a forged Forwarded: the client at its share")
+	}
 }
