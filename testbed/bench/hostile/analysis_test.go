@@ -101,6 +101,13 @@ func TestCheck(t *testing.T) {
 	assert.False(t, r.check().hostileRefused, "normal clients refused, the hostile peer held")
 	r.hostile[classRefused] = 30
 	assert.True(t, r.check().hostileRefused)
+	// A few refusals more than the baseline's are noise, not harm.
+	r = &roundResult{pair: 1, acceptedItemsS: 1000, baselineItemsS: 1000, baselineRefused: 0.002}
+	r.normal[classOK], r.normal[classShed] = 996, 4
+	r.hostile[classOK] = 30
+	assert.True(t, r.check().hostileRefused, "0.4 %% refused where the baseline refused 0.2 %%")
+	r.normal[classOK], r.normal[classShed] = 990, 10
+	assert.False(t, r.check().hostileRefused, "1 %% refused where the baseline refused 0.2 %%")
 
 	r.oomKills = 1
 	assert.False(t, r.check().noOOM)

@@ -137,6 +137,7 @@ func runRounds(ctx context.Context, o *options, w *writers, res *runResult) erro
 				return err
 			}
 			r.baselineItemsS = base.acceptedItemsS
+			r.baselineRefused, _ = base.refusedShares()
 			res.rounds = append(res.rounds, r)
 			idx += 2
 			if err := writeSummary(o.out, res.rounds); err != nil {
