@@ -126,7 +126,7 @@ func TestHTTPNothingReservedBeforeFirstByte(t *testing.T) {
 	assert.Zero(t, f.c.Stats().Reserved, "a body that sent nothing holds nothing")
 	assert.Zero(t, f.rec.get(ProtocolHTTP, decision.VerdictAdmit), "decided, but recorded at its first reservation")
 	_, _ = pw.Write([]byte{1})
-	require.Eventually(t, func() bool { return f.c.Stats().Reserved == 4000 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.c.Stats().Reserved == 4000 }, 10*time.Second, time.Millisecond)
 	assert.Equal(t, 1, f.rec.get(ProtocolHTTP, decision.VerdictAdmit))
 	_, _ = pw.Write(make([]byte, 3999))
 	require.NoError(t, pw.Close())
@@ -184,7 +184,7 @@ func TestLaneSharedBySeveralBodies(t *testing.T) {
 	}()
 	// Past its share, then nothing.
 	_, _ = pw.Write(make([]byte, 300<<10))
-	require.Eventually(t, func() bool { return f.c.budget.lane.bodies.Load() == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.c.budget.lane.bodies.Load() == 1 }, 10*time.Second, time.Millisecond)
 
 	var wg sync.WaitGroup
 	for _, remote := range []string{"10.0.0.1", "10.0.0.2"} {
@@ -362,7 +362,7 @@ func TestCloseEndsWaitsAndCutsOff(t *testing.T) {
 		_, v := f.http(t, "10.0.0.2", 10)
 		held <- v
 	}()
-	require.Eventually(t, func() bool { return f.c.Stats().HeldRequests == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.c.Stats().HeldRequests == 1 }, 10*time.Second, time.Millisecond)
 
 	start := time.Now()
 	f.c.Close()
@@ -648,7 +648,7 @@ func TestOriginOwnRequestsHoldOneTenantsPlaces(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	wg.Go(func() { _, _ = f.c.Admit(ctx, req("t2")) })
-	require.Eventually(t, func() bool { return f.c.keys.slot(f.c.keys.key(addr(proxy), "t2")).held.Load() == 1 }, time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return f.c.keys.slot(f.c.keys.key(addr(proxy), "t2")).held.Load() == 1 }, 10*time.Second, time.Millisecond,
 		"another tenant finds no place in the hold")
 }
 
