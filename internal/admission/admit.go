@@ -264,6 +264,7 @@ func (t *keyTable) claim(id uint64, parent Key, tenant string, addr netip.Addr) 
 		if !s.id.CompareAndSwap(freeID, id) {
 			continue // another key took it meanwhile: look again
 		}
+		s.ready.Store(false)
 		if freeID != 0 {
 			s.forget()
 		}
@@ -293,7 +294,7 @@ func (t *keyTable) renest(s *keySlot, parent Key, tenant string) {
 // nothing for activeFor: its slot may serve another key. An origin's
 // requests are its tenants' (see touch): it is idle when they are.
 func (t *keyTable) idle(s *keySlot, at time.Duration) bool {
-	if s.reserved.Load() != 0 || s.held.Load() != 0 || s.live.Load() != 0 {
+	if !s.ready.Load() || s.reserved.Load() != 0 || s.held.Load() != 0 || s.live.Load() != 0 {
 		return false
 	}
 	seen, busy := s.seen.Load(), s.busy.Load()
@@ -348,6 +349,7 @@ func (t *keyTable) label(s *keySlot, parent Key, tenant string, addr netip.Addr)
 	}
 	s.name.Store(&name)
 	s.weight.Store(math.Float64bits(w))
+	s.ready.Store(true)
 }
 
 func (t *keyTable) slot(k Key) *keySlot {

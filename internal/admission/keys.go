@@ -88,6 +88,10 @@ type keySlot struct {
 	live atomic.Int32
 
 	hasKids atomic.Bool // an origin some nested key names as parent
+	// ready: the slot's key is labelled (parent, name, weight). A slot
+	// just claimed is not, and the recount passes it over until it is:
+	// with its weight not written yet, it would get a share of nothing.
+	ready atomic.Bool
 
 	read, laneRead    counter // bytes, readWindow
 	admitted, refused counter // requests, readWindow
@@ -254,7 +258,7 @@ func (t *keyTable) recount(at time.Duration, dec Decider) {
 	}
 	for i := range t.slots {
 		s := &t.slots[i]
-		if s.id.Load() == 0 {
+		if s.id.Load() == 0 || !s.ready.Load() {
 			continue
 		}
 		w := math.Float64frombits(s.weight.Load())
@@ -283,7 +287,7 @@ func (t *keyTable) recount(at time.Duration, dec Decider) {
 		for i := range t.slots {
 			s := &t.slots[i]
 			parent := s.parent.Load()
-			if s.id.Load() == 0 || (pass == 0) != (parent == 0) {
+			if s.id.Load() == 0 || !s.ready.Load() || (pass == 0) != (parent == 0) {
 				continue
 			}
 			w := math.Float64frombits(s.weight.Load())

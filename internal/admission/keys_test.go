@@ -359,3 +359,21 @@ func TestOriginSlotsFreedWhenIdle(t *testing.T) {
 		assert.True(t, kt.idle(kt.slot(kid), clock) == false && kt.idle(kt.slot(origin), clock) == false)
 	}
 }
+
+// TestRecountSkipsASlotBeingLabelled: a recount that runs between a slot's
+// claim and its labelling (its weight not written yet) must not leave the
+// key a share of nothing until the next recount: it counts as a key that
+// has just joined. Under a loaded machine the window is wide enough that a
+// new key's requests were refused their places and bytes.
+func TestRecountSkipsASlotBeingLabelled(t *testing.T) {
+	kt := newKeyTable(FairnessConfig{Key: KeyAddress, Share: 0.5})
+	kt.clock = func() time.Duration { return t0 }
+	s := &kt.slots[0]
+	s.id.Store(7) // claimed by a request, not labelled yet
+	kt.recount(t0, nil)
+	kt.label(s, 0, "", addr("10.0.0.1"))
+	k := Key(1)
+	assert.EqualValues(t, 4, kt.placeLimit(k, 8), "half of the places, the share of a key alone")
+	kt.noteRefused(k, t0) // contended: the fair share binds
+	assert.InDelta(t, 0.5, kt.fraction(k, t0), 1e-9, "half of the budget")
+}
