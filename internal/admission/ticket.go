@@ -152,8 +152,8 @@ func (t *Ticket) startCall(ctx context.Context) decision.Verdict {
 	if pend && held != decision.VerdictAdmit {
 		v = c.hold.wait(ctx, t.key, t.sig, held, t.callWaitLeft(ctx))
 	}
-	if v.Admitted() && c.budget != nil && !t.reserveDecode(ctx) {
-		v = decision.VerdictDenyBudget
+	if v.Admitted() && c.budget != nil {
+		v = t.reserveDecode(ctx)
 	}
 	t.mu.Lock()
 	t.pend = false
@@ -177,8 +177,11 @@ func (t *Ticket) startCall(ctx context.Context) decision.Verdict {
 // (callSize) before the message is read: it gives back its estimate and
 // reserves that, at once if it fits, else waiting for it, oldest first,
 // for most of the call's deadline. Giving the estimate back first keeps two
-// calls of one key from each holding part of what the other waits for.
-func (t *Ticket) reserveDecode(ctx context.Context) bool {
+// calls of one key from each holding part of what the other waits for. A
+// call whose signal turned Open while it waited is refused: what it would
+// leave in the pipeline is what the memory line is there to stop. It
+// returns VerdictAdmit or the refusal.
+func (t *Ticket) reserveDecode(ctx context.Context) decision.Verdict {
 	c, b := t.c, t.c.budget
 	at := now()
 	n := c.callSize()
@@ -188,7 +191,7 @@ func (t *Ticket) reserveDecode(ctx context.Context) bool {
 	t.reserved = 0
 	t.mu.Unlock()
 	lim, plim := b.limitOf(t.key, at)
-	ok := true
+	ok, waited := true, false
 	switch {
 	case had >= n && b.keys.claimDecode(t.key, n, max(lim, n), max(plim, n)):
 		// Its estimate covers it, and it keeps it: only what its key's
@@ -203,26 +206,32 @@ func (t *Ticket) reserveDecode(ctx context.Context) bool {
 		switch {
 		case b.entering.Load() == 0 && b.admitNow(n, t.key, useOf(t.exempt)|useDecode, at):
 		case c.cfg.WaitTimeout > 0 && t.countWait(at):
-			ok = b.waitAdmit(ctx, n, t.key, useOf(t.exempt)|useDecode, t.callWaitLeft(ctx))
+			ok, waited = b.waitAdmit(ctx, n, t.key, useOf(t.exempt)|useDecode, t.callWaitLeft(ctx)), true
 		default:
 			ok = false
 			c.keys.noteRefused(t.key, at)
 		}
 	}
 	if !ok {
-		return false
+		return decision.VerdictDenyBudget
+	}
+	v := decision.VerdictAdmit
+	if open, _ := c.dec.Pressure(t.sig); waited && open {
+		v = decision.VerdictDenyOpen
 	}
 	t.mu.Lock()
-	late := t.done
-	if !late {
+	if t.done {
+		v = decision.VerdictDenyBudget // released meanwhile
+	}
+	if v.Admitted() {
 		t.reserved, t.decoding = n, decodeOf
 	}
 	t.mu.Unlock()
-	if late {
+	if !v.Admitted() {
 		b.keys.endDecode(t.key, decodeOf)
 		b.release(n, t.key)
 	}
-	return !late
+	return v
 }
 
 // countWait counts a gRPC call about to wait for what its message may

@@ -311,6 +311,72 @@ func TestGRPCDecodesBounded(t *testing.T) {
 	assert.LessOrEqual(t, f.c.Stats().Peak, int64(4<<20)+n*(16<<10))
 }
 
+// TestGRPCOpenWhileWaitingToDecode: a call that waits at Start for what
+// its message may decode to is refused Open if its signal turned Open while
+// it waited, not let in to leave its message in the pipeline; another
+// signal's Open does not refuse it, and one let in without waiting is not
+// decided again.
+func TestGRPCOpenWhileWaitingToDecode(t *testing.T) {
+	f := newFixture(t, 8<<20, nil) // share 4 MiB; a decode holds 2 MiB
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// waitBehindTwo starts two decodes and a third call that waits for
+	// them, all let in by the tap first; it returns the two and the
+	// third's verdict to come.
+	waitBehindTwo := func() ([]*Ticket, chan decision.Verdict) {
+		var calls []*Ticket
+		for range 3 {
+			tk, v := f.grpc(context.Background(), "10.0.0.1")
+			require.True(t, v.Admitted())
+			calls = append(calls, tk)
+		}
+		for _, tk := range calls[:2] {
+			require.True(t, tk.Start(ctx, nil, false).Admitted())
+		}
+		got := make(chan decision.Verdict, 1)
+		go func() {
+			v := calls[2].Start(ctx, nil, false)
+			if v.Admitted() {
+				calls[2].Release(true)
+			}
+			got <- v
+		}()
+		require.Eventually(t, func() bool { return f.c.budget.entering.Load() == 1 }, 10*time.Second, time.Millisecond, "the third call waits")
+		return calls[:2], got
+	}
+	done := func(calls []*Ticket) {
+		for _, tk := range calls {
+			tk.Release(true)
+		}
+	}
+
+	first, got := waitBehindTwo()
+	f.dec.setOpen(decision.SignalTraces, true)
+	first[0].Decoded(1000, 100)
+	first[0].Release(true)
+	assert.Equal(t, decision.VerdictDenyOpen, <-got, "Open while it waited")
+	assert.Equal(t, 1, f.rec.get(ProtocolGRPC, decision.VerdictDenyOpen))
+	done(first[1:])
+	assert.Zero(t, f.c.Stats().Reserved, "the refused call holds nothing")
+	f.dec.setOpen(decision.SignalTraces, false)
+
+	first, got = waitBehindTwo()
+	f.dec.setOpen(decision.SignalMetrics, true)
+	done(first[:1])
+	assert.Equal(t, decision.VerdictAdmit, <-got, "another signal is Open")
+	done(first[1:])
+	f.dec.setOpen(decision.SignalMetrics, false)
+
+	// Let in by the tap before Open, a call whose decode fits at once goes
+	// on: the tap's decision stands.
+	tk, v := f.grpc(context.Background(), "10.0.0.1")
+	require.True(t, v.Admitted())
+	f.dec.setOpen(decision.SignalTraces, true)
+	assert.True(t, tk.Start(context.Background(), nil, false).Admitted())
+	tk.Release(true)
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
 // TestGRPCDecodeWithTinyShare: a key whose share is smaller than a decode
 // still has one at a time.
 func TestGRPCDecodeWithTinyShare(t *testing.T) {

@@ -110,12 +110,12 @@ func TestAutoscaleDemandScalesOut(t *testing.T) {
 	o.memMiB = 100
 	o.agents, o.set = 4, []string{"agents", "agent-compression", "burst"}
 	o.factors = []float64{2}
-	o.warmup, o.burst, o.drainMax, o.settle = 3*time.Second, 35*time.Second, 2*time.Minute, 5*time.Second
+	o.warmup, o.burst, o.drainMax, o.settle = 3*time.Second, 35*time.Second, drainLimit, 5*time.Second
 	o.autoscale = autoscaleOptions{signals: []string{signalDemand}, probePeriod: autoscaleProbePeriod}
 	o, err := setupAutoscale(o)
 	require.NoError(t, err)
 	o.tier.haproxy = requireHAProxy(t, o.tier.haproxy)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), drainLimit+3*time.Minute)
 	defer cancel()
 	var ws [3]*harness.CSVFile
 	for i, f := range []struct {

@@ -199,12 +199,12 @@ func TestTierThrottleDelivers(t *testing.T) {
 	o.tier.capacities = []float64{6000, 6000, 3000}
 	o.memMiB = 100
 	o.agents, o.set = 4, []string{"agents", "agent-compression"}
-	o.warmup, o.burst, o.drainMax, o.settle = 3*time.Second, 30*time.Second, 2*time.Minute, 5*time.Second
+	o.warmup, o.burst, o.drainMax, o.settle = 3*time.Second, 30*time.Second, drainLimit, 5*time.Second
 	o, err := setupTier(o)
 	require.NoError(t, err)
 	o.tier.haproxy = requireHAProxy(t, o.tier.haproxy)
 
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), drainLimit+3*time.Minute)
 	defer cancel()
 	tl, err := harness.CreateCSV(filepath.Join(o.out, "timeline.csv"), tierTimelineHeader)
 	require.NoError(t, err)
