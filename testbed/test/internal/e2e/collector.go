@@ -5,6 +5,7 @@ package e2e // import "github.com/otelthrottle/throttle/testbed/test/internal/e2
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,6 +75,9 @@ type Collector struct {
 	stopped bool
 }
 
+// startMu is held while a collector starts.
+var startMu sync.Mutex
+
 // StartCollector runs a collector with the components of factories (its
 // Telemetry is replaced by the test's) and the configuration yaml, and
 // returns once it is Running; it fails the test if the collector does not
@@ -96,6 +100,10 @@ func StartCollector(tb testing.TB, factories func() (otelcol.Factories, error), 
 	require.NoError(tb, err)
 	c.col = col
 
+	// Starting, otelcol sets process-wide state (grpc-go's logger) without
+	// a lock: collectors of parallel tests start one at a time.
+	startMu.Lock()
+	defer startMu.Unlock()
 	// Run returns when the collector stops: after Shutdown, or at once when
 	// it fails to start.
 	go func() { c.runErr <- col.Run(context.Background()) }()
