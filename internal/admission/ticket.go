@@ -216,8 +216,10 @@ func (t *Ticket) reserveDecode(ctx context.Context) decision.Verdict {
 		return decision.VerdictDenyBudget
 	}
 	v := decision.VerdictAdmit
-	if open, _ := c.dec.Pressure(t.sig); waited && open {
-		v = decision.VerdictDenyOpen
+	if waited {
+		if open, _ := c.dec.Pressure(t.sig); open {
+			v = decision.VerdictDenyOpen
+		}
 	}
 	t.mu.Lock()
 	if t.done {
