@@ -379,7 +379,11 @@ func (c *Controller) Stats() Stats {
 		s.Reserved = b.reserved.Load() + b.lane.used.Load()
 		s.Peak = b.peak.Load()
 		s.Held = b.held.Load()
+		// Under the lock that registers a waiter: one counted here has also
+		// made the others keep free what it waits for.
+		b.mu.Lock()
 		s.Waiting = int64(b.waiting.Load() + b.entering.Load())
+		b.mu.Unlock()
 	}
 	return s
 }
