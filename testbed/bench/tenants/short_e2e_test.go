@@ -37,7 +37,7 @@ func shortOptions(out string) options {
 // TestTenantsShort runs the short form end to end with the real
 // distributions and HAProxy, and asserts what holds whatever the fairness
 // achieves: every span is attributed to its tenant, the quiet tenants'
-// agents lose nothing, every refusal carries Retry-After, no OOM kill,
+// agents lose nothing, every refusal answered carries Retry-After, no OOM kill,
 // and the report carries its targets. The targets themselves are the
 // benchmark's to measure, not this test's.
 //
@@ -62,8 +62,14 @@ func TestTenantsShort(t *testing.T) {
 		assert.True(t, r.Drained, "%s: the quiet tenants' agents drained", r.Name)
 		for _, tr := range r.Tenants {
 			assert.Positive(t, tr.Delivered, "%s %s", r.Name, tr.Tenant)
+			// Every answer the gateway gave carries Retry-After. An answer
+			// may be lost between the proxy and the client: the gateway closes
+			// the connection of a refused body over 64 KiB unread, and the
+			// client's write can fail before it reads the 429 (counted as no
+			// answer, and retried without the hint).
 			refused, hinted := tr.Refused()
-			assert.Equal(t, refused, hinted, "%s %s: every refusal carries Retry-After", r.Name, tr.Tenant)
+			assert.Equal(t, refused-tr.Exports[classError], hinted,
+				"%s %s: every refusal answered carries Retry-After (exports by answer %v: %v)", r.Name, tr.Tenant, classNames, tr.Exports)
 			if !tr.Noisy {
 				assert.Zero(t, tr.Lost(), "%s %s: lost", r.Name, tr.Tenant)
 				assert.Zero(t, tr.Backlog(), "%s %s: left in the agent", r.Name, tr.Tenant)
