@@ -73,7 +73,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 	lim, plim := c.budget.limitOf(k, at)
 	if !exempt && c.keys.room(k, lim, plim) <= 0 ||
 		(req.Length < 0 || req.Length > lim) && c.budget.laneIndebted(k, at) && c.dec.Pressed(req.Signal) {
-		c.keys.noteRefused(k, at)
+		c.keys.noteAtShare(k, at)
 		if c.observe {
 			return c.newTicket(ctx, k, req, at, off).admitted(decision.VerdictDenyBudget)
 		}
@@ -462,7 +462,8 @@ func (c *Controller) refuse(k Key, req Request, at time.Duration, v decision.Ver
 	c.rec.Record(req.Protocol, req.Signal, v)
 	c.keys.noteDecision(k, false, at)
 	if v == decision.VerdictDenyBudget {
-		c.keys.noteRefused(k, at)
+		// Whether the budget was short is the caller's to note.
+		c.keys.busy(k, at)
 	}
 	return v
 }
@@ -481,14 +482,26 @@ func (t *keyTable) noteDecision(k Key, admitted bool, at time.Duration) {
 	}
 }
 
-// noteRefused records a budget refusal (or wait) of k at at: the budget
-// is contended (see onContended).
+// noteRefused records a refusal (or wait) of k at at for lack of budget:
+// the budget is contended (see onContended).
 func (t *keyTable) noteRefused(k Key, at time.Duration) {
 	if t == nil {
 		return
 	}
 	if time.Duration(t.refusedAt.Load()) < at {
 		t.refusedAt.Store(int64(at))
+	}
+	t.noteAtShare(k, at)
+}
+
+// noteAtShare records a refusal of k at at because k (or its origin)
+// holds its share, or owes the oversize lane. The budget is not contended
+// by it: a key at its share with the budget free would otherwise shrink
+// every key to its fair share, and the refusals that follow would renew
+// it. What k's silent requests hold is looked at (see onContended).
+func (t *keyTable) noteAtShare(k Key, at time.Duration) {
+	if t == nil {
+		return
 	}
 	t.busy(k, at)
 	if t.onContended != nil {
@@ -676,21 +689,34 @@ func (t *keyTable) limit(k Key, total int64, at time.Duration) int64 {
 }
 
 // fraction is the share of the budget k may hold at at: its fair share
-// while the budget is contended, the configured share otherwise (of its
-// origin's for a nested key: a client choosing its own header values
-// holds no more than its address may).
+// while the budget is contended, otherwise the configured share of what
+// its origin may hold for a nested key (a client choosing its own header
+// values holds no more than its address may), and uncontendedFraction for
+// a top-level one.
 func (t *keyTable) fraction(k Key, at time.Duration) float64 {
 	s := t.slot(k)
 	if s == nil || t.share >= 1 && t.parentOf(k) == 0 {
 		return 1
 	}
 	if !t.contended(at) {
-		if s.parent.Load() != 0 {
-			return t.share * t.share
+		if p := t.slot(Key(s.parent.Load())); p != nil {
+			return t.share * t.uncontendedFraction(p)
 		}
-		return t.share
+		return t.uncontendedFraction(s)
 	}
 	return t.fairFraction(s)
+}
+
+// uncontendedFraction is what a top-level slot may hold while the budget
+// is not contended: the configured share, or an origin's fair share if
+// that is more. An origin nesting tenants holds no less uncontended than
+// contended: behind a proxy it is every client, and capping it at one
+// client's share refused its tenants with half the budget free.
+func (t *keyTable) uncontendedFraction(s *keySlot) float64 {
+	if s.hasKids.Load() {
+		return max(t.share, t.fairFraction(s))
+	}
+	return t.share
 }
 
 // fairFraction is the fair share of the slot as last computed, or that of
@@ -977,6 +1003,16 @@ func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.
 		if held, ok := c.takeHeld(k, req.Signal, at); ok {
 			return c.newTicket(ctx, k, req, at, off).pending(decision.VerdictAdmit, held)
 		}
+	}
+	lim, plim := c.budget.limitOf(k, at)
+	if exempt {
+		extra := c.budget.keepFor(false)
+		lim, plim = lim+extra, plim+extra
+	}
+	if c.keys.room(k, lim, plim) < n {
+		c.keys.noteAtShare(k, at)
+	} else {
+		c.keys.noteRefused(k, at)
 	}
 	return nil, c.refuse(k, req, at, decision.VerdictDenyBudget)
 }

@@ -140,7 +140,11 @@ type weightedPrefix struct {
 type recountScratch struct {
 	kidsWeight, kidsPlaceW, arrivalsW [keySlots]float64
 	kids                              [keySlots]int32
-	flows                             []flow
+	// busy and placed are each slot's as the first pass saw them: a key
+	// that turns busy between the passes is not counted in the sums, and
+	// must not be shared as if it were.
+	busy, placed [keySlots]bool
+	flows        []flow
 }
 
 // flow is one key's arrivals of a signal for the fair drops.
@@ -250,6 +254,8 @@ func (t *keyTable) recount(at time.Duration, dec Decider) {
 	clear(sc.kidsWeight[:])
 	clear(sc.kidsPlaceW[:])
 	clear(sc.kids[:])
+	clear(sc.busy[:])
+	clear(sc.placed[:])
 	var topW, placeW float64
 	n := 0
 	isBusy := func(s *keySlot) bool {
@@ -264,6 +270,7 @@ func (t *keyTable) recount(at time.Duration, dec Decider) {
 		w := math.Float64frombits(s.weight.Load())
 		busy := isBusy(s)
 		placed := busy || s.held.Load() > 0
+		sc.busy[i], sc.placed[i] = busy, placed
 		if p := s.parent.Load(); p != 0 {
 			if busy {
 				sc.kidsWeight[p-1] += w
@@ -291,8 +298,7 @@ func (t *keyTable) recount(at time.Duration, dec Decider) {
 				continue
 			}
 			w := math.Float64frombits(s.weight.Load())
-			busy := isBusy(s)
-			placed := busy || s.held.Load() > 0
+			busy, placed := sc.busy[i], sc.placed[i]
 			var frac, places float64
 			if parent == 0 {
 				// A key not counted yet is counted as if it had just joined.

@@ -152,8 +152,15 @@ func TestSharesWeighted(t *testing.T) {
 	proxied.noteRefused(g, t0)
 	assert.InDelta(t, 0.8, proxied.fraction(g, t0), 1e-9)
 	assert.InDelta(t, 0.2, proxied.fraction(s, t0), 1e-9)
-	// Uncontended, the proxy's address holds at most the share, as any
-	// client's.
+	// Uncontended, the proxy (alone, every client) may hold the whole
+	// budget, as it may contended, and each tenant the share of it.
+	assert.InDelta(t, 1, proxied.fraction(proxied.parentOf(g), t0+contendedFor), 1e-9)
+	assert.InDelta(t, 0.9, proxied.fraction(s, t0+contendedFor), 1e-9)
+	// Beside another client, the proxy is one of two: the share.
+	other := proxied.key(addr("10.0.0.10"), "bronze")
+	busyAt(proxied, other, t0)
+	proxied.recount(t0, nil)
+	assert.InDelta(t, 0.9, proxied.fraction(proxied.parentOf(g), t0+contendedFor), 1e-9)
 	assert.InDelta(t, 0.9*0.9, proxied.fraction(g, t0+contendedFor), 1e-9)
 }
 
