@@ -73,7 +73,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 	lim, plim := c.budget.limitOf(k, at)
 	if !exempt && c.keys.room(k, lim, plim) <= 0 ||
 		(req.Length < 0 || req.Length > lim) && c.budget.laneIndebted(k, at) && c.dec.Pressed(req.Signal) {
-		c.keys.noteRefused(k, at)
+		c.keys.noteAtShare(k, at)
 		if c.observe {
 			return c.newTicket(ctx, k, req, at, off).admitted(decision.VerdictDenyBudget)
 		}
@@ -462,7 +462,8 @@ func (c *Controller) refuse(k Key, req Request, at time.Duration, v decision.Ver
 	c.rec.Record(req.Protocol, req.Signal, v)
 	c.keys.noteDecision(k, false, at)
 	if v == decision.VerdictDenyBudget {
-		c.keys.noteRefused(k, at)
+		// Whether the budget was short is the caller's to note.
+		c.keys.busy(k, at)
 	}
 	return v
 }
@@ -481,16 +482,26 @@ func (t *keyTable) noteDecision(k Key, admitted bool, at time.Duration) {
 	}
 }
 
-// noteRefused records a budget refusal (or wait) of k at at: the budget
-// is contended (see onContended). A refusal at the key's own share counts
-// too: a key refused for holding its share while the budget is free is
-// then held to its fair share, and leaves the others room.
+// noteRefused records a refusal (or wait) of k at at for lack of budget:
+// the budget is contended (see onContended).
 func (t *keyTable) noteRefused(k Key, at time.Duration) {
 	if t == nil {
 		return
 	}
 	if time.Duration(t.refusedAt.Load()) < at {
 		t.refusedAt.Store(int64(at))
+	}
+	t.noteAtShare(k, at)
+}
+
+// noteAtShare records a refusal of k at at because k (or its origin)
+// holds its share, or owes the oversize lane. The budget is not contended
+// by it: a key at its share with the budget free would otherwise shrink
+// every key to its fair share, and the refusals that follow would renew
+// it. What k's silent requests hold is looked at (see onContended).
+func (t *keyTable) noteAtShare(k Key, at time.Duration) {
+	if t == nil {
+		return
 	}
 	t.busy(k, at)
 	if t.onContended != nil {
@@ -992,6 +1003,16 @@ func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.
 		if held, ok := c.takeHeld(k, req.Signal, at); ok {
 			return c.newTicket(ctx, k, req, at, off).pending(decision.VerdictAdmit, held)
 		}
+	}
+	lim, plim := c.budget.limitOf(k, at)
+	if exempt {
+		extra := c.budget.keepFor(false)
+		lim, plim = lim+extra, plim+extra
+	}
+	if c.keys.room(k, lim, plim) < n {
+		c.keys.noteAtShare(k, at)
+	} else {
+		c.keys.noteRefused(k, at)
 	}
 	return nil, c.refuse(k, req, at, decision.VerdictDenyBudget)
 }

@@ -498,8 +498,10 @@ func (t *Ticket) grow(want int) error {
 					// it holds nothing yet.
 					ok = b.waitAdmit(t.ctx, n, t.key, useOf(t.exempt), t.waitLeft)
 					t.waitLeft -= now() - at
+				} else if room >= n {
+					c.keys.noteRefused(t.key, at) // no wait: the budget is short
 				} else {
-					c.keys.noteRefused(t.key, at)
+					c.keys.noteAtShare(t.key, at)
 				}
 				if !ok {
 					t.record(decision.VerdictDenyBudget)
@@ -514,7 +516,7 @@ func (t *Ticket) grow(want int) error {
 	case b.atShare(reserved, t.key, t.exempt, at):
 		// Its own reservation is its key's whole share: the lane.
 		if !t.enterLane(at) {
-			c.keys.noteRefused(t.key, at)
+			c.keys.noteAtShare(t.key, at)
 			return ErrBudget
 		}
 		return t.growLane(need)

@@ -792,26 +792,29 @@ func TestTicketMisuse(t *testing.T) {
 // TestProxiedTenantsShareTheWholeBudget: behind a proxy, with the key a
 // tenant header, nine tenants with two exports each in flight hold all but
 // a sliver of the budget, none refused: the proxy, the only client, is
-// every client, and the budget is not contended (which would shrink every
-// tenant to a ninth of it).
+// every client. A tenant refused at its share, with the budget free, does
+// not make it contended (which would shrink every tenant to its fair part).
 func TestProxiedTenantsShareTheWholeBudget(t *testing.T) {
 	const budget = 1 << 20
 	const export = 56 << 10
 	const proxy = "10.0.0.1"
-	f := newFixture(t, budget, func(c *Config, _ *HoldConfig) { c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant" })
-	send := func(tenant string, n int64) decision.Verdict {
-		req := Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr(proxy), Length: n, Header: http.Header{"X-Tenant": {tenant}}}
-		tk, v := f.c.Admit(context.Background(), req)
-		if !v.Admitted() {
+	newProxied := func() (*fixture, func(tenant string, n int64) decision.Verdict) {
+		f := newFixture(t, budget, func(c *Config, _ *HoldConfig) { c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant" })
+		return f, func(tenant string, n int64) decision.Verdict {
+			req := Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr(proxy), Length: n, Header: http.Header{"X-Tenant": {tenant}}}
+			tk, v := f.c.Admit(context.Background(), req)
+			if !v.Admitted() {
+				return v
+			}
+			tk.Start(context.Background(), nil, false)
+			t.Cleanup(func() { tk.Release(false) })
+			if _, err := readAll(tk, io.LimitReader(bytes.NewReader(make([]byte, n)), n-1)); err != nil { // its last byte still to come
+				return decision.VerdictDenyBudget
+			}
 			return v
 		}
-		tk.Start(context.Background(), nil, false)
-		t.Cleanup(func() { tk.Release(false) })
-		if _, err := readAll(tk, io.LimitReader(bytes.NewReader(make([]byte, n)), n-1)); err != nil { // its last byte still to come
-			return decision.VerdictDenyBudget
-		}
-		return v
 	}
+	f, send := newProxied()
 	require.Equal(t, decision.VerdictAdmit, send("tenant-1", 1<<10))
 	f.c.keys.recount(now(), nil) // the proxy reads, alone
 	for i := range 9 {
@@ -820,5 +823,12 @@ func TestProxiedTenantsShareTheWholeBudget(t *testing.T) {
 		}
 	}
 	assert.Zero(t, f.rec.get(ProtocolHTTP, decision.VerdictDenyBudget))
-	assert.False(t, f.c.keys.contended(now()), "nobody waited or was refused")
+	assert.False(t, f.c.keys.contended(now()))
+
+	f, send = newProxied()
+	require.Equal(t, decision.VerdictAdmit, send("tenant-1", 1<<10))
+	f.c.keys.recount(now(), nil)
+	require.Equal(t, decision.VerdictAdmit, send("tenant-1", budget/2-1<<10), "a tenant may hold the share of the budget")
+	require.Equal(t, decision.VerdictDenyBudget, send("tenant-1", 1), "and no more")
+	assert.False(t, f.c.keys.contended(now()), "a tenant at its share does not contend the budget")
 }
