@@ -493,14 +493,15 @@ func (t *Ticket) grow(want int) error {
 				b.charge(n, t.key)
 			} else {
 				ok := false
-				if room >= n && t.waitLeft > 0 {
+				switch {
+				case room >= n && t.waitLeft > 0:
 					// In line with the gRPC calls waiting to start: like them,
 					// it holds nothing yet.
 					ok = b.waitAdmit(t.ctx, n, t.key, useOf(t.exempt), t.waitLeft)
 					t.waitLeft -= now() - at
-				} else if room >= n {
+				case room >= n:
 					c.keys.noteRefused(t.key, at) // no wait: the budget is short
-				} else {
+				default:
 					c.keys.noteAtShare(t.key, at)
 				}
 				if !ok {
