@@ -672,6 +672,17 @@ func (b *budget) limitOf(k Key, at time.Duration) (lim, parentLim int64) {
 	return lim, parentLim
 }
 
+// limitsFor is limitOf for a request that is exempt or not: an exempt
+// signal's request may take its key's share over by the exempt reserve.
+func (b *budget) limitsFor(k Key, exempt bool, at time.Duration) (lim, parentLim int64) {
+	lim, parentLim = b.limitOf(k, at)
+	if exempt {
+		extra := b.keepFor(false)
+		lim, parentLim = lim+extra, parentLim+extra
+	}
+	return lim, parentLim
+}
+
 // ownFraction is the part of what an origin whose tenants are nested in it
 // may hold that its own requests may: one tenant's, the configured share
 // of it or, with others active, a fair part. 1 for any other key.
@@ -792,11 +803,7 @@ func (b *budget) take(n int64, k Key, keep int64, u use, at time.Duration) bool 
 	if n <= 0 {
 		return true
 	}
-	lim, plim := b.limitOf(k, at)
-	if u&useExempt != 0 {
-		extra := b.keepFor(false)
-		lim, plim = lim+extra, plim+extra
-	}
+	lim, plim := b.limitsFor(k, u&useExempt != 0, at)
 	if u&useDecode != 0 {
 		if !b.keys.reserveDecode(k, n, max(lim, n), max(plim, n)) {
 			return false
@@ -1004,11 +1011,7 @@ func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.
 			return c.newTicket(ctx, k, req, at, off).pending(decision.VerdictAdmit, held)
 		}
 	}
-	lim, plim := c.budget.limitOf(k, at)
-	if exempt {
-		extra := c.budget.keepFor(false)
-		lim, plim = lim+extra, plim+extra
-	}
+	lim, plim := c.budget.limitsFor(k, exempt, at)
 	if c.keys.room(k, lim, plim) < n {
 		c.keys.noteAtShare(k, at)
 	} else {

@@ -125,11 +125,7 @@ func (b *budget) tryGrow(need int64, k Key, exempt bool, at time.Duration) int64
 	if b.waiting.Load() > 0 {
 		return 0
 	}
-	lim, plim := b.limitOf(k, at)
-	if exempt {
-		extra := b.keepFor(false)
-		lim, plim = lim+extra, plim+extra
-	}
+	lim, plim := b.limitsFor(k, exempt, at)
 	take := min(need, b.keys.room(k, lim, plim), b.max.Load()-b.reserved.Load()-b.keepFor(exempt))
 	if take <= 0 || !b.take(take, k, b.keepFor(exempt), useOf(exempt), at) {
 		return 0
@@ -141,11 +137,7 @@ func (b *budget) tryGrow(need int64, k Key, exempt bool, at time.Duration) int64
 // key may have (of what is not the exempt signals' reserve, unless it is
 // exempt): it can go on only in the oversize lane.
 func (b *budget) atShare(own int64, k Key, exempt bool, at time.Duration) bool {
-	lim, plim := b.limitOf(k, at)
-	if exempt {
-		extra := b.keepFor(false)
-		lim, plim = lim+extra, plim+extra
-	}
+	lim, plim := b.limitsFor(k, exempt, at)
 	return own >= min(lim, plim, b.max.Load()-b.keepFor(exempt))
 }
 

@@ -477,11 +477,7 @@ func (t *Ticket) grow(want int) error {
 		if t.known >= 0 {
 			n = min(n, t.known)
 		}
-		lim, plim := b.limitOf(t.key, at)
-		if t.exempt {
-			extra := b.keepFor(false)
-			lim, plim = lim+extra, plim+extra
-		}
+		lim, plim := b.limitsFor(t.key, t.exempt, at)
 		// Within its key's room and what is not the exempt signals'
 		// reserve (unless it is exempt): what could never be had is not
 		// asked for.
@@ -522,11 +518,7 @@ func (t *Ticket) grow(want int) error {
 		}
 		return t.growLane(need)
 	}
-	lim, plim := b.limitOf(t.key, at)
-	if t.exempt {
-		extra := b.keepFor(false)
-		lim, plim = lim+extra, plim+extra
-	}
+	lim, plim := b.limitsFor(t.key, t.exempt, at)
 	need = min(need, max(min(lim, plim)-reserved, 1))
 	if got := b.tryGrow(need, t.key, t.exempt, at); got > 0 {
 		return t.add(got, false)
