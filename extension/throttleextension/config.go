@@ -11,6 +11,7 @@ import (
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/downstream"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/statuspage"
 )
@@ -28,6 +29,10 @@ type Config struct {
 	// Memory is the memory limit, the lines memory is held to, and the Go
 	// runtime's soft memory limit.
 	Memory runner.MemoryConfig `mapstructure:"memory"`
+
+	// Downstream holds the fullest exporter sending queue to lines, read
+	// from the collector's own metrics. Off by default.
+	Downstream downstream.Config `mapstructure:"downstream"`
 
 	// Rules say how each signal is throttled. Keys: default, traces,
 	// metrics, logs, profiles. A signal's rule overrides the default rule
@@ -78,6 +83,7 @@ func createDefaultConfig() component.Config {
 		Settings:   runner.DefaultSettings(),
 		CPU:        runner.DefaultCPUConfig(),
 		Memory:     runner.DefaultMemoryConfig(),
+		Downstream: downstream.DefaultConfig(),
 		Rules:      decision.DefaultRulesConfig(),
 		RetryAfter: middleware.NewDefaultRetryConfig(),
 		Admission:  admission.NewDefaultConfig(),

@@ -21,6 +21,7 @@ import (
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/runner"
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/downstream"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/softlimit"
@@ -83,6 +84,12 @@ func TestLoadConfig(t *testing.T) {
 					Lines:        decision.Lines{Enabled: false, Enter: 0.8, Exit: 0.7, Hard: 0.9, BreachDuration: 200 * time.Millisecond, MaxShed: 0.9},
 					MemoryConfig: sampler.MemoryConfig{LimitMiB: 512},
 					SoftLimit:    softlimit.Config{Enabled: false, Share: 0.7, HeapTarget: 0.4},
+				},
+				Downstream: downstream.Config{
+					Lines:     decision.Lines{Enabled: true, Enter: 0.6, Exit: 0.4, Hard: 0.9, BreachDuration: 500 * time.Millisecond, MaxShed: 0.8},
+					Endpoint:  "http://127.0.0.1:18888/metrics",
+					Interval:  time.Second,
+					Exporters: []string{"otlp_grpc/backend", "otlp_http"},
 				},
 				Rules: decision.RulesConfig{
 					"default":  {Enabled: ptrTo(true), DropMin: ptrTo(0.1), DropMax: ptrTo(0.9)},
@@ -238,6 +245,12 @@ func TestLoadConfigInvalid(t *testing.T) {
 		},
 		"memory_exit_zero":     {{nil, "memory: exit"}},
 		"memory_hard_over_one": {{nil, "memory: hard must be <= 1, got 1.05"}},
+		"downstream_invalid": {
+			{nil, "downstream: hard must be <= 1: the downstream lines are a share of the queue's capacity (0.8 is 80%), got 80"},
+			{nil, `endpoint must be an http:// or https:// URL of the collector's own metrics, got "localhost:8888"`},
+			{nil, "interval must be between 50ms and 5s, got 10ms"},
+			{nil, `exporters: each entry must be an exporter's component ID (type[/name]), got "not an id"`},
+		},
 		"breach_duration_out_of_range": {
 			{nil, "cpu: breach_duration must be between 0s and 10s, got 11s"},
 			{nil, "memory: breach_duration must be between 0s and 2s, got -1ms"},

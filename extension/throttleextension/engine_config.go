@@ -15,6 +15,7 @@ func (cfg *Config) runnerConfig() runner.Config {
 		Settings:   cfg.Settings,
 		CPU:        cfg.CPU,
 		Memory:     cfg.Memory,
+		Downstream: cfg.Downstream,
 		Rules:      cfg.Rules,
 		Routes:     cfg.Routes,
 		RetryAfter: cfg.RetryAfter,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/downstream"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/statuspage"
@@ -99,7 +100,9 @@ type Config struct {
 	Settings
 	CPU    CPUConfig
 	Memory MemoryConfig
-	Rules  decision.RulesConfig
+	// Downstream is the exporters' queues and the lines they are held to.
+	Downstream downstream.Config
+	Rules      decision.RulesConfig
 	// Status is the status page's server; nil when the page is off.
 	Status *statuspage.Config
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
-	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
 // The demand signal: the load offered to the collector against
@@ -20,8 +19,9 @@ import (
 //
 //	demand = level × (admitted + refused) / admitted × (1 + held / in flight)
 //
-// level is the largest of the resources' slow levels (1 = the container's
-// limit); the refusal factor is over the last demandWindow
+// level is the largest slow level of the resources that measure the
+// collector's own capacity (1 = the container's limit; not the exporters'
+// queues: more replicas do not make a backend faster); the refusal factor is over the last demandWindow
 // (open-loop clients that are refused send more than is admitted); the hold
 // factor is how much longer than needed the clients wait (closed-loop
 // clients, whose fixed number of requests wait in the hold: by Little's
@@ -68,9 +68,9 @@ func decisionTotals(c *decisionCounts) (admitted, refused uint64) {
 
 // observe takes one sample: the water level, the decision totals so far,
 // the admitted requests in flight and the held ones.
-func (d *demandMeter) observe(wl *sampler.WaterLevel, admitted, refused uint64, inflight, held int64) {
-	d.marks = append(d.marks, demandMark{at: wl.At, admitted: admitted, refused: refused})
-	for len(d.marks) > 1 && wl.At.Sub(d.marks[0].at) > demandWindow {
+func (d *demandMeter) observe(at time.Time, level float64, backendBound bool, admitted, refused uint64, inflight, held int64) {
+	d.marks = append(d.marks, demandMark{at: at, admitted: admitted, refused: refused})
+	for len(d.marks) > 1 && at.Sub(d.marks[0].at) > demandWindow {
 		d.marks = d.marks[1:]
 	}
 	first := d.marks[0]
@@ -80,16 +80,15 @@ func (d *demandMeter) observe(wl *sampler.WaterLevel, admitted, refused uint64, 
 		refusal = float64(da+dr) / float64(max(da, 1))
 	}
 	hold := 1 + float64(max(held, 0))/float64(max(inflight, 1))
-	level := 0.0
-	for _, l := range wl.Levels {
-		if l.Valid {
-			level = max(level, l.Slow)
-		}
+	if backendBound {
+		// Refused and held for the backend: no demand more replicas
+		// would serve.
+		refusal, hold = 1, 1
 	}
 	raw := min(level*refusal*hold, demandMax)
 	v := raw
 	if d.init && len(d.marks) > 1 {
-		dt := wl.At.Sub(d.marks[len(d.marks)-2].at)
+		dt := at.Sub(d.marks[len(d.marks)-2].at)
 		beta := math.Exp(-dt.Seconds() / demandSmoothing.Seconds())
 		v = beta*math.Float64frombits(d.value.Load()) + (1-beta)*raw
 	}

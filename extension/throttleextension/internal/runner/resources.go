@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/downstream"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/softlimit"
 )
@@ -31,6 +32,9 @@ type resource struct {
 	// averaged: the level has slow and fast averages beside the level
 	// itself, which the telemetry, the logs and the status page show.
 	averaged bool
+	// capacity: the level measures what the collector itself can take,
+	// which the demand signal for an autoscaler is made of.
+	capacity bool
 	read     sampler.Reader
 	// details are more water_level kinds, each a share, that the telemetry
 	// reports beside the level while it is valid.
@@ -43,21 +47,29 @@ type detail struct {
 }
 
 // resources are the configured resources, in the order of the water
-// level's Levels; relieveMemory runs at the memory hard line.
-func (c *Config) resources(relieveMemory func()) []resource {
+// level's Levels; relieveMemory runs at the memory hard line, and
+// readDownstream reads the exporters' queues.
+func (c *Config) resources(relieveMemory func(), readDownstream sampler.Reader) []resource {
 	return []resource{
 		{
 			name: "cpu", lines: c.CPU.Lines, severity: decision.SeverityRate,
-			averaged: true, read: sampler.ReadCPU,
+			averaged: true, capacity: true, read: sampler.ReadCPU,
 		},
 		{
 			name: "memory", lines: c.Memory.Lines, severity: decision.SeverityLevel,
-			backstop: true, relieve: relieveMemory, read: sampler.ReadMemory,
+			backstop: true, relieve: relieveMemory, capacity: true, read: sampler.ReadMemory,
 			details: []detail{
 				{"memory_working_set", func(wl *sampler.WaterLevel) float64 { return share(wl.WorkingSet, wl.MemLimit) }},
 				{"memory_heap_spare", func(wl *sampler.WaterLevel) float64 { return share(wl.HeapSpare, wl.MemLimit) }},
 				{"memory_heap_held_back", func(wl *sampler.WaterLevel) float64 { return share(wl.HeapHeldBack, wl.MemLimit) }},
 			},
+		},
+		{
+			// A queue's fill is a level like memory's: proportional
+			// severity, acted on in the frame it is read. It is no
+			// backstop: the exempt signals pass a full queue.
+			name: downstream.Resource, lines: c.Downstream.Lines, severity: decision.SeverityLevel,
+			read: readDownstream,
 		},
 	}
 }
@@ -84,6 +96,24 @@ func levelFields(resources []resource, wl *sampler.WaterLevel) []zap.Field {
 		fields = append(fields, zap.Bool(r.name+"_valid", l.Valid))
 	}
 	return fields
+}
+
+// demandLevel is what the demand signal takes of wl: the largest slow
+// level of the capacity resources, and whether a resource that is not one
+// (the exporters' queues) is past its exit line, when the refusals and
+// the hold are the backend's doing.
+func demandLevel(resources []resource, wl *sampler.WaterLevel) (level float64, backendBound bool) {
+	for i := range resources {
+		r, l := &resources[i], &wl.Levels[i]
+		switch {
+		case !l.Valid:
+		case r.capacity:
+			level = max(level, l.Slow)
+		case r.lines.Enabled && l.Slow >= r.lines.Exit:
+			backendBound = true
+		}
+	}
+	return level, backendBound
 }
 
 // slot is the engine's slot of r at the check interval.

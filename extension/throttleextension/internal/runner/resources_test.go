@@ -16,7 +16,7 @@ import (
 // testResources are the resources of the extension's defaults.
 func testResources() []resource {
 	cfg := testConfig()
-	return cfg.resources(nil)
+	return cfg.resources(nil, func(*sampler.WaterLevel) sampler.Level { return sampler.Level{} })
 }
 
 // testSlots are their slots at a 250ms check interval.
@@ -43,12 +43,13 @@ func levels(wl *sampler.WaterLevel) *sampler.WaterLevel {
 func TestResources(t *testing.T) {
 	relieved := 0
 	cfg := testConfig()
-	rs := cfg.resources(func() { relieved++ })
+	downstreamLevel := sampler.Level{Valid: true, Value: 0.6, Slow: 0.6, Fast: 0.6}
+	rs := cfg.resources(func() { relieved++ }, func(*sampler.WaterLevel) sampler.Level { return downstreamLevel })
 	slots := make([]decision.Slot, len(rs))
 	for i := range rs {
 		slots[i] = rs[i].slot(250 * time.Millisecond)
 	}
-	assert.Equal(t, []string{"cpu", "memory"}, []string{rs[0].name, rs[1].name})
+	assert.Equal(t, []string{"cpu", "memory", "downstream"}, []string{rs[0].name, rs[1].name, rs[2].name})
 	assert.Equal(t, decision.Slot{
 		Name: "cpu", Enabled: true, Enter: 0.90, Exit: 0.80, Hard: 1.10, BreachN: 3, MaxShed: 0.2, Severity: decision.SeverityRate,
 	}, slots[0])
@@ -62,6 +63,12 @@ func TestResources(t *testing.T) {
 	}, mem)
 	assert.True(t, rs[0].averaged)
 	assert.False(t, rs[1].averaged)
+	// The exporters' queues: off unless asked for; a level like memory's,
+	// but no backstop (the exempt signals pass a full queue).
+	assert.Equal(t, decision.Slot{
+		Name: "downstream", Enabled: false, Enter: 0.5, Exit: 0.3, Hard: 0.8, BreachN: 1, MaxShed: 1, Severity: decision.SeverityLevel,
+	}, slots[2])
+	assert.Equal(t, downstreamLevel, rs[2].read(nil))
 
 	wl := &sampler.WaterLevel{CPU: 0.5, CPUSlow: 0.4, CPUFast: 0.6, CPUValid: true, Mem: 0.7, MemValid: true, WorkingSet: 800, MemLimit: 1000}
 	assert.Equal(t, sampler.Level{Valid: true, Value: 0.5, Slow: 0.4, Fast: 0.6}, rs[0].read(wl))

@@ -25,6 +25,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/downstream"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/softlimit"
@@ -79,6 +80,8 @@ type Runner struct {
 	// adm decides and bounds the requests of every server of this
 	// extension: the budget, the fair shares, the hold.
 	adm *admission.Controller
+	// downstream reads the exporters' queues on its own goroutine.
+	downstream *downstream.Meter
 	// demand is the demand signal (demand.go).
 	demand demandMeter
 	// unclassified warns of requests no route matches (unclassified.go).
@@ -141,7 +144,11 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 		lastWarn:          map[string]time.Time{},
 	}
 	relief := softlimit.NewRelief()
-	r.resources = cfg.resources(func() { relief.Relieve() })
+	r.downstream = downstream.New(cfg.Downstream, downstream.Options{
+		Logger:  set.Logger,
+		OnError: func(error) { r.tel.samplerError(downstream.Resource) },
+	})
+	r.resources = cfg.resources(func() { relief.Relieve() }, r.downstream.Read)
 	r.translog = newTransitionLog(set.Logger, nil, r.resources)
 	r.lines = decision.Config{Rules: cfg.Rules.Rules(), RecoveryRamp: cfg.RecoveryRamp, Interval: cfg.CheckInterval}
 	for i := range r.resources {
@@ -239,6 +246,7 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		Heap:     heap,
 		Logger:   r.logger,
 	})
+	r.downstream.Start()
 	// Start takes the first sample before it returns, so the memory limit
 	// is known when the budget and the soft memory limit are sized.
 	if err := r.sampler.Start(ctx); err != nil {
@@ -295,6 +303,7 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 		r.adm.Close()
 		err = r.status.shutdown(ctx)
 		r.stale.stop()
+		r.downstream.Stop()
 		// A late sample's updates are no-ops once these are released.
 		r.memLimit.Release()
 		r.pace.Release()
@@ -372,9 +381,10 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 	r.engine.Observe(wl)
 	admitted, refused := decisionTotals(&r.tel.counts)
 	st := r.adm.Stats()
-	r.demand.observe(wl, admitted, refused, st.Inflight, st.HeldRequests)
+	level, backendBound := demandLevel(r.resources, wl)
+	r.demand.observe(wl.At, level, backendBound, admitted, refused, st.Inflight, st.HeldRequests)
 	if started, ended := r.open.observe(r.engine.State(decision.SignalTraces) == decision.StateOpen); started {
-		r.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until memory falls",
+		r.logger.Warn("throttle: Open for 30s without a break: the collector is not draining what it holds (check its exporters and queues); every throttled request is refused until the level at its hard line falls below it",
 			append(levelFields(r.resources, wl),
 				zap.Uint64("working_set_bytes", wl.WorkingSet),
 				zap.Uint64("heap_spare_bytes", wl.HeapSpare),

@@ -27,6 +27,7 @@ import (
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/cgroup"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/downstream"
 	"github.com/otelthrottle/throttle/internal/middleware"
 	"github.com/otelthrottle/throttle/internal/sampler"
 	"github.com/otelthrottle/throttle/internal/statuspage"
@@ -42,6 +43,7 @@ func testConfig(mutate ...func(*Config)) Config {
 		Settings:   DefaultSettings(),
 		CPU:        DefaultCPUConfig(),
 		Memory:     DefaultMemoryConfig(),
+		Downstream: downstream.DefaultConfig(),
 		Rules:      decision.DefaultRulesConfig(),
 		RetryAfter: middleware.NewDefaultRetryConfig(),
 	}

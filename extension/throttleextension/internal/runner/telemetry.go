@@ -14,6 +14,7 @@ import (
 	"github.com/otelthrottle/throttle/extension/throttleextension/internal/metadata"
 	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/downstream"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
 
@@ -97,7 +98,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 			}
 		}
 	}
-	for _, r := range []string{"cpu", "memory", "limits"} {
+	for _, r := range []string{"cpu", "memory", "limits", downstream.Resource} {
 		t.errors[r] = metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("resource", r)))
 	}
 
