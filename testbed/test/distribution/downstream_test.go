@@ -152,7 +152,8 @@ func TestDownstreamRefusesBeforeTheQueueIsFull(t *testing.T) {
 			consecutive = 0
 			continue
 		}
-		if consecutive++; consecutive < 10 {
+		consecutive++
+		if consecutive < 10 {
 			continue
 		}
 		samples = scrape(t, metricsURL)
