@@ -79,9 +79,9 @@ var (
 	errExporter = errors.New("exporters: each entry must be an exporter's component ID (type[/name])")
 )
 
-// Validate checks the section; with enabled: false only that what is set is
-// well formed, so that a typo fails at start and not on the day it is
-// switched on.
+// Validate checks the section: the lines when enabled (disabled lines are
+// not checked, as CPU's and memory's), and where and how often to read
+// whether enabled or not, so that a typo there fails at start.
 func (c Config) Validate() error {
 	errs := []error{c.Check(bounds)}
 	if c.Endpoint != "" || c.Enabled {

@@ -10,6 +10,7 @@
 package downstream // import "github.com/otelthrottle/throttle/internal/downstream"
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,20 @@ const staleReads = 4
 // not exist, there is nothing to read.
 var ErrNoQueue = errors.New("no exporter sending queue in the collector's metrics")
 
+var errTooLarge = errors.New("the collector's metrics are too large to read")
+
+// countingReader counts what was read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // Options are the meter's collaborators. Every field is optional.
 type Options struct {
 	// Logger warns of failed reads, at most every 30s; nil: no log.
@@ -78,6 +93,9 @@ type Meter struct {
 
 	// The meter's goroutine only.
 	lastWarn time.Time
+	// missingWarned: the configured exporters without a queue were named
+	// in a warning, once.
+	missingWarned bool
 	// Read's caller only (the sampler's goroutine).
 	lastSeq uint64
 }
@@ -102,7 +120,10 @@ func New(cfg Config, opts Options) *Meter {
 		m.now = time.Now
 	}
 	if m.client == nil {
-		m.client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: time.Minute}}
+		// No proxy, one connection kept, and no gzip: the collector would
+		// compress its whole exposition four times a second for a reader
+		// beside it.
+		m.client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: time.Minute, DisableCompression: true}}
 	}
 	if len(cfg.Exporters) > 0 {
 		m.exporters = map[string]bool{}
@@ -140,6 +161,8 @@ func (m *Meter) Stop() {
 	m.cancel()
 	<-m.done
 	m.done = nil
+	// The kept connection and its goroutines go with the meter.
+	m.client.CloseIdleConnections()
 }
 
 func (m *Meter) run(ctx context.Context, done chan<- struct{}) {
@@ -187,9 +210,23 @@ func (m *Meter) read(ctx context.Context) (Queue, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return Queue{}, fmt.Errorf("GET %s: %s", m.cfg.Endpoint, resp.Status)
 	}
-	queues, err := parseQueues(io.LimitReader(resp.Body, maxBody))
+	var r io.Reader = resp.Body
+	if resp.Header.Get("Content-Encoding") == "gzip" { // sent unasked
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return Queue{}, fmt.Errorf("reading %s: %w", m.cfg.Endpoint, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	body := &countingReader{r: io.LimitReader(r, maxBody+1)}
+	queues, err := parseQueues(body)
 	if err != nil {
 		return Queue{}, fmt.Errorf("reading %s: %w", m.cfg.Endpoint, err)
+	}
+	if body.n > maxBody {
+		// Cut short, the last line read may be a number cut short.
+		return Queue{}, fmt.Errorf("%w: %s is over %d MiB", errTooLarge, m.cfg.Endpoint, maxBody>>20)
 	}
 	return m.fullest(queues)
 }
@@ -206,6 +243,13 @@ func (m *Meter) fullest(queues []Queue) (Queue, error) {
 			best, found = q, true
 		}
 	}
+	if found && m.exporters != nil && !m.missingWarned {
+		if missing := m.missing(queues); len(missing) > 0 {
+			m.missingWarned = true
+			m.logger.Warn("throttle downstream: some of downstream.exporters have no sending queue in the collector's metrics; they are not watched",
+				zap.Strings("exporters", missing), zap.String("exporters_with_a_queue", exporterList(queues)))
+		}
+	}
 	if !found {
 		if m.exporters != nil {
 			return Queue{}, fmt.Errorf("%w of %s (exporters with a queue: %s)", ErrNoQueue, strings.Join(m.cfg.Exporters, ", "), exporterList(queues))
@@ -213,6 +257,17 @@ func (m *Meter) fullest(queues []Queue) (Queue, error) {
 		return Queue{}, fmt.Errorf("%w (is sending_queue enabled on the exporters?)", ErrNoQueue)
 	}
 	return best, nil
+}
+
+// missing are the configured exporters with no queue among queues.
+func (m *Meter) missing(queues []Queue) []string {
+	var out []string
+	for _, e := range m.cfg.Exporters {
+		if !slices.ContainsFunc(queues, func(q Queue) bool { return q.Exporter == e }) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func exporterList(queues []Queue) string {

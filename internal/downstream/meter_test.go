@@ -136,7 +136,7 @@ func TestMeterNoQueue(t *testing.T) {
 			}
 		}})
 		err := <-errs
-		assert.ErrorIs(t, err, ErrNoQueue)
+		require.ErrorIs(t, err, ErrNoQueue)
 		assert.Contains(t, err.Error(), want)
 		assert.False(t, m.Read(nil).Valid)
 	}

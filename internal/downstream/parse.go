@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -20,8 +21,8 @@ const (
 	metricCapacity = "otelcol_exporter_queue_capacity"
 )
 
-// maxLine bounds one line of the exposition: a series with its labels is
-// well under it.
+// maxLine bounds the line buffer: a line longer than it (a metric with
+// very long labels) is skipped, whichever metric it is.
 const maxLine = 64 << 10
 
 // Queue is one exporter's sending queue for one signal.
@@ -44,13 +45,18 @@ type queueKey struct{ exporter, signal string }
 // exposition: every exporter and signal with both gauges, in the order
 // their sizes appear. Other lines are skipped without being parsed.
 func parseQueues(r io.Reader) ([]Queue, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxLine)
+	br := bufio.NewReaderSize(r, maxLine)
 	var queues []Queue
 	index := map[queueKey]int{}
 	capacity := map[queueKey]float64{}
-	for sc.Scan() {
-		line := sc.Bytes()
+	for {
+		line, err := readLine(br)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 		var isSize bool
 		switch {
 		case bytes.HasPrefix(line, []byte(metricSize)):
@@ -74,9 +80,6 @@ func parseQueues(r io.Reader) ([]Queue, error) {
 		}
 		queues[index[k]].Size = v
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
 	var out []Queue
 	for _, q := range queues {
 		if c, ok := capacity[queueKey{q.Exporter, q.Signal}]; ok {
@@ -87,10 +90,34 @@ func parseQueues(r io.Reader) ([]Queue, error) {
 	return out, nil
 }
 
+// readLine returns the next line without its newline; a line longer than
+// the reader's buffer is skipped whole. io.EOF once there is nothing more.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = br.ReadSlice('\n')
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, err
+			}
+			continue
+		}
+		if errors.Is(err, io.EOF) && len(line) > 0 {
+			return line, nil // the last line, without a newline
+		}
+		if err != nil {
+			return nil, err
+		}
+		return line[:len(line)-1], nil
+	}
+}
+
 // parseSample parses what follows a metric's name: `{labels} value
 // [timestamp]`, keeping the exporter and data_type labels. ok is false for
 // a longer name that starts with the same prefix, a series without an
-// exporter label, and a value that is not a number.
+// exporter label, and a value that is not a finite count.
 func parseSample(s string) (k queueKey, v float64, ok bool) {
 	if !strings.HasPrefix(s, "{") {
 		return k, 0, false
@@ -124,8 +151,8 @@ func parseSample(s string) (k queueKey, v float64, ok bool) {
 		return k, 0, false
 	}
 	v, err := strconv.ParseFloat(fields[0], 64)
-	if err != nil {
-		return k, 0, false
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return k, 0, false // a size or a capacity is a count
 	}
 	return k, v, true
 }

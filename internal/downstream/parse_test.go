@@ -40,11 +40,17 @@ otelcol_exporter_queue_size_bytes{data_type="traces",exporter="b"} 5
 otelcol_exporter_queue_capacity_total{data_type="traces",exporter="b"} 5
 otelcol_exporter_sent_spans_total{exporter="a"} 9
 `, nil)
-	// Escaped label values; a value that is no number; no exporter label.
+	// Escaped label values; values that are no count; no exporter label.
 	f(`otelcol_exporter_queue_size{exporter="we\"ird\\name",data_type="traces"} 1
 otelcol_exporter_queue_capacity{exporter="we\"ird\\name",data_type="traces"} 4
 otelcol_exporter_queue_size{exporter="c",data_type="traces"} NaNx
 otelcol_exporter_queue_capacity{exporter="c",data_type="traces"} 4
+otelcol_exporter_queue_size{exporter="d",data_type="traces"} NaN
+otelcol_exporter_queue_capacity{exporter="d",data_type="traces"} 4
+otelcol_exporter_queue_size{exporter="e",data_type="traces"} -1
+otelcol_exporter_queue_capacity{exporter="e",data_type="traces"} 4
+otelcol_exporter_queue_size{exporter="f",data_type="traces"} 1
+otelcol_exporter_queue_capacity{exporter="f",data_type="traces"} +Inf
 otelcol_exporter_queue_size{data_type="traces"} 1
 otelcol_exporter_queue_capacity{data_type="traces"} 4
 otelcol_exporter_queue_size{exporter="unterminated} 1
@@ -62,7 +68,12 @@ func TestQueueFill(t *testing.T) {
 	f(Queue{Size: 5, Capacity: 0}, 0)
 }
 
+// TestParseQueuesLongLine: a line past the buffer is skipped, whichever
+// metric it is, and the buffer does not grow for it.
 func TestParseQueuesLongLine(t *testing.T) {
-	_, err := parseQueues(strings.NewReader("otelcol_x " + strings.Repeat("a", maxLine+1) + "\n"))
-	require.Error(t, err, "a line past the bound fails the read rather than growing the buffer")
+	long := `otelcol_exporter_queue_size{data_type="traces",exporter="` + strings.Repeat("a", maxLine) + `"} 5` + "\n"
+	queues, err := parseQueues(strings.NewReader(long + `otelcol_exporter_queue_size{data_type="traces",exporter="b"} 5
+otelcol_exporter_queue_capacity{data_type="traces",exporter="b"} 10`)) // no newline at the end
+	require.NoError(t, err)
+	assert.Equal(t, []Queue{{Exporter: "b", Signal: "traces", Size: 5, Capacity: 10}}, queues)
 }

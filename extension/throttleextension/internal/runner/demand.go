@@ -41,6 +41,11 @@ type demandMeter struct {
 	marks []demandMark
 	value atomic.Uint64 // float64 bits
 	init  bool
+	// lastRefused is the refusal total of the last sample, and
+	// backendRefused the refusals of the samples in which the backend was
+	// the bound: taken out of the window's refusals, so that they count
+	// neither while the queue is full nor once it has drained.
+	lastRefused, backendRefused uint64
 }
 
 type demandMark struct {
@@ -66,24 +71,29 @@ func decisionTotals(c *decisionCounts) (admitted, refused uint64) {
 	return admitted, refused
 }
 
-// observe takes one sample: the water level, the decision totals so far,
-// the admitted requests in flight and the held ones.
+// observe takes one sample: the capacity level, whether the backend is
+// the bound (see demandLevel), the decision totals so far, the admitted
+// requests in flight and the held ones.
 func (d *demandMeter) observe(at time.Time, level float64, backendBound bool, admitted, refused uint64, inflight, held int64) {
-	d.marks = append(d.marks, demandMark{at: at, admitted: admitted, refused: refused})
+	if backendBound && d.init && refused >= d.lastRefused {
+		d.backendRefused += refused - d.lastRefused
+	}
+	d.lastRefused = refused
+	counted := refused - min(d.backendRefused, refused)
+	d.marks = append(d.marks, demandMark{at: at, admitted: admitted, refused: counted})
 	for len(d.marks) > 1 && at.Sub(d.marks[0].at) > demandWindow {
 		d.marks = d.marks[1:]
 	}
 	first := d.marks[0]
-	da, dr := admitted-first.admitted, refused-first.refused
+	da, dr := admitted-first.admitted, counted-first.refused
 	refusal := 1.0
 	if da+dr > 0 {
 		refusal = float64(da+dr) / float64(max(da, 1))
 	}
 	hold := 1 + float64(max(held, 0))/float64(max(inflight, 1))
 	if backendBound {
-		// Refused and held for the backend: no demand more replicas
-		// would serve.
-		refusal, hold = 1, 1
+		// Held for the backend: no demand more replicas would serve.
+		hold = 1
 	}
 	raw := min(level*refusal*hold, demandMax)
 	v := raw

@@ -35,7 +35,11 @@ type resource struct {
 	// capacity: the level measures what the collector itself can take,
 	// which the demand signal for an autoscaler is made of.
 	capacity bool
-	read     sampler.Reader
+	// every is how often the level is measured anew when that is less
+	// often than the checks: its breach is counted in its own readings,
+	// since the checks in between carry the last one. 0: every check.
+	every time.Duration
+	read  sampler.Reader
 	// details are more water_level kinds, each a share, that the telemetry
 	// reports beside the level while it is valid.
 	details []detail
@@ -69,7 +73,7 @@ func (c *Config) resources(relieveMemory func(), readDownstream sampler.Reader) 
 			// severity, acted on in the frame it is read. It is no
 			// backstop: the exempt signals pass a full queue.
 			name: downstream.Resource, lines: c.Downstream.Lines, severity: decision.SeverityLevel,
-			read: readDownstream,
+			every: c.Downstream.Interval, read: readDownstream,
 		},
 	}
 }
@@ -99,26 +103,31 @@ func levelFields(resources []resource, wl *sampler.WaterLevel) []zap.Field {
 }
 
 // demandLevel is what the demand signal takes of wl: the largest slow
-// level of the capacity resources, and whether a resource that is not one
-// (the exporters' queues) is past its exit line, when the refusals and
-// the hold are the backend's doing.
+// level of the capacity resources, and whether the backend is the bound: a
+// resource that is no capacity (the exporters' queues) is past its enter
+// line while no capacity resource is past its own, so that what is refused
+// and held is the backend's doing.
 func demandLevel(resources []resource, wl *sampler.WaterLevel) (level float64, backendBound bool) {
+	capacityBound := false
 	for i := range resources {
 		r, l := &resources[i], &wl.Levels[i]
-		switch {
-		case !l.Valid:
-		case r.capacity:
+		if !l.Valid || !r.lines.Enabled && !r.capacity {
+			continue
+		}
+		past := r.lines.Enabled && l.Slow >= r.lines.Enter
+		if r.capacity {
 			level = max(level, l.Slow)
-		case r.lines.Enabled && l.Slow >= r.lines.Exit:
-			backendBound = true
+			capacityBound = capacityBound || past
+		} else {
+			backendBound = backendBound || past
 		}
 	}
-	return level, backendBound
+	return level, backendBound && !capacityBound
 }
 
 // slot is the engine's slot of r at the check interval.
 func (r *resource) slot(interval time.Duration) decision.Slot {
-	s := r.lines.Slot(r.name, interval)
+	s := r.lines.Slot(r.name, max(interval, r.every))
 	s.Severity, s.Backstop, s.Relieve = r.severity, r.backstop, r.relieve
 	return s
 }

@@ -75,3 +75,22 @@ func TestResources(t *testing.T) {
 	assert.Equal(t, sampler.Level{Valid: true, Value: 0.7, Slow: 0.7, Fast: 0.7}, rs[1].read(wl))
 	assert.InDelta(t, 0.8, rs[1].details[0].value(wl), 1e-12)
 }
+
+// TestDownstreamBreachInReadings: the queues' breach_duration is counted in
+// their own readings, not in checks: the checks between two readings carry
+// the last one, which the engine does not count, so at a check of 50ms and
+// a read every 250ms a breach of 500ms is two readings, not ten.
+func TestDownstreamBreachInReadings(t *testing.T) {
+	f := func(check, every, breach time.Duration, want int) {
+		t.Helper()
+		cfg := testConfig(func(c *Config) {
+			c.Downstream.Interval, c.Downstream.BreachDuration = every, breach
+		})
+		rs := cfg.resources(nil, nil)
+		assert.Equal(t, want, rs[2].slot(check).BreachN, "check %v, read every %v, breach %v", check, every, breach)
+	}
+	f(50*time.Millisecond, 250*time.Millisecond, 500*time.Millisecond, 2)
+	f(250*time.Millisecond, time.Second, 2*time.Second, 2)
+	f(250*time.Millisecond, 50*time.Millisecond, 500*time.Millisecond, 2) // read more often than checked: in checks
+	f(250*time.Millisecond, 250*time.Millisecond, 0, 1)
+}

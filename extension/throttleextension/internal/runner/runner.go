@@ -246,12 +246,12 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		Heap:     heap,
 		Logger:   r.logger,
 	})
-	r.downstream.Start()
 	// Start takes the first sample before it returns, so the memory limit
 	// is known when the budget and the soft memory limit are sized.
 	if err := r.sampler.Start(ctx); err != nil {
 		return fmt.Errorf("throttle: reading %s: %w", src.Describe(), err)
 	}
+	r.downstream.Start()
 	r.stale = startStaleWatchdog(r.engine, r.logger, r.cfg.StaleAfter, r.cfg.CheckInterval, r.status.reportChange)
 	wl := r.sampler.Load()
 	r.resizeBudget(wl, true)
@@ -269,6 +269,16 @@ func (r *Runner) Start(ctx context.Context, host component.Host) error {
 		zap.Duration("check_interval", r.cfg.CheckInterval),
 	)
 	return nil
+}
+
+// fullestQueue names the fullest exporter queue of the last read, when
+// the downstream level is on and has been read.
+func fullestQueue(m *downstream.Meter) zap.Field {
+	q, ok := m.Fullest()
+	if !ok {
+		return zap.Skip()
+	}
+	return zap.String("fullest_queue", fmt.Sprintf("%s (%s) %.0f%% full", q.Exporter, q.Signal, 100*q.Fill()))
 }
 
 // defaultSource is the container's cgroup, or the process's own counters
@@ -390,6 +400,7 @@ func (r *Runner) onSample(wl *sampler.WaterLevel, took time.Duration) {
 				zap.Uint64("heap_spare_bytes", wl.HeapSpare),
 				zap.Uint64("heap_held_back_bytes", wl.HeapHeldBack),
 				zap.Uint64("memory_limit_bytes", wl.MemLimit),
+				fullestQueue(r.downstream),
 			)...,
 		)
 		r.status.reportChange()
