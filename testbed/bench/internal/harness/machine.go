@@ -56,28 +56,46 @@ func MachineInfo(args []string) string {
 	return b.String()
 }
 
-// commandLine is args as a shell would take them back: the program as it
-// was named from the working folder (the base name when go run or go test
-// built it elsewhere), every argument quoted when it needs to be.
+// commandLine is args as a shell would take them back, run again from the
+// working folder (the repository's root, for the make targets): the
+// program as it was named from there (the base name when go run or go test
+// built it elsewhere), an argument that is a path below it (alone or after
+// "-flag=") relative to it, every argument quoted when it needs to be.
 func commandLine(args []string) string {
 	if len(args) == 0 {
 		return ""
 	}
+	wd, _ := os.Getwd()
 	prog := filepath.Base(args[0])
-	if filepath.IsAbs(args[0]) {
-		if wd, err := os.Getwd(); err == nil {
-			if rel, err := filepath.Rel(wd, args[0]); err == nil && !strings.HasPrefix(rel, "..") {
-				prog = rel
-			}
-		}
-	} else if !strings.HasPrefix(args[0], "..") {
+	if rel, ok := below(wd, args[0]); ok {
+		prog = rel
+	} else if !filepath.IsAbs(args[0]) && !strings.HasPrefix(args[0], "..") {
 		prog = args[0]
 	}
 	out := []string{prog}
 	for _, a := range args[1:] {
+		if flag, path, ok := strings.Cut(a, "="); ok && strings.HasPrefix(flag, "-") {
+			if rel, ok := below(wd, path); ok {
+				a = flag + "=" + rel
+			}
+		} else if rel, ok := below(wd, a); ok {
+			a = rel
+		}
 		out = append(out, shellQuote(a))
 	}
 	return strings.Join(out, " ")
+}
+
+// below is the absolute path p relative to dir, when p is below it.
+func below(dir, p string) (string, bool) {
+	if dir == "" || !filepath.IsAbs(p) {
+		return "", false
+	}
+	rel, err := filepath.Rel(dir, p)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return "", false
+	}
+	return rel, true
 }
 
 // shellQuote quotes s for a POSIX shell when it holds anything but plain

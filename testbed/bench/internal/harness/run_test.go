@@ -54,4 +54,7 @@ func TestCommandLine(t *testing.T) {
 	assert.Equal(t, "bin/overload -d 40s", commandLine([]string{filepath.Join(wd, "bin", "overload"), "-d", "40s"}), "the program as named from the working folder")
 	assert.Equal(t, "bin/fleet -protocol grpc", commandLine([]string{"bin/fleet", "-protocol", "grpc"}))
 	assert.Equal(t, "fleet -scenarios throttle,reference -factor 1.5 ''", commandLine([]string{"/elsewhere/fleet", "-scenarios", "throttle,reference", "-factor", "1.5", ""}))
+	// Paths below the working folder as a reader runs them from there.
+	assert.Equal(t, "bin/fleet -throttle _build/otelcol-throttle -out=bench/runs/x /elsewhere/otelcol",
+		commandLine([]string{filepath.Join(wd, "bin/fleet"), "-throttle", filepath.Join(wd, "_build/otelcol-throttle"), "-out=" + filepath.Join(wd, "bench/runs/x"), "/elsewhere/otelcol"}))
 }
