@@ -21,7 +21,8 @@ import (
 //
 // level is the largest slow level of the resources that measure the
 // collector's own capacity (1 = the container's limit; not the exporters'
-// queues: more replicas do not make a backend faster); the refusal factor is over the last demandWindow
+// queues: more replicas do not make a backend faster); the refusal factor
+// is over the last demandWindow, without the refusals the backend caused
 // (open-loop clients that are refused send more than is admitted); the hold
 // factor is how much longer than needed the clients wait (closed-loop
 // clients, whose fixed number of requests wait in the hold: by Little's
