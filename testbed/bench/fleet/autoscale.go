@@ -45,7 +45,9 @@ import (
 //     a Service's endpoints.
 //
 // The signals (autoscaleSignals) are read at the sync itself, with none of
-// a cluster's metrics pipeline delay. Rounds run every scenario under every
+// a cluster's metrics pipeline delay; a pod's metric is its latest scrape
+// of the last sync period, as a metrics adapter serves the latest sample,
+// so that an overloaded replica whose endpoint answered late still counts. Rounds run every scenario under every
 // signal once, back to back, the signals' order alternating between rounds,
 // so that the machine's noise falls on both alike and they are compared
 // round by round.
@@ -472,7 +474,7 @@ func (s *scaler) sync(ctx context.Context, now time.Time) {
 		}
 		demand := podSample{value: math.NaN(), state: podMissing}
 		if m := r.m.Load(); m != nil {
-			if samples, at := m.scr.Get(); !at.IsZero() && now.Sub(at) < 2*s.t.o.interval {
+			if samples, at := m.scr.Get(); !at.IsZero() && now.Sub(at) < hpaSyncPeriod {
 				if v := harness.Value(samples, demandMetric, nil); !math.IsNaN(v) {
 					demand = podSample{value: v, state: podCounted}
 				}

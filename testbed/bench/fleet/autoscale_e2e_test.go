@@ -110,7 +110,10 @@ func TestAutoscaleDemandScalesOut(t *testing.T) {
 	o.memMiB = 100
 	o.agents, o.set = 4, []string{"agents", "agent-compression", "burst"}
 	o.factors = []float64{2}
-	o.warmup, o.burst, o.drainMax, o.settle = 3*time.Second, 35*time.Second, drainLimit, 5*time.Second
+	// The load lasts 50 s: a scale set at the second sync (the first one's
+	// scrape can miss on a busy machine) still has a replica ready, after
+	// one probe period, while the load lasts.
+	o.warmup, o.burst, o.drainMax, o.settle = 3*time.Second, 50*time.Second, drainLimit, 5*time.Second
 	o.autoscale = autoscaleOptions{signals: []string{signalDemand}, probePeriod: autoscaleProbePeriod}
 	o, err := setupAutoscale(o)
 	require.NoError(t, err)
