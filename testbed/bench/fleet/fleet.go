@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
@@ -409,7 +410,7 @@ func capacityStep(ctx context.Context, o options, f *fleet, rate float64, length
 // runScenario runs one scenario: warmup, burst, drain.
 func runScenario(ctx context.Context, o options, s scenario, tw *harness.CSVFile) (*summary, error) {
 	spec := fleetSpec{
-		name: s.name, gateway: colconfig.Gateway{Kind: s.kind, ThrottleYAML: o.throttleYAML},
+		name: s.name, gateway: colconfig.Gateway{Kind: s.kind, ThrottleYAML: o.throttleYAML, Downstream: s.downstream, QueueSize: o.queueSize},
 		gwBin: o.binFor(s.kind), memMiB: o.memMiB,
 	}
 	if s.unlimited {
@@ -426,11 +427,22 @@ func runScenario(ctx context.Context, o options, s scenario, tw *harness.CSVFile
 	if o.profile > 0 {
 		go f.profileGateway(ctx, o.warmup+o.profileAt, o.profile)
 	}
+	// endHang resumes the backend if it still hangs and says how long it
+	// hung; deferred, it resumes it before f.stop.
+	endHang := func() time.Duration { return 0 }
+	if o.backendHang > 0 {
+		hctx, cancel := context.WithCancel(ctx)
+		hung := make(chan time.Duration, 1)
+		go func() { hung <- f.hangBackend(hctx, o.warmup+o.backendHangAt, o.backendHang) }()
+		endHang = sync.OnceValue(func() time.Duration { cancel(); return <-hung })
+		defer endHang()
+	}
 	b, err := f.runBurst(ctx, f.rec, f.agentPorts, o.capacity, o.factor)
 	if err != nil {
 		return nil, err
 	}
 	sum := summarize(o, s, f, b)
+	sum.BackendHungSeconds = endHang().Seconds()
 	logf("%s: delivered %.2f%% (%d of %d), gateway lost %d, burst %.0f spans/s to the sink (%.0f%% of capacity), OOM kills %d, restarts %d, drained %v",
 		s.name, sum.DeliveredPct, sum.SinkSpans, sum.AgentAccepted, sum.Lost, sum.BurstSinkRate, sum.BurstPctCapacity,
 		sum.OOMKills, sum.Restarts, sum.drainNote())
@@ -558,4 +570,37 @@ func (f *fleet) profileGateway(ctx context.Context, after, length time.Duration)
 		return
 	}
 	logf("%s: CPU profile of the gateway in %s", f.name, path)
+}
+
+// hangBackend stops the sink (SIGSTOP) after, and resumes it (SIGCONT)
+// length later or when ctx ends, whichever comes first: the gateway's
+// exporter then finds a backend that takes its connections and never
+// answers, as a hung one does. It returns how long the sink was stopped.
+func (f *fleet) hangBackend(ctx context.Context, after, length time.Duration) time.Duration {
+	select {
+	case <-ctx.Done():
+		return 0
+	case <-time.After(after):
+	}
+	pid, alive, _ := f.sink.proc.State()
+	if !alive {
+		logf("%s: backend hang: the sink is not running", f.name)
+		return 0
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		logf("%s: backend hang: %v", f.name, err)
+		return 0
+	}
+	start := time.Now()
+	logf("%s: the backend hangs (sink stopped) for %s", f.name, length)
+	select {
+	case <-ctx.Done():
+	case <-time.After(length):
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		logf("%s: backend resume: %v", f.name, err)
+	}
+	d := time.Since(start)
+	logf("%s: the backend resumes after %s", f.name, d.Round(100*time.Millisecond))
+	return d
 }

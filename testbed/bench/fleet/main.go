@@ -121,6 +121,11 @@ type options struct {
 	interval                        time.Duration
 	gomemlimitPct                   float64
 	throttleYAML                    string
+	// backendHang stops the sink (SIGSTOP) for this long, backendHangAt
+	// into the burst, as a backend that hangs (0: never).
+	backendHang, backendHangAt time.Duration
+	// queueSize is the gateway exporter's queue_size (0: its default).
+	queueSize int
 	// profile: a CPU profile of the gateway of this many seconds, taken
 	// profileAt into the burst (0: none).
 	profile, profileAt time.Duration
@@ -143,7 +148,7 @@ func defaultOptions() options {
 		capStart: 4000, capGrowth: 1.25, capMaxSteps: 14, capStep: 10 * time.Second, factor: 2,
 		warmup: 5 * time.Second, burst: 60 * time.Second, drainMax: 6 * time.Minute, settle: 10 * time.Second,
 		spans: 200, attrSize: 256, restartDelay: time.Second, interval: 250 * time.Millisecond, gomemlimitPct: 80,
-		bench: "fleet", tier: defaultTierOptions(),
+		backendHangAt: 20 * time.Second, bench: "fleet", tier: defaultTierOptions(),
 	}
 }
 
@@ -182,6 +187,9 @@ func main() {
 	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of the gateway of this length in every scenario (pprof extension), -profile-at into the burst")
 	flag.DurationVar(&o.profileAt, "profile-at", 20*time.Second, "when in the burst the -profile starts")
 	flag.StringVar(&o.report, "report", "", "only (re)generate the report of this results folder, and exit")
+	flag.DurationVar(&o.backendHang, "backend-hang", 0, "the backend hangs: the sink stops answering (SIGSTOP) for this long, -backend-hang-at into the burst, then resumes (0: never)")
+	flag.DurationVar(&o.backendHangAt, "backend-hang-at", o.backendHangAt, "when in the burst the -backend-hang starts")
+	flag.IntVar(&o.queueSize, "queue-size", 0, "the gateway exporter's sending_queue queue_size, in batches (0: the exporter's default, 1000)")
 	throttleFile := flag.String("throttle-config", "", "YAML file with the throttle extension's settings (default: none, the shipped defaults), for experiments")
 	tierFlags(&o.tier)
 	autoscaleFlags(&o.autoscale)
@@ -234,6 +242,9 @@ func checkCommon(o options) error {
 	if o.agents < 1 {
 		return errors.New("-agents must be >= 1")
 	}
+	if o.backendHang < 0 || o.backendHangAt < 0 || o.queueSize < 0 {
+		return errors.New("-backend-hang, -backend-hang-at and -queue-size must be >= 0")
+	}
 	if o.distinctAddrs && o.agents > 200 {
 		return errors.New("-distinct-addresses gives each agent an address from 127.0.0.11: at most 200 agents")
 	}
@@ -271,6 +282,8 @@ type scenario struct {
 	name       string
 	kind       string // colconfig.KindStock, colconfig.KindMemoryLimiter, colconfig.KindMLExt, colconfig.KindThrottle
 	gomemlimit bool
+	// downstream turns a throttle gateway's downstream level on.
+	downstream bool
 	// unlimited gives the gateway memory enough not to matter (see
 	// referenceScenario).
 	unlimited bool
@@ -308,14 +321,18 @@ func parseScenarios(s string) ([]scenario, error) {
 			continue
 		}
 		k, gml := strings.CutSuffix(n, "+gomemlimit")
+		k, ds := strings.CutSuffix(k, "+downstream")
 		found := false
 		for _, kk := range kinds {
 			found = found || kk == k
 		}
 		if !found {
-			return nil, fmt.Errorf("-scenarios: unknown scenario %q (want %s, each optionally with +gomemlimit, %s, or all)", n, strings.Join(kinds, ", "), referenceScenario.name)
+			return nil, fmt.Errorf("-scenarios: unknown scenario %q (want %s, each optionally with +gomemlimit, throttle also with +downstream, %s, or all)", n, strings.Join(kinds, ", "), referenceScenario.name)
 		}
-		out = append(out, scenario{name: n, kind: k, gomemlimit: gml})
+		if ds && k != colconfig.KindThrottle {
+			return nil, fmt.Errorf("-scenarios: %q: +downstream is the throttle's downstream level, for throttle only", n)
+		}
+		out = append(out, scenario{name: n, kind: k, gomemlimit: gml, downstream: ds})
 	}
 	return out, nil
 }

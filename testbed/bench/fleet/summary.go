@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
 
@@ -128,6 +129,13 @@ type summary struct {
 	CPUSeconds                   float64
 	MaxState                     float64
 	OpenSeconds, SheddingSeconds float64
+	// GwRefusedSpans is what the gateway's receiver refused after decoding
+	// it, GwEnqueueFailedSpans what its exporter's full queue refused (both
+	// spans), GwDeniedRequests the requests the throttle refused before
+	// reading them; over the whole scenario.
+	GwRefusedSpans, GwEnqueueFailedSpans, GwDeniedRequests float64
+	// BackendHungSeconds is how long the sink was stopped (-backend-hang).
+	BackendHungSeconds float64
 
 	points []point
 }
@@ -189,6 +197,16 @@ func summarize(o options, s scenario, f *fleet, b *burst) *summary {
 		}
 	}
 	sum.MaxState, sum.OpenSeconds, sum.SheddingSeconds = st.max, st.openSeconds, st.sheddingSeconds
+	gw := func(v func(gatewayCounts) float64) float64 {
+		vals := make([]float64, len(pts))
+		for i, p := range pts {
+			vals[i] = v(p.gw)
+		}
+		return increase(vals)
+	}
+	sum.GwRefusedSpans = gw(func(c gatewayCounts) float64 { return c.refused })
+	sum.GwEnqueueFailedSpans = gw(func(c gatewayCounts) float64 { return c.enqueueFailed })
+	sum.GwDeniedRequests = gw(func(c gatewayCounts) float64 { return c.denied })
 	if n > 0 {
 		sum.MeanCPUPct = cpuSum / float64(n)
 	}
@@ -254,6 +272,7 @@ var summaryHeader = []string{
 	"drain_s", "oom_kills", "restarts", "peak_ws_pct", "mean_cpu_pct", "mean_host_cpu_pct", "cpu_s", "max_state", "open_s", "shedding_s",
 	"loadgen_skipped", "loadgen_failed", "loadavg_start", "loadavg_end",
 	"backlog_sink_spans_s", "backlog_pct_capacity", "backlog_s",
+	"gw_refused_spans", "gw_enqueue_failed_spans", "gw_denied_requests", "backend_hung_s",
 }
 
 func (s *summary) row() []string {
@@ -266,6 +285,7 @@ func (s *summary) row() []string {
 		f64(s.MeanHostCPUPct, 1), f64(s.CPUSeconds, 1), opt(s.MaxState, 0), f64(s.OpenSeconds, 1), f64(s.SheddingSeconds, 1),
 		i(s.LoadgenSkipped), i(s.LoadgenFailed), s.LoadAvgStart, s.LoadAvgEnd,
 		f64(s.BacklogSinkRate, 0), f64(s.BacklogPctCapacity, 1), f64(s.BacklogSeconds, 0),
+		f64(s.GwRefusedSpans, 0), f64(s.GwEnqueueFailedSpans, 0), f64(s.GwDeniedRequests, 0), f64(s.BackendHungSeconds, 1),
 	}
 }
 
@@ -325,5 +345,20 @@ func printSummaries(w io.Writer, sums []*summary) {
 		fmt.Fprintf(w, "| %s | %.1f%% (%d of %d) | %d | %d / %d | %.0f (%.0f%%) | %s | %s | %s | %d | %d | %.1f%% | %.0f%% | %s | %s |\n",
 			s.Scenario, s.DeliveredPct, s.SinkSpans, s.AgentAccepted, s.Lost, s.AgentEnqueueFailed, s.AgentSendFailed,
 			s.BurstSinkRate, s.BurstPctCapacity, ref, backlog, drain, s.OOMKills, s.Restarts, s.PeakWSPct, s.MeanCPUPct, host, open)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "At the gateway, over the whole scenario: what it refused after decoding and what before reading, and the CPU it spent.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| gateway | spans refused by the receiver after decoding | spans its exporter's full queue refused (enqueue_failed) | requests the throttle refused before reading them | CPU seconds | backend hung |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, s := range sums {
+		denied, hung := "n/a", "no"
+		if s.Gateway == colconfig.KindThrottle {
+			denied = fmt.Sprintf("%.0f", s.GwDeniedRequests)
+		}
+		if s.BackendHungSeconds > 0 {
+			hung = fmt.Sprintf("%.0f s", s.BackendHungSeconds)
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %.1f | %s |\n", s.Scenario, s.GwRefusedSpans, s.GwEnqueueFailedSpans, denied, s.CPUSeconds, hung)
 	}
 }

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,31 @@ func TestParseScenarios(t *testing.T) {
 
 	_, err = parseScenarios("throttle,baseline")
 	require.ErrorContains(t, err, `unknown scenario "baseline"`)
+
+	got, err = parseScenarios("throttle+downstream,throttle+downstream+gomemlimit")
+	require.NoError(t, err)
+	assert.Equal(t, []scenario{
+		{name: "throttle+downstream", kind: colconfig.KindThrottle, downstream: true},
+		{name: "throttle+downstream+gomemlimit", kind: colconfig.KindThrottle, downstream: true, gomemlimit: true},
+	}, got)
+	_, err = parseScenarios("stock+downstream")
+	require.ErrorContains(t, err, "for throttle only")
+}
+
+// The gateway's counters over a scenario count across its restarts and
+// skip the points without a fresh scrape.
+func TestSummaryGatewayCounts(t *testing.T) {
+	nan := math.NaN()
+	pt := func(refused, denied float64) point {
+		return point{state: nan, gw: gatewayCounts{refused: refused, enqueueFailed: nan, denied: denied}}
+	}
+	f := &fleet{}
+	f.rec = &recorder{}
+	f.rec.points = []point{pt(0, 0), pt(100, 2), pt(nan, nan), pt(300, 5), pt(50, 1)}
+	sum := summarize(options{burst: time.Second}, scenario{name: "s", kind: colconfig.KindThrottle}, f, &burst{})
+	assert.Equal(t, 350.0, sum.GwRefusedSpans, "300, then 50 after a restart")
+	assert.Equal(t, 6.0, sum.GwDeniedRequests)
+	assert.Zero(t, sum.GwEnqueueFailedSpans, "never scraped: none counted")
 }
 
 func TestSummaryReference(t *testing.T) {

@@ -292,6 +292,15 @@ type point struct {
 	basePoint
 	procPoint
 	state float64 // NaN: unknown or no throttle
+	gw    gatewayCounts
+}
+
+// gatewayCounts are a gateway's own counters at a point (NaN: no fresh
+// scrape; they restart with it): spans its receiver refused after
+// decoding, spans its exporter could not queue, requests the throttle
+// refused before reading them.
+type gatewayCounts struct {
+	refused, enqueueFailed, denied float64
 }
 
 type recorder struct {
@@ -390,6 +399,11 @@ func (r *recorder) sample(now time.Time) {
 		opt(g("otelcol_process_runtime_heap_alloc_bytes", nil), 0),
 	)
 
+	p.gw = gatewayCounts{
+		refused:       g("otelcol_receiver_refused_spans", nil),
+		enqueueFailed: g("otelcol_exporter_enqueue_failed_spans", nil),
+		denied:        g("otelcol_throttle_requests", map[string]string{"decision": "denied"}),
+	}
 	r.end(now, &p.basePoint)
 	row = slices.Concat(row, p.flowRow(), loadRow(p.lg), []string{opt(nonNeg(p.hostPct), 1)})
 	r.add(p, func() {

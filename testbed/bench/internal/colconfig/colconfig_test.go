@@ -69,3 +69,29 @@ func TestGatewayCompression(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(b), "    endpoint: \"http://127.0.0.1:5\"\n    compression: none\n")
 }
+
+// The downstream level reads the gateway's own metrics endpoint, beside
+// any other throttle settings; the queue is the exporter's default unless
+// sized.
+func TestGatewayDownstreamAndQueue(t *testing.T) {
+	conf := func(g Gateway) *confmap.Conf {
+		t.Helper()
+		b, err := g.Render()
+		require.NoError(t, err)
+		ret, err := confmap.NewRetrievedFromYAML(b)
+		require.NoError(t, err, string(b))
+		c, err := ret.AsConf()
+		require.NoError(t, err, string(b))
+		return c
+	}
+	g := Gateway{Bench: "t", Kind: KindThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5}
+	c := conf(g)
+	assert.False(t, c.IsSet("extensions::throttle::downstream"))
+	assert.False(t, c.IsSet("exporters::otlp_http::sending_queue"))
+	g.Downstream, g.QueueSize, g.ThrottleYAML = true, 100, "cpu:\n  enabled: false"
+	c = conf(g)
+	assert.Equal(t, true, c.Get("extensions::throttle::downstream::enabled"))
+	assert.Equal(t, "http://127.0.0.1:3/metrics", c.Get("extensions::throttle::downstream::endpoint"))
+	assert.Equal(t, false, c.Get("extensions::throttle::cpu::enabled"), "the other settings kept")
+	assert.Equal(t, 100, c.Get("exporters::otlp_http::sending_queue::queue_size"))
+}

@@ -36,6 +36,12 @@ type Gateway struct {
 	Compression string
 	// ThrottleYAML replaces the throttle extension's settings (default: {}).
 	ThrottleYAML string
+	// Downstream turns the throttle's downstream level on, reading the
+	// exporter's queue from the gateway's own metrics (MetricsPort).
+	Downstream bool
+	// QueueSize sets the exporter's sending_queue queue_size, in batches
+	// (0: the exporter's default, 1000).
+	QueueSize int
 	// MemoryLimiter is the memory_limiter's settings of the memory_limiter
 	// and mlext kinds (MemoryLimiterYAML).
 	MemoryLimiter string
@@ -51,8 +57,15 @@ extensions:
   pprof: { endpoint: "127.0.0.1:{{ .PprofPort }}" }
 {{- if eq .Kind "throttle" }}
   throttle:
+{{- if or .ThrottleYAML .Downstream }}
 {{- if .ThrottleYAML }}
 {{ indent 4 .ThrottleYAML }}
+{{- end }}
+{{- if .Downstream }}
+    downstream:
+      enabled: true
+      endpoint: "http://127.0.0.1:{{ .MetricsPort }}/metrics"
+{{- end }}
 {{- else }} {}
 {{- end }}
 {{- end }}
@@ -92,6 +105,10 @@ exporters:
     endpoint: "http://127.0.0.1:{{ .SinkHTTPPort }}"
 {{- if .Compression }}
     compression: {{ .Compression }}
+{{- end }}
+{{- if .QueueSize }}
+    sending_queue:
+      queue_size: {{ .QueueSize }}
 {{- end }}
 service:
   extensions: [pprof{{ if .Middleware }}, {{ .Middleware }}{{ end }}]
