@@ -10,40 +10,64 @@ import (
 )
 
 // gatewayConfig is the gateway under test: the otlp receiver with the
-// throttle extension on its gRPC and HTTP servers, the batch processor and
-// otlp_grpc (its default sending_queue and retry_on_failure) to the sink.
+// throttle extension on its gRPC and HTTP servers (none on the stock
+// gateway), the batch processor and otlp_grpc (its default sending_queue
+// and retry_on_failure) to the sink.
 type gatewayConfig struct {
 	GRPCPort, HTTPPort, MetricsPort int
 	Sink                            string
 	// Throttle is the extension's settings (YAML under extensions.throttle;
 	// "" = {}, the shipped defaults).
 	Throttle string
+	// Stock leaves the throttle out; Downstream turns its downstream level
+	// on (reading MetricsPort); QueueSize sets the exporter's queue_size.
+	Stock, Downstream bool
+	QueueSize         int
 }
 
 var gatewayTmpl = colconfig.New("gateway", `# Written by bench/clients: the gateway under test.
+{{- if not .Stock }}
 extensions:
   throttle:
+{{- if or .Throttle .Downstream }}
 {{- if .Throttle }}
 {{ indent 4 .Throttle }}
+{{- end }}
+{{- if .Downstream }}
+    downstream:
+      enabled: true
+      endpoint: "http://127.0.0.1:{{ .MetricsPort }}/metrics"
+{{- end }}
 {{- else }} {}
+{{- end }}
 {{- end }}
 receivers:
   otlp:
     protocols:
       grpc:
         endpoint: "127.0.0.1:{{ .GRPCPort }}"
+{{- if not .Stock }}
         middlewares: [ { id: throttle } ]
+{{- end }}
       http:
         endpoint: "127.0.0.1:{{ .HTTPPort }}"
+{{- if not .Stock }}
         middlewares: [ { id: throttle } ]
+{{- end }}
 processors:
   batch: {}
 exporters:
   otlp_grpc:
     endpoint: "{{ .Sink }}"
     tls: { insecure: true }
+{{- if .QueueSize }}
+    sending_queue:
+      queue_size: {{ .QueueSize }}
+{{- end }}
 service:
+{{- if not .Stock }}
   extensions: [throttle]
+{{- end }}
   pipelines:
     traces:
       receivers: [otlp]

@@ -34,7 +34,11 @@
 //	c  -factor (2)× the gateway's capacity for 5 minutes, shipped defaults
 //	   (the capacity is measured first, unless -capacity gives it);
 //	d  the admission budget contended by large gzip'd batches (+gzip-large
-//	   clients) beside the ordinary ones, shipped defaults.
+//	   clients) beside the ordinary ones, shipped defaults;
+//	e  the backend hangs for -hang (8s, inside the SDKs' 10 s export
+//	   budget) with a gateway queue of 10 batches: throttle with its
+//	   downstream level (e), without it (e-throttle), the stock collector
+//	   (e-stock).
 //
 // Each scenario writes into its own folder (default
 // bench/runs/<date>-clients-<scenario>/, git-ignored): report.md,
@@ -62,6 +66,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -91,8 +96,10 @@ type options struct {
 	pulse                             string
 	pulseFirst, pulseEvery, pulseHold time.Duration
 	pulseTarget                       float64
-	drainMax, settle, interval        time.Duration
-	args                              []string
+	// Scenario e: how long the backend hangs.
+	hang                       time.Duration
+	drainMax, settle, interval time.Duration
+	args                       []string
 	// commit is the checkout's, read when the run starts: the binaries
 	// are built from it (make clients rebuilds them first).
 	commit string
@@ -104,6 +111,7 @@ func defaultOptions() options {
 		memMiB: 256, capacityStep: 30 * time.Second, factor: 2,
 		openLength: 60 * time.Second, burnShare: 0.8,
 		pulse: stressCPU, pulseFirst: 10 * time.Second, pulseEvery: 15 * time.Second, pulseHold: 3 * time.Second, pulseTarget: 0.95,
+		hang:     8 * time.Second,
 		drainMax: 6 * time.Minute, settle: 5 * time.Second, interval: 250 * time.Millisecond,
 	}
 }
@@ -135,6 +143,7 @@ func main() {
 	flag.DurationVar(&o.pulseEvery, "pulse-every", o.pulseEvery, "scenario a: time between the memory pulses' starts")
 	flag.DurationVar(&o.pulseHold, "pulse-hold", o.pulseHold, "scenario a: how long each memory pulse holds")
 	flag.Float64Var(&o.pulseTarget, "pulse-target", o.pulseTarget, "scenario a: the working set a pulse brings the cgroup to, share of its limit")
+	flag.DurationVar(&o.hang, "hang", o.hang, "scenario e: how long the backend (the sink) hangs, from 20 s into the load")
 	flag.DurationVar(&o.drainMax, "drain-max", o.drainMax, "longest drain after the load (the agents retry for 5 min)")
 	flag.DurationVar(&o.settle, "settle", o.settle, "the drain ends once every queue is empty and the sink has not moved for this long")
 	chart := flag.String("chart", "", "only draw the chart of this results folder again (from its timeline.csv), and exit")
@@ -176,8 +185,8 @@ func (o *options) check() error {
 	if o.cpus < 0 || o.memMiB < 64 || o.pulseTarget <= 0 || o.pulseTarget >= 1 || o.burnShare <= 0 || o.factor <= 0 {
 		return errors.New("-burn and -factor must be > 0, -cpus >= 0, -mem-mib >= 64, -pulse-target in (0, 1)")
 	}
-	if o.pulseEvery <= o.pulseHold || o.openLength <= 0 || o.interval <= 0 {
-		return errors.New("-pulse-every must exceed -pulse-hold; -open must be > 0")
+	if o.pulseEvery <= o.pulseHold || o.openLength <= 0 || o.interval <= 0 || o.hang <= 0 {
+		return errors.New("-pulse-every must exceed -pulse-hold; -open and -hang must be > 0")
 	}
 	if o.pulse != stressCPU && o.pulse != stressMemory {
 		return fmt.Errorf("-pulse %q: want %s or %s", o.pulse, stressCPU, stressMemory)
@@ -188,7 +197,7 @@ func (o *options) check() error {
 			return err
 		}
 	}
-	needs := map[string]bool{}
+	needs := map[string]bool{"stock": slices.Contains(o.scenarios, "e-stock")}
 	for _, k := range o.kinds {
 		switch k {
 		case jsHTTP, jsGRPC:

@@ -101,7 +101,11 @@ func (m *matrix) startGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.gwCfg = gatewayConfig{GRPCPort: ports[0], HTTPPort: ports[1], MetricsPort: ports[2], Sink: m.sink.addr()}
+	m.gwCfg = gatewayConfig{
+		GRPCPort: ports[0], HTTPPort: ports[1], MetricsPort: ports[2], Sink: m.sink.addr(),
+		Stock: m.s.stock, Downstream: m.s.downstream, QueueSize: m.s.queueSize,
+	}
+	bin := m.gatewayBin()
 	cfgPath := m.path("config-gateway.yaml")
 	// The scenario's settings under today's names; a distribution built
 	// before the rename knows only the old ones.
@@ -114,13 +118,13 @@ func (m *matrix) startGateway(ctx context.Context) error {
 		if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 			return err
 		}
-		out, verr := exec.CommandContext(ctx, m.o.throttleBin, "validate", "--config", cfgPath).CombinedOutput()
+		out, verr := exec.CommandContext(ctx, bin, "validate", "--config", cfgPath).CombinedOutput()
 		if verr == nil {
 			m.gwYAML, m.renamed = string(b), renamed
 			break
 		}
 		if !renamed || m.s.throttle(false) == m.gwCfg.Throttle {
-			return fmt.Errorf("%s validate --config %s: %w\n%s", m.o.throttleBin, cfgPath, verr, out)
+			return fmt.Errorf("%s validate --config %s: %w\n%s", bin, cfgPath, verr, out)
 		}
 		logf("%s: the distribution does not take the renamed settings (%s); using the old names",
 			m.s.name, strings.TrimSpace(lastLine(string(out))))
@@ -134,7 +138,7 @@ func (m *matrix) startGateway(ctx context.Context) error {
 	logf("%s: gateway in cgroup v%d (%.2g CPU, %d MiB), OTLP gRPC :%d HTTP :%d", m.s.name, cg.Version, m.o.cpus, m.o.memMiB, m.gwCfg.GRPCPort, m.gwCfg.HTTPPort)
 	m.gw, err = harness.StartCollector(ctx, harness.CollectorConfig{
 		Process: harness.ProcessConfig{
-			Bin: m.o.throttleBin, Cgroup: cg,
+			Bin: bin, Cgroup: cg,
 			LogPath: m.path("log-gateway.txt"), Restart: true, RestartDelay: time.Second, Logf: logf,
 		},
 		Config: []byte(m.gwYAML), ConfigPath: cfgPath, MetricsPort: m.gwCfg.MetricsPort,
@@ -145,6 +149,15 @@ func (m *matrix) startGateway(ctx context.Context) error {
 	}
 	m.cleanups = append(m.cleanups, m.gw.Stop)
 	return nil
+}
+
+// gatewayBin is the gateway's distribution: the stock collector's for a
+// stock gateway.
+func (m *matrix) gatewayBin() string {
+	if m.s.stock {
+		return m.o.stockBin
+	}
+	return m.o.throttleBin
 }
 
 // relay starts a relay from the client's source address to the gateway
@@ -288,10 +301,14 @@ func (m *matrix) stress(ctx context.Context, start time.Time) {
 		}
 		m.rec.setStress(true)
 		var err error
-		if m.s.stress == stressMemory {
+		switch m.s.stress {
+		case stressBackend:
+			logf("%s: the backend hangs for %s", m.s.name, sp.length)
+			m.sink.hang(ctx, sp.length)
+		case stressMemory:
 			err = m.helper(ctx, roleMemPulse, []string{"memory"}, "-mem-dir", m.cg.MemoryDir(),
 				"-target", strconv.FormatFloat(m.o.pulseTarget, 'f', -1, 64), "-hold", sp.length.String())
-		} else {
+		default:
 			err = m.helper(ctx, roleCPUBurn, []string{"cpu", "cpuacct"},
 				"-cores", strconv.FormatFloat(m.o.burnShare*m.o.cpus, 'f', -1, 64), "-duration", sp.length.String())
 		}

@@ -27,6 +27,9 @@ type runOutcome struct {
 	OOMKills float64
 	// Gateway: its exporter's failures towards the sink (spans).
 	GatewaySendFailed, GatewayEnqueueFailed float64
+	// GatewayRefused: spans the gateway's receiver refused after decoding
+	// them (the throttle's refusals come before and are not counted).
+	GatewayRefused float64
 	Foreign                                 uint64
 	// SinkSlowest: the sink's slowest answer; GatewayLog: the gateway's
 	// warnings, errors and exporter retries, by folded text.
@@ -82,6 +85,7 @@ func (m *matrix) collect() *runOutcome {
 	gs, _ := m.gw.Scraper.Get()
 	out.GatewaySendFailed = zero(harness.Value(gs, "otelcol_exporter_send_failed_spans", nil))
 	out.GatewayEnqueueFailed = zero(harness.Value(gs, "otelcol_exporter_enqueue_failed_spans", nil))
+	out.GatewayRefused = zero(harness.Value(gs, "otelcol_receiver_refused_spans", nil))
 	m.sink.mu.Lock()
 	out.Foreign = m.sink.foreign
 	out.SinkSlowest = m.sink.slowest

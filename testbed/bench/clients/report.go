@@ -177,19 +177,32 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 	fmt.Fprintf(w, "```\n%s```\n\n", harness.MachineInfo(o.args))
 
 	fmt.Fprintf(w, "## Gateway\n\n")
-	fmt.Fprintf(w, "`%s` in a cgroup of %.2g CPU and %d MiB: on this 2-core machine the other cores run the clients, "+
-		"the agents and the sink and can offer it twice its capacity, and the `auto` admission budget is "+
-		"the smaller of a twelfth of the memory limit and 10 MiB per core (%.3g MiB here), as in a small pod. "+
-		"The otlp receiver's gRPC and HTTP servers go through the throttle extension; the batch processor and otlp_grpc "+
-		"(default sending_queue and retry_on_failure) export to the sink. The throttle's settings:\n\n",
-		filepath.Base(o.throttleBin), o.cpus, o.memMiB, max(1, min(float64(o.memMiB)/12, 10*o.cpus)))
-	settings := m.gwCfg.Throttle
-	if settings == "" {
-		settings = "{}   # the shipped defaults"
+	queue := "default sending_queue"
+	if m.gwCfg.QueueSize > 0 {
+		queue = fmt.Sprintf("a sending_queue of %d batches", m.gwCfg.QueueSize)
 	}
-	fmt.Fprintf(w, "```yaml\nthrottle:\n%s\n```\n\n", colconfig.Indent(2, settings))
-	if !m.renamed {
-		fmt.Fprintf(w, "(This distribution predates today's configuration names: the settings above are under the old names.)\n\n")
+	if s.stock {
+		fmt.Fprintf(w, "`%s`, the stock collector without the throttle, in a cgroup of %.2g CPU and %d MiB; the otlp receiver, "+
+			"the batch processor and otlp_grpc (%s, default retry_on_failure) to the sink.\n\n",
+			filepath.Base(o.stockBin), o.cpus, o.memMiB, queue)
+	} else {
+		fmt.Fprintf(w, "`%s` in a cgroup of %.2g CPU and %d MiB: on this 2-core machine the other cores run the clients, "+
+			"the agents and the sink and can offer it twice its capacity, and the `auto` admission budget is "+
+			"the smaller of a twelfth of the memory limit and 10 MiB per core (%.3g MiB here), as in a small pod. "+
+			"The otlp receiver's gRPC and HTTP servers go through the throttle extension; the batch processor and otlp_grpc "+
+			"(%s, default retry_on_failure) export to the sink. The throttle's settings:\n\n",
+			filepath.Base(o.throttleBin), o.cpus, o.memMiB, max(1, min(float64(o.memMiB)/12, 10*o.cpus)), queue)
+		settings := m.gwCfg.Throttle
+		if m.gwCfg.Downstream {
+			settings = strings.TrimSpace(settings + "\ndownstream: { enabled: true, endpoint: the gateway's own metrics }")
+		}
+		if settings == "" {
+			settings = "{}   # the shipped defaults"
+		}
+		fmt.Fprintf(w, "```yaml\nthrottle:\n%s\n```\n\n", colconfig.Indent(2, settings))
+		if !m.renamed {
+			fmt.Fprintf(w, "(This distribution predates today's configuration names: the settings above are under the old names.)\n\n")
+		}
 	}
 	if r.capacity > 0 && s.needsCapacity {
 		fmt.Fprintf(w, "Capacity: %.0f spans/s (see `capacity/capacity.md` when measured in this run); the clients share %g× that.\n\n", r.capacity, s.factor)
@@ -202,6 +215,8 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 		fmt.Fprintf(w, "Memory pulses (a helper in the gateway's memory cgroup bringing its working set to %.0f%% of the limit) ran at:", 100*o.pulseTarget)
 	case stressCPU:
 		fmt.Fprintf(w, "A CPU load (a helper in the gateway's CPU cgroup keeping %.0f%% of its quota busy) ran at:", 100*o.burnShare)
+	case stressBackend:
+		fmt.Fprintf(w, "The backend (the sink) hung, taking the gateway's calls without answering them, at:")
 	}
 	for _, st := range out.Stress {
 		fmt.Fprintf(w, " %.1f–%.1f s;", st[0], st[1])
@@ -216,9 +231,9 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "Gateway restarts %d, OOM kills %.0f; its exporter failed %.0f spans and could not enqueue %.0f. "+
+	fmt.Fprintf(w, "Gateway restarts %d, OOM kills %.0f; its receiver refused %.0f spans after decoding them; its exporter failed %.0f spans and could not enqueue %.0f. "+
 		"Drained: %v. Foreign spans at the sink: %d. The sink's slowest answer took %s (the gateway's exporter sends a batch again after 5 s: "+
-		"its spans then arrive twice).\n\n", out.Restarts, out.OOMKills, out.GatewaySendFailed, out.GatewayEnqueueFailed, out.Drained, out.Foreign,
+		"its spans then arrive twice).\n\n", out.Restarts, out.OOMKills, out.GatewayRefused, out.GatewaySendFailed, out.GatewayEnqueueFailed, out.Drained, out.Foreign,
 		out.SinkSlowest.Round(time.Millisecond))
 	writeLoadSummary(w, r)
 	if len(out.GatewayLog) > 0 {

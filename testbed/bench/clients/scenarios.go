@@ -143,6 +143,13 @@ type scenario struct {
 	factor        float64
 	// cpus is the gateway's CPU quota unless -cpus gives one.
 	cpus float64
+	// stock runs the stock collector as the gateway, without the throttle
+	// (stressBackend's scenarios, side by side).
+	stock bool
+	// downstream turns the throttle's downstream level on; queueSize sets
+	// the gateway exporter's queue_size (0: its default, 1000 batches).
+	downstream bool
+	queueSize  int
 }
 
 // defaultCPUs is the gateway's CPU quota in the scenarios: on this 2-core
@@ -164,7 +171,16 @@ const (
 	// stressMemory: a helper in the gateway's memory cgroup holds
 	// -pulse-target of its limit, against the shipped memory lines.
 	stressMemory = "memory"
+	// stressBackend: the sink stops answering: a hung backend.
+	stressBackend = "backend"
 )
+
+// hungQueueSize is the gateway exporter's queue in the hung-backend
+// scenarios, in batches: full within the hang at the clients' load (about
+// five batches a second, ten more held by the exporter's consumers), so
+// that what the gateway does with a full queue shows; the default (1000)
+// takes a hang of minutes at this load.
+const hungQueueSize = 10
 
 // spell is one run of the stress: from start (since the load's start) for
 // length.
@@ -176,7 +192,7 @@ type spell struct{ start, length time.Duration }
 var underQuota = cpuLines{enter: 0.45, exit: 0.35, hard: 0.6}
 
 // scenarioNames are the scenarios -scenario accepts.
-var scenarioNames = []string{"a", "b", "c", "d"}
+var scenarioNames = []string{"a", "b", "c", "d", "e", "e-throttle", "e-stock"}
 
 // buildScenario returns scenario name for the options; capacity is the
 // gateway's (spans/s), used by c.
@@ -259,6 +275,15 @@ func buildScenario(name string, o options, capacity float64) (*scenario, error) 
 				// flight at once against a 5 MiB budget.
 				s.clients = append(s.clients, newClient(k, 0, 0).gzipLarge(rate(6000)))
 			}
+		}
+	case "e", "e-throttle", "e-stock":
+		gw := map[string]string{"e": "throttle with the downstream level", "e-throttle": "throttle without the downstream level", "e-stock": "the stock collector"}[name]
+		s.title = fmt.Sprintf("the backend hangs for %s, inside the SDKs' 10 s export budget; a queue of %d batches; %s", o.hang, hungQueueSize, gw)
+		s.stress, s.spells = stressBackend, []spell{{20 * time.Second, o.hang}}
+		s.load = length(20*time.Second + o.hang + 30*time.Second)
+		s.queueSize, s.downstream, s.stock = hungQueueSize, name == "e", name == "e-stock"
+		for _, k := range kinds {
+			s.clients = append(s.clients, newClient(k, rate(1000), workers(4)))
 		}
 	default:
 		return nil, fmt.Errorf("-scenario %q: want %s", name, strings.Join(scenarioNames, ", "))

@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
@@ -30,8 +31,24 @@ type sink struct {
 	// makes it send the batch again, and the batch's spans arrive twice.
 	slowest time.Duration
 
+	// hung, while set, is closed when the backend resumes: Export waits
+	// for it, as a hung backend takes the call and does not answer.
+	hung atomic.Pointer[chan struct{}]
+
 	srv *grpc.Server
 	ln  net.Listener
+}
+
+// hang makes the sink hang for d (or until ctx ends): every Export waits,
+// or fails when its caller gives up first.
+func (s *sink) hang(ctx context.Context, d time.Duration) {
+	ch := make(chan struct{})
+	s.hung.Store(&ch)
+	defer func() { s.hung.Store(nil); close(ch) }()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 // arrivals is one client's arrived sequence numbers: a bitset (sequence
@@ -112,8 +129,15 @@ func (s *sink) addr() string { return s.ln.Addr().String() }
 func (s *sink) stop() { s.srv.Stop() }
 
 // Export records the request's spans and accepts it whole.
-func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+func (s *sink) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
 	start := time.Now()
+	if ch := s.hung.Load(); ch != nil {
+		select {
+		case <-*ch:
+		case <-ctx.Done():
+			return ptraceotlp.NewExportResponse(), ctx.Err()
+		}
+	}
 	rss := req.Traces().ResourceSpans()
 	s.mu.Lock()
 	defer s.mu.Unlock()
