@@ -30,7 +30,7 @@ type runOutcome struct {
 	// GatewayRefused: spans the gateway's receiver refused after decoding
 	// them (the throttle's refusals come before and are not counted).
 	GatewayRefused float64
-	Foreign                                 uint64
+	Foreign        uint64
 	// SinkSlowest: the sink's slowest answer; GatewayLog: the gateway's
 	// warnings, errors and exporter retries, by folded text.
 	SinkSlowest time.Duration
