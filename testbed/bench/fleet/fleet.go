@@ -144,9 +144,21 @@ func (g *group) startSink(ctx context.Context) (*member, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	m, err := g.startMember(ctx, "sink", g.o.stockBin, b, cfg.MetricsPort, nil, nil, false)
+	var cg *harness.Cgroup
+	if g.o.backendCPUs > 0 {
+		// A slow backend: the sink's CPU bounds what it takes; its memory
+		// is not what is measured.
+		if cg, err = g.createCgroup("sink", g.o.backendCPUs, sinkMemMiB); err != nil {
+			return nil, 0, err
+		}
+		logf("%s: the backend is slow: the sink in cgroup v%d (%.2g CPU)", g.name, cg.Version, g.o.backendCPUs)
+	}
+	m, err := g.startMember(ctx, "sink", g.o.stockBin, b, cfg.MetricsPort, cg, nil, false)
 	return m, cfg.HTTPPort, err
 }
+
+// sinkMemMiB is the memory of a slow sink's cgroup: enough not to matter.
+const sinkMemMiB = 4096
 
 // createCgroup creates a gateway's cgroup, named after the benchmark, this
 // process and name, and removes it with the group (after killing what is

@@ -12,6 +12,7 @@ import (
 
 	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
+	"github.com/otelthrottle/throttle/testbed/internal/series"
 )
 
 // delivery is a scenario's accounting of its spans, alike in the fleet's
@@ -136,6 +137,10 @@ type summary struct {
 	GwRefusedSpans, GwEnqueueFailedSpans, GwDeniedRequests float64
 	// BackendHungSeconds is how long the sink was stopped (-backend-hang).
 	BackendHungSeconds float64
+	// AcceptedP99 is the p99 of the gateway's answers to the requests it
+	// accepted, over the scenario, in seconds: the upper bound of its
+	// server duration histogram's bucket (NaN: unknown).
+	AcceptedP99 float64
 
 	points []point
 }
@@ -154,6 +159,12 @@ func summarize(o options, s scenario, f *fleet, b *burst) *summary {
 	sum := &summary{
 		Scenario: s.name, Gateway: s.kind, Protocol: o.protocol, GOMEMLIMIT: s.gomemlimit,
 		Capacity: o.capacity, Offered: o.factor * o.capacity, BurstSeconds: o.burst.Seconds(),
+		AcceptedP99: math.NaN(),
+	}
+	if f.gateway != nil {
+		if gs, at := f.gateway.scr.Get(); !at.IsZero() {
+			sum.AcceptedP99 = acceptedP99(gs, o.protocol)
+		}
 	}
 	sum.countBurst(b)
 	pts := f.rec.snapshot()
@@ -272,7 +283,7 @@ var summaryHeader = []string{
 	"drain_s", "oom_kills", "restarts", "peak_ws_pct", "mean_cpu_pct", "mean_host_cpu_pct", "cpu_s", "max_state", "open_s", "shedding_s",
 	"loadgen_skipped", "loadgen_failed", "loadavg_start", "loadavg_end",
 	"backlog_sink_spans_s", "backlog_pct_capacity", "backlog_s",
-	"gw_refused_spans", "gw_enqueue_failed_spans", "gw_denied_requests", "backend_hung_s",
+	"gw_refused_spans", "gw_enqueue_failed_spans", "gw_denied_requests", "backend_hung_s", "gw_accepted_p99_s",
 }
 
 func (s *summary) row() []string {
@@ -285,7 +296,7 @@ func (s *summary) row() []string {
 		f64(s.MeanHostCPUPct, 1), f64(s.CPUSeconds, 1), opt(s.MaxState, 0), f64(s.OpenSeconds, 1), f64(s.SheddingSeconds, 1),
 		i(s.LoadgenSkipped), i(s.LoadgenFailed), s.LoadAvgStart, s.LoadAvgEnd,
 		f64(s.BacklogSinkRate, 0), f64(s.BacklogPctCapacity, 1), f64(s.BacklogSeconds, 0),
-		f64(s.GwRefusedSpans, 0), f64(s.GwEnqueueFailedSpans, 0), f64(s.GwDeniedRequests, 0), f64(s.BackendHungSeconds, 1),
+		f64(s.GwRefusedSpans, 0), f64(s.GwEnqueueFailedSpans, 0), f64(s.GwDeniedRequests, 0), f64(s.BackendHungSeconds, 1), opt(s.AcceptedP99, 3),
 	}
 }
 
@@ -349,8 +360,8 @@ func printSummaries(w io.Writer, sums []*summary) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "At the gateway, over the whole scenario: what it refused after decoding and what before reading, and the CPU it spent.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| gateway | spans refused by the receiver after decoding | spans its exporter's full queue refused (enqueue_failed) | requests the throttle refused before reading them | CPU seconds | backend hung |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| gateway | spans refused by the receiver after decoding | spans its exporter's full queue refused (enqueue_failed) | requests the throttle refused before reading them | CPU seconds | p99 of the answers to accepted requests | backend hung |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, s := range sums {
 		denied, hung := "n/a", "no"
 		if s.Gateway == colconfig.KindThrottle {
@@ -359,6 +370,21 @@ func printSummaries(w io.Writer, sums []*summary) {
 		if s.BackendHungSeconds > 0 {
 			hung = fmt.Sprintf("%.0f s", s.BackendHungSeconds)
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %.1f | %s |\n", s.Scenario, s.GwRefusedSpans, s.GwEnqueueFailedSpans, denied, s.CPUSeconds, hung)
+		p99 := "n/a"
+		if !math.IsNaN(s.AcceptedP99) {
+			p99 = fmt.Sprintf("≤ %g s", s.AcceptedP99)
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %.1f | %s | %s |\n", s.Scenario, s.GwRefusedSpans, s.GwEnqueueFailedSpans, denied, s.CPUSeconds, p99, hung)
 	}
+}
+
+// acceptedP99 is the p99 of a gateway's answers to the requests it
+// accepted, from its server's duration histogram (the otlp receiver's
+// gRPC or HTTP server, by protocol), as a bucket's upper bound in seconds.
+// It counts since the gateway's last start.
+func acceptedP99(samples []harness.Sample, protocol string) float64 {
+	if protocol == "grpc" {
+		return series.Quantile(samples, "rpc_server_call_duration", map[string]string{"rpc_response_status_code": "OK"}, 0.99)
+	}
+	return series.Quantile(samples, "http_server_request_duration", map[string]string{"http_response_status_code": "200"}, 0.99)
 }

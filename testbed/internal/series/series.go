@@ -10,7 +10,9 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/common/expfmt"
@@ -73,4 +75,42 @@ func Sum(samples []Sample, name string, want map[string]string) (total float64, 
 		}
 	}
 	return total, found
+}
+
+// Quantile is the upper bound of the histogram bucket that holds quantile
+// q of the histogram name (its name_bucket series whose labels include
+// want, summed over the rest): the finest a cumulative histogram says. NaN
+// without observations; +Inf when q falls in the last bucket.
+func Quantile(samples []Sample, name string, want map[string]string, q float64) float64 {
+	byLE := map[float64]float64{}
+	for _, s := range samples {
+		if s.Name != name+"_bucket" {
+			continue
+		}
+		le, err := strconv.ParseFloat(s.Labels["le"], 64)
+		if err != nil {
+			continue
+		}
+		ok := true
+		for k, v := range want {
+			if s.Labels[k] != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			byLE[le] += s.Value
+		}
+	}
+	les := slices.Sorted(maps.Keys(byLE))
+	if len(les) == 0 || byLE[les[len(les)-1]] <= 0 {
+		return math.NaN()
+	}
+	rank := q * byLE[les[len(les)-1]]
+	for _, le := range les {
+		if byLE[le] >= rank {
+			return le
+		}
+	}
+	return math.Inf(1)
 }

@@ -4,6 +4,7 @@
 package series
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -63,4 +64,32 @@ func TestParseMalformed(t *testing.T) {
 	samples, err := Parse("")
 	require.NoError(t, err)
 	assert.Empty(t, samples)
+}
+
+func TestQuantile(t *testing.T) {
+	f := func(text string, want map[string]string, q, expected float64) {
+		t.Helper()
+		samples, err := Parse(text)
+		require.NoError(t, err)
+		got := Quantile(samples, "d", want, q)
+		if math.IsNaN(expected) {
+			assert.True(t, math.IsNaN(got), "got %v", got)
+			return
+		}
+		assert.Equal(t, expected, got)
+	}
+	const two = `d_bucket{code="OK",le="0.1"} 90
+d_bucket{code="OK",le="1"} 99
+d_bucket{code="OK",le="+Inf"} 100
+d_bucket{code="ERR",le="0.1"} 0
+d_bucket{code="ERR",le="1"} 0
+d_bucket{code="ERR",le="+Inf"} 100
+d_count{code="OK"} 100
+`
+	f(two, map[string]string{"code": "OK"}, 0.5, 0.1)
+	f(two, map[string]string{"code": "OK"}, 0.99, 1)
+	f(two, map[string]string{"code": "OK"}, 0.999, math.Inf(1))
+	f(two, nil, 0.5, math.Inf(1))                              // the errors are all slow
+	f(two, map[string]string{"code": "NONE"}, 0.5, math.NaN()) // no such series
+	f("d_bucket{le=\"1\"} 0\nd_bucket{le=\"+Inf\"} 0\n", nil, 0.5, math.NaN())
 }
