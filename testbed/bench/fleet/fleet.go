@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -144,21 +145,25 @@ func (g *group) startSink(ctx context.Context) (*member, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var cg *harness.Cgroup
-	if g.o.backendCPUs > 0 {
-		// A slow backend: the sink's CPU bounds what it takes; its memory
-		// is not what is measured.
-		if cg, err = g.createCgroup("sink", g.o.backendCPUs, sinkMemMiB); err != nil {
-			return nil, 0, err
-		}
-		logf("%s: the backend is slow: the sink in cgroup v%d (%.2g CPU)", g.name, cg.Version, g.o.backendCPUs)
+	m, err := g.startMember(ctx, "sink", g.o.stockBin, b, cfg.MetricsPort, nil, nil, false)
+	if err != nil || g.o.backendRate <= 0 {
+		return m, cfg.HTTPPort, err
 	}
-	m, err := g.startMember(ctx, "sink", g.o.stockBin, b, cfg.MetricsPort, cg, nil, false)
-	return m, cfg.HTTPPort, err
+	// A slow backend: a link that carries only so much; the sink itself
+	// stays healthy, so that its count (the truth) is read on time.
+	r, err := harness.SlowRelay(fmt.Sprintf("127.0.0.1:%d", cfg.HTTPPort), g.o.backendRate)
+	if err != nil {
+		return m, 0, err
+	}
+	g.cleanups = append(g.cleanups, r.Close)
+	_, port, err := net.SplitHostPort(r.Addr())
+	if err != nil {
+		return m, 0, err
+	}
+	p, err := strconv.Atoi(port)
+	logf("%s: the backend is slow: the sink behind a relay of %d bytes/s", g.name, g.o.backendRate)
+	return m, p, err
 }
-
-// sinkMemMiB is the memory of a slow sink's cgroup: enough not to matter.
-const sinkMemMiB = 4096
 
 // createCgroup creates a gateway's cgroup, named after the benchmark, this
 // process and name, and removes it with the group (after killing what is

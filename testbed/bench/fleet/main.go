@@ -126,8 +126,9 @@ type options struct {
 	backendHang, backendHangAt time.Duration
 	// queueSize is the gateway exporter's queue_size (0: its default).
 	queueSize int
-	// backendCPUs is the sink's CPU quota, a slow backend (0: none).
-	backendCPUs float64
+	// backendRate bounds the bytes/s the gateway's exporter sends to the
+	// sink, a slow backend (0: none).
+	backendRate int
 	// profile: a CPU profile of the gateway of this many seconds, taken
 	// profileAt into the burst (0: none).
 	profile, profileAt time.Duration
@@ -191,7 +192,7 @@ func main() {
 	flag.StringVar(&o.report, "report", "", "only (re)generate the report of this results folder, and exit")
 	flag.DurationVar(&o.backendHang, "backend-hang", 0, "the backend hangs: the sink stops answering (SIGSTOP) for this long, -backend-hang-at into the burst, then resumes (0: never)")
 	flag.DurationVar(&o.backendHangAt, "backend-hang-at", o.backendHangAt, "when in the burst the -backend-hang starts")
-	flag.Float64Var(&o.backendCPUs, "backend-cpus", 0, "a slow backend: the sink in a cgroup of this many cores (0: no limit)")
+	flag.IntVar(&o.backendRate, "backend-rate", 0, "a slow backend: the gateway's exporter reaches the sink through a relay carrying at most this many bytes/s (0: no limit)")
 	flag.IntVar(&o.queueSize, "queue-size", 0, "the gateway exporter's sending_queue queue_size, in batches (0: the exporter's default, 1000)")
 	throttleFile := flag.String("throttle-config", "", "YAML file with the throttle extension's settings (default: none, the shipped defaults), for experiments")
 	tierFlags(&o.tier)
@@ -245,8 +246,8 @@ func checkCommon(o options) error {
 	if o.agents < 1 {
 		return errors.New("-agents must be >= 1")
 	}
-	if o.backendHang < 0 || o.backendHangAt < 0 || o.queueSize < 0 || o.backendCPUs < 0 {
-		return errors.New("-backend-hang, -backend-hang-at, -backend-cpus and -queue-size must be >= 0")
+	if o.backendHang < 0 || o.backendHangAt < 0 || o.queueSize < 0 || o.backendRate < 0 {
+		return errors.New("-backend-hang, -backend-hang-at, -backend-rate and -queue-size must be >= 0")
 	}
 	if o.distinctAddrs && o.agents > 200 {
 		return errors.New("-distinct-addresses gives each agent an address from 127.0.0.11: at most 200 agents")
@@ -394,8 +395,8 @@ func run(o options) error {
 		return err
 	}
 	if o.capacity <= 0 {
-		if o.backendCPUs > 0 {
-			return errors.New("-backend-cpus: give the gateway's -capacity, measured without the slow backend")
+		if o.backendRate > 0 {
+			return errors.New("-backend-rate: give the gateway's -capacity, measured without the slow backend")
 		}
 		if err := checkCapacitySearch(o); err != nil {
 			return err

@@ -163,8 +163,8 @@ func setupTier(o options) (options, error) {
 	if err := checkCommon(o); err != nil {
 		return o, err
 	}
-	if o.backendHang > 0 || o.queueSize > 0 || o.backendCPUs > 0 {
-		return o, errors.New("-backend-hang, -backend-cpus and -queue-size are the fleet's (without -tier)")
+	if o.backendHang > 0 || o.queueSize > 0 || o.backendRate > 0 {
+		return o, errors.New("-backend-hang, -backend-rate and -queue-size are the fleet's (without -tier)")
 	}
 	if o.factors = cmpList(o.factors, tierFactors); slices.ContainsFunc(o.factors, func(f float64) bool { return f <= 0 }) {
 		return o, errors.New("-factor: every factor must be > 0")

@@ -4,11 +4,14 @@
 package harness
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"sync"
+
+	"golang.org/x/time/rate"
 )
 
 // Relay forwards the TCP connections it accepts on 127.0.0.1 to target,
@@ -21,6 +24,9 @@ type Relay struct {
 	ln     net.Listener
 	dialer net.Dialer
 	target string
+	// limit, when set, bounds the bytes all its connections carry towards
+	// target, together (SlowRelay).
+	limit *rate.Limiter
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -48,6 +54,25 @@ func StartRelay(src netip.Addr, target string) (*Relay, error) {
 	go r.accept()
 	return r, nil
 }
+
+// SlowRelay is a relay from 127.0.0.1 to target that carries at most
+// bytesPerSec towards it over all its connections: a slow backend whose
+// own process stays healthy (its metrics answer).
+func SlowRelay(target string, bytesPerSec int) (*Relay, error) {
+	if bytesPerSec <= 0 {
+		return nil, fmt.Errorf("relay rate %d: must be > 0", bytesPerSec)
+	}
+	r, err := StartRelay(netip.MustParseAddr("127.0.0.1"), target)
+	if err != nil {
+		return nil, err
+	}
+	r.limit = rate.NewLimiter(rate.Limit(bytesPerSec), slowRelayChunk)
+	return r, nil
+}
+
+// slowRelayChunk is the most a slow relay forwards at once: small enough
+// that the rate holds over a fraction of a second.
+const slowRelayChunk = 16 << 10
 
 // Addr is the address the client sends to.
 func (r *Relay) Addr() string { return r.ln.Addr().String() }
@@ -99,11 +124,37 @@ func (r *Relay) serve(in net.Conn) {
 	defer r.untrack(out)
 	done := make(chan struct{})
 	go func() {
-		pipe(out, in)
+		if r.limit != nil {
+			pipeLimited(out, in, r.limit)
+		} else {
+			pipe(out, in)
+		}
 		close(done)
 	}()
 	pipe(in, out)
 	<-done
+}
+
+// pipeLimited is pipe towards the target at the limiter's rate.
+func pipeLimited(dst, src net.Conn, l *rate.Limiter) {
+	buf := make([]byte, slowRelayChunk)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if l.WaitN(context.Background(), n) != nil {
+				break
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
 }
 
 // pipe copies src to dst until src ends, then ends dst's sending half, so

@@ -5,6 +5,7 @@ package harness
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -62,4 +63,41 @@ func TestRelay(t *testing.T) {
 
 	_, err = StartRelay(netip.MustParseAddr("10.0.0.1"), target.Addr().String())
 	require.Error(t, err, "a source outside loopback")
+}
+
+// TestSlowRelay: a slow relay carries every byte towards its target, and
+// no faster than its rate allows after the first chunk; the answers come
+// back unchanged.
+func TestSlowRelay(t *testing.T) {
+	target, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer target.Close()
+	go func() {
+		c, err := target.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		n, _ := io.Copy(io.Discard, c)
+		_, _ = fmt.Fprintf(c, "%d", n)
+	}()
+	const rate = 64 << 10
+	r, err := SlowRelay(target.Addr().String(), rate)
+	require.NoError(t, err)
+	defer r.Close()
+	c, err := net.Dial("tcp", r.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	body := make([]byte, slowRelayChunk+rate/2)
+	start := time.Now()
+	_, err = c.Write(body)
+	require.NoError(t, err)
+	require.NoError(t, c.(*net.TCPConn).CloseWrite())
+	got, err := io.ReadAll(c)
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprint(len(body)), string(got), "every byte reached the target")
+	assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "half a second of bytes beyond the first chunk, at the rate")
+
+	_, err = SlowRelay(target.Addr().String(), 0)
+	require.ErrorContains(t, err, "must be > 0")
 }
