@@ -216,7 +216,7 @@ fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
 
 ## promote: make one run the baseline of its benchmark: RUN=bench/runs/<dir>
-## BENCH=<overload-sweep|fleet-http|fleet-grpc|soak|clients-a..d|hostile|tier-http|tier-grpc|autoscale-http|tenants>, and
+## BENCH=<overload-sweep|fleet-http|fleet-grpc|fleet-hung-http|fleet-hung-grpc|fleet-slow-http|soak|clients-a..e|clients-e-throttle|clients-e-stock|hostile|tier-http|tier-grpc|autoscale-http|tenants>, and
 ## CHARTS=a.png,b.png when the run has more than three charts. Replaces
 ## bench/results/$(BENCH)/ with the run's report, summary and charts and
 ## updates its row of bench/results/README.md (testbed/bench/promote).

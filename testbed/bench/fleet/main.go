@@ -67,6 +67,15 @@
 //	bin/fleet -scenarios throttle -capacity 30000 -distinct-addresses
 //	bin/fleet -report bench/runs/<run>
 //
+// A backend that hangs or is slow (the gateway with 1 GiB, at its capacity,
+// a queue of 100 batches; throttle+downstream is throttle with its
+// downstream level):
+//
+//	bin/fleet -scenarios stock,throttle,throttle+downstream -capacity 9688 -factor 1 -mem-mib 1024 \
+//	  -queue-size 100 -burst 90s -backend-hang 60s -backend-hang-at 20s
+//	bin/fleet -scenarios stock,throttle,throttle+downstream -capacity 9688 -factor 1 -mem-mib 1024 \
+//	  -queue-size 100 -burst 60s -backend-rate 1200000
+//
 // A run goes to bench/runs/<UTC date>-<name> (git-ignored; the name
 // defaults to fleet-http or fleet-grpc) unless -out says otherwise; make
 // promote copies one into its baseline in bench/results.

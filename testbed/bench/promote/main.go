@@ -25,7 +25,7 @@ func main() {
 	var p report.Promotion
 	var charts string
 	flag.StringVar(&p.Run, "run", "", "the run's folder (bench/runs/<date>-<name>)")
-	flag.StringVar(&p.Baseline, "bench", "", "the baseline's folder in -results: overload-sweep, fleet-http, fleet-grpc, soak, clients-a, hostile, tier-http, autoscale-http")
+	flag.StringVar(&p.Baseline, "bench", "", "the baseline's folder in -results: overload-sweep, fleet-http, fleet-hung-http, soak, clients-a, clients-e, hostile, tier-http, autoscale-http, ...")
 	flag.StringVar(&p.Results, "results", "bench/results", "the folder of the baselines and their index")
 	flag.StringVar(&charts, "charts", "", fmt.Sprintf("comma-separated file names of the charts to keep, at most %d (default: all of the run's, when it has no more)", report.MaxBaselineCharts))
 	flag.Parse()
