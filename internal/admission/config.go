@@ -66,6 +66,12 @@ const (
 	minGRPCMaxMessageSize = 64 * KiB
 	// maxHoldMaxWait bounds how long a held client and a shutdown wait.
 	maxHoldMaxWait = 30 * time.Second
+	// maxCallWait bounds how long a gRPC call with a deadline waits, in
+	// the hold or for its bytes: the client gave it that long, and a
+	// shutdown ends every wait first (NotReady), so only a client that
+	// asked for it waits long; a JavaScript gRPC exporter, which retries
+	// nothing, outlasts a 60 s Open with a 2 minute deadline.
+	maxCallWait = 2 * time.Minute
 	// maxHoldMaxRequests: each held request keeps a goroutine and its
 	// connection's buffers, some 20 to 40 KiB; 4096 of them are already
 	// about 150 MiB that no budget sees.

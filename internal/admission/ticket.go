@@ -267,8 +267,8 @@ func (t *Ticket) countWait(at time.Duration) bool {
 }
 
 // callWaitLeft is how much longer a gRPC call may wait: deadlineShare of the
-// time its client gave it, leaving at least deadlineMargin, at most the
-// hold's longest max_wait; without a deadline, the hold's max_wait.
+// time its client gave it, leaving at least deadlineMargin, at most
+// maxCallWait; without a deadline, the hold's max_wait.
 func (t *Ticket) callWaitLeft(ctx context.Context) time.Duration {
 	waited := now() - t.age
 	dl, ok := ctx.Deadline()
@@ -276,7 +276,7 @@ func (t *Ticket) callWaitLeft(ctx context.Context) time.Duration {
 		return t.c.hold.maxWaitOr(0) - waited
 	}
 	total := time.Until(dl) + waited
-	allowed := min(time.Duration(float64(total)*deadlineShare), total-deadlineMargin, maxHoldMaxWait)
+	allowed := min(time.Duration(float64(total)*deadlineShare), total-deadlineMargin, maxCallWait)
 	return allowed - waited
 }
 

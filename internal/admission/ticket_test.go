@@ -832,3 +832,26 @@ func TestProxiedTenantsShareTheWholeBudget(t *testing.T) {
 	require.Equal(t, decision.VerdictDenyBudget, send("tenant-1", 1), "and no more")
 	assert.False(t, f.c.keys.contended(now()), "a tenant at its share does not contend the budget")
 }
+
+// A gRPC call waits for most of the time its client gave it: four fifths,
+// leaving a second to be handled, at most two minutes; without a
+// deadline, the hold's max_wait.
+func TestCallWaitLeft(t *testing.T) {
+	f := newFixture(t, 1<<20, func(_ *Config, h *HoldConfig) { h.MaxWait, h.MaxRequests = 8*time.Second, 8 })
+	tk := &Ticket{c: f.c, age: now()}
+	check := func(deadline, want time.Duration) {
+		t.Helper()
+		ctx := context.Background()
+		if deadline > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, deadline)
+			defer cancel()
+		}
+		assert.InDelta(t, want.Seconds(), tk.callWaitLeft(ctx).Seconds(), 0.5, "deadline %v", deadline)
+	}
+	check(0, 8*time.Second)
+	check(2*time.Second, time.Second)
+	check(10*time.Second, 8*time.Second)
+	check(2*time.Minute, 96*time.Second)
+	check(10*time.Minute, 2*time.Minute)
+}
