@@ -90,8 +90,8 @@ func TestSinkHang(t *testing.T) {
 		answered <- err
 	}()
 	select {
-	case <-answered:
-		t.Fatal("answered while hung")
+	case err := <-answered:
+		t.Fatalf("answered while hung (%v)", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(resume)

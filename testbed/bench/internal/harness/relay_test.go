@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -95,7 +96,7 @@ func TestSlowRelay(t *testing.T) {
 	require.NoError(t, c.(*net.TCPConn).CloseWrite())
 	got, err := io.ReadAll(c)
 	require.NoError(t, err)
-	assert.Equal(t, fmt.Sprint(len(body)), string(got), "every byte reached the target")
+	assert.Equal(t, strconv.Itoa(len(body)), string(got), "every byte reached the target")
 	assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "half a second of bytes beyond the first chunk, at the rate")
 
 	_, err = SlowRelay(target.Addr().String(), 0)
