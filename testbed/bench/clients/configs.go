@@ -33,11 +33,7 @@ extensions:
 {{- if .Throttle }}
 {{ indent 4 .Throttle }}
 {{- end }}
-{{- if .Downstream }}
-    downstream:
-      enabled: true
-      endpoint: "http://127.0.0.1:{{ .MetricsPort }}/metrics"
-{{- end }}
+`+colconfig.DownstreamYAML+`
 {{- else }} {}
 {{- end }}
 {{- end }}

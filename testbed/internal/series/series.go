@@ -59,17 +59,7 @@ func Parse(text string) ([]Sample, error) {
 // labels include every pair of want.
 func Sum(samples []Sample, name string, want map[string]string) (total float64, found bool) {
 	for _, s := range samples {
-		if s.Name != name && s.Name != name+"_total" {
-			continue
-		}
-		ok := true
-		for k, v := range want {
-			if s.Labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if (s.Name == name || s.Name == name+"_total") && hasLabels(s, want) {
 			total += s.Value
 			found = true
 		}
@@ -87,18 +77,7 @@ func Quantile(samples []Sample, name string, want map[string]string, q float64) 
 		if s.Name != name+"_bucket" {
 			continue
 		}
-		le, err := strconv.ParseFloat(s.Labels["le"], 64)
-		if err != nil {
-			continue
-		}
-		ok := true
-		for k, v := range want {
-			if s.Labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if le, err := strconv.ParseFloat(s.Labels["le"], 64); err == nil && hasLabels(s, want) {
 			byLE[le] += s.Value
 		}
 	}
@@ -113,4 +92,14 @@ func Quantile(samples []Sample, name string, want map[string]string, q float64) 
 		}
 	}
 	return math.Inf(1)
+}
+
+// hasLabels reports whether s has every label pair of want.
+func hasLabels(s Sample, want map[string]string) bool {
+	for k, v := range want {
+		if s.Labels[k] != v {
+			return false
+		}
+	}
+	return true
 }

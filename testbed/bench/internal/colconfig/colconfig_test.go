@@ -41,16 +41,7 @@ func TestTelemetry(t *testing.T) {
 // An agent sends the headers it is given with every export; without them
 // it sends none, as users run it.
 func TestAgentHeaders(t *testing.T) {
-	conf := func(a Agent) *confmap.Conf {
-		t.Helper()
-		b, err := a.Render()
-		require.NoError(t, err)
-		ret, err := confmap.NewRetrievedFromYAML(b)
-		require.NoError(t, err, string(b))
-		c, err := ret.AsConf()
-		require.NoError(t, err, string(b))
-		return c
-	}
+	conf := func(a Agent) *confmap.Conf { return rendered(t, a) }
 	a := Agent{Bench: "t", HTTPPort: 1, MetricsPort: 2, Exporter: "otlp_http", Endpoint: "http://127.0.0.1:3"}
 	assert.False(t, conf(a).IsSet("exporters::otlp_http::headers"))
 	a.Headers = map[string]string{"x-tenant": "tenant: 1", "X-Scope-OrgID": `a"b`}
@@ -74,16 +65,7 @@ func TestGatewayCompression(t *testing.T) {
 // any other throttle settings; the queue is the exporter's default unless
 // sized.
 func TestGatewayDownstreamAndQueue(t *testing.T) {
-	conf := func(g Gateway) *confmap.Conf {
-		t.Helper()
-		b, err := g.Render()
-		require.NoError(t, err)
-		ret, err := confmap.NewRetrievedFromYAML(b)
-		require.NoError(t, err, string(b))
-		c, err := ret.AsConf()
-		require.NoError(t, err, string(b))
-		return c
-	}
+	conf := func(g Gateway) *confmap.Conf { return rendered(t, g) }
 	g := Gateway{Bench: "t", Kind: KindThrottle, HTTPPort: 1, GRPCPort: 2, MetricsPort: 3, PprofPort: 4, SinkHTTPPort: 5}
 	c := conf(g)
 	assert.False(t, c.IsSet("extensions::throttle::downstream"))
@@ -94,4 +76,16 @@ func TestGatewayDownstreamAndQueue(t *testing.T) {
 	assert.Equal(t, "http://127.0.0.1:3/metrics", c.Get("extensions::throttle::downstream::endpoint"))
 	assert.Equal(t, false, c.Get("extensions::throttle::cpu::enabled"), "the other settings kept")
 	assert.Equal(t, 100, c.Get("exporters::otlp_http::sending_queue::queue_size"))
+}
+
+// rendered is the configuration r renders, parsed as the collector does.
+func rendered(t *testing.T, r interface{ Render() ([]byte, error) }) *confmap.Conf {
+	t.Helper()
+	b, err := r.Render()
+	require.NoError(t, err)
+	ret, err := confmap.NewRetrievedFromYAML(b)
+	require.NoError(t, err, string(b))
+	c, err := ret.AsConf()
+	require.NoError(t, err, string(b))
+	return c
 }

@@ -61,11 +61,7 @@ extensions:
 {{- if .ThrottleYAML }}
 {{ indent 4 .ThrottleYAML }}
 {{- end }}
-{{- if .Downstream }}
-    downstream:
-      enabled: true
-      endpoint: "http://127.0.0.1:{{ .MetricsPort }}/metrics"
-{{- end }}
+`+DownstreamYAML+`
 {{- else }} {}
 {{- end }}
 {{- end }}
@@ -118,6 +114,15 @@ service:
       processors: [{{ .Processors }}]
       exporters: [otlp_http]
 `+Telemetry("detailed"))
+
+// DownstreamYAML turns the throttle's downstream level on in a template
+// whose data has Downstream and MetricsPort: the level reads the
+// collector's own metrics, where Telemetry serves them.
+const DownstreamYAML = `{{- if .Downstream }}
+    downstream:
+      enabled: true
+      endpoint: "http://127.0.0.1:{{ .MetricsPort }}/metrics"
+{{- end }}`
 
 // Render renders the gateway's configuration.
 func (c Gateway) Render() ([]byte, error) { return Render(gatewayTmpl, c) }
