@@ -37,6 +37,12 @@ type Relay struct {
 // StartRelay listens on a free port of 127.0.0.1 and forwards to target
 // from src.
 func StartRelay(src netip.Addr, target string) (*Relay, error) {
+	return startRelay(src, target, nil)
+}
+
+// startRelay starts a relay whose connections towards target share limit
+// (nil: none); set before the relay accepts, it is never written after.
+func startRelay(src netip.Addr, target string, limit *rate.Limiter) (*Relay, error) {
 	if !src.IsLoopback() {
 		return nil, fmt.Errorf("relay source %s is not a loopback address", src)
 	}
@@ -48,6 +54,7 @@ func StartRelay(src netip.Addr, target string) (*Relay, error) {
 		ln:     ln,
 		dialer: net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))},
 		target: target,
+		limit:  limit,
 		conns:  map[net.Conn]struct{}{},
 	}
 	r.wg.Add(1)
@@ -62,12 +69,7 @@ func SlowRelay(target string, bytesPerSec int) (*Relay, error) {
 	if bytesPerSec <= 0 {
 		return nil, fmt.Errorf("relay rate %d: must be > 0", bytesPerSec)
 	}
-	r, err := StartRelay(netip.MustParseAddr("127.0.0.1"), target)
-	if err != nil {
-		return nil, err
-	}
-	r.limit = rate.NewLimiter(rate.Limit(bytesPerSec), slowRelayChunk)
-	return r, nil
+	return startRelay(netip.MustParseAddr("127.0.0.1"), target, rate.NewLimiter(rate.Limit(bytesPerSec), slowRelayChunk))
 }
 
 // slowRelayChunk is the most a slow relay forwards at once: small enough
