@@ -356,7 +356,9 @@ func (b *budget) close() {
 // bodies read in it side by side while the pool has room, so that a slow
 // one cannot keep the others out; one body alone may read past the pool,
 // bounded by the receiver's max_request_body_size, since nothing else
-// could ever admit it.
+// could ever admit it. So may the oldest when every body in the lane waits
+// for bytes: otherwise they would wait for one another until their waits
+// ran out.
 type lanePool struct {
 	b       *budget
 	max     atomic.Int64
@@ -407,6 +409,7 @@ func (l *lanePool) take(ctx context.Context, w *waiter, n int64, limit time.Dura
 	i, _ := slices.BinarySearchFunc(l.queue, w.age, func(q *waiter, age time.Duration) int { return cmp.Compare(q.age, age) })
 	l.queue = slices.Insert(l.queue, i, w)
 	l.waiting.Add(1)
+	l.wakeLocked() // the first may now be the only one that can go on
 	b.mu.Unlock()
 	defer func() {
 		b.mu.Lock()
@@ -424,7 +427,9 @@ func (l *lanePool) take(ctx context.Context, w *waiter, n int64, limit time.Dura
 		first := len(l.queue) > 0 && l.queue[0] == w
 		b.mu.Unlock()
 		if first {
-			if l.bodies.Load() <= 1 {
+			// Alone, or every body in the lane waits: none would give bytes
+			// back, so the oldest reads on past the pool.
+			if in := l.bodies.Load(); in <= 1 || l.waiting.Load() >= in {
 				l.used.Add(n)
 				return true, now() - start
 			}

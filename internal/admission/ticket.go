@@ -315,6 +315,9 @@ func (t *Ticket) Decoded(size, wire int64) {
 	if t.done || c.budget == nil {
 		return
 	}
+	// What a call decodes counts as read, like a body's bytes: the lane's
+	// allowance is a share of what the other keys read.
+	c.budget.noteRead(size, t.key, false, now())
 	if t.decoding > 0 && !t.streaming {
 		// Decoded: the key's next call need not wait for the pipeline to
 		// be done with this one.

@@ -855,3 +855,77 @@ func TestCallWaitLeft(t *testing.T) {
 	check(2*time.Minute, 96*time.Second)
 	check(10*time.Minute, 2*time.Minute)
 }
+
+// TestLaneAllowanceCountsDecodedCalls: under pressure a key may read in the
+// oversize lane its share of what the other keys read, gRPC calls' decoded
+// messages included: large gzip'd HTTP batches beside large gRPC ones were
+// refused as owing the lane, and their clients lost them after retrying.
+func TestLaneAllowanceCountsDecodedCalls(t *testing.T) {
+	const size = 64 << 10
+	f := newFixture(t, size, nil)
+	f.dec.pressed.Store(true)
+	body := func() error {
+		tk, v := f.http(t, "10.0.0.1", -1)
+		if !v.Admitted() {
+			return fmt.Errorf("refused unread: %v", v)
+		}
+		tk.Start(context.Background(), nil, false)
+		_, err := readAll(tk, bytes.NewReader(make([]byte, 4*size)))
+		tk.Release(err == nil)
+		return err
+	}
+	require.NoError(t, body(), "the lane is free: the first large body reads in it")
+	// Another key's gRPC calls decode eight times what the first read.
+	for range 8 {
+		tk, v := f.grpc(context.Background(), "10.0.0.2")
+		require.True(t, v.Admitted())
+		require.True(t, tk.Start(context.Background(), nil, false).Admitted())
+		tk.Decoded(4*size, size/8)
+		tk.Release(true)
+	}
+	require.NoError(t, body(), "it read less in the lane than its share of what the other key decoded")
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
+// TestLaneBodiesDoNotWaitForEachOther: when every body in the oversize lane
+// waits for its pool, the oldest reads on past it: they waited for one
+// another until their waits ran out, and were refused half read.
+func TestLaneBodiesDoNotWaitForEachOther(t *testing.T) {
+	const size = 64 << 10
+	f := newFixture(t, size, func(c *Config, _ *HoldConfig) {
+		c.Fairness.Share = 0.25
+		c.WaitTimeout = 2 * time.Second
+	})
+	type body struct {
+		tk   *Ticket
+		pw   *io.PipeWriter
+		done chan error
+	}
+	start := func(remote string) *body {
+		tk, v := f.http(t, remote, -1)
+		require.True(t, v.Admitted())
+		tk.Start(context.Background(), nil, false)
+		pr, pw := io.Pipe()
+		b := &body{tk: tk, pw: pw, done: make(chan error, 1)}
+		go func() {
+			_, err := readAll(tk, pr)
+			b.done <- err
+		}()
+		return b
+	}
+	older, younger := start("10.0.0.1"), start("10.0.0.2")
+	// Each past its share, the two fill the lane's pool.
+	_, _ = older.pw.Write(make([]byte, size/4+size/2))
+	_, _ = younger.pw.Write(make([]byte, size/4+size/2-1<<10))
+	require.Eventually(t, func() bool { return f.c.budget.lane.bodies.Load() == 2 }, 10*time.Second, time.Millisecond)
+	// Both want more: the younger waits for the older, which reads on.
+	go func() { _, _ = younger.pw.Write(make([]byte, size)); _ = younger.pw.Close() }()
+	require.Eventually(t, func() bool { return f.c.budget.lane.waiting.Load() == 1 }, 10*time.Second, time.Millisecond)
+	go func() { _, _ = older.pw.Write(make([]byte, size)); _ = older.pw.Close() }()
+	require.NoError(t, <-older.done, "the oldest body in the lane")
+	older.tk.Release(true)
+	require.NoError(t, <-younger.done, "the younger, once the older let go")
+	younger.tk.Release(true)
+	assert.Zero(t, f.c.Stats().Reserved)
+	assert.Zero(t, f.c.budget.lane.used.Load())
+}
