@@ -173,7 +173,8 @@ func commit() string {
 func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart string) {
 	s, out := r.scenario, r.outcome
 	fmt.Fprintf(w, "# Client matrix, scenario %s: %s\n\n", s.name, s.title)
-	fmt.Fprintf(w, "Command: `%s`  \nCommit: %s\n\n", strings.Join(append([]string{filepath.Base(o.args[0])}, o.args[1:]...), " "), o.commit)
+	// The command, from the repository root, is in the machine's block.
+	fmt.Fprintf(w, "Commit at the run's start: %s\n\n", o.commit)
 	fmt.Fprintf(w, "```\n%s```\n\n", harness.MachineInfo(o.args))
 
 	fmt.Fprintf(w, "## Gateway\n\n")
