@@ -40,6 +40,10 @@ type Decider interface {
 	// Normal, or a water level past its exit line. Only then is a key's
 	// use of the oversize lane bounded.
 	Pressed(s decision.Signal) bool
+	// Holdable reports whether a refusal of s may wait in the hold: false
+	// while the pressure has outlasted what the hold can bridge (a slow
+	// backend), when a refusal is answered at once.
+	Holdable(s decision.Signal) bool
 }
 
 // Protocol is where a decision was made; it is the protocol attribute of

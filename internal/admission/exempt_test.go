@@ -23,6 +23,7 @@ type exemptDecider map[decision.Signal]bool
 func (exemptDecider) Pressure(decision.Signal) (bool, float64) { return false, 0 }
 func (d exemptDecider) Exempt(s decision.Signal) bool          { return d[s] }
 func (exemptDecider) Pressed(decision.Signal) bool             { return false }
+func (exemptDecider) Holdable(decision.Signal) bool            { return true }
 
 // TestNonExemptAloneFitsBesideTheExemptReserve: with a signal exempt, a
 // request of another signal that is alone in the budget is admitted

@@ -24,6 +24,8 @@ type fakeDecider struct {
 	drop    [decision.NumSignals]atomic.Uint64 // float64 bits
 	exempt  [decision.NumSignals]bool
 	pressed atomic.Bool
+	// standing: the pressure has outlasted the hold (Holdable false).
+	standing atomic.Bool
 }
 
 func (d *fakeDecider) setOpen(s decision.Signal, v bool)    { d.open[s].Store(v) }
@@ -37,6 +39,7 @@ func (d *fakeDecider) Pressure(s decision.Signal) (bool, float64) {
 }
 func (d *fakeDecider) Exempt(s decision.Signal) bool { return d.exempt[s] }
 func (d *fakeDecider) Pressed(decision.Signal) bool  { return d.pressed.Load() }
+func (d *fakeDecider) Holdable(decision.Signal) bool { return !d.standing.Load() }
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 

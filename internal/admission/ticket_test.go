@@ -497,6 +497,48 @@ func TestHoldPlacesPerKey(t *testing.T) {
 	wg.Wait()
 }
 
+// TestStandingPressureIsNotHeld: while the pressure has outlasted what the
+// hold can bridge (a slow backend), an HTTP request and a gRPC call it
+// refuses are answered at once instead of held; once it is no longer
+// standing they are held again.
+func TestStandingPressureIsNotHeld(t *testing.T) {
+	f := newFixture(t, 1<<20, func(_ *Config, h *HoldConfig) { *h = HoldConfig{MaxWait: time.Minute, MaxRequests: 8} })
+	f.dec.setOpen(decision.SignalTraces, true)
+	f.dec.standing.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan decision.Verdict, 1)
+	go func() {
+		_, v := f.http(t, "10.0.0.1", 10)
+		done <- v
+	}()
+	// A bound, not a timing: a held request would wait the minute out.
+	select {
+	case v := <-done:
+		assert.Equal(t, decision.VerdictDenyOpen, v)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the HTTP request was held")
+	}
+	tk, v := f.grpc(ctx, "10.0.0.1")
+	assert.Nil(t, tk, "the gRPC call is refused at its tap, not let in to wait")
+	assert.Equal(t, decision.VerdictDenyOpen, v)
+	assert.Zero(t, f.c.Stats().HeldRequests)
+
+	f.dec.standing.Store(false)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tk, v := f.c.Admit(ctx, Request{Protocol: ProtocolHTTP, Signal: decision.SignalTraces, Remote: addr("10.0.0.1"), Length: 10})
+		if tk != nil {
+			tk.Release(false)
+		}
+		done <- v
+	})
+	require.Eventually(t, func() bool { return f.c.Stats().HeldRequests == 1 }, 10*time.Second, time.Millisecond, "held again")
+	f.dec.setOpen(decision.SignalTraces, false)
+	assert.Equal(t, decision.VerdictAdmit, <-done)
+	wg.Wait()
+}
+
 // TestSilentCallsTrimmedUnderContention: two keys' calls that never send
 // their message hold the budget; a third key's call waits for its bytes,
 // and the silent calls of keys above their fair share are cut off after a

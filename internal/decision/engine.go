@@ -46,6 +46,13 @@ type Slot struct {
 	// fall (memory: a collection, softlimit.Relief, which decides itself
 	// whether and how often); nil: nothing.
 	Relieve func()
+	// HoldFor bounds how long into this slot's pressure (from the frame its
+	// level passed the enter or hard line to the one it is back under exit
+	// and hard) the refusals it causes may be held: a pressure that has
+	// outlasted the hold's longest wait is no burst the hold can bridge,
+	// and holding it only delays every request it admits (a slow backend).
+	// 0: as long as the pressure lasts.
+	HoldFor time.Duration
 }
 
 // Severity is how a slot's shedding severity follows its level.
@@ -197,6 +204,9 @@ type admission struct {
 	// threshold is pDrop scaled to 53 bits: a draw r in [0, 2^53) rejects
 	// when r < threshold, which happens with probability pDrop.
 	threshold uint64
+	// noHold: every slot that presses has pressed for longer than its
+	// HoldFor, so a refusal is answered at once instead of held.
+	noHold bool
 }
 
 // verdict is the drop decision: at most one random draw, and only when the
@@ -274,6 +284,12 @@ func (e *Engine) Pressure(s Signal) (open bool, drop float64) {
 	}
 	a := e.admissions[s].Load()
 	return a.open, a.pDrop
+}
+
+// Holdable reports whether a refusal of signal s may wait in the hold: false
+// once every slot that presses has pressed for longer than its HoldFor.
+func (e *Engine) Holdable(s Signal) bool {
+	return s < NumSignals && !e.admissions[s].Load().noHold
 }
 
 // State returns the signal's current state.
@@ -385,6 +401,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 		if !levels[i].Carried {
 			e.slots[i].observe(&levels[i])
 		}
+		e.slots[i].press(&levels[i], now)
 	}
 
 	from := e.state
@@ -418,9 +435,11 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	for i := range e.slots {
 		t = max(t, e.slots[i].severity(from, to, &levels[i], e.shareStep))
 	}
+	noHold := !e.holdable(now)
 	for i := range e.rules {
 		// Publish on change only: a steady state costs no allocation.
 		a := admissionFor(e.rules[i], to, t, ramp, backstop)
+		a.noHold = noHold
 		if a != *e.admissions[i].Load() {
 			published := a
 			e.admissions[i].Store(&published)
@@ -482,6 +501,23 @@ func (e *Engine) next(levels *[sampler.MaxResources]sampler.Level) State {
 		}
 	}
 	return e.state
+}
+
+// holdable reports whether a refusal may be held now: a slot presses that
+// has no HoldFor or has pressed for less than it, or none presses.
+func (e *Engine) holdable(now time.Time) bool {
+	pressing := false
+	for i := range e.slots {
+		s := &e.slots[i]
+		if !s.pressing {
+			continue
+		}
+		if s.HoldFor <= 0 || now.Sub(s.pressedSince) < s.HoldFor {
+			return true
+		}
+		pressing = true
+	}
+	return !pressing
 }
 
 // rampAt is the recovery ramp's floor on the drop probability: 1 when Open is
@@ -547,6 +583,10 @@ type slot struct {
 	// slot opens), through frames without a new reading and through the
 	// stale fallback (like the state itself), and unlearnt in Normal.
 	share float64
+	// pressing: the level has passed the enter or hard line and is not yet
+	// back under both exit and hard, since pressedSince (see HoldFor).
+	pressing     bool
+	pressedSince time.Time
 }
 
 // safe reports whether the slot counts as safe in this frame: disabled, or
@@ -567,6 +607,20 @@ func (s *slot) observe(r *sampler.Level) {
 	s.atHard = streak(s.atHard, r.Fast >= s.Hard)
 	s.belowExit = streak(s.belowExit, r.Slow < s.Exit)
 	s.belowHard = streak(s.belowHard, r.Fast < s.Hard)
+}
+
+// press follows the slot's pressure by its streaks: it starts when the
+// level counts as past enter or hard and ends when it counts as back under
+// exit and hard.
+func (s *slot) press(r *sampler.Level, now time.Time) {
+	switch {
+	case s.enterReached(r) || s.hardReached(r):
+		if !s.pressing {
+			s.pressing, s.pressedSince = true, now
+		}
+	case s.exitReached(r) && s.hardCleared(r):
+		s.pressing = false
+	}
 }
 
 func (s *slot) breachN() int { return max(s.BreachN, 1) }

@@ -1139,3 +1139,57 @@ func TestCarriedCPUFramesDoNotCount(t *testing.T) {
 	e.Observe(hot.level())
 	assert.Equal(t, StateOpen, e.State(SignalTraces), "three measurements")
 }
+
+// TestHoldForBoundsThePressure: a refusal may be held until the pressure of
+// a slot with HoldFor has lasted that long, and again once its level is
+// back under exit and a new pressure starts; a slot without HoldFor that
+// presses too keeps the hold.
+func TestHoldForBoundsThePressure(t *testing.T) {
+	cfg := testConfig(1, 1)
+	cfg.Slots[memSlot].HoldFor = 8 * time.Second
+	clock := newClock()
+	e := New(cfg, Options{Now: clock.Now})
+	holdable := func() bool {
+		t.Helper()
+		h := e.Holdable(SignalTraces)
+		for s := range NumSignals {
+			require.Equal(t, h, e.Holdable(s), "every signal alike")
+		}
+		return h
+	}
+	assert.True(t, holdable(), "before any frame")
+	steps := []struct {
+		after time.Duration
+		f     frame
+		state State
+		hold  bool
+	}{
+		{0, calm, StateNormal, true},
+		{0, memOnly(0.88), StateShedding, true}, // the pressure starts
+		{5 * time.Second, memOnly(0.88), StateShedding, true},
+		{3 * time.Second, memOnly(0.88), StateShedding, false}, // 8 s: outlasted
+		{time.Second, memOnly(0.95), StateOpen, false},         // the same pressure, worse
+		{time.Second, memOnly(0.80), StateShedding, false},     // under hard, above exit: still pressing
+		{time.Second, frame{0.85, 0.85, 0.80}, StateShedding, true},  // CPU presses too, without HoldFor
+		{time.Second, frame{0.50, 0.50, 0.80}, StateShedding, false}, // CPU calm again
+		{time.Second, memOnly(0.50), StateNormal, true},              // under exit: over
+		{time.Second, memOnly(0.88), StateShedding, true},            // a new pressure
+		{7 * time.Second, memOnly(0.88), StateShedding, true},
+		{time.Second, memOnly(0.88), StateShedding, false},
+	}
+	for i, st := range steps {
+		clock.Advance(st.after)
+		e.Observe(st.f.level())
+		require.Equal(t, st.state, e.State(SignalTraces), "step %d", i)
+		assert.Equal(t, st.hold, holdable(), "step %d", i)
+	}
+
+	t.Run("without HoldFor always", func(t *testing.T) {
+		clock := newClock()
+		e := New(testConfig(1, 1), Options{Now: clock.Now})
+		e.Observe(memOnly(0.95).level())
+		clock.Advance(time.Hour)
+		e.Observe(memOnly(0.95).level())
+		assert.True(t, e.Holdable(SignalTraces))
+	})
+}

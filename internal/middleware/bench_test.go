@@ -52,6 +52,7 @@ func (constDecider) Exempt(decision.Signal) bool { return false }
 func (c constDecider) Pressed(decision.Signal) bool {
 	return decision.Verdict(c) != decision.VerdictAdmit
 }
+func (constDecider) Holdable(decision.Signal) bool { return true }
 
 // benchAdmission is an admission deciding v, with a budget of budget bytes
 // (0: off), the default share and idle timeout idle.

@@ -71,6 +71,10 @@ func (f *fakeDecider) Pressed(s decision.Signal) bool {
 	return f.pressed.Load() || decision.Verdict(f.verdict[s].Load()) != decision.VerdictAdmit
 }
 
+// Holdable is always true: the middleware's tests hold whenever the hold
+// is on (the admission's own tests cover a pressure the hold cannot bridge).
+func (f *fakeDecider) Holdable(decision.Signal) bool { return true }
+
 // countingRecorder counts Record calls per (protocol, signal, verdict).
 type countingRecorder struct {
 	n [admission.NumProtocols][decision.NumSignals][decision.NumVerdicts]atomic.Int64

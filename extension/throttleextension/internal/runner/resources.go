@@ -29,6 +29,9 @@ type resource struct {
 	severity decision.Severity
 	backstop bool
 	relieve  func()
+	// holdFor bounds how long into its pressure a refusal is held
+	// (decision.Slot.HoldFor); 0: as long as it lasts.
+	holdFor time.Duration
 	// averaged: the level has slow and fast averages beside the level
 	// itself, which the telemetry, the logs and the status page show.
 	averaged bool
@@ -71,9 +74,12 @@ func (c *Config) resources(relieveMemory func(), readDownstream sampler.Reader) 
 		{
 			// A queue's fill is a level like memory's: proportional
 			// severity, acted on in the frame it is read. It is no
-			// backstop: the exempt signals pass a full queue.
+			// backstop: the exempt signals pass a full queue. A backend
+			// that has been slow for as long as the hold's longest wait
+			// drains the queue at its own pace however long requests
+			// wait, so from then on its refusals are answered at once.
 			name: downstream.Resource, lines: c.Downstream.Lines, severity: decision.SeverityLevel,
-			every: c.Downstream.Interval, read: readDownstream,
+			every: c.Downstream.Interval, read: readDownstream, holdFor: c.Hold.MaxWait,
 		},
 	}
 }
@@ -128,7 +134,7 @@ func demandLevel(resources []resource, wl *sampler.WaterLevel) (level float64, b
 // slot is the engine's slot of r at the check interval.
 func (r *resource) slot(interval time.Duration) decision.Slot {
 	s := r.lines.Slot(r.name, max(interval, r.every))
-	s.Severity, s.Backstop, s.Relieve = r.severity, r.backstop, r.relieve
+	s.Severity, s.Backstop, s.Relieve, s.HoldFor = r.severity, r.backstop, r.relieve, r.holdFor
 	return s
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/internal/decision"
 	"github.com/otelthrottle/throttle/internal/sampler"
 )
@@ -69,6 +70,12 @@ func TestResources(t *testing.T) {
 		Name: "downstream", Enabled: false, Enter: 0.5, Exit: 0.3, Hard: 0.8, BreachN: 1, MaxShed: 1, Severity: decision.SeverityLevel,
 	}, slots[2])
 	assert.Equal(t, downstreamLevel, rs[2].read(nil))
+	// With the hold on, a backend slow for longer than its longest wait is
+	// refused at once: the slot's HoldFor is max_wait.
+	cfg.Hold = admission.NewDefaultHoldConfig()
+	assert.Equal(t, admission.DefaultHoldMaxWait, cfg.resources(nil, nil)[2].slot(250*time.Millisecond).HoldFor)
+	assert.Zero(t, cfg.resources(nil, nil)[0].slot(250*time.Millisecond).HoldFor, "CPU: held as long as it lasts")
+	assert.Zero(t, cfg.resources(nil, nil)[1].slot(250*time.Millisecond).HoldFor, "memory: held as long as it lasts")
 
 	wl := &sampler.WaterLevel{CPU: 0.5, CPUSlow: 0.4, CPUFast: 0.6, CPUValid: true, Mem: 0.7, MemValid: true, WorkingSet: 800, MemLimit: 1000}
 	assert.Equal(t, sampler.Level{Valid: true, Value: 0.5, Slow: 0.4, Fast: 0.6}, rs[0].read(wl))

@@ -483,6 +483,9 @@ func (r *Runner) Pressed(s decision.Signal) bool {
 	return false
 }
 
+// Holdable implements admission.Decider.
+func (r *Runner) Holdable(s decision.Signal) bool { return r.engine.Holdable(s) }
+
 // RetryDelay draws the delay a client rejected with v is asked to wait.
 func (r *Runner) RetryDelay(v decision.Verdict) time.Duration { return r.retry.Draw(v) }
 
