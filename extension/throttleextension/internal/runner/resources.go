@@ -75,11 +75,13 @@ func (c *Config) resources(relieveMemory func(), readDownstream sampler.Reader) 
 			// A queue's fill is a level like memory's: proportional
 			// severity, acted on in the frame it is read. It is no
 			// backstop: the exempt signals pass a full queue. A backend
-			// that has been slow for as long as the hold's longest wait
-			// drains the queue at its own pace however long requests
-			// wait, so from then on its refusals are answered at once.
+			// that stays slow drains the queue at its own pace however
+			// long requests wait, so its refusals are held only for as
+			// long as a hang the hold can bridge keeps the queue past its
+			// lines: twice max_wait, since the queue fills before such a
+			// hang and drains back under exit after it.
 			name: downstream.Resource, lines: c.Downstream.Lines, severity: decision.SeverityLevel,
-			every: c.Downstream.Interval, read: readDownstream, holdFor: c.Hold.MaxWait,
+			every: c.Downstream.Interval, read: readDownstream, holdFor: 2 * c.Hold.MaxWait,
 		},
 	}
 }

@@ -70,10 +70,10 @@ func TestResources(t *testing.T) {
 		Name: "downstream", Enabled: false, Enter: 0.5, Exit: 0.3, Hard: 0.8, BreachN: 1, MaxShed: 1, Severity: decision.SeverityLevel,
 	}, slots[2])
 	assert.Equal(t, downstreamLevel, rs[2].read(nil))
-	// With the hold on, a backend slow for longer than its longest wait is
-	// refused at once: the slot's HoldFor is max_wait.
+	// With the hold on, a backend that stays slow is refused at once after
+	// twice the hold's longest wait.
 	cfg.Hold = admission.NewDefaultHoldConfig()
-	assert.Equal(t, admission.DefaultHoldMaxWait, cfg.resources(nil, nil)[2].slot(250*time.Millisecond).HoldFor)
+	assert.Equal(t, 2*admission.DefaultHoldMaxWait, cfg.resources(nil, nil)[2].slot(250*time.Millisecond).HoldFor)
 	assert.Zero(t, cfg.resources(nil, nil)[0].slot(250*time.Millisecond).HoldFor, "CPU: held as long as it lasts")
 	assert.Zero(t, cfg.resources(nil, nil)[1].slot(250*time.Millisecond).HoldFor, "memory: held as long as it lasts")
 
