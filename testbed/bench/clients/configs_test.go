@@ -98,3 +98,41 @@ func TestSinkHang(t *testing.T) {
 	require.NoError(t, <-answered)
 	assert.EqualValues(t, 1, s.total(), "counted once resumed")
 }
+
+// A slow sink takes one call at a time and answers it after its spans'
+// time; a caller that gives up, in its turn or waiting for it, gets an
+// error, nothing is counted, and the next call has its turn.
+func TestSinkSlow(t *testing.T) {
+	s := &sink{clients: map[uint32]*arrivals{}, turn: make(chan struct{}, 1)}
+	req := func(seq uint64) ptraceotlp.ExportRequest {
+		td := ptrace.NewTraces()
+		sp := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		tid, sid := encodeIDs(1, seq)
+		sp.SetTraceID(tid)
+		sp.SetSpanID(sid)
+		return ptraceotlp.NewExportRequestFromTraces(td)
+	}
+	perSpan := time.Hour
+	s.slow.Store(&perSpan)
+
+	first, cancelFirst := context.WithCancel(context.Background())
+	answered := make(chan error, 1)
+	go func() {
+		_, err := s.Export(first, req(0))
+		answered <- err
+	}()
+	require.Eventually(t, func() bool { return len(s.turn) == 1 }, 5*time.Second, time.Millisecond, "the first call has its turn")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := s.Export(ctx, req(1))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the second gave up waiting for its turn")
+	cancelFirst()
+	require.ErrorIs(t, <-answered, context.Canceled, "the first gave up in its turn")
+	assert.Zero(t, s.total())
+	assert.Empty(t, s.turn, "its turn is given back")
+
+	s.slow.Store(nil)
+	_, err = s.Export(context.Background(), req(2))
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, s.total(), "counted once the sink is no longer slow")
+}

@@ -38,7 +38,10 @@
 //	e  the backend hangs for -hang (8s, inside the SDKs' 10 s export
 //	   budget) with a gateway queue of 10 batches: throttle with its
 //	   downstream level (e), without it (e-throttle), the stock collector
-//	   (e-stock).
+//	   (e-stock);
+//	f  the backend is slow for -slow (60s): it takes -slow-share (half) of
+//	   what the clients offer, one call at a time, with a gateway queue of
+//	   10 batches; the gateways as in e (f, f-throttle, f-stock).
 //
 // Each scenario writes into its own folder (default
 // bench/runs/<date>-clients-<scenario>/, git-ignored): report.md,
@@ -97,7 +100,11 @@ type options struct {
 	pulseFirst, pulseEvery, pulseHold time.Duration
 	pulseTarget                       float64
 	// Scenario e: how long the backend hangs.
-	hang                       time.Duration
+	hang time.Duration
+	// Scenario f: how long the backend is slow, and what it takes then,
+	// a share of what the clients offer.
+	slow                       time.Duration
+	slowShare                  float64
 	drainMax, settle, interval time.Duration
 	args                       []string
 	// commit is the checkout's, read when the run starts: the binaries
@@ -111,7 +118,8 @@ func defaultOptions() options {
 		memMiB: 256, capacityStep: 30 * time.Second, factor: 2,
 		openLength: 60 * time.Second, burnShare: 0.8,
 		pulse: stressCPU, pulseFirst: 10 * time.Second, pulseEvery: 15 * time.Second, pulseHold: 3 * time.Second, pulseTarget: 0.95,
-		hang:     8 * time.Second,
+		hang: 8 * time.Second,
+		slow: 60 * time.Second, slowShare: 0.5,
 		drainMax: 6 * time.Minute, settle: 5 * time.Second, interval: 250 * time.Millisecond,
 	}
 }
@@ -121,7 +129,7 @@ func main() {
 		return
 	}
 	o := defaultOptions()
-	scen := flag.String("scenario", "all", "comma-separated scenarios: a, b, c, d, or all")
+	scen := flag.String("scenario", "all", "comma-separated scenarios: a, b, c, d, e, e-throttle, e-stock, f, f-throttle, f-stock, or all")
 	kinds := flag.String("clients", "all", "comma-separated clients: "+strings.Join(allKinds, ", ")+", or all")
 	flag.StringVar(&o.throttleBin, "throttle", o.throttleBin, "otelcol-throttle binary (make otelcol)")
 	flag.StringVar(&o.stockBin, "stock", o.stockBin, "otelcol-stock binary: the agents (make otelcol-stock)")
@@ -144,6 +152,8 @@ func main() {
 	flag.DurationVar(&o.pulseHold, "pulse-hold", o.pulseHold, "scenario a: how long each memory pulse holds")
 	flag.Float64Var(&o.pulseTarget, "pulse-target", o.pulseTarget, "scenario a: the working set a pulse brings the cgroup to, share of its limit")
 	flag.DurationVar(&o.hang, "hang", o.hang, "scenario e: how long the backend (the sink) hangs, from 20 s into the load")
+	flag.DurationVar(&o.slow, "slow", o.slow, "scenario f: how long the backend (the sink) is slow, from 20 s into the load")
+	flag.Float64Var(&o.slowShare, "slow-share", o.slowShare, "scenario f: what the slow backend takes, a share of what the clients offer")
 	flag.DurationVar(&o.drainMax, "drain-max", o.drainMax, "longest drain after the load (the agents retry for 5 min)")
 	flag.DurationVar(&o.settle, "settle", o.settle, "the drain ends once every queue is empty and the sink has not moved for this long")
 	chart := flag.String("chart", "", "only draw the chart of this results folder again (from its timeline.csv), and exit")
@@ -185,8 +195,11 @@ func (o *options) check() error {
 	if o.cpus < 0 || o.memMiB < 64 || o.pulseTarget <= 0 || o.pulseTarget >= 1 || o.burnShare <= 0 || o.factor <= 0 {
 		return errors.New("-burn and -factor must be > 0, -cpus >= 0, -mem-mib >= 64, -pulse-target in (0, 1)")
 	}
-	if o.pulseEvery <= o.pulseHold || o.openLength <= 0 || o.interval <= 0 || o.hang <= 0 {
-		return errors.New("-pulse-every must exceed -pulse-hold; -open and -hang must be > 0")
+	if o.pulseEvery <= o.pulseHold || o.openLength <= 0 || o.interval <= 0 || o.hang <= 0 || o.slow <= 0 {
+		return errors.New("-pulse-every must exceed -pulse-hold; -open, -hang and -slow must be > 0")
+	}
+	if !(o.slowShare > 0 && o.slowShare <= 1) {
+		return errors.New("-slow-share must be in (0, 1]")
 	}
 	if o.pulse != stressCPU && o.pulse != stressMemory {
 		return fmt.Errorf("-pulse %q: want %s or %s", o.pulse, stressCPU, stressMemory)

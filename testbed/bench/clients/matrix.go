@@ -305,6 +305,9 @@ func (m *matrix) stress(ctx context.Context, start time.Time) {
 		case stressBackend:
 			logf("%s: the backend hangs for %s", m.s.name, sp.length)
 			m.sink.hang(ctx, sp.length)
+		case stressSlow:
+			logf("%s: the backend takes %.0f spans/s for %s", m.s.name, m.s.sinkRate, sp.length)
+			m.sink.slowDown(ctx, sp.length, m.s.sinkRate)
 		case stressMemory:
 			err = m.helper(ctx, roleMemPulse, []string{"memory"}, "-mem-dir", m.cg.MemoryDir(),
 				"-target", strconv.FormatFloat(m.o.pulseTarget, 'f', -1, 64), "-hold", sp.length.String())

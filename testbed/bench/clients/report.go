@@ -218,6 +218,8 @@ func writeMarkdown(w io.Writer, o options, r *scenarioRun, m *matrix, chart stri
 		fmt.Fprintf(w, "A CPU load (a helper in the gateway's CPU cgroup keeping %.0f%% of its quota busy) ran at:", 100*o.burnShare)
 	case stressBackend:
 		fmt.Fprintf(w, "The backend (the sink) hung, taking the gateway's calls without answering them, at:")
+	case stressSlow:
+		fmt.Fprintf(w, "The backend (the sink) took one call at a time and at most %.0f spans/s, at:", s.sinkRate)
 	}
 	for _, st := range out.Stress {
 		fmt.Fprintf(w, " %.1f–%.1f s;", st[0], st[1])

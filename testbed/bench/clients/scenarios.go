@@ -146,6 +146,8 @@ type scenario struct {
 	// stock runs the stock collector as the gateway, without the throttle
 	// (stressBackend's scenarios, side by side).
 	stock bool
+	// sinkRate is what the slow sink takes, spans/s (stressSlow).
+	sinkRate float64
 	// downstream turns the throttle's downstream level on; queueSize sets
 	// the gateway exporter's queue_size (0: its default, 1000 batches).
 	downstream bool
@@ -173,6 +175,9 @@ const (
 	stressMemory = "memory"
 	// stressBackend: the sink stops answering: a hung backend.
 	stressBackend = "backend"
+	// stressSlow: the sink takes a share of what the clients offer: a
+	// slow backend.
+	stressSlow = "slow"
 )
 
 // hungQueueSize is the gateway exporter's queue in the hung-backend
@@ -192,7 +197,11 @@ type spell struct{ start, length time.Duration }
 var underQuota = cpuLines{enter: 0.45, exit: 0.35, hard: 0.6}
 
 // scenarioNames are the scenarios -scenario accepts.
-var scenarioNames = []string{"a", "b", "c", "d", "e", "e-throttle", "e-stock"}
+var scenarioNames = []string{"a", "b", "c", "d", "e", "e-throttle", "e-stock", "f", "f-throttle", "f-stock"}
+
+// backendGateways name the gateway of the backend scenarios' variants:
+// none, -throttle and -stock.
+var backendGateways = map[string]string{"": "throttle with the downstream level", "-throttle": "throttle without the downstream level", "-stock": "the stock collector"}
 
 // buildScenario returns scenario name for the options; capacity is the
 // gateway's (spans/s), used by c.
@@ -277,14 +286,24 @@ func buildScenario(name string, o options, capacity float64) (*scenario, error) 
 			}
 		}
 	case "e", "e-throttle", "e-stock":
-		gw := map[string]string{"e": "throttle with the downstream level", "e-throttle": "throttle without the downstream level", "e-stock": "the stock collector"}[name]
-		s.title = fmt.Sprintf("the backend hangs for %s, inside the SDKs' 10 s export budget; a queue of %d batches; %s", o.hang, hungQueueSize, gw)
+		s.title = fmt.Sprintf("the backend hangs for %s, inside the SDKs' 10 s export budget; a queue of %d batches; %s", o.hang, hungQueueSize, backendGateways[name[1:]])
 		s.stress, s.spells = stressBackend, []spell{{20 * time.Second, o.hang}}
 		s.load = length(20*time.Second + o.hang + 30*time.Second)
 		s.queueSize, s.downstream, s.stock = hungQueueSize, name == "e", name == "e-stock"
 		for _, k := range kinds {
 			s.clients = append(s.clients, newClient(k, rate(1000), workers(4)))
 		}
+	case "f", "f-throttle", "f-stock":
+		s.stress, s.spells = stressSlow, []spell{{20 * time.Second, o.slow}}
+		s.load = length(20*time.Second + o.slow + 30*time.Second)
+		s.queueSize, s.downstream, s.stock = hungQueueSize, name == "f", name == "f-stock"
+		for _, k := range kinds {
+			s.clients = append(s.clients, newClient(k, rate(1000), workers(4)))
+		}
+		for _, c := range s.clients {
+			s.sinkRate += o.slowShare * c.rate
+		}
+		s.title = fmt.Sprintf("the backend takes %.0f spans/s (%g of what the clients offer) for %s; a queue of %d batches; %s", s.sinkRate, o.slowShare, o.slow, hungQueueSize, backendGateways[name[1:]])
 	default:
 		return nil, fmt.Errorf("-scenario %q: want %s", name, strings.Join(scenarioNames, ", "))
 	}

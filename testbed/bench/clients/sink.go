@@ -34,6 +34,12 @@ type sink struct {
 	// hung, while set, is closed when the backend resumes: Export waits
 	// for it, as a hung backend takes the call and does not answer.
 	hung atomic.Pointer[chan struct{}]
+	// slow, while set, is how long the backend takes per span: it takes
+	// one call at a time (turn) and answers it after its spans' time, so
+	// that it takes at most a fixed number of spans a second; a call whose
+	// caller gives up while it waits for its turn costs nothing.
+	slow atomic.Pointer[time.Duration]
+	turn chan struct{}
 
 	srv *grpc.Server
 	ln  net.Listener
@@ -48,6 +54,41 @@ func (s *sink) hang(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
+	}
+}
+
+// slowDown makes the sink take at most spansPerSec spans a second for d
+// (or until ctx ends): a slow backend.
+func (s *sink) slowDown(ctx context.Context, d time.Duration, spansPerSec float64) {
+	perSpan := time.Duration(float64(time.Second) / spansPerSec)
+	s.slow.Store(&perSpan)
+	defer s.slow.Store(nil)
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// pace waits for the sink's turn and then for n spans' time while the sink
+// is slow; false when ctx ends first.
+func (s *sink) pace(ctx context.Context, n int) bool {
+	perSpan := s.slow.Load()
+	if perSpan == nil {
+		return true
+	}
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-s.turn }()
+	t := time.NewTimer(time.Duration(n) * *perSpan)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -118,7 +159,7 @@ func startSink() (*sink, error) {
 		return nil, err
 	}
 	// The gateway's batches of large spans exceed gRPC's default 4 MiB.
-	s := &sink{clients: map[uint32]*arrivals{}, ln: ln, srv: grpc.NewServer(grpc.MaxRecvMsgSize(1 << 30))}
+	s := &sink{clients: map[uint32]*arrivals{}, ln: ln, turn: make(chan struct{}, 1), srv: grpc.NewServer(grpc.MaxRecvMsgSize(1 << 30))}
 	ptraceotlp.RegisterGRPCServer(s.srv, s)
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -137,6 +178,9 @@ func (s *sink) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptrace
 		case <-ctx.Done():
 			return ptraceotlp.NewExportResponse(), ctx.Err()
 		}
+	}
+	if !s.pace(ctx, req.Traces().SpanCount()) {
+		return ptraceotlp.NewExportResponse(), ctx.Err()
 	}
 	rss := req.Traces().ResourceSpans()
 	s.mu.Lock()
