@@ -216,7 +216,7 @@ fleet: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 	$(CURDIR)/bin/fleet -throttle $(OTELCOL) -stock $(OTELCOL_STOCK) -mlext $(OTELCOL_MLEXT) $(FLEET_FLAGS)
 
 ## promote: make one run the baseline of its benchmark: RUN=bench/runs/<dir>
-## BENCH=<overload-sweep|fleet-http|fleet-grpc|fleet-hung-http|fleet-hung-grpc|fleet-slow-http|soak|clients-a..e|clients-e-throttle|clients-e-stock|hostile|tier-http|tier-grpc|autoscale-http|tenants>, and
+## BENCH=<overload-sweep|fleet-http|fleet-grpc|fleet-hung-http|fleet-hung-grpc|fleet-slow-http|fleet-slow-grpc|soak|clients-a..f|clients-e-throttle|clients-e-stock|clients-f-throttle|clients-f-stock|hostile|tier-http|tier-grpc|autoscale-http|tenants>, and
 ## CHARTS=a.png,b.png when the run has more than three charts. Replaces
 ## bench/results/$(BENCH)/ with the run's report, summary and charts and
 ## updates its row of bench/results/README.md (testbed/bench/promote).
@@ -243,9 +243,11 @@ $(CLIENTS_JS)/node_modules/.package-lock.json: $(CLIENTS_JS)/package-lock.json
 .PHONY: clients-js
 clients-js: $(CLIENTS_JS)/node_modules/.package-lock.json
 
-## clients: the client matrix (Linux, root; about 25 minutes for the four
-## scenarios): short Opens, a 60 s Open, 5 minutes at twice the capacity, large
-## gzip bodies. Results in bench/runs/<date>-clients-<scenario>/.
+## clients: the client matrix (Linux, root; about 30 minutes for every
+## scenario): short Opens, a 60 s Open, 5 minutes at twice the capacity, large
+## gzip bodies, a hung and a slow backend (each with and without the
+## downstream level, and the stock collector). Results in
+## bench/runs/<date>-clients-<scenario>/.
 ## e.g. make clients CLIENTS_FLAGS='-scenario a'
 CLIENTS_FLAGS ?=
 .PHONY: clients

@@ -1167,9 +1167,9 @@ func TestHoldForBoundsThePressure(t *testing.T) {
 		{0, calm, StateNormal, true},
 		{0, memOnly(0.88), StateShedding, true}, // the pressure starts
 		{5 * time.Second, memOnly(0.88), StateShedding, true},
-		{3 * time.Second, memOnly(0.88), StateShedding, false}, // 8 s: outlasted
-		{time.Second, memOnly(0.95), StateOpen, false},         // the same pressure, worse
-		{time.Second, memOnly(0.80), StateShedding, false},     // under hard, above exit: still pressing
+		{3 * time.Second, memOnly(0.88), StateShedding, false},       // 8 s: outlasted
+		{time.Second, memOnly(0.95), StateOpen, false},               // the same pressure, worse
+		{time.Second, memOnly(0.80), StateShedding, false},           // under hard, above exit: still pressing
 		{time.Second, frame{0.85, 0.85, 0.80}, StateShedding, true},  // CPU presses too, without HoldFor
 		{time.Second, frame{0.50, 0.50, 0.80}, StateShedding, false}, // CPU calm again
 		{time.Second, memOnly(0.50), StateNormal, true},              // under exit: over
