@@ -42,6 +42,11 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 		switch {
 		case c.observe:
 			return c.newTicket(ctx, k, req, at, off).admitted(v)
+		case !c.dec.Holdable(req.Signal):
+			// A pressure that has outlasted what the hold can bridge: the
+			// refusal is answered at once. Waits for budget bytes are not
+			// refusals, and still wait.
+			return nil, c.refuse(k, req, at, v)
 		case req.Protocol == ProtocolGRPC:
 			// Waits in Ticket.Start, with a place in the hold and what its
 			// client sends meanwhile counted in the held pool.
@@ -49,7 +54,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 				return c.newTicket(ctx, k, req, at, off).pending(v, n)
 			}
 			return nil, c.refuse(k, req, at, v)
-		case !c.hold.takePlace(k, req.Signal):
+		case !c.hold.takePlace(k):
 			return nil, c.refuse(k, req, at, v)
 		}
 		v = c.hold.wait(ctx, k, req.Signal, v, c.hold.maxWait)
@@ -532,10 +537,9 @@ func (t *keyTable) contended(at time.Duration) bool {
 // takePlace takes one of the hold's places for key k: for a held request,
 // and for a gRPC call from the tap to the end of its wait, so that one
 // max_requests bounds everything held. False when the hold is full, k holds
-// its share of it, the hold is closed or off, or the pressure on sig has
-// outlasted what the hold can bridge.
-func (h *hold) takePlace(k Key, sig decision.Signal) bool {
-	if h == nil || !h.c.dec.Holdable(sig) {
+// its share of it, or the hold is closed or off.
+func (h *hold) takePlace(k Key) bool {
+	if h == nil {
 		return false
 	}
 	select {
@@ -1089,7 +1093,7 @@ func (c *Controller) callSize() int64 {
 // flow-control window, or its key's largest recent message on the wire):
 // false when either is full.
 func (c *Controller) takeHeld(k Key, sig decision.Signal, at time.Duration) (int64, bool) {
-	if !c.hold.takePlace(k, sig) {
+	if !c.hold.takePlace(k) {
 		return 0, false
 	}
 	n := int64(0)

@@ -539,6 +539,28 @@ func TestStandingPressureIsNotHeld(t *testing.T) {
 	wg.Wait()
 }
 
+// TestStandingPressureStillWaitsForBytes: the bound on holding acts on the
+// decision's refusals only: a gRPC call the decision admits that finds the
+// budget full still waits for its bytes with a place in the hold.
+func TestStandingPressureStillWaitsForBytes(t *testing.T) {
+	f := newFixture(t, 1<<20, func(_ *Config, h *HoldConfig) { *h = HoldConfig{MaxWait: 5 * time.Second, MaxRequests: 8} })
+	f.dec.standing.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, remote := range []string{"10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"} {
+		tk, v := f.grpc(ctx, remote)
+		require.True(t, v.Admitted())
+		require.True(t, tk.Start(ctx, &stallCount{}, false).Admitted())
+		t.Cleanup(func() { tk.Release(false) })
+	}
+	require.EqualValues(t, 1<<20, f.c.Stats().Reserved, "the budget is full")
+	tk, v := f.grpc(ctx, "10.0.0.3")
+	require.True(t, v.Admitted(), "let in to wait for its bytes, not refused")
+	require.NotNil(t, tk)
+	assert.EqualValues(t, 1, f.c.Stats().HeldRequests, "waiting with a place in the hold")
+	tk.Release(false)
+}
+
 // TestSilentCallsTrimmedUnderContention: two keys' calls that never send
 // their message hold the budget; a third key's call waits for its bytes,
 // and the silent calls of keys above their fair share are cut off after a
