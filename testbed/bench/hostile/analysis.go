@@ -20,8 +20,9 @@ const (
 	// refusalNoise is how much more of the normal clients' requests than
 	// in their baseline round may be refused before the refusals count as
 	// not falling on the hostile peer: baseline rounds with no hostile peer
-	// at all refuse a few tenths of a percent of them.
-	refusalNoise = 0.005
+	// at all refuse from none to a few percent of them, in bursts, and one
+	// burst in a short round is over half a percent.
+	refusalNoise = 0.01
 )
 
 // roundResult is what one round measured.

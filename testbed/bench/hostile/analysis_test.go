@@ -107,7 +107,9 @@ func TestCheck(t *testing.T) {
 	r.hostile[classOK] = 30
 	assert.True(t, r.check().hostileRefused, "0.4 %% refused where the baseline refused 0.2 %%")
 	r.normal[classOK], r.normal[classShed] = 990, 10
-	assert.False(t, r.check().hostileRefused, "1 %% refused where the baseline refused 0.2 %%")
+	assert.True(t, r.check().hostileRefused, "1 %% refused where the baseline refused 0.2 %%")
+	r.normal[classOK], r.normal[classShed] = 985, 15
+	assert.False(t, r.check().hostileRefused, "1.5 %% refused where the baseline refused 0.2 %%")
 
 	r.oomKills = 1
 	assert.False(t, r.check().noOOM)

@@ -306,10 +306,10 @@ func writeReport(dir string) error {
 	mdTable(&b, rows)
 	fmt.Fprintf(&b, "\nCriteria: the normal clients keep at least %.0f %% of the spans/s their baseline round got accepted; "+
 		"no stretch of their budget refusals lasts over %s (a stretch runs from a budget refusal to the last budget refusal before one of their requests is accepted, per protocol, by send time); "+
-		"the refusals fall on the hostile peer (the normal clients were refused nothing, or a smaller share of their requests than the hostile peer, or at most half a percentage point more of them than in their baseline round); "+
+		"the refusals fall on the hostile peer (the normal clients were refused nothing, or a smaller share of their requests than the hostile peer, or at most %.0f percentage point more of them than in their baseline round); "+
 		"the gateway was neither OOM-killed nor restarted. A hostile request is *refused* when the gateway answered it with anything but success or ended its connection or stream, "+
 		"*admitted* when it succeeded, *held* when it was still unanswered at the end of the round. Normal errors are requests without an answer within the timeout, or not sent (over the most in flight).\n\n",
-		100*minThroughput, maxBudgetStretch)
+		100*minThroughput, maxBudgetStretch, 100*refusalNoise)
 	targetTable(&b, rows)
 	fmt.Fprintf(&b, "### The hostile requests by kind\n\n")
 	for _, r := range rows {
