@@ -509,7 +509,7 @@ func (e *Engine) holdable(now time.Time) bool {
 	pressing := false
 	for i := range e.slots {
 		s := &e.slots[i]
-		if !s.pressing {
+		if s.pressedSince.IsZero() {
 			continue
 		}
 		if s.HoldFor <= 0 || now.Sub(s.pressedSince) < s.HoldFor {
@@ -583,9 +583,8 @@ type slot struct {
 	// slot opens), through frames without a new reading and through the
 	// stale fallback (like the state itself), and unlearnt in Normal.
 	share float64
-	// pressing: the level has passed the enter or hard line and is not yet
-	// back under both exit and hard, since pressedSince (see HoldFor).
-	pressing     bool
+	// pressedSince is when the level passed the enter or hard line, zero
+	// once it is back under both exit and hard (see HoldFor).
 	pressedSince time.Time
 }
 
@@ -615,11 +614,11 @@ func (s *slot) observe(r *sampler.Level) {
 func (s *slot) press(r *sampler.Level, now time.Time) {
 	switch {
 	case s.enterReached(r) || s.hardReached(r):
-		if !s.pressing {
-			s.pressing, s.pressedSince = true, now
+		if s.pressedSince.IsZero() {
+			s.pressedSince = now
 		}
 	case s.exitReached(r) && s.hardCleared(r):
-		s.pressing = false
+		s.pressedSince = time.Time{}
 	}
 }
 

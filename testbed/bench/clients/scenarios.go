@@ -285,25 +285,29 @@ func buildScenario(name string, o options, capacity float64) (*scenario, error) 
 				s.clients = append(s.clients, newClient(k, 0, 0).gzipLarge(rate(6000)))
 			}
 		}
-	case "e", "e-throttle", "e-stock":
-		s.title = fmt.Sprintf("the backend hangs for %s, inside the SDKs' 10 s export budget; a queue of %d batches; %s", o.hang, hungQueueSize, backendGateways[name[1:]])
-		s.stress, s.spells = stressBackend, []spell{{20 * time.Second, o.hang}}
-		s.load = length(20*time.Second + o.hang + 30*time.Second)
-		s.queueSize, s.downstream, s.stock = hungQueueSize, name == "e", name == "e-stock"
+	case "e", "e-throttle", "e-stock", "f", "f-throttle", "f-stock":
+		// The backend: one spell of it from 20 s, the gateway's queue of
+		// hungQueueSize, the variant's gateway.
+		spellLen, variant := o.hang, name[1:]
+		if name[0] == 'f' {
+			spellLen = o.slow
+		}
+		s.spells = []spell{{20 * time.Second, spellLen}}
+		s.load = length(20*time.Second + spellLen + 30*time.Second)
+		s.queueSize, s.downstream, s.stock = hungQueueSize, variant == "", variant == "-stock"
 		for _, k := range kinds {
 			s.clients = append(s.clients, newClient(k, rate(1000), workers(4)))
 		}
-	case "f", "f-throttle", "f-stock":
-		s.stress, s.spells = stressSlow, []spell{{20 * time.Second, o.slow}}
-		s.load = length(20*time.Second + o.slow + 30*time.Second)
-		s.queueSize, s.downstream, s.stock = hungQueueSize, name == "f", name == "f-stock"
-		for _, k := range kinds {
-			s.clients = append(s.clients, newClient(k, rate(1000), workers(4)))
+		if name[0] == 'e' {
+			s.stress = stressBackend
+			s.title = fmt.Sprintf("the backend hangs for %s, inside the SDKs' 10 s export budget; a queue of %d batches; %s", o.hang, hungQueueSize, backendGateways[variant])
+			break
 		}
+		s.stress = stressSlow
 		for _, c := range s.clients {
 			s.sinkRate += o.slowShare * c.rate
 		}
-		s.title = fmt.Sprintf("the backend takes %.0f spans/s (%g of what the clients offer) for %s; a queue of %d batches; %s", s.sinkRate, o.slowShare, o.slow, hungQueueSize, backendGateways[name[1:]])
+		s.title = fmt.Sprintf("the backend takes %.0f spans/s (%g of what the clients offer) for %s; a queue of %d batches; %s", s.sinkRate, o.slowShare, o.slow, hungQueueSize, backendGateways[variant])
 	default:
 		return nil, fmt.Errorf("-scenario %q: want %s", name, strings.Join(scenarioNames, ", "))
 	}
