@@ -257,7 +257,7 @@ func (b *budget) waitAdmit(ctx context.Context, n int64, k Key, u use, limit tim
 	if limit <= 0 {
 		return false
 	}
-	b.keys.noteRefused(k, now())
+	b.noteShort(n, k, u, now())
 	e := &entrant{n: n, k: k, u: u, admitted: make(chan struct{})}
 	b.mu.Lock()
 	b.entrants = append(b.entrants, e)
@@ -320,7 +320,7 @@ func (b *budget) admitEntrantsLocked() {
 		// The budget, not its key's share, is short for it: the younger
 		// ones wait behind it, and requests that cannot wait leave it what
 		// it needs.
-		if lim, plim := b.limitOf(e.k, at); !short && (e.u&useDecode == 0 && b.keys.room(e.k, lim, plim) >= e.n || e.u&useDecode != 0 && b.keys.decodeRoom(e.k, max(lim, e.n)) >= e.n) {
+		if !short && b.fitsShare(e.n, e.k, e.u, at) {
 			short, keep = true, e.n
 		}
 		kept = append(kept, e)
@@ -328,6 +328,28 @@ func (b *budget) admitEntrantsLocked() {
 	clear(b.entrants[len(kept):])
 	b.entrants = kept
 	b.headKeep.Store(keep)
+}
+
+// fitsShare reports whether n bytes of use u fit in what k's share leaves
+// it: if they do not fit in the budget, the budget is short, not the share.
+func (b *budget) fitsShare(n int64, k Key, u use, at time.Duration) bool {
+	lim, plim := b.limitsFor(k, u&useExempt != 0, at)
+	if u&useDecode != 0 {
+		return b.keys.decodeRoom(k, max(lim, n)) >= n
+	}
+	return b.keys.room(k, lim, plim) >= n
+}
+
+// noteShort records that n bytes of use u for k did not fit at at: the
+// budget is contended only when it, not k's share, is short. A key waiting
+// for its own earlier requests would otherwise shrink every key to its fair
+// part, and its next waits would keep it so.
+func (b *budget) noteShort(n int64, k Key, u use, at time.Duration) {
+	if b.fitsShare(n, k, u, at) {
+		b.keys.noteRefused(k, at)
+	} else {
+		b.keys.noteAtShare(k, at)
+	}
 }
 
 // releaseHeld returns what reserveHeld counted.

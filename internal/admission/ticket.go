@@ -209,7 +209,7 @@ func (t *Ticket) reserveDecode(ctx context.Context) decision.Verdict {
 			ok, waited = b.waitAdmit(ctx, n, t.key, useOf(t.exempt)|useDecode, t.callWaitLeft(ctx)), true
 		default:
 			ok = false
-			c.keys.noteRefused(t.key, at)
+			b.noteShort(n, t.key, useOf(t.exempt)|useDecode, at)
 		}
 	}
 	if !ok {

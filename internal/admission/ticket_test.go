@@ -311,6 +311,44 @@ func TestGRPCDecodesBounded(t *testing.T) {
 	assert.LessOrEqual(t, f.c.Stats().Peak, int64(4<<20)+n*(16<<10))
 }
 
+// TestGRPCWaitAtShareDoesNotContend: a call that waits for its own key's
+// decodes, with the budget free, does not make the budget contended: that
+// would shrink every key to its fair part, and its next calls' waits would
+// renew it for as long as the key sends.
+func TestGRPCWaitAtShareDoesNotContend(t *testing.T) {
+	f := newFixture(t, 8<<20, nil) // share 4 MiB; a decode holds 2 MiB
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var calls []*Ticket
+	for range 3 {
+		tk, v := f.grpc(context.Background(), "10.0.0.1")
+		require.True(t, v.Admitted())
+		calls = append(calls, tk)
+	}
+	for _, tk := range calls[:2] {
+		require.True(t, tk.Start(ctx, nil, false).Admitted())
+	}
+	got := make(chan decision.Verdict, 1)
+	go func() { got <- calls[2].Start(ctx, nil, false) }()
+	require.Eventually(t, func() bool { return f.c.budget.entering.Load() == 1 }, 10*time.Second, time.Millisecond, "the third call waits")
+	assert.False(t, f.c.keys.contended(now()), "half the budget is free: the key is at its share, the budget is not short")
+	// Two more keys reading: contended, each would be held to a third.
+	others := []Key{f.c.keys.key(addr("10.0.0.2"), ""), f.c.keys.key(addr("10.0.0.3"), "")}
+	for _, k := range others {
+		busyAt(f.c.keys, k, now())
+	}
+	f.c.keys.recount(now(), nil)
+	lim, _ := f.c.budget.limitOf(others[0], now())
+	assert.EqualValues(t, 4<<20, lim, "another key keeps the configured share")
+
+	calls[0].Decoded(1000, 100)
+	require.Equal(t, decision.VerdictAdmit, <-got)
+	for _, tk := range calls {
+		tk.Release(true)
+	}
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
 // TestGRPCOpenWhileWaitingToDecode: a call that waits at Start for what
 // its message may decode to is refused Open if its signal turned Open while
 // it waited, not let in to leave its message in the pipeline; another
