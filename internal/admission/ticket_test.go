@@ -311,14 +311,11 @@ func TestGRPCDecodesBounded(t *testing.T) {
 	assert.LessOrEqual(t, f.c.Stats().Peak, int64(4<<20)+n*(16<<10))
 }
 
-// TestGRPCWaitAtShareDoesNotContend: a call that waits for its own key's
-// decodes, with the budget free, does not make the budget contended: that
-// would shrink every key to its fair part, and its next calls' waits would
-// renew it for as long as the key sends.
-func TestGRPCWaitAtShareDoesNotContend(t *testing.T) {
-	f := newFixture(t, 8<<20, nil) // share 4 MiB; a decode holds 2 MiB
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+// waitBehindTwo starts two decodes of one key and a third call that waits
+// for them, all let in by the tap first (a budget of 8 MiB: a share of 4,
+// a decode of 2); it returns the two and the third's verdict to come (the
+// third releases itself when admitted).
+func (f *fixture) waitBehindTwo(ctx context.Context, t *testing.T) ([]*Ticket, chan decision.Verdict) {
 	var calls []*Ticket
 	for range 3 {
 		tk, v := f.grpc(context.Background(), "10.0.0.1")
@@ -329,8 +326,26 @@ func TestGRPCWaitAtShareDoesNotContend(t *testing.T) {
 		require.True(t, tk.Start(ctx, nil, false).Admitted())
 	}
 	got := make(chan decision.Verdict, 1)
-	go func() { got <- calls[2].Start(ctx, nil, false) }()
+	go func() {
+		v := calls[2].Start(ctx, nil, false)
+		if v.Admitted() {
+			calls[2].Release(true)
+		}
+		got <- v
+	}()
 	require.Eventually(t, func() bool { return f.c.budget.entering.Load() == 1 }, 10*time.Second, time.Millisecond, "the third call waits")
+	return calls[:2], got
+}
+
+// TestGRPCWaitAtShareDoesNotContend: a call that waits for its own key's
+// decodes, with the budget free, does not make the budget contended: that
+// would shrink every key to its fair part, and its next calls' waits would
+// renew it for as long as the key sends.
+func TestGRPCWaitAtShareDoesNotContend(t *testing.T) {
+	f := newFixture(t, 8<<20, nil) // share 4 MiB; a decode holds 2 MiB
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, got := f.waitBehindTwo(ctx, t)
 	assert.False(t, f.c.keys.contended(now()), "half the budget is free: the key is at its share, the budget is not short")
 	// Two more keys reading: contended, each would be held to a third.
 	others := []Key{f.c.keys.key(addr("10.0.0.2"), ""), f.c.keys.key(addr("10.0.0.3"), "")}
@@ -341,9 +356,9 @@ func TestGRPCWaitAtShareDoesNotContend(t *testing.T) {
 	lim, _ := f.c.budget.limitOf(others[0], now())
 	assert.EqualValues(t, 4<<20, lim, "another key keeps the configured share")
 
-	calls[0].Decoded(1000, 100)
+	first[0].Decoded(1000, 100)
 	require.Equal(t, decision.VerdictAdmit, <-got)
-	for _, tk := range calls {
+	for _, tk := range first {
 		tk.Release(true)
 	}
 	assert.Zero(t, f.c.Stats().Reserved)
@@ -358,37 +373,13 @@ func TestGRPCOpenWhileWaitingToDecode(t *testing.T) {
 	f := newFixture(t, 8<<20, nil) // share 4 MiB; a decode holds 2 MiB
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// waitBehindTwo starts two decodes and a third call that waits for
-	// them, all let in by the tap first; it returns the two and the
-	// third's verdict to come.
-	waitBehindTwo := func() ([]*Ticket, chan decision.Verdict) {
-		var calls []*Ticket
-		for range 3 {
-			tk, v := f.grpc(context.Background(), "10.0.0.1")
-			require.True(t, v.Admitted())
-			calls = append(calls, tk)
-		}
-		for _, tk := range calls[:2] {
-			require.True(t, tk.Start(ctx, nil, false).Admitted())
-		}
-		got := make(chan decision.Verdict, 1)
-		go func() {
-			v := calls[2].Start(ctx, nil, false)
-			if v.Admitted() {
-				calls[2].Release(true)
-			}
-			got <- v
-		}()
-		require.Eventually(t, func() bool { return f.c.budget.entering.Load() == 1 }, 10*time.Second, time.Millisecond, "the third call waits")
-		return calls[:2], got
-	}
 	done := func(calls []*Ticket) {
 		for _, tk := range calls {
 			tk.Release(true)
 		}
 	}
 
-	first, got := waitBehindTwo()
+	first, got := f.waitBehindTwo(ctx, t)
 	f.dec.setOpen(decision.SignalTraces, true)
 	first[0].Decoded(1000, 100)
 	first[0].Release(true)
@@ -398,7 +389,7 @@ func TestGRPCOpenWhileWaitingToDecode(t *testing.T) {
 	assert.Zero(t, f.c.Stats().Reserved, "the refused call holds nothing")
 	f.dec.setOpen(decision.SignalTraces, false)
 
-	first, got = waitBehindTwo()
+	first, got = f.waitBehindTwo(ctx, t)
 	f.dec.setOpen(decision.SignalMetrics, true)
 	done(first[:1])
 	assert.Equal(t, decision.VerdictAdmit, <-got, "another signal is Open")
