@@ -1016,12 +1016,7 @@ func (c *Controller) admitCall(ctx context.Context, k Key, req Request, at time.
 			return c.newTicket(ctx, k, req, at, off).pending(decision.VerdictAdmit, held)
 		}
 	}
-	lim, plim := c.budget.limitsFor(k, exempt, at)
-	if c.keys.room(k, lim, plim) < n {
-		c.keys.noteAtShare(k, at)
-	} else {
-		c.keys.noteRefused(k, at)
-	}
+	c.budget.noteShort(n, k, useOf(exempt), at)
 	return nil, c.refuse(k, req, at, decision.VerdictDenyBudget)
 }
 
