@@ -118,6 +118,10 @@ type Staller interface {
 // client should retry after a short delay.
 var ErrBudget = errors.New("throttle: admission budget full")
 
+// ErrOpen is the error of a body read that waited for the budget while its
+// signal turned Open: the client should retry later, as when refused Open.
+var ErrOpen = errors.New("throttle: signal open")
+
 // ErrIdle is the error of an HTTP body read cut off because its client
 // stopped sending.
 var ErrIdle = errors.New("throttle: request body too slow")

@@ -498,6 +498,10 @@ func (t *Ticket) grow(want int) error {
 					// it holds nothing yet.
 					ok = b.waitAdmit(t.ctx, n, t.key, useOf(t.exempt), t.waitLeft)
 					t.waitLeft -= now() - at
+					if ok && t.openedWhileWaiting(n) {
+						t.record(decision.VerdictDenyOpen)
+						return ErrOpen
+					}
 				case room >= n:
 					c.keys.noteRefused(t.key, at) // no wait: the budget is short
 				default:
@@ -536,7 +540,22 @@ func (t *Ticket) grow(want int) error {
 	if !ok {
 		return ErrBudget
 	}
+	if t.openedWhileWaiting(need) {
+		return ErrOpen
+	}
 	return t.add(need, false)
+}
+
+// openedWhileWaiting gives back the n bytes a body's wait for the budget
+// got when its signal turned Open meanwhile, as a gRPC call waiting to
+// decode does: what the body would go on to decode is what the memory line
+// is there to stop.
+func (t *Ticket) openedWhileWaiting(n int64) bool {
+	if open, _ := t.c.dec.Pressure(t.sig); !open {
+		return false
+	}
+	t.c.budget.release(n, t.key)
+	return true
 }
 
 // record counts the decision of an HTTP body at its first reservation,

@@ -1022,3 +1022,47 @@ func TestLaneBodiesDoNotWaitForEachOther(t *testing.T) {
 	assert.Zero(t, f.c.Stats().Reserved)
 	assert.Zero(t, f.c.budget.lane.used.Load())
 }
+
+// TestHTTPOpenWhileWaitingForBudget: a body that waited for budget bytes
+// while its signal turned Open is refused Open and gives them back, as a
+// gRPC call waiting to decode is; without Open it reads on. Both waits:
+// for its first bytes, and for more once its first bytes were read.
+func TestHTTPOpenWhileWaitingForBudget(t *testing.T) {
+	const size = 1 << 20
+	for _, tc := range []struct {
+		name   string
+		filled int64 // what another key holds
+	}{
+		{"first bytes", size},
+		{"more bytes", size - 32<<10},
+	} {
+		for _, open := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/open=%v", tc.name, open), func(t *testing.T) {
+				f := newFixture(t, size, func(c *Config, _ *HoldConfig) { c.WaitTimeout = 10 * time.Second })
+				other := f.c.keys.key(addr("10.0.0.1"), "")
+				f.c.budget.charge(tc.filled, other)
+				tk, v := f.http(t, "10.0.0.3", -1)
+				require.True(t, v.Admitted())
+				tk.Start(context.Background(), nil, false)
+				done := make(chan error, 1)
+				go func() {
+					_, err := readAll(tk, bytes.NewReader(make([]byte, 64<<10)))
+					done <- err
+				}()
+				require.Eventually(t, func() bool { return f.c.Stats().Waiting == 1 }, 10*time.Second, time.Millisecond)
+				f.dec.setOpen(decision.SignalTraces, open)
+				f.c.budget.release(tc.filled, other)
+				err := <-done
+				held := f.c.Stats().Reserved
+				tk.Release(err == nil)
+				if open {
+					require.ErrorIs(t, err, ErrOpen)
+					assert.LessOrEqual(t, held, int64(32<<10), "what the wait got is given back")
+				} else {
+					require.NoError(t, err)
+				}
+				assert.Zero(t, f.c.Stats().Reserved)
+			})
+		}
+	}
+}

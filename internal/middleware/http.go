@@ -158,6 +158,8 @@ func (b *httpBody) Read(p []byte) (int, error) {
 	case err == nil:
 	case errors.Is(err, admission.ErrBudget):
 		err = b.m.rejections.get(decision.VerdictDenyBudget, b.m.retry.Draw(decision.VerdictDenyBudget))
+	case errors.Is(err, admission.ErrOpen):
+		err = b.m.rejections.get(decision.VerdictDenyOpen, b.m.retry.Draw(decision.VerdictDenyOpen))
 	case errors.Is(err, admission.ErrIdle):
 		err = b.m.slowErr
 	}

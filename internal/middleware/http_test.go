@@ -686,6 +686,26 @@ func TestHTTPBudgetContentLength(t *testing.T) {
 	assert.LessOrEqual(t, f.stats().Peak, int64(100))
 }
 
+// TestHTTPOpenWhileWaitingForBudget: a body that waited for the budget
+// while its signal turned Open is answered 429 with Retry-After, as a
+// request refused Open is, and nothing of it is handed on to be decoded.
+func TestHTTPOpenWhileWaitingForBudget(t *testing.T) {
+	const maxBytes = 64 << 10
+	f := newHTTPFixture(t, maxBytes, withWait(10*time.Second))
+	release := f.reserve(t, "10.255.0.1", decision.SignalLogs, maxBytes)
+	got := make(chan *httptest.ResponseRecorder, 1)
+	go func() { got <- serve(f.h, post("/v1/traces", "192.0.2.1:1", 16<<10)) }()
+	require.Eventually(t, func() bool { return f.stats().Waiting == 1 }, 10*time.Second, time.Millisecond)
+	f.dec.set(decision.SignalTraces, decision.VerdictDenyOpen)
+	release()
+	rec := <-got
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.NotEmpty(t, rec.Header().Get("Retry-After"))
+	assert.Zero(t, f.next.read.Load(), "nothing handed on")
+	assert.EqualValues(t, 1, f.rec.get(protoHTTP, decision.SignalTraces, decision.VerdictDenyOpen))
+	assert.Zero(t, f.stats().Reserved)
+}
+
 // TestHTTPChunkedCannotBypass: while another request holds part of the
 // budget, a body without Content-Length larger than what is left is cut off
 // with a RESOURCE_EXHAUSTED read error after reading no more than that.
