@@ -498,7 +498,7 @@ func (t *Ticket) grow(want int) error {
 					// it holds nothing yet.
 					ok = b.waitAdmit(t.ctx, n, t.key, useOf(t.exempt), t.waitLeft)
 					t.waitLeft -= now() - at
-					if ok && t.openedWhileWaiting(n) {
+					if ok && t.openedWhileWaiting(n, false) {
 						t.record(decision.VerdictDenyOpen)
 						return ErrOpen
 					}
@@ -540,21 +540,27 @@ func (t *Ticket) grow(want int) error {
 	if !ok {
 		return ErrBudget
 	}
-	if t.openedWhileWaiting(need) {
+	if t.openedWhileWaiting(need, false) {
 		return ErrOpen
 	}
 	return t.add(need, false)
 }
 
 // openedWhileWaiting gives back the n bytes a body's wait for the budget
-// got when its signal turned Open meanwhile, as a gRPC call waiting to
-// decode does: what the body would go on to decode is what the memory line
-// is there to stop.
-func (t *Ticket) openedWhileWaiting(n int64) bool {
+// (or the lane's pool) got when its signal turned Open meanwhile, as a gRPC
+// call waiting to decode does: what the body would go on to decode is what
+// the memory line is there to stop.
+func (t *Ticket) openedWhileWaiting(n int64, lane bool) bool {
 	if open, _ := t.c.dec.Pressure(t.sig); !open {
 		return false
 	}
-	t.c.budget.release(n, t.key)
+	b := t.c.budget
+	if lane {
+		b.lane.used.Add(-n)
+		b.wakeAll()
+	} else {
+		b.release(n, t.key)
+	}
 	return true
 }
 
@@ -598,10 +604,16 @@ func (t *Ticket) growLane(need int64) error {
 		l.used.Add(need)
 		return t.add(need, true)
 	}
+	if l.tryTake(need) {
+		return t.add(need, true)
+	}
 	ok, waited := l.take(t.ctx, &t.w, need, t.waitLeft)
 	t.waitLeft -= waited
 	if !ok {
 		return ErrBudget
+	}
+	if t.openedWhileWaiting(need, true) {
+		return ErrOpen
 	}
 	return t.add(need, true)
 }

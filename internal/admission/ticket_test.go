@@ -1032,9 +1032,10 @@ func TestHTTPOpenWhileWaitingForBudget(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		filled int64 // what another key holds
+		kept   int64 // what the body holds once refused: its first bytes
 	}{
-		{"first bytes", size},
-		{"more bytes", size - 32<<10},
+		{"first bytes", size, 0},
+		{"more bytes", size - 32<<10, 32 << 10},
 	} {
 		for _, open := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/open=%v", tc.name, open), func(t *testing.T) {
@@ -1057,12 +1058,75 @@ func TestHTTPOpenWhileWaitingForBudget(t *testing.T) {
 				tk.Release(err == nil)
 				if open {
 					require.ErrorIs(t, err, ErrOpen)
-					assert.LessOrEqual(t, held, int64(32<<10), "what the wait got is given back")
+					assert.Equal(t, tc.kept, held, "what the wait got is given back")
 				} else {
 					require.NoError(t, err)
 				}
+				recorded := decision.VerdictAdmit // at its first bytes
+				if open && tc.kept == 0 {
+					recorded = decision.VerdictDenyOpen
+				}
+				assert.Equal(t, 1, f.rec.get(ProtocolHTTP, recorded))
 				assert.Zero(t, f.c.Stats().Reserved)
 			})
 		}
+	}
+}
+
+// TestLaneOpenWhileWaiting: a body in the oversize lane that waited for the
+// lane's pool while its signal turned Open is refused Open, as a body
+// waiting for the budget is, and the lane's bytes all come back; without
+// Open it reads on.
+func TestLaneOpenWhileWaiting(t *testing.T) {
+	const size = 64 << 10
+	for _, open := range []bool{true, false} {
+		t.Run(fmt.Sprintf("open=%v", open), func(t *testing.T) {
+			f := newFixture(t, size, func(c *Config, _ *HoldConfig) {
+				c.Fairness.Share = 0.25
+				c.WaitTimeout = 10 * time.Second
+			})
+			type body struct {
+				tk   *Ticket
+				pr   *io.PipeReader
+				pw   *io.PipeWriter
+				done chan error
+			}
+			start := func(remote string) *body {
+				tk, v := f.http(t, remote, -1)
+				require.True(t, v.Admitted())
+				tk.Start(context.Background(), nil, false)
+				pr, pw := io.Pipe()
+				b := &body{tk: tk, pr: pr, pw: pw, done: make(chan error, 1)}
+				go func() {
+					_, err := readAll(tk, pr)
+					b.done <- err
+				}()
+				return b
+			}
+			older, younger := start("10.0.0.1"), start("10.0.0.2")
+			// Each past its share, the two fill the lane's pool.
+			_, _ = older.pw.Write(make([]byte, size/4+size/2))
+			_, _ = younger.pw.Write(make([]byte, size/4+size/2-1<<10))
+			require.Eventually(t, func() bool { return f.c.budget.lane.bodies.Load() == 2 }, 10*time.Second, time.Millisecond)
+			// The younger wants more and waits for the pool.
+			go func() { _, _ = younger.pw.Write(make([]byte, size)); _ = younger.pw.Close() }()
+			require.Eventually(t, func() bool { return f.c.budget.lane.waiting.Load() == 1 }, 10*time.Second, time.Millisecond)
+			f.dec.setOpen(decision.SignalTraces, open)
+			// The older ends and gives its lane bytes back.
+			_ = older.pw.Close()
+			require.NoError(t, <-older.done)
+			older.tk.Release(true)
+			err := <-younger.done
+			_ = younger.pr.Close() // a refused body's writer stops
+			younger.tk.Release(err == nil)
+			if open {
+				require.ErrorIs(t, err, ErrOpen)
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Zero(t, f.c.Stats().Reserved)
+			assert.Zero(t, f.c.budget.lane.used.Load())
+			assert.Zero(t, f.c.budget.lane.bodies.Load())
+		})
 	}
 }
