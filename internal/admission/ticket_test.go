@@ -980,6 +980,43 @@ func TestLaneAllowanceCountsDecodedCalls(t *testing.T) {
 	assert.Zero(t, f.c.Stats().Reserved)
 }
 
+// pipedBody is an admitted body of unknown length fed through a pipe and
+// read on its own goroutine until it ends (done).
+type pipedBody struct {
+	tk   *Ticket
+	pr   *io.PipeReader
+	pw   *io.PipeWriter
+	done chan error
+}
+
+func (f *fixture) pipedBody(t *testing.T, remote string) *pipedBody {
+	t.Helper()
+	tk, v := f.http(t, remote, -1)
+	require.True(t, v.Admitted())
+	tk.Start(context.Background(), nil, false)
+	pr, pw := io.Pipe()
+	b := &pipedBody{tk: tk, pr: pr, pw: pw, done: make(chan error, 1)}
+	go func() {
+		_, err := readAll(tk, pr)
+		b.done <- err
+	}()
+	return b
+}
+
+// fillLane starts two bodies that, each past its share of a budget of
+// size with a quarter share per key, fill the oversize lane's pool; then
+// the younger wants more and waits for the pool.
+func (f *fixture) fillLane(t *testing.T, size int) (older, younger *pipedBody) {
+	t.Helper()
+	older, younger = f.pipedBody(t, "10.0.0.1"), f.pipedBody(t, "10.0.0.2")
+	_, _ = older.pw.Write(make([]byte, size/4+size/2))
+	_, _ = younger.pw.Write(make([]byte, size/4+size/2-1<<10))
+	require.Eventually(t, func() bool { return f.c.budget.lane.bodies.Load() == 2 }, 10*time.Second, time.Millisecond)
+	go func() { _, _ = younger.pw.Write(make([]byte, size)); _ = younger.pw.Close() }()
+	require.Eventually(t, func() bool { return f.c.budget.lane.waiting.Load() == 1 }, 10*time.Second, time.Millisecond)
+	return older, younger
+}
+
 // TestLaneBodiesDoNotWaitForEachOther: when every body in the oversize lane
 // waits for its pool, the oldest reads on past it: they waited for one
 // another until their waits ran out, and were refused half read.
@@ -989,31 +1026,8 @@ func TestLaneBodiesDoNotWaitForEachOther(t *testing.T) {
 		c.Fairness.Share = 0.25
 		c.WaitTimeout = 2 * time.Second
 	})
-	type body struct {
-		tk   *Ticket
-		pw   *io.PipeWriter
-		done chan error
-	}
-	start := func(remote string) *body {
-		tk, v := f.http(t, remote, -1)
-		require.True(t, v.Admitted())
-		tk.Start(context.Background(), nil, false)
-		pr, pw := io.Pipe()
-		b := &body{tk: tk, pw: pw, done: make(chan error, 1)}
-		go func() {
-			_, err := readAll(tk, pr)
-			b.done <- err
-		}()
-		return b
-	}
-	older, younger := start("10.0.0.1"), start("10.0.0.2")
-	// Each past its share, the two fill the lane's pool.
-	_, _ = older.pw.Write(make([]byte, size/4+size/2))
-	_, _ = younger.pw.Write(make([]byte, size/4+size/2-1<<10))
-	require.Eventually(t, func() bool { return f.c.budget.lane.bodies.Load() == 2 }, 10*time.Second, time.Millisecond)
+	older, younger := f.fillLane(t, size)
 	// Both want more: the younger waits for the older, which reads on.
-	go func() { _, _ = younger.pw.Write(make([]byte, size)); _ = younger.pw.Close() }()
-	require.Eventually(t, func() bool { return f.c.budget.lane.waiting.Load() == 1 }, 10*time.Second, time.Millisecond)
 	go func() { _, _ = older.pw.Write(make([]byte, size)); _ = older.pw.Close() }()
 	require.NoError(t, <-older.done, "the oldest body in the lane")
 	older.tk.Release(true)
@@ -1085,32 +1099,7 @@ func TestLaneOpenWhileWaiting(t *testing.T) {
 				c.Fairness.Share = 0.25
 				c.WaitTimeout = 10 * time.Second
 			})
-			type body struct {
-				tk   *Ticket
-				pr   *io.PipeReader
-				pw   *io.PipeWriter
-				done chan error
-			}
-			start := func(remote string) *body {
-				tk, v := f.http(t, remote, -1)
-				require.True(t, v.Admitted())
-				tk.Start(context.Background(), nil, false)
-				pr, pw := io.Pipe()
-				b := &body{tk: tk, pr: pr, pw: pw, done: make(chan error, 1)}
-				go func() {
-					_, err := readAll(tk, pr)
-					b.done <- err
-				}()
-				return b
-			}
-			older, younger := start("10.0.0.1"), start("10.0.0.2")
-			// Each past its share, the two fill the lane's pool.
-			_, _ = older.pw.Write(make([]byte, size/4+size/2))
-			_, _ = younger.pw.Write(make([]byte, size/4+size/2-1<<10))
-			require.Eventually(t, func() bool { return f.c.budget.lane.bodies.Load() == 2 }, 10*time.Second, time.Millisecond)
-			// The younger wants more and waits for the pool.
-			go func() { _, _ = younger.pw.Write(make([]byte, size)); _ = younger.pw.Close() }()
-			require.Eventually(t, func() bool { return f.c.budget.lane.waiting.Load() == 1 }, 10*time.Second, time.Millisecond)
+			older, younger := f.fillLane(t, size)
 			f.dec.setOpen(decision.SignalTraces, open)
 			// The older ends and gives its lane bytes back.
 			_ = older.pw.Close()
