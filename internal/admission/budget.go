@@ -413,12 +413,9 @@ func (l *lanePool) tryTake(n int64) bool {
 	return casAdd(&l.used, n, l.max.Load())
 }
 
-// take takes n bytes of the pool for w, waiting at most limit, oldest
-// first.
+// take waits for n bytes of the pool for w, at most limit, oldest first:
+// the caller tried tryTake first, and a wait is what it checks Open after.
 func (l *lanePool) take(ctx context.Context, w *waiter, n int64, limit time.Duration) (bool, time.Duration) {
-	if l.tryTake(n) {
-		return true, 0
-	}
 	if limit <= 0 {
 		return false, 0
 	}
