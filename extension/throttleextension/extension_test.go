@@ -316,7 +316,7 @@ func TestRecoveryRampAfterOpen(t *testing.T) {
 		if v == decision.VerdictDenyShed {
 			shed++
 		}
-		require.Equal(t, decision.VerdictAdmit, e.Decide(decision.SignalMetrics), "an exempt signal is not ramped")
+		require.Equal(t, decision.VerdictAdmit, e.Decide(decision.SignalMetrics), "the processor does not ramp an exempt signal")
 	}
 	assert.Greater(t, shed, 90, "right after Open the ramp must shed nearly everything")
 }

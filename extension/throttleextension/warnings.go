@@ -32,7 +32,7 @@ func (cfg *Config) warnings() []string {
 		if r := cfg.Rules[s.String()]; r.Enabled != nil {
 			field = s.String()
 		}
-		msgs = append(msgs, fmt.Sprintf("`rules::%s::enabled` is false: %s are exempt: admitted in every state short of the memory hard line, and bounded by the admission budget, a quarter of which only exempt signals may take", field, s))
+		msgs = append(msgs, fmt.Sprintf("`rules::%s::enabled` is false: %s are exempt: admitted in every state short of the memory hard line (the receivers ramp them up again after it), and bounded by the admission budget, a quarter of which only exempt signals may take", field, s))
 	}
 	a := cfg.Admission
 	if a.MaxInflightBytes.IsOff() {

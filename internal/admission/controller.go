@@ -30,7 +30,8 @@ import (
 type Decider interface {
 	// Pressure returns whether signal s refuses everything (Open) and
 	// otherwise its drop probability: one atomic load, never blocking.
-	// An exempt signal reports (false, 0) except at the memory backstop.
+	// An exempt signal reports (true, _) at the memory backstop, the
+	// recovery ramp after it, and (false, 0) otherwise.
 	Pressure(s decision.Signal) (open bool, drop float64)
 	// Exempt reports whether s is exempt from the throttle (its rule has
 	// enabled: false, or the whole throttle is disabled): it is bounded by

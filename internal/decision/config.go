@@ -152,8 +152,8 @@ var ruleKeys = append([]string{RuleKeyDefault}, signalNames[:]...)
 // (enabled: true, drop_min: 0, drop_max: 1).
 type RuleConfig struct {
 	// Enabled: false exempts the signal from shedding and from Open, but
-	// not from the memory backstop; the admission budget still bounds its
-	// bytes.
+	// not from the memory backstop nor, at the receivers, the ramp after
+	// it; the admission budget still bounds its bytes.
 	Enabled *bool `mapstructure:"enabled"`
 	// DropMin is the drop probability at the enter line while Shedding.
 	DropMin *float64 `mapstructure:"drop_min"`

@@ -78,7 +78,8 @@ func (s Slot) maxShed() float64 {
 
 // Rule is how strongly one signal is shed (rules.<signal>).
 type Rule struct {
-	// Enabled false admits the signal always, even in Open.
+	// Enabled false admits the signal in every state, Open included, short
+	// of the memory backstop (see admissionFor).
 	Enabled bool
 	// DropMin and DropMax bound the drop probability in Shedding. DropMax 0
 	// exempts the signal from shedding, not from Open nor from the recovery
@@ -141,9 +142,10 @@ type Options struct {
 // SignalStat is one signal's part of a Stat.
 type SignalStat struct {
 	State State
-	// DropProbability is the share of requests rejected: 1 in Open, the
-	// shedding probability (or the recovery ramp) otherwise; for a signal
-	// whose rule is disabled 0, but 1 at a backstop's hard line.
+	// DropProbability is the share of requests rejected at the receivers'
+	// entrance: 1 in Open, the shedding probability (or the recovery ramp)
+	// otherwise; for a signal whose rule is disabled 0, but 1 at a
+	// backstop's hard line and the ramp after it.
 	DropProbability float64
 }
 
@@ -204,6 +206,9 @@ type admission struct {
 	// threshold is pDrop scaled to 53 bits: a draw r in [0, 2^53) rejects
 	// when r < threshold, which happens with probability pDrop.
 	threshold uint64
+	// entryDrop is an exempt signal's recovery ramp, which only the
+	// receivers' entrance applies (Pressure), not Decide.
+	entryDrop float64
 	// noHold: every slot that presses has pressed for longer than its
 	// HoldFor, so a refusal is answered at once instead of held.
 	noHold bool
@@ -276,14 +281,16 @@ func (e *Engine) Decide(s Signal) Verdict {
 }
 
 // Pressure returns whether signal s refuses everything (Open, its rule
-// enabled) and otherwise its drop probability: Decide without the draw, for
-// a caller that draws against a probability of its own (a key's fair drop).
+// enabled) and otherwise its drop probability at the receivers' entrance:
+// Decide without the draw, for a caller that draws against a probability of
+// its own (a key's fair drop). For an exempt signal it is the recovery ramp
+// after a memory Open, which Decide leaves out (see admissionFor).
 func (e *Engine) Pressure(s Signal) (open bool, drop float64) {
 	if s >= NumSignals {
 		return false, 0
 	}
 	a := e.admissions[s].Load()
-	return a.open, a.pDrop
+	return a.open, max(a.pDrop, a.entryDrop)
 }
 
 // Holdable reports whether a refusal of signal s may wait in the hold: false
@@ -310,7 +317,7 @@ func (e *Engine) Stat() Stat {
 		if a.open {
 			st.Signals[i].DropProbability = 1
 		} else {
-			st.Signals[i].DropProbability = a.pDrop
+			st.Signals[i].DropProbability = max(a.pDrop, a.entryDrop)
 		}
 	}
 	st.Level = *e.level.Load()
@@ -431,6 +438,13 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	e.state = to
 
 	ramp := e.rampAt(now)
+	// With a ramp, an exempt signal's entrance refuses for the rest of an
+	// Open the backstop began, as it does at the ramp that follows: another
+	// resource may hold the Open after memory is back under its line.
+	exemptRamp := ramp
+	if to == StateOpen && e.openByBackstop && e.recoveryRamp > 0 {
+		exemptRamp = 1
+	}
 	t := 0.0
 	for i := range e.slots {
 		t = max(t, e.slots[i].severity(from, to, &levels[i], e.shareStep))
@@ -438,7 +452,7 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	noHold := !e.holdable(now)
 	for i := range e.rules {
 		// Publish on change only: a steady state costs no allocation.
-		a := admissionFor(e.rules[i], to, t, ramp, backstop)
+		a := admissionFor(e.rules[i], to, t, ramp, exemptRamp, backstop)
 		a.noHold = noHold
 		if a != *e.admissions[i].Load() {
 			published := a
@@ -536,15 +550,23 @@ func (e *Engine) rampAt(now time.Time) float64 {
 }
 
 // admissionFor computes one signal's snapshot. t is the shedding severity in
-// [0, 1], ramp the recovery ramp's floor, and backstop whether memory is at
-// or over its hard line in this frame.
-func admissionFor(r Rule, state State, t, ramp float64, backstop bool) admission {
+// [0, 1], ramp the recovery ramp's floor, exemptRamp an exempt signal's at
+// the entrance, and backstop whether memory is at or over its hard line in
+// this frame.
+func admissionFor(r Rule, state State, t, ramp, exemptRamp float64, backstop bool) admission {
 	a := admission{state: state}
 	if !r.Enabled {
 		// An exempt signal is admitted in every state but one: memory at
 		// its hard line. A flood on an exempt signal would otherwise meet
 		// the OOM killer, which loses everything, the exempt signal too.
 		a.open = backstop
+		// The receivers' entrance ramps it up again after a memory Open,
+		// as the others: right after the relief's GC the level reads far
+		// under the line, and every exempt request held or sent again
+		// during the Open would go in on that one frame. Decide (the
+		// processor) does not: what reaches it is decoded already, and
+		// refusing it would only lose it.
+		a.entryDrop = exemptRamp
 		return a
 	}
 	if state == StateOpen {

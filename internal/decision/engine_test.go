@@ -704,6 +704,81 @@ func TestRuleDisabledAdmitsBelowTheMemoryBackstop(t *testing.T) {
 	assert.Equal(t, VerdictAdmit, e.Decide(SignalMetrics), "under the hard line again")
 }
 
+// TestExemptRampsAtTheEntranceOnly: after a memory Open the receivers'
+// entrance (Pressure) ramps an exempt signal up again like the others, so
+// that the exempt requests held during the Open do not all go in on the
+// first frame after the relief's GC; the processor (Decide) admits it, since
+// what reaches the processor is decoded already. A CPU Open starts no ramp.
+func TestExemptRampsAtTheEntranceOnly(t *testing.T) {
+	cfg := testConfig(1, 1)
+	cfg.RecoveryRamp = 5 * time.Second
+	cfg.Rules[SignalMetrics] = Rule{Enabled: false, DropMax: 1}
+	clock := newClock()
+	e := New(cfg, Options{Now: clock.Now, Rand: fixedRand(0)})
+
+	e.Observe(cpuOnly(0.95, 0.95).level())
+	require.Equal(t, StateOpen, e.State(SignalMetrics))
+	clock.Advance(time.Second)
+	e.Observe(cpuOnly(0.5, 0.5).level())
+	require.Equal(t, StateNormal, e.State(SignalMetrics))
+	open, p := e.Pressure(SignalMetrics)
+	assert.False(t, open)
+	assert.Zero(t, p, "no ramp after a CPU Open")
+
+	e.Observe(memOnly(0.99).level())
+	open, _ = e.Pressure(SignalMetrics)
+	require.True(t, open, "the backstop")
+	clock.Advance(time.Second)
+	e.Observe(memOnly(0.22).level()) // the reading right after the relief's GC
+	require.Equal(t, StateNormal, e.State(SignalMetrics))
+	open, p = e.Pressure(SignalMetrics)
+	assert.False(t, open)
+	assert.InDelta(t, 1.0, p, 1e-9, "the entrance ramps up from 1")
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalMetrics), "the processor admits")
+	assert.Equal(t, VerdictDenyShed, e.Decide(SignalTraces), "the others ramp everywhere")
+
+	clock.Advance(2500 * time.Millisecond)
+	e.Observe(memOnly(0.22).level())
+	_, p = e.Pressure(SignalMetrics)
+	assert.InDelta(t, 0.5, p, 1e-9)
+	clock.Advance(2500 * time.Millisecond)
+	e.Observe(memOnly(0.22).level())
+	_, p = e.Pressure(SignalMetrics)
+	assert.Zero(t, p, "the ramp is over")
+
+	// CPU holds the Open the backstop began after memory is back under its
+	// line: the exempt signal is refused at the entrance until the ramp.
+	e.Observe(frame{0.95, 0.95, 0.99}.level())
+	require.Equal(t, StateOpen, e.State(SignalMetrics))
+	e.Observe(frame{0.95, 0.95, 0.22}.level())
+	require.Equal(t, StateOpen, e.State(SignalMetrics), "CPU holds the Open")
+	open, p = e.Pressure(SignalMetrics)
+	assert.False(t, open, "under the backstop")
+	assert.InDelta(t, 1.0, p, 1e-9, "refused at the entrance for the rest of the Open")
+	assert.Equal(t, VerdictAdmit, e.Decide(SignalMetrics), "the processor admits")
+	clock.Advance(time.Second)
+	e.Observe(frame{0.5, 0.5, 0.22}.level())
+	require.Equal(t, StateNormal, e.State(SignalMetrics))
+	_, p = e.Pressure(SignalMetrics)
+	assert.InDelta(t, 1.0, p, 1e-9, "then the ramp")
+}
+
+// TestExemptNotRampedWithoutRamp: with the ramp off, an exempt signal is
+// refused at the backstop only, even while another resource holds the Open
+// memory began.
+func TestExemptNotRampedWithoutRamp(t *testing.T) {
+	cfg := testConfig(1, 1)
+	cfg.RecoveryRamp = 0
+	cfg.Rules[SignalMetrics] = Rule{Enabled: false, DropMax: 1}
+	e := New(cfg, Options{Rand: fixedRand(0)})
+	e.Observe(frame{0.95, 0.95, 0.99}.level())
+	e.Observe(frame{0.95, 0.95, 0.22}.level())
+	require.Equal(t, StateOpen, e.State(SignalMetrics))
+	open, p := e.Pressure(SignalMetrics)
+	assert.False(t, open)
+	assert.Zero(t, p)
+}
+
 func TestDropMaxZeroShedsNothingButOpens(t *testing.T) {
 	cfg := testConfig(1, 1)
 	cfg.RecoveryRamp = 5 * time.Second
@@ -778,7 +853,7 @@ func TestRecoveryRamp(t *testing.T) {
 		}
 		assert.InDelta(t, max(st.ramp, shed), p[SignalTraces], 1e-9, "traces step %d", i)
 		assert.InDelta(t, max(st.ramp, shed*0.2), p[SignalMetrics], 1e-9, "metrics step %d", i)
-		assert.Zero(t, p[SignalLogs], "logs step %d", i)
+		assert.InDelta(t, st.ramp, p[SignalLogs], 1e-9, "logs (exempt) ramp only, at the entrance, step %d", i)
 		assert.InDelta(t, st.ramp, p[SignalProfiles], 1e-9, "profiles (drop_max 0) ramp only, step %d", i)
 	}
 

@@ -64,8 +64,9 @@ type Resource struct {
 // SignalStatus is one signal's live state and counters.
 type SignalStatus struct {
 	State decision.State
-	// DropProbability is the current probability of shedding a request
-	// (1 in Open, 0 in Normal or for an exempt signal).
+	// DropProbability is the current probability of refusing a request at
+	// the receivers' entrance (1 in Open, 0 in Normal; for an exempt signal
+	// 1 at the memory backstop, the ramp after it, 0 otherwise).
 	DropProbability float64
 	// Allowed and the Denied* counts are cumulative since start.
 	Allowed      uint64

@@ -218,7 +218,7 @@ func panels(s *Series) []*panel {
 	res.Y.Min, res.Y.Max = 0, yTop
 
 	// 2. State.
-	st := newPanel("throttle state per signal (metrics exempt: never rejected)", "state")
+	st := newPanel("throttle state per signal (metrics exempt: rejected only at and after the memory backstop)", "state")
 	if throttled {
 		addLine(st, "traces", s.T, s.StateTraces, lineOpt{color: cRed, width: vg.Points(2), step: true, offset: 0.06})
 		addLine(st, "logs", s.T, s.StateLogs, lineOpt{color: cPurple, width: vg.Points(1.5), step: true})

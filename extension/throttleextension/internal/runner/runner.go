@@ -86,8 +86,8 @@ type Runner struct {
 	demand demandMeter
 	// unclassified warns of requests no route matches (unclassified.go).
 	unclassified unclassifiedWarner
-	// exempt[s]: signal s is always admitted, within the budget's reserve
-	// for exempt signals.
+	// exempt[s]: signal s is admitted short of the memory backstop, within
+	// the budget's reserve for exempt signals.
 	exempt [decision.NumSignals]bool
 
 	mu      sync.Mutex // guards the lifecycle below
@@ -451,9 +451,10 @@ func (r *Runner) logTransition(t decision.Transition) {
 	r.status.transition(t)
 }
 
-// Decide implements middleware.Decider and the extension's Throttle. The
-// engine already admits a signal whose rule is disabled, and with enabled:
-// false nothing feeds it, so it stays Normal and admits everything.
+// Decide implements the extension's Throttle, for the processor. The
+// engine already admits a signal whose rule is disabled, short of the
+// memory backstop, and with enabled: false nothing feeds it, so it stays
+// Normal and admits everything.
 func (r *Runner) Decide(s decision.Signal) decision.Verdict { return r.engine.Decide(s) }
 
 // Pressure implements admission.Decider.

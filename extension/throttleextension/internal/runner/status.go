@@ -338,9 +338,9 @@ func (st *status) live() statuspage.LiveStatus {
 	for s := range decision.NumSignals {
 		sig := &l.Signals[s]
 		sig.State = r.State(s)
-		// Exempt signals are always admitted, and a stale level admits
-		// everything: nothing is dropped whatever the machine says.
-		if !r.exempt[s] && !stale {
+		// A stale level admits everything: nothing is dropped whatever the
+		// machine says.
+		if !stale {
 			sig.DropProbability = stat.Signals[s].DropProbability
 		}
 		sig.Allowed = c.load(s, decision.VerdictAdmit)
