@@ -73,10 +73,12 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 	if req.Protocol == ProtocolGRPC {
 		return c.admitCall(ctx, k, req, at, exempt, off)
 	}
-	// A key at its share, or one that owes the oversize lane under
-	// pressure, is refused what it could not have, before it is read.
+	// A key at its share (what its unary gRPC calls hold for messages
+	// still to be decoded aside: its body may wait for that), or one that
+	// owes the oversize lane under pressure, is refused what it could not
+	// have, before it is read.
 	lim, plim := c.budget.limitOf(k, at)
-	if !exempt && c.keys.room(k, lim, plim) <= 0 ||
+	if !exempt && c.keys.bodyRoom(k, lim, plim) <= 0 ||
 		(req.Length < 0 || req.Length > lim) && c.budget.laneIndebted(k, at) && c.dec.Pressed(req.Signal) {
 		c.keys.noteAtShare(k, at)
 		if c.observe {
@@ -763,6 +765,35 @@ func (t *keyTable) room(k Key, lim, parentLim int64) int64 {
 		r = min(r, parentLim-p.reserved.Load())
 	}
 	return max(r, 0)
+}
+
+// bodyRoom is room with what k's unary gRPC calls hold for messages still
+// to be decoded counted as coming back: a decoded call keeps only its
+// message's size, so a body of the same key may wait for that rather than
+// be refused while its key's own calls are in the middle of decoding.
+func (t *keyTable) bodyRoom(k Key, lim, parentLim int64) int64 {
+	s := t.slot(k)
+	if s == nil {
+		return lim
+	}
+	r := lim - s.reserved.Load() + s.decoding.Load() - s.streaming.Load()
+	if p := t.slot(Key(s.parent.Load())); p != nil {
+		r = min(r, parentLim-p.reserved.Load()+p.decoding.Load()-p.streaming.Load())
+	}
+	return max(r, 0)
+}
+
+// addStreaming counts n bytes (negative: taken off) of k's undecoded
+// calls' as its streaming calls'.
+func (t *keyTable) addStreaming(k Key, n int64) {
+	s := t.slot(k)
+	if s == nil {
+		return
+	}
+	s.streaming.Add(n)
+	if p := t.slot(Key(s.parent.Load())); p != nil {
+		p.streaming.Add(n)
+	}
 }
 
 // use says what a reservation is for.

@@ -77,11 +77,13 @@ type keySlot struct {
 	kids         atomic.Int32 // active nested keys of an origin
 
 	reserved atomic.Int64 // bytes of the admission budget
-	// decoding is what the key's gRPC calls still to be decoded hold of it.
-	decoding atomic.Int64
-	held     atomic.Int32 // places in the hold
-	seen     atomic.Int64 // now() of the last request
-	busy     atomic.Int64 // now() of the last byte read or budget refusal
+	// decoding is what the key's gRPC calls still to be decoded hold of it;
+	// streaming the part of it its streaming calls hold, which comes back
+	// only when they end.
+	decoding, streaming atomic.Int64
+	held                atomic.Int32 // places in the hold
+	seen                atomic.Int64 // now() of the last request
+	busy                atomic.Int64 // now() of the last byte read or budget refusal
 	// live counts the key's unfinished requests (tickets): an admitted
 	// body may hold nothing for longer than a key's idleness, and its slot
 	// must stay its key's (and its origin's) until it ends.

@@ -225,10 +225,14 @@ func (t *Ticket) reserveDecode(ctx context.Context) decision.Verdict {
 	if t.done {
 		v = decision.VerdictDenyBudget // released meanwhile
 	}
+	streaming := t.streaming
 	if v.Admitted() {
 		t.reserved, t.decoding = n, decodeOf
 	}
 	t.mu.Unlock()
+	if v.Admitted() && streaming {
+		b.keys.addStreaming(t.key, decodeOf)
+	}
 	if !v.Admitted() {
 		b.keys.endDecode(t.key, decodeOf)
 		b.release(n, t.key)
@@ -358,7 +362,7 @@ func (t *Ticket) Release(accepted bool) {
 	t.endWaitLocked()
 	counted, unrecorded := t.counted, t.unrecorded
 	t.counted, t.unrecorded = false, false
-	decoding := t.decoding
+	decoding, streaming := t.decoding, t.streaming
 	t.decoding = 0
 	learn := accepted && (t.eof || t.msg)
 	size, wire := t.read, int64(0)
@@ -376,6 +380,9 @@ func (t *Ticket) Release(accepted bool) {
 	if c.budget != nil {
 		if decoding > 0 {
 			c.keys.endDecode(t.key, decoding)
+			if streaming {
+				c.keys.addStreaming(t.key, -decoding)
+			}
 		}
 		c.budget.release(n, t.key)
 		if inLane {
@@ -484,7 +491,18 @@ func (t *Ticket) grow(want int) error {
 		// Within its key's room and what is not the exempt signals'
 		// reserve (unless it is exempt): what could never be had is not
 		// asked for.
-		room := min(b.keys.room(t.key, lim, plim), b.max.Load()-b.keepFor(t.exempt))
+		free := b.max.Load() - b.keepFor(t.exempt)
+		room := min(b.keys.room(t.key, lim, plim), free)
+		// A key whose share its own unary gRPC calls hold for messages
+		// still to be decoded waits for what they give back when decoded,
+		// holding a place in the hold as those calls do when they wait, so
+		// that what waits so is bounded per key.
+		forDecodes := false
+		if room == 0 && !c.observe {
+			if soon := min(b.keys.bodyRoom(t.key, lim, plim), free); soon > 0 && t.waitLeft > 0 && t.countWait(at) {
+				room, forDecodes = soon, true
+			}
+		}
 		n = max(min(n, room), min(need, max(room, 1)))
 		if !b.admitNow(n, t.key, useOf(t.exempt), at) {
 			if c.observe {
@@ -498,6 +516,11 @@ func (t *Ticket) grow(want int) error {
 					// it holds nothing yet.
 					ok = b.waitAdmit(t.ctx, n, t.key, useOf(t.exempt), t.waitLeft)
 					t.waitLeft -= now() - at
+					if forDecodes {
+						t.mu.Lock()
+						t.endWaitLocked()
+						t.mu.Unlock()
+					}
 					if ok && t.openedWhileWaiting(n, false) {
 						t.record(decision.VerdictDenyOpen)
 						return ErrOpen
@@ -512,6 +535,11 @@ func (t *Ticket) grow(want int) error {
 					return ErrBudget
 				}
 			}
+		}
+		if forDecodes { // admitted without waiting
+			t.mu.Lock()
+			t.endWaitLocked()
+			t.mu.Unlock()
 		}
 		t.record(decision.VerdictAdmit)
 		return t.add(n, false)

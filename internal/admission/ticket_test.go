@@ -1087,6 +1087,154 @@ func TestHTTPOpenWhileWaitingForBudget(t *testing.T) {
 	}
 }
 
+// TestHTTPBodyWaitsForItsKeysDecodes: a body whose key's share is held by
+// its own gRPC calls' messages still to be decoded is admitted and waits
+// for a decode to give back, instead of being refused; a key at its share
+// by what it holds otherwise is still refused at once.
+func TestHTTPBodyWaitsForItsKeysDecodes(t *testing.T) {
+	f := newFixture(t, 8<<20, func(c *Config, _ *HoldConfig) { c.WaitTimeout = 10 * time.Second }) // share 4 MiB; a decode holds 2 MiB
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var calls []*Ticket
+	for range 2 {
+		tk, v := f.grpc(ctx, "10.0.0.1")
+		require.True(t, v.Admitted())
+		require.True(t, tk.Start(ctx, nil, false).Admitted())
+		calls = append(calls, tk)
+	}
+	require.EqualValues(t, 4<<20, f.c.Stats().Reserved, "the key's share is its two decodes")
+
+	tk, v := f.http(t, "10.0.0.1", -1)
+	require.True(t, v.Admitted(), "what its decodes hold comes back")
+	tk.Start(ctx, nil, false)
+	done := make(chan error, 1)
+	go func() {
+		_, err := readAll(tk, bytes.NewReader(make([]byte, 40<<10)))
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return f.c.budget.entering.Load() == 1 }, 10*time.Second, time.Millisecond, "the body waits")
+	assert.False(t, f.c.keys.contended(now()), "half the budget is free: the budget is not short")
+	calls[0].Decoded(40<<10, 20<<10)
+	require.NoError(t, <-done)
+	tk.Release(true)
+	for _, c := range calls {
+		c.Release(true)
+	}
+	assert.Equal(t, 1, f.rec.get(ProtocolHTTP, decision.VerdictAdmit))
+	assert.Zero(t, f.rec.get(ProtocolHTTP, decision.VerdictDenyBudget))
+	assert.Zero(t, f.c.Stats().Reserved)
+
+	other := f.c.keys.key(addr("10.0.0.2"), "")
+	f.c.budget.charge(4<<20, other)
+	_, v = f.http(t, "10.0.0.2", -1)
+	assert.Equal(t, decision.VerdictDenyBudget, v, "a key at its share by what it read")
+	f.c.budget.release(4<<20, other)
+}
+
+// TestBodiesWaitingForTheirKeysDecodesBounded: the bodies that wait for
+// their key's decodes each hold a place in the hold, so a key with silent
+// calls cannot park any number of them; beyond its places they are refused
+// at once, as before they could wait at all.
+func TestBodiesWaitingForTheirKeysDecodesBounded(t *testing.T) {
+	f := newFixture(t, 8<<20, func(c *Config, h *HoldConfig) {
+		c.WaitTimeout = 10 * time.Second
+		*h = HoldConfig{MaxWait: time.Second, MaxRequests: 8}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var calls []*Ticket
+	for range 2 { // silent: their messages never come
+		tk, v := f.grpc(ctx, "10.0.0.1")
+		require.True(t, v.Admitted())
+		require.True(t, tk.Start(ctx, nil, false).Admitted())
+		calls = append(calls, tk)
+	}
+	const n = 40
+	var bodies []*pipedBody
+	for range n {
+		b := f.pipedBody(t, "10.0.0.1")
+		go func() { _, _ = b.pw.Write([]byte{1}) }()
+		bodies = append(bodies, b)
+	}
+	refused := 0
+	require.Eventually(t, func() bool {
+		refused = 0
+		for _, b := range bodies {
+			refused += len(b.done)
+		}
+		return refused >= n-8
+	}, 5*time.Second, 5*time.Millisecond, "beyond its places, refused at once")
+	assert.LessOrEqual(t, f.c.budget.entering.Load(), int32(8), "at most its places wait")
+	for _, b := range bodies {
+		_ = b.pw.Close()
+	}
+	calls[0].Decoded(1000, 100)
+	calls[1].Decoded(1000, 100)
+	for _, b := range bodies {
+		err := <-b.done // refused, or read to EOF once a decode gave back
+		b.tk.Release(err == nil)
+	}
+	for _, c := range calls {
+		c.Release(true)
+	}
+	assert.Zero(t, f.c.Stats().Reserved)
+	assert.Zero(t, f.c.hold.count(), "every place given back")
+}
+
+// TestHTTPBodyTakesWhatFitsBesideItsKeysDecode: a body that fits in what
+// its key's share leaves free is read at once, not made to wait for its
+// key's decodes.
+func TestHTTPBodyTakesWhatFitsBesideItsKeysDecode(t *testing.T) {
+	f := newFixture(t, 8<<20, func(c *Config, _ *HoldConfig) { c.WaitTimeout = 10 * time.Second; c.UnknownSize = MiB })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	call, v := f.grpc(ctx, "10.0.0.1")
+	require.True(t, v.Admitted())
+	require.True(t, call.Start(ctx, nil, false).Admitted()) // its message is slow to come
+	k := f.c.keys.key(addr("10.0.0.1"), "")
+	f.c.budget.charge(1536<<10, k) // decoded messages still in the pipeline
+	tk, v := f.http(t, "10.0.0.1", -1)
+	require.True(t, v.Admitted())
+	tk.Start(ctx, nil, false)
+	done := make(chan error, 1)
+	go func() { _, err := readAll(tk, bytes.NewReader(make([]byte, 100<<10))); done <- err }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("waits for its key's decode though 512 KiB of its share are free")
+	}
+	tk.Release(true)
+	f.c.budget.release(1536<<10, k)
+	call.Release(true)
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
+// TestHTTPBodyRefusedWhenItsKeysStreamsHoldItsShare: a streaming call holds
+// what a message may decode to for its whole life; a body does not wait
+// for that.
+func TestHTTPBodyRefusedWhenItsKeysStreamsHoldItsShare(t *testing.T) {
+	f := newFixture(t, 8<<20, func(c *Config, _ *HoldConfig) { c.WaitTimeout = 10 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var streams []*Ticket
+	for range 2 {
+		tk, v := f.grpc(ctx, "10.0.0.1")
+		require.True(t, v.Admitted())
+		require.True(t, tk.Start(ctx, nil, true).Admitted())
+		tk.Decoded(1000, 100)
+		streams = append(streams, tk)
+	}
+	_, v := f.http(t, "10.0.0.1", -1)
+	assert.Equal(t, decision.VerdictDenyBudget, v, "a stream's decode comes back only when it ends")
+	for _, s := range streams {
+		s.Release(true)
+	}
+	k := f.c.keys.key(addr("10.0.0.1"), "")
+	assert.Zero(t, f.c.keys.slot(k).streaming.Load())
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
 // TestLaneOpenWhileWaiting: a body in the oversize lane that waited for the
 // lane's pool while its signal turned Open is refused Open, as a body
 // waiting for the budget is, and the lane's bytes all come back; without
