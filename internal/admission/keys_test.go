@@ -263,18 +263,25 @@ func TestTopKeys(t *testing.T) {
 }
 
 // TestKeysDistinctSlots: keys take the first free slot near their hash, so
-// that a few hundred active keys do not share one; an idle slot serves a
+// that a few hundred active keys rarely share one; an idle slot serves a
 // new key, which does not inherit what its former key left.
 func TestKeysDistinctSlots(t *testing.T) {
 	kt := newKeyTable(FairnessConfig{Key: KeyAddress, Share: 0.5})
 	clock := t0
 	kt.clock = func() time.Duration { return clock }
 	seen := map[Key]bool{}
+	shared := 0
 	for i := range 500 {
 		k := kt.key(addr(fmt.Sprintf("10.%d.%d.1", i/200, i%200)), "")
-		require.False(t, seen[k], "key %d shares a slot", i)
+		if seen[k] {
+			shared++
+		}
 		seen[k] = true
 	}
+	// The hash seed is random: with 8 probes in 2048 slots, some key of
+	// 500 finds its whole range taken in about 2 % of seeds, three in
+	// about 1 of 7,000, four in none of 20,000 simulated.
+	assert.LessOrEqual(t, shared, 3, "keys sharing a slot")
 	// A slot idle for longer than activeFor is taken by the next key that
 	// needs it, forgetting what its former key read; the others are not.
 	old := kt.key(addr("10.0.0.1"), "")
