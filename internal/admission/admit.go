@@ -78,7 +78,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (*Ticket, decision.
 	// owes the oversize lane under pressure, is refused what it could not
 	// have, before it is read.
 	lim, plim := c.budget.limitOf(k, at)
-	if !exempt && c.keys.bodyRoom(k, lim, plim) <= 0 ||
+	if !exempt && c.roomForBody(k, lim, plim) <= 0 ||
 		(req.Length < 0 || req.Length > lim) && c.budget.laneIndebted(k, at) && c.dec.Pressed(req.Signal) {
 		c.keys.noteAtShare(k, at)
 		if c.observe {
@@ -767,6 +767,23 @@ func (t *keyTable) room(k Key, lim, parentLim int64) int64 {
 	return max(r, 0)
 }
 
+// roomForBody is what an HTTP body of k may count on of lim: its key's
+// room, and what its key's own calls give back when decoded if it may wait
+// for that.
+func (c *Controller) roomForBody(k Key, lim, parentLim int64) int64 {
+	if c.waitsForDecodes() {
+		return c.keys.bodyRoom(k, lim, parentLim)
+	}
+	return c.keys.room(k, lim, parentLim)
+}
+
+// waitsForDecodes reports whether an HTTP body may wait for what its key's
+// own gRPC calls hold for messages still to be decoded: only with a hold,
+// whose places per key bound how many wait so.
+func (c *Controller) waitsForDecodes() bool {
+	return c.hold != nil && c.cfg.WaitTimeout > 0 && !c.observe
+}
+
 // bodyRoom is room with what k's unary gRPC calls hold for messages still
 // to be decoded counted as coming back: a decoded call keeps only its
 // message's size, so a body of the same key may wait for that rather than
@@ -809,6 +826,10 @@ const (
 	// is always possible, and what its decoded calls hold while the
 	// pipeline handles them does not hold up the next.
 	useDecode
+	// useOwnDecodes: an HTTP body waiting for what its key's own calls
+	// hold for messages still to be decoded; its key's share, not the
+	// budget, is short, so the others need not line up behind it.
+	useOwnDecodes
 )
 
 func useOf(exempt bool) use {

@@ -45,6 +45,8 @@ type budget struct {
 	pending  atomic.Int64
 	waiting  atomic.Int32
 	entering atomic.Int32
+	// ownDecodes counts the entrants of useOwnDecodes.
+	ownDecodes atomic.Int32
 	// headKeep is what the oldest entrant the budget (not its key's share)
 	// holds back needs: reservations that do not wait in line leave it
 	// free, so that a call waiting for its bytes is not passed by them
@@ -251,7 +253,7 @@ type entrant struct {
 // pass them; one whose key is at its share is passed over, so that a key
 // flooding the wait holds back no other.
 func (b *budget) waitAdmit(ctx context.Context, n int64, k Key, u use, limit time.Duration) bool {
-	if b.entering.Load() == 0 && b.admitNow(n, k, u, now()) {
+	if b.lineEmpty() && b.admitNow(n, k, u, now()) {
 		return true
 	}
 	if limit <= 0 {
@@ -261,7 +263,7 @@ func (b *budget) waitAdmit(ctx context.Context, n int64, k Key, u use, limit tim
 	e := &entrant{n: n, k: k, u: u, admitted: make(chan struct{})}
 	b.mu.Lock()
 	b.entrants = append(b.entrants, e)
-	b.entering.Add(1)
+	b.enter(e, 1)
 	b.admitEntrantsLocked() // it may fit behind no one
 	b.mu.Unlock()
 
@@ -298,10 +300,22 @@ wait:
 		return true // admitted as its wait ended
 	}
 	b.entrants = slices.Delete(b.entrants, i, i+1)
-	b.entering.Add(-1)
+	b.enter(e, -1)
 	b.admitEntrantsLocked() // those behind it may fit now
 	return false
 }
+
+// enter counts e in (d 1) or out of (d -1) the entrants.
+func (b *budget) enter(e *entrant, d int32) {
+	b.entering.Add(d)
+	if e.u&useOwnDecodes != 0 {
+		b.ownDecodes.Add(d)
+	}
+}
+
+// lineEmpty reports whether no entrant waits that a new reservation would
+// pass: none, or only bodies waiting for their own key's decodes.
+func (b *budget) lineEmpty() bool { return b.entering.Load() == b.ownDecodes.Load() }
 
 // admitEntrantsLocked admits the waiting requests, oldest first, until one
 // does not fit in the budget; one whose key is at its share is passed
@@ -313,7 +327,7 @@ func (b *budget) admitEntrantsLocked() {
 	at := now()
 	for _, e := range b.entrants {
 		if !short && b.take(e.n, e.k, b.pending.Load()+b.keepFor(e.u&useExempt != 0), e.u, at) {
-			b.entering.Add(-1)
+			b.enter(e, -1)
 			close(e.admitted)
 			continue
 		}

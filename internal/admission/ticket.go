@@ -204,7 +204,7 @@ func (t *Ticket) reserveDecode(ctx context.Context) decision.Verdict {
 	default:
 		b.release(had, t.key)
 		switch {
-		case b.entering.Load() == 0 && b.admitNow(n, t.key, useOf(t.exempt)|useDecode, at):
+		case b.lineEmpty() && b.admitNow(n, t.key, useOf(t.exempt)|useDecode, at):
 		case c.cfg.WaitTimeout > 0 && t.countWait(at):
 			ok, waited = b.waitAdmit(ctx, n, t.key, useOf(t.exempt)|useDecode, t.callWaitLeft(ctx)), true
 		default:
@@ -498,7 +498,7 @@ func (t *Ticket) grow(want int) error {
 		// holding a place in the hold as those calls do when they wait, so
 		// that what waits so is bounded per key.
 		forDecodes := false
-		if room == 0 && !c.observe {
+		if room == 0 && c.waitsForDecodes() {
 			if soon := min(b.keys.bodyRoom(t.key, lim, plim), free); soon > 0 && t.waitLeft > 0 && t.countWait(at) {
 				room, forDecodes = soon, true
 			}
@@ -514,7 +514,11 @@ func (t *Ticket) grow(want int) error {
 				case room >= n && t.waitLeft > 0:
 					// In line with the gRPC calls waiting to start: like them,
 					// it holds nothing yet.
-					ok = b.waitAdmit(t.ctx, n, t.key, useOf(t.exempt), t.waitLeft)
+					u := useOf(t.exempt)
+					if forDecodes {
+						u |= useOwnDecodes
+					}
+					ok = b.waitAdmit(t.ctx, n, t.key, u, t.waitLeft)
 					t.waitLeft -= now() - at
 					if forDecodes {
 						t.mu.Lock()

@@ -1089,10 +1089,14 @@ func TestHTTPOpenWhileWaitingForBudget(t *testing.T) {
 
 // TestHTTPBodyWaitsForItsKeysDecodes: a body whose key's share is held by
 // its own gRPC calls' messages still to be decoded is admitted and waits
-// for a decode to give back, instead of being refused; a key at its share
-// by what it holds otherwise is still refused at once.
+// for a decode to give back, instead of being refused, and another key's
+// call passes it without contending the budget; a key at its share by what
+// it holds otherwise is still refused at once.
 func TestHTTPBodyWaitsForItsKeysDecodes(t *testing.T) {
-	f := newFixture(t, 8<<20, func(c *Config, _ *HoldConfig) { c.WaitTimeout = 10 * time.Second }) // share 4 MiB; a decode holds 2 MiB
+	f := newFixture(t, 8<<20, func(c *Config, h *HoldConfig) { // share 4 MiB; a decode holds 2 MiB
+		c.WaitTimeout = 10 * time.Second
+		*h = HoldConfig{MaxWait: time.Second, MaxRequests: 8}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var calls []*Ticket
@@ -1114,6 +1118,13 @@ func TestHTTPBodyWaitsForItsKeysDecodes(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return f.c.budget.entering.Load() == 1 }, 10*time.Second, time.Millisecond, "the body waits")
 	assert.False(t, f.c.keys.contended(now()), "half the budget is free: the budget is not short")
+	// Another key's call passes it: its key's share, not the budget, is
+	// short.
+	passing, v := f.grpc(ctx, "10.0.0.2")
+	require.True(t, v.Admitted())
+	require.True(t, passing.Start(ctx, nil, false).Admitted())
+	assert.False(t, f.c.keys.contended(now()), "the call did not wait")
+	passing.Release(true)
 	calls[0].Decoded(40<<10, 20<<10)
 	require.NoError(t, <-done)
 	tk.Release(true)
@@ -1162,23 +1173,27 @@ func TestBodiesWaitingForTheirKeysDecodesBounded(t *testing.T) {
 		for _, b := range bodies {
 			refused += len(b.done)
 		}
-		return refused >= n-8
-	}, 5*time.Second, 5*time.Millisecond, "beyond its places, refused at once")
-	assert.LessOrEqual(t, f.c.budget.entering.Load(), int32(8), "at most its places wait")
+		return refused >= n-4
+	}, 5*time.Second, 5*time.Millisecond, "beyond its places (half the hold's), refused at once")
+	assert.LessOrEqual(t, f.c.budget.entering.Load(), int32(4), "at most its places wait")
 	for _, b := range bodies {
 		_ = b.pw.Close()
 	}
 	calls[0].Decoded(1000, 100)
 	calls[1].Decoded(1000, 100)
-	for _, b := range bodies {
-		err := <-b.done // refused, or read to EOF once a decode gave back
-		b.tk.Release(err == nil)
+	errs := make([]error, n)
+	for i, b := range bodies {
+		errs[i] = <-b.done // refused, or read to EOF once a decode gave back
+	}
+	assert.Zero(t, f.c.hold.count(), "every place given back once its wait is over")
+	assert.Zero(t, f.c.budget.held.Load())
+	for i, b := range bodies {
+		b.tk.Release(errs[i] == nil)
 	}
 	for _, c := range calls {
 		c.Release(true)
 	}
 	assert.Zero(t, f.c.Stats().Reserved)
-	assert.Zero(t, f.c.hold.count(), "every place given back")
 }
 
 // TestHTTPBodyTakesWhatFitsBesideItsKeysDecode: a body that fits in what
