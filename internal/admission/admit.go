@@ -803,13 +803,19 @@ func (t *keyTable) bodyRoom(k Key, lim, parentLim int64) int64 {
 // addStreaming counts n bytes (negative: taken off) of k's undecoded
 // calls' as its streaming calls'.
 func (t *keyTable) addStreaming(k Key, n int64) {
+	t.addBoth(k, n, func(s *keySlot) *atomic.Int64 { return &s.streaming })
+}
+
+// addBoth adds n to the counter of k's slot that of picks, and to its
+// origin's.
+func (t *keyTable) addBoth(k Key, n int64, of func(*keySlot) *atomic.Int64) {
 	s := t.slot(k)
 	if s == nil {
 		return
 	}
-	s.streaming.Add(n)
+	of(s).Add(n)
 	if p := t.slot(Key(s.parent.Load())); p != nil {
-		p.streaming.Add(n)
+		of(p).Add(n)
 	}
 }
 
@@ -930,14 +936,7 @@ func (t *keyTable) endDecode(k Key, n int64) { t.addDecoding(k, -n) }
 // addDecoding counts n bytes (negative: taken off) as k's undecoded
 // calls', unconditionally.
 func (t *keyTable) addDecoding(k Key, n int64) {
-	s := t.slot(k)
-	if s == nil {
-		return
-	}
-	s.decoding.Add(n)
-	if p := t.slot(Key(s.parent.Load())); p != nil {
-		p.decoding.Add(n)
-	}
+	t.addBoth(k, n, func(s *keySlot) *atomic.Int64 { return &s.decoding })
 }
 
 // decodeRoom is what k's undecoded calls may still take of lim.

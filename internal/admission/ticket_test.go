@@ -1087,6 +1087,19 @@ func TestHTTPOpenWhileWaitingForBudget(t *testing.T) {
 	}
 }
 
+// startedCalls admits and starts n gRPC calls of remote, none decoded yet.
+func (f *fixture) startedCalls(ctx context.Context, t *testing.T, remote string, n int, streaming bool) []*Ticket {
+	t.Helper()
+	var calls []*Ticket
+	for range n {
+		tk, v := f.grpc(ctx, remote)
+		require.True(t, v.Admitted())
+		require.True(t, tk.Start(ctx, nil, streaming).Admitted())
+		calls = append(calls, tk)
+	}
+	return calls
+}
+
 // TestHTTPBodyWaitsForItsKeysDecodes: a body whose key's share is held by
 // its own gRPC calls' messages still to be decoded is admitted and waits
 // for a decode to give back, instead of being refused, and another key's
@@ -1099,13 +1112,7 @@ func TestHTTPBodyWaitsForItsKeysDecodes(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var calls []*Ticket
-	for range 2 {
-		tk, v := f.grpc(ctx, "10.0.0.1")
-		require.True(t, v.Admitted())
-		require.True(t, tk.Start(ctx, nil, false).Admitted())
-		calls = append(calls, tk)
-	}
+	calls := f.startedCalls(ctx, t, "10.0.0.1", 2, false)
 	require.EqualValues(t, 4<<20, f.c.Stats().Reserved, "the key's share is its two decodes")
 
 	tk, v := f.http(t, "10.0.0.1", -1)
@@ -1153,13 +1160,7 @@ func TestBodiesWaitingForTheirKeysDecodesBounded(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var calls []*Ticket
-	for range 2 { // silent: their messages never come
-		tk, v := f.grpc(ctx, "10.0.0.1")
-		require.True(t, v.Admitted())
-		require.True(t, tk.Start(ctx, nil, false).Admitted())
-		calls = append(calls, tk)
-	}
+	calls := f.startedCalls(ctx, t, "10.0.0.1", 2, false) // silent: their messages never come
 	const n = 40
 	var bodies []*pipedBody
 	for range n {
@@ -1232,13 +1233,9 @@ func TestHTTPBodyRefusedWhenItsKeysStreamsHoldItsShare(t *testing.T) {
 	f := newFixture(t, 8<<20, func(c *Config, _ *HoldConfig) { c.WaitTimeout = 10 * time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var streams []*Ticket
-	for range 2 {
-		tk, v := f.grpc(ctx, "10.0.0.1")
-		require.True(t, v.Admitted())
-		require.True(t, tk.Start(ctx, nil, true).Admitted())
+	streams := f.startedCalls(ctx, t, "10.0.0.1", 2, true)
+	for _, tk := range streams {
 		tk.Decoded(1000, 100)
-		streams = append(streams, tk)
 	}
 	_, v := f.http(t, "10.0.0.1", -1)
 	assert.Equal(t, decision.VerdictDenyBudget, v, "a stream's decode comes back only when it ends")
