@@ -122,11 +122,26 @@ func runFilelog(t *testing.T, settings string, hold time.Duration) filelogResult
 	total := writer.produced()
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
-	// Done when the receiver has read to the end and nothing more arrives.
+	// Done when the receiver has read to the end and every line arrived,
+	// or nothing more arrived for longer than the retry's longest wait
+	// (max_interval 2 s and its jitter): a batch refused late in the ramp
+	// waits that long while the reader has read to the end.
+	const quiet = 4 * time.Second
 	done := func() bool {
 		pts := offsets.all()
-		a, b := pts[len(pts)-2].v, pts[len(pts)-1].v
-		return b.open && b.pos == fi.Size() && a.delivered == b.delivered
+		last := pts[len(pts)-1]
+		if !last.v.open || last.v.pos != fi.Size() {
+			return false
+		}
+		if bodies.distinct() >= total {
+			return true
+		}
+		for i := len(pts) - 1; i >= 0 && last.at.Sub(pts[i].at) <= quiet; i-- {
+			if pts[i].v.delivered != last.v.delivered {
+				return false
+			}
+		}
+		return last.at.Sub(pts[0].at) > quiet
 	}
 	require.Eventually(t, done, 60*time.Second, 100*time.Millisecond,
 		"the receiver did not read to the end within 60 s of the writer's end")
