@@ -273,7 +273,7 @@ tenants: $(OTELCOL) $(OTELCOL_STOCK) $(OTELCOL_MLEXT) bench-bin
 
 # ---------------------------------------------------------------------------
 ## hostile: one hostile peer at a time beside normal clients (Linux, root;
-## about 15 minutes): the distribution with the shipped defaults in a
+## about 30 minutes): the distribution with the shipped defaults in a
 ## 1 CPU / 512 MiB cgroup, normal clients at half its capacity, each
 ## scenario after a baseline round (testbed/bench/hostile).
 ## Results in bench/runs/<date>-hostile/ (git-ignored).

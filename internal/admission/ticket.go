@@ -566,7 +566,7 @@ func (t *Ticket) grow(want int) error {
 		b.charge(need, t.key)
 		return t.add(need, false)
 	}
-	c.keys.noteRefused(t.key, at)
+	b.noteShort(need, t.key, useOf(t.exempt), at)
 	ok, waited := b.waitGrow(t.ctx, &t.w, need, reserved, t.key, t.exempt, t.waitLeft)
 	t.waitLeft -= waited
 	if !ok {

@@ -1247,6 +1247,26 @@ func TestHTTPBodyRefusedWhenItsKeysStreamsHoldItsShare(t *testing.T) {
 	assert.Zero(t, f.c.Stats().Reserved)
 }
 
+// TestGrowAtItsKeysShareDoesNotContend: a body that needs more while its
+// key's other requests hold the rest of its share, with the budget free,
+// waits without making the budget contended: that would hold every key,
+// the tenants behind a proxy each, to its fair part of the budget.
+func TestGrowAtItsKeysShareDoesNotContend(t *testing.T) {
+	f := newFixture(t, 1<<20, func(c *Config, _ *HoldConfig) { c.WaitTimeout = 100 * time.Millisecond }) // share 512 KiB
+	k := f.c.keys.key(addr("10.0.0.1"), "")
+	f.c.budget.charge(448<<10, k) // the key's other requests
+	tk, v := f.http(t, "10.0.0.1", -1)
+	require.True(t, v.Admitted())
+	tk.Start(context.Background(), nil, false)
+	n, err := readAll(tk, bytes.NewReader(make([]byte, 200<<10)))
+	require.ErrorIs(t, err, ErrBudget, "its share is full")
+	assert.EqualValues(t, 64<<10, n, "what its share had room for")
+	assert.False(t, f.c.keys.contended(now()), "its share, not the budget, was short")
+	tk.Release(false)
+	f.c.budget.release(448<<10, k)
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
 // TestLaneOpenWhileWaiting: a body in the oversize lane that waited for the
 // lane's pool while its signal turned Open is refused Open, as a body
 // waiting for the budget is, and the lane's bytes all come back; without
