@@ -61,6 +61,9 @@ type tenantResult struct {
 	// included) by class of the answer, as its tap saw them.
 	Exports [numClasses]int64 `json:"exports"`
 	Spans   [numClasses]int64 `json:"spans"`
+	// SettledSpans counts the spans of the exports from settleAfter into
+	// the load window on, by class.
+	SettledSpans [numClasses]int64 `json:"settled_spans"`
 	// P50Ms and P99Ms are the latencies of its accepted exports in the load
 	// window (the tap's timing: from the export's arrival at the tap to the
 	// answer's end), and OKInWindow how many there were.
@@ -84,16 +87,25 @@ func (t tenantResult) Lost() float64 {
 
 // Acceptance is the share of the spans the agent sent (every attempt)
 // that the gateway accepted; NaN when it sent none.
-func (t tenantResult) Acceptance() float64 {
-	var all int64
-	for _, n := range t.Spans {
-		all += n
-	}
+func (t tenantResult) Acceptance() float64 { return acceptance(t.Spans) }
+
+// SettledAcceptance is Acceptance from settleAfter into the load window on.
+func (t tenantResult) SettledAcceptance() float64 { return acceptance(t.SettledSpans) }
+
+// acceptance is the share of spans accepted; NaN for none.
+func acceptance(spans [numClasses]int64) float64 {
+	all := sum(spans[:])
 	if all == 0 {
 		return math.NaN()
 	}
-	return float64(t.Spans[classOK]) / float64(all)
+	return float64(spans[classOK]) / float64(all)
 }
+
+// settleAfter is how far into the load window the settled figures start:
+// a fresh gateway of 0.1 CPU spends its first seconds at its quota, and the
+// budget refusals of that start fall in the baseline and noisy rounds
+// alike.
+const settleAfter = 10 * time.Second
 
 // Refused is the agent's exports the gateway (or the proxy) answered with
 // anything but 2xx, or not at all; Hinted those refused with a Retry-After.
@@ -202,6 +214,9 @@ func tapFigures(t *tenantResult, exports []export, w loadWindow) (okLatencies []
 	for _, e := range exports {
 		t.Exports[e.class]++
 		t.Spans[e.class] += e.spans
+		if !e.at.Before(w.start.Add(settleAfter)) {
+			t.SettledSpans[e.class] += e.spans
+		}
 		if e.class == classOK && w.contains(e.at) {
 			okLatencies = append(okLatencies, float64(e.latency)/float64(time.Millisecond))
 		}
@@ -313,22 +328,33 @@ const (
 // tenant's acceptance in the noisy round to its baseline's, and the same
 // ratio pooled over them (spans); NaN when no tenant has both.
 func (c comparison) quietAcceptance() (lowest, pooled float64) {
+	return c.quietAcceptanceOf(func(t *tenantResult) [numClasses]int64 { return t.Spans })
+}
+
+// quietSettledAcceptance is quietAcceptance from settleAfter into the load
+// window on.
+func (c comparison) quietSettledAcceptance() (lowest, pooled float64) {
+	return c.quietAcceptanceOf(func(t *tenantResult) [numClasses]int64 { return t.SettledSpans })
+}
+
+func (c comparison) quietAcceptanceOf(spans func(*tenantResult) [numClasses]int64) (lowest, pooled float64) {
 	lowest = math.NaN()
-	var okB, allB, okN, allN float64
+	var base, noisy [numClasses]int64
 	for _, n := range c.noisy.quiet() {
 		b := c.base.tenant(n.Tenant)
 		if b == nil {
 			continue
 		}
-		if r := n.Acceptance() / b.Acceptance(); !math.IsNaN(r) {
+		sn, sb := spans(&n), spans(b)
+		if r := acceptance(sn) / acceptance(sb); !math.IsNaN(r) {
 			lowest = min(r, zeroNaN(lowest, r))
 		}
-		okB += float64(b.Spans[classOK])
-		allB += float64(sum(b.Spans[:]))
-		okN += float64(n.Spans[classOK])
-		allN += float64(sum(n.Spans[:]))
+		for i := range sn {
+			noisy[i] += sn[i]
+			base[i] += sb[i]
+		}
 	}
-	return lowest, (okN / allN) / (okB / allB)
+	return lowest, acceptance(noisy) / acceptance(base)
 }
 
 // quietThroughput is the quiet tenants' spans/s delivered in the noisy

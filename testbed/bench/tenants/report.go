@@ -112,9 +112,11 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD s
 		"*Delivered* is what the sink counted of the tenant (spans/s over the load window). *Lost* is what the tenant's agent accepted "+
 		"that is neither at the sink nor still in the agent (its *backlog*) after the drain; for a tenant whose agent was still sending when the round ended "+
 		"(the noisy one, whose backlog the drain does not wait for) it also counts what the gateway had accepted and not yet delivered. *p99* is of the accepted exports in the load "+
-		"window, from the export's arrival at the tap to the end of the answer, pooled over the quiet tenants. Refusals are by status and "+
+		"window, from the export's arrival at the tap to the end of the answer, pooled over the quiet tenants. *Settled* figures count only the "+
+		"exports from %s into the load window on: a fresh gateway of a tenth of a core spends its first seconds at its quota, "+
+		"and the budget refusals of that start fall in the baseline and the noisy round alike. Refusals are by status and "+
 		"whether the answer carried Retry-After. *Host busy* is the whole machine's CPU (2 cores, shared with the agents, the proxy, this "+
-		"process and whatever else runs on it), mean over the load window.\n\n")
+		"process and whatever else runs on it), mean over the load window.\n\n", settleAfter)
 
 	comps := comparisons(results)
 	for _, topo := range topologies {
@@ -140,10 +142,11 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD s
 
 	fmt.Fprintf(w, "## Every gateway side by side\n\n")
 	fmt.Fprint(w, "Quiet tenants' figures in the noisy round against the baseline round; the noisy tenant's in the noisy round. Host busy and gateway CPU: baseline / noisy round.\n\n")
-	fmt.Fprint(w, "| topology | gateway | quiet acceptance, noisy ÷ baseline: lowest tenant / pooled | quiet spans/s delivered, noisy ÷ baseline | quiet lost / backlog (spans) | quiet p99 ms, baseline → noisy | noisy tenant: spans/s offered / delivered, acceptance | noisy tenant: exports refused (with Retry-After) | OOM kills | peak working set (MiB) | gateway CPU % of quota | host busy % |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| topology | gateway | quiet acceptance, noisy ÷ baseline: lowest tenant / pooled | the same, settled (from %s into the load) | quiet spans/s delivered, noisy ÷ baseline | quiet lost / backlog (spans) | quiet p99 ms, baseline → noisy | noisy tenant: spans/s offered / delivered, acceptance | noisy tenant: exports refused (with Retry-After) | OOM kills | peak working set (MiB) | gateway CPU %% of quota | host busy %% |\n", settleAfter)
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range comps {
 		lowest, pooled := c.quietAcceptance()
+		sLowest, sPooled := c.quietSettledAcceptance()
 		lost, backlog := c.quietLoss()
 		nt := c.noisy.noisy()
 		noisyCells := "n/a | n/a"
@@ -151,8 +154,8 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD s
 			refused, hinted := nt.Refused()
 			noisyCells = fmt.Sprintf("%.0f / %s, %s | %d (%d)", float64(nt.Rate), opt(float64(nt.WindowRate), 0), pct(nt.Acceptance(), 1), refused, hinted)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s / %s | %s | %.0f / %.0f | %s → %s (%s) | %s | %d / %d | %s / %s | %s / %s | %s / %s |\n",
-			c.noisy.Topology, c.noisy.Gateway, pct(lowest, 1), pct(pooled, 1), pct(c.quietThroughput(), 1), lost, backlog,
+		fmt.Fprintf(w, "| %s | %s | %s / %s | %s / %s | %s | %.0f / %.0f | %s → %s (%s) | %s | %d / %d | %s / %s | %s / %s | %s / %s |\n",
+			c.noisy.Topology, c.noisy.Gateway, pct(lowest, 1), pct(pooled, 1), pct(sLowest, 1), pct(sPooled, 1), pct(c.quietThroughput(), 1), lost, backlog,
 			opt(float64(c.base.QuietP99Ms), 1), opt(float64(c.noisy.QuietP99Ms), 1), signedPct(c.p99Rise()), noisyCells,
 			c.base.OOMKills, c.noisy.OOMKills, mib(c.base.PeakWSBytes), mib(c.noisy.PeakWSBytes),
 			opt(float64(c.base.CPUMeanPct), 0), opt(float64(c.noisy.CPUMeanPct), 0),
@@ -291,7 +294,7 @@ func cmpStr(s, def string) string {
 var summaryHeader = []string{
 	"round", "topology", "gateway", "kind", "tenant", "noisy", "rate_spans_s", "offered", "gen_refused",
 	"agent_accepted", "agent_sent", "agent_send_failed", "agent_enqueue_failed", "delivered", "lost", "backlog",
-	"window_rate_spans_s", "acceptance", "exports_ok", "exports_429_retry_after", "exports_429", "exports_503_retry_after",
+	"window_rate_spans_s", "acceptance", "settled_acceptance", "exports_ok", "exports_429_retry_after", "exports_429", "exports_503_retry_after",
 	"exports_503", "exports_other", "exports_none", "spans_ok", "spans_refused", "p50_ms", "p99_ms",
 	"quiet_p99_ms", "oom_kills", "restarts", "peak_ws_mib", "limit_mib", "gw_cpu_mean_pct",
 	"host_busy_mean_pct", "host_busy_max_pct", "shed_s", "open_s", "allowed", "denied_shed", "denied_open", "denied_budget",
@@ -307,7 +310,7 @@ func summaryRows(results []*roundResult) [][]string {
 				strconv.FormatInt(t.Offered, 10), strconv.FormatInt(t.GenRefused, 10),
 				opt(float64(t.AgentAccepted), 0), opt(float64(t.AgentSent), 0), opt(float64(t.AgentSendFailed), 0),
 				opt(float64(t.AgentEnqueueFailed), 0), strconv.FormatInt(t.Delivered, 10), f64(t.Lost(), 0), f64(t.Backlog(), 0),
-				opt(float64(t.WindowRate), 1), opt(t.Acceptance(), 5),
+				opt(float64(t.WindowRate), 1), opt(t.Acceptance(), 5), opt(t.SettledAcceptance(), 5),
 			}
 			for _, n := range t.Exports {
 				row = append(row, strconv.FormatInt(n, 10))

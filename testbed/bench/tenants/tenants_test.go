@@ -310,6 +310,8 @@ func TestTenantAccounting(t *testing.T) {
 	assert.InDelta(t, 30, float64(tr.P99Ms), 1e-9)
 	assert.Equal(t, [numClasses]int64{4, 1, 0, 0, 1, 0, 0}, tr.Exports)
 	assert.InDelta(t, 600.0/1100, tr.Acceptance(), 1e-9, "spans accepted over every attempt")
+	assert.Equal(t, [numClasses]int64{100, 0, 0, 0, 0, 0, 0}, tr.SettledSpans, "from settleAfter into the window on")
+	assert.InDelta(t, 1, tr.SettledAcceptance(), 1e-9)
 	refused, hinted := tr.Refused()
 	assert.EqualValues(t, 2, refused)
 	assert.EqualValues(t, 1, hinted)
@@ -384,6 +386,14 @@ func TestTargets(t *testing.T) {
 	lowest, pooled := c.quietAcceptance()
 	assert.InDelta(t, 0.99, lowest, 1e-9)
 	assert.InDelta(t, 0.99, pooled, 1e-9)
+	for i := range c.base.Tenants {
+		c.base.Tenants[i].SettledSpans[classOK] = 500
+		c.noisy.Tenants[i].SettledSpans[classOK], c.noisy.Tenants[i].SettledSpans[class429Retry] = 495, 5
+	}
+	c.noisy.Tenants[0].SettledSpans[classOK], c.noisy.Tenants[0].SettledSpans[class429Retry] = 450, 50
+	lowest, pooled = c.quietSettledAcceptance()
+	assert.InDelta(t, 0.90, lowest, 1e-9, "from settleAfter on: the tenant refused most")
+	assert.InDelta(t, (8*495+450)/4500.0, pooled, 1e-9)
 	assert.InDelta(t, 690.0/700, c.quietThroughput(), 1e-9)
 	assert.InDelta(t, 0.10, c.p99Rise(), 1e-9)
 	c.noisy.Drained = false
@@ -443,6 +453,7 @@ func TestReport(t *testing.T) {
 	assert.Equal(t, "abc1234", info.Commit)
 	assert.Equal(t, "bin/tenants -round 40s", info.Command)
 	assert.Contains(t, text, "| the nine quiet tenants keep >= 99 % of the acceptance they have without the noisy tenant | **fail**: lowest tenant 90.0 %, pooled 90.0 % | **fail**: lowest tenant 90.0 %, pooled 90.0 % |")
+	assert.Contains(t, text, "| the same, settled (from 10s into the load) |")
 	assert.Contains(t, text, "![tenants-proxy](tenants-proxy.png)")
 	assert.FileExists(t, filepath.Join(dir, "tenants-proxy.png"))
 	assert.Contains(t, text, "| their p99 latency rises <= 10 % | **fail**: 100.0 -> 130.0 ms (+30.0 %) |")
