@@ -45,8 +45,9 @@ type budget struct {
 	pending  atomic.Int64
 	waiting  atomic.Int32
 	entering atomic.Int32
-	// ownDecodes counts the entrants of useOwnDecodes.
-	ownDecodes atomic.Int32
+	// blocking counts the entrants a new reservation does not pass: all
+	// but those of useOwnDecodes.
+	blocking atomic.Int32
 	// headKeep is what the oldest entrant the budget (not its key's share)
 	// holds back needs: reservations that do not wait in line leave it
 	// free, so that a call waiting for its bytes is not passed by them
@@ -308,14 +309,14 @@ wait:
 // enter counts e in (d 1) or out of (d -1) the entrants.
 func (b *budget) enter(e *entrant, d int32) {
 	b.entering.Add(d)
-	if e.u&useOwnDecodes != 0 {
-		b.ownDecodes.Add(d)
+	if e.u&useOwnDecodes == 0 {
+		b.blocking.Add(d)
 	}
 }
 
 // lineEmpty reports whether no entrant waits that a new reservation would
 // pass: none, or only bodies waiting for their own key's decodes.
-func (b *budget) lineEmpty() bool { return b.entering.Load() == b.ownDecodes.Load() }
+func (b *budget) lineEmpty() bool { return b.blocking.Load() == 0 }
 
 // admitEntrantsLocked admits the waiting requests, oldest first, until one
 // does not fit in the budget; one whose key is at its share is passed
