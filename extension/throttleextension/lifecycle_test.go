@@ -92,7 +92,7 @@ func (r *traceReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // serveHTTP serves the receiver behind the extension's HTTP middleware on
 // 127.0.0.1:0 until cleanup and returns the traces URL.
-func serveHTTP(t *testing.T, e *throttleExtension, rcv *traceReceiver) string {
+func serveHTTP(t *testing.T, e *throttleExtension, rcv http.Handler) string {
 	t.Helper()
 	ctx := context.Background()
 	wrap, err := e.GetHTTPHandler(ctx)
@@ -476,4 +476,68 @@ func TestTwoThrottleExtensions(t *testing.T) {
 		wg.Go(func() { assert.NoError(t, in.e.Shutdown(ctx)) })
 	}
 	wg.Wait()
+}
+
+// TestDisabledAdmitsPastTheBudget: with enabled: false nothing is refused
+// or made to wait, the admission budget included: four bodies read at once,
+// together three times the budget (past its overdraft for exempt signals
+// too), are all read on and answered 200.
+func TestDisabledAdmitsPastTheBudget(t *testing.T) {
+	verifyNoLeaks(t)
+	const n, part = 4, 768 << 10
+	e := startTestExtension(t, newFakeSource(50), testConfig(t, func(c *Config) {
+		c.Enabled = false
+		c.Admission.MaxInflightBytes = admission.FixedInflightBudget(admission.MiB)
+	}), nopSettings())
+	// The receiver reads the first part of each body and reports it, then
+	// reads on to the end: the parts are read while every body is open.
+	readPart := make(chan int64, n)
+	url := serveHTTP(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ := io.CopyN(io.Discard, r.Body, part)
+		readPart <- got
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	hc := newHTTPClient()
+
+	var wg sync.WaitGroup
+	answered := make(chan int, n)
+	bodies := make([]*io.PipeWriter, n)
+	for i := range bodies {
+		pr, pw := io.Pipe()
+		bodies[i] = pw
+		wg.Go(func() {
+			resp, err := hc.Post(url, "application/x-protobuf", pr)
+			if err != nil {
+				answered <- 0
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			answered <- resp.StatusCode
+		})
+		wg.Go(func() { _, _ = pw.Write(make([]byte, 2*part)) })
+	}
+	defer func() {
+		for _, pw := range bodies {
+			_ = pw.CloseWithError(io.ErrUnexpectedEOF)
+		}
+		wg.Wait()
+	}()
+	for i := range n {
+		select {
+		case got := <-readPart:
+			require.Equal(t, int64(part), got, "a body's first part was cut short")
+		case code := <-answered:
+			t.Fatalf("%d of %d bodies read their first part; another was answered %d", i, n, code)
+		case <-time.After(e2eWait):
+			t.Fatalf("%d of %d bodies read their first part", i, n)
+		}
+	}
+	for _, pw := range bodies {
+		_ = pw.Close()
+	}
+	for range n {
+		assert.Equal(t, http.StatusOK, <-answered)
+	}
 }

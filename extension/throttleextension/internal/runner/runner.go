@@ -163,18 +163,21 @@ func New(cfg Config, set component.TelemetrySettings, id component.ID, opts Opti
 		return nil, err
 	}
 	r.retry = middleware.NewRetryDelay(cfg.RetryAfter.Min, cfg.RetryAfter.Max, r.open.openFor, nil)
-	hold := cfg.Hold
+	adm, hold := cfg.Admission, cfg.Hold
 	if !cfg.Enabled {
-		hold = admission.HoldConfig{} // nothing is refused: nothing to hold
+		// Disabled admits everything: no budget to wait for, no slow body
+		// cut off, nothing refused to hold.
+		adm.MaxInflightBytes, adm.IdleTimeout = admission.FixedInflightBudget(0), 0
+		hold = admission.HoldConfig{}
 	}
 	// Until Start knows the memory limit and the cores, the budget is what
 	// "auto" gives without a limit on this process's cores.
-	r.adm, err = admission.New(cfg.Admission, hold, admission.Settings{
+	r.adm, err = admission.New(adm, hold, admission.Settings{
 		Decider:     r,
 		Recorder:    r,
 		ObserveOnly: cfg.ObserveOnly,
-		Budget:      int64(cfg.Admission.MaxInflightBytes.Resolve(0, float64(runtime.GOMAXPROCS(0)))), //nolint:gosec // G115: at most 1 TiB (Validate)
-		HeldPool:    int64(admission.HeldPool(0)),                                                     //nolint:gosec // G115: at most 256 MiB
+		Budget:      int64(adm.MaxInflightBytes.Resolve(0, float64(runtime.GOMAXPROCS(0)))), //nolint:gosec // G115: at most 1 TiB (Validate)
+		HeldPool:    int64(admission.HeldPool(0)),                                           //nolint:gosec // G115: at most 256 MiB
 	})
 	if err != nil {
 		return nil, err
