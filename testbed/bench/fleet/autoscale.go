@@ -213,11 +213,7 @@ func runAutoscale(o options) error {
 	for _, p := range []*string{&o.stockBin, &o.throttleBin} {
 		*p, _ = filepath.Abs(*p)
 	}
-	if o.out == "" {
-		if o.out, err = harness.CreateRunDir(harness.RunsDir, cmp.Or(o.name, "autoscale-"+o.protocol), time.Now()); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
+	if o.out, err = harness.RunDir(".", o.out, cmp.Or(o.name, "autoscale-"+o.protocol), time.Now()); err != nil {
 		return err
 	}
 	budget := time.Minute

@@ -367,12 +367,8 @@ func (o *options) prepareRun(kinds []string, name string) error {
 	for _, p := range []*string{&o.stockBin, &o.throttleBin, &o.mlextBin} {
 		*p, _ = filepath.Abs(*p)
 	}
-	if o.out == "" {
-		var err error
-		if o.out, err = harness.CreateRunDir(harness.RunsDir, name, time.Now()); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
+	var err error
+	if o.out, err = harness.RunDir(".", o.out, name, time.Now()); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(o.out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644)

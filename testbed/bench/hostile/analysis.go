@@ -227,7 +227,7 @@ type verdict struct {
 
 func (v verdict) pass() bool { return v.throughput && v.budget && v.hostileRefused && v.noOOM }
 
-// check applies the criteria: the normal clients keep
+// check applies the benchmark's criteria: the normal clients keep
 // minThroughput of the baseline's accepted items/s; their longest budget
 // stretch is at most maxBudgetStretch; the refusals fall on the hostile
 // peer (the normal clients were refused nothing, or a smaller share of

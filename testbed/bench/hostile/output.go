@@ -133,7 +133,7 @@ func writeSetup(o *options, capacity float64, measured bool, hp *hostilePayloads
 		"every answer recorded with its time and, for a refusal, its reason. Each round: %s of warmup, then %s measured with the hostile peer.\n",
 		o.items, float64(len(normal.Body))/1024, float64(normal.RawSize)/1024, 100*o.loadShare, o.loadShare*capacity, o.maxInflight, o.timeout, o.warmup, o.duration)
 	fmt.Fprintf(&b, "- **Rounds**: a baseline round (no hostile peer) before every scenario round; each scenario is compared with the baseline before it. "+
-		"The issue's oversize compressed bodies run as two scenarios, `%s` and `%s`, so that each one's effect shows alone.\n", scenarioGzipBomb, scenarioBigLength)
+		"The oversize compressed bodies run as two scenarios, `%s` and `%s`, so that each one's effect shows alone.\n", scenarioGzipBomb, scenarioBigLength)
 	fmt.Fprintf(&b, "- **Hostile peer** (127.0.0.2, and more addresses where a scenario says so), one scenario per round; "+
 		"a scenario's gateway, where it has one of its own, is its baseline round's too:\n")
 	for _, sc := range o.scenarios {

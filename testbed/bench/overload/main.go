@@ -239,11 +239,7 @@ func run(o options) error {
 		}
 		budget += time.Duration(len(scens)) * (o.warmup + o.duration + o.cooldown + 2*o.timeout + 30*time.Second)
 	}
-	if o.out == "" {
-		if o.out, err = harness.CreateRunDir(harness.RunsDir, o.name, time.Now()); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
+	if o.out, err = harness.RunDir(".", o.out, o.name, time.Now()); err != nil {
 		return err
 	}
 	// Bounded whatever happens, and Ctrl-C / SIGTERM clean up.

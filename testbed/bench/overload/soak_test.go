@@ -28,7 +28,7 @@ import (
 var (
 	soakDuration = flag.Duration("soak.duration", 10*time.Minute, "load phase of the soak")
 	soakRate     = flag.Float64("soak.rate", 2400, "open loop requests/s (about twice the saturating rate of the 1 CPU collector; 2x 1204 on the reference machine)")
-	soakOut      = flag.String("soak.out", "", "results folder (default bench/runs/<UTC date>-soak, git-ignored; make promote makes a run the baseline)")
+	soakOut      = flag.String("soak.out", "", "results folder, from the repository root unless absolute (default bench/runs/<UTC date>-soak, git-ignored; make promote makes a run the baseline)")
 	soakHeapTol  = flag.Float64("soak.heap-tolerance", 0.25, "allowed growth of the heap floor (and of threads, fds) from the middle to the last third")
 	soakGorTol   = flag.Float64("soak.goroutine-tolerance", 0.10, "allowed growth of the goroutine floor (10th percentile of the readings) from the middle to the last third, at least 20 goroutines")
 )
@@ -59,15 +59,11 @@ const soakGorSlack = 20
 func TestSoak(t *testing.T) {
 	harness.RequireCgroups(t)
 	harness.TakeMachine(t)
-	out := *soakOut
-	if out == "" {
-		// The test runs in its package's folder; the runs folder is the
-		// repository root's.
-		var err error
-		if out, err = harness.CreateRunDir(filepath.Join("..", "..", "..", harness.RunsDir), "soak", time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	} else if err := os.MkdirAll(out, 0o755); err != nil {
+	// The test runs in its package's folder; the runs folder, and a
+	// relative -soak.out, are the repository root's, as for the other
+	// benchmarks.
+	out, err := harness.RunDir(filepath.Join("..", "..", ".."), *soakOut, "soak", time.Now())
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(out, "machine.txt"), []byte(harness.MachineInfo(os.Args)), 0o644); err != nil {

@@ -315,7 +315,7 @@ type comparison struct {
 	base, noisy *roundResult
 }
 
-// The Done-when targets.
+// The targets the benchmark holds the tenant-keyed gateway to.
 const (
 	targetAcceptance = 0.99 // of the baseline's
 	targetP99Rise    = 0.10
@@ -386,13 +386,13 @@ func (c comparison) p99Rise() float64 {
 	return float64(c.noisy.QuietP99Ms)/float64(c.base.QuietP99Ms) - 1
 }
 
-// target is one Done-when target as this comparison measured it.
+// target is one of the benchmark's targets as this comparison measured it.
 type target struct {
 	Name, Measured string
 	Pass           bool
 }
 
-// targets evaluates the Done-when targets on the comparison.
+// targets evaluates the benchmark's targets on the comparison.
 func (c comparison) targets() []target {
 	lowest, pooled := c.quietAcceptance()
 	lost, backlog := c.quietLoss()

@@ -241,12 +241,8 @@ func (o *options) prepare() error {
 			return err
 		}
 	}
-	if o.out == "" {
-		var err error
-		if o.out, err = harness.CreateRunDir(harness.RunsDir, cmp.Or(o.name, "tenants"), time.Now()); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(o.out, 0o755); err != nil {
+	var err error
+	if o.out, err = harness.RunDir(".", o.out, cmp.Or(o.name, "tenants"), time.Now()); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(o.out, machineFile), []byte(harness.MachineInfo(os.Args)), 0o644)

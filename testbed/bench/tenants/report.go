@@ -79,9 +79,9 @@ func comparisons(results []*roundResult) []comparison {
 	return out
 }
 
-// doneWhenGateway is the gateway the Done-when targets are of: behind the
+// targetGateway is the gateway the benchmark's targets are of: behind the
 // proxy, keyed by the tenant header.
-const doneWhenGateway = "throttle-tenant"
+const targetGateway = "throttle-tenant"
 
 func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD string, charts []string) {
 	fmt.Fprintf(w, "# Tenants: fairness per tenant behind a proxy\n\n```\n%s```\n\n", machine)
@@ -133,9 +133,9 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD s
 		if topo == topoDirect {
 			title = "Without a proxy"
 		}
-		fmt.Fprintf(w, "## %s: the Done-when targets\n\n", title)
+		fmt.Fprintf(w, "## %s: the targets\n\n", title)
 		if topo == topoProxy {
-			fmt.Fprintf(w, "The issue's targets are those of `%s` behind the proxy; the other gateways are measured against them alike.\n\n", doneWhenGateway)
+			fmt.Fprintf(w, "The targets are those of `%s` behind the proxy; the other gateways are measured against them alike.\n\n", targetGateway)
 		}
 		targetsTable(w, cs)
 	}
@@ -207,7 +207,7 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD s
 	trust(w, comps)
 }
 
-// targetsTable writes the Done-when targets as a table: a row per target,
+// targetsTable writes the benchmark's targets as a table: a row per target,
 // a column per gateway.
 func targetsTable(w io.Writer, cs []comparison) {
 	fmt.Fprintf(w, "| target |")

@@ -360,7 +360,7 @@ func quietTenants(okSpans int64, rate float64) []tenantResult {
 	return out
 }
 
-// The Done-when targets, computed from a baseline and a noisy round: each
+// The benchmark's targets, computed from a baseline and a noisy round: each
 // passes at its bound and fails past it.
 func TestTargets(t *testing.T) {
 	mk := func(okPerMille int64, p99Base, p99Noisy float64, hinted, refused int64, lost float64, oom uint64) comparison {

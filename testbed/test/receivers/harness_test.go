@@ -38,8 +38,9 @@ import (
 var openFor = flag.Duration("receivers.open", 30*time.Second, "how long each recipe test holds the throttle in Open")
 
 // resumeWithin is how soon after the Open ends a receiver must deliver
-// again: the bar, which the recipes' back-off settings are chosen
-// to meet with the extension's default 5 s recovery ramp.
+// again, so that pausing costs it little more than the Open itself; the
+// recipes' back-off settings are chosen to meet it with the extension's
+// default 5 s recovery ramp.
 const resumeWithin = 10 * time.Second
 
 // throttleExtension is the extension's configuration in every test (a

@@ -49,6 +49,20 @@ func CreateRunDir(root, name string, now time.Time) (string, error) {
 	}
 }
 
+// RunDir returns the folder a run writes to and creates it: out when
+// given, taken from root unless absolute, or else a new folder of
+// CreateRunDir under root's runs folder. root is the repository root as
+// the running binary sees it: "." for the commands make runs from there.
+func RunDir(root, out, name string, now time.Time) (string, error) {
+	if out == "" {
+		return CreateRunDir(filepath.Join(root, RunsDir), name, now)
+	}
+	if !filepath.IsAbs(out) {
+		out = filepath.Join(root, out)
+	}
+	return out, os.MkdirAll(out, 0o755)
+}
+
 // RunContext bounds a whole run to budget and ends it early on Ctrl-C or
 // SIGTERM, so that a benchmark always stops by itself and cleans up.
 func RunContext(budget time.Duration) (context.Context, context.CancelFunc) {

@@ -33,6 +33,28 @@ func TestCreateRunDir(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// TestRunDir: a run named on the command line goes where its folder names
+// from the repository root, whichever folder the binary runs in (the soak
+// test runs in its package's); an absolute folder stays as given; without
+// one the run gets a new folder under the root's runs folder.
+func TestRunDir(t *testing.T) {
+	root := t.TempDir()
+	now := time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC)
+	abs := filepath.Join(t.TempDir(), "elsewhere")
+	f := func(out, want string) {
+		t.Helper()
+		got, err := RunDir(root, out, "soak", now)
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+		st, err := os.Stat(got)
+		require.NoError(t, err)
+		assert.True(t, st.IsDir())
+	}
+	f("", filepath.Join(root, "bench", "runs", "2026-12-07-soak"))
+	f("bench/runs/mine", filepath.Join(root, "bench", "runs", "mine"))
+	f(abs, abs)
+}
+
 // TestRunInfoRoundTrip: what machine.txt records about the run (date,
 // commit, command) is what promotion reads back from a report quoting it.
 func TestRunInfoRoundTrip(t *testing.T) {
