@@ -50,7 +50,7 @@ type Config struct {
 
 	// Hold keeps requests the throttle would refuse, before their body is
 	// read, until it admits them or they have waited max_wait (see
-	// hold.go).
+	// internal/admission/hold.go).
 	Hold admission.HoldConfig `mapstructure:"hold"`
 
 	// Tarpit holds HTTP rejections in Shedding (and by the admission

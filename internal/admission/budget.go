@@ -28,7 +28,7 @@ import (
 type budget struct {
 	max  atomic.Int64
 	keys *keyTable
-	// exemptReserve is the part of the budget only exempt signals may
+	// exemptShare is the part of the budget only exempt signals may
 	// take (a quarter, when any signal is exempt): the others filling the
 	// budget do not refuse them, and the exempt signals stay within what
 	// the budget's size assumes.

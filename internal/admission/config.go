@@ -124,7 +124,7 @@ type Config struct {
 	WaitTimeout time.Duration `mapstructure:"wait_timeout"`
 	// GRPCMaxMessageSize is the largest message the gRPC servers decode
 	// (the receiver's max_recv_msg_size_mib; grpc-go's 4 MiB when unset):
-	// a call reserves it, at most its key's share, from before its message
+	// a call reserves it, at most a quarter of the budget, from before its message
 	// is read until it has been decoded, since grpc-go decompresses and
 	// decodes the whole message before anything can see its size.
 	GRPCMaxMessageSize ByteSize `mapstructure:"grpc_max_message_size"`

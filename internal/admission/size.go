@@ -30,8 +30,8 @@ const (
 	// core either. The work in progress a CPU-bound collector needs to keep
 	// its cores busy grows with its cores, not its memory; beyond it,
 	// admitted requests only wait for the CPU while they hold memory and
-	// take CPU from the exporters that drain the pipeline (docs/design.md,
-	// "Admission budget", has the measurements behind the figure).
+	// take CPU from the exporters that drain the pipeline (docs/decisions.md,
+	// "The admission budget per core", has the measurements behind the figure).
 	autoBudgetPerCore = 10 << 20
 	// minAutoBudget: a budget is always at least one ordinary OTLP batch
 	// (the SDK exporters' default is 1 MiB); a larger request runs alone.

@@ -415,8 +415,8 @@ func (e *Engine) Observe(wl *sampler.WaterLevel) {
 	to := e.next(levels)
 	// The recovery ramp guards against a backstop (memory), not a rate
 	// (CPU): after a GC the memory level drops in one sample and a burst
-	// let in during the next interval can exceed the headroom (the
-	// prototype's OOM kill). CPU overshoot only costs CFS throttling, and a
+	// let in during the next interval can exceed the headroom and
+	// OOM-kill the collector. CPU overshoot only costs CFS throttling, and a
 	// ramp after a CPU-only Open made the load oscillate between Open and
 	// near-total shedding at 1.5 to 2 times the capacity. So the ramp
 	// follows only an Open episode in which a backstop was at its hard line.

@@ -184,7 +184,7 @@ func closeUnread(w http.ResponseWriter) {
 }
 
 // maxPrecomputedDelays bounds the table of gRPC rejections per verdict: it
-// covers the default range (0 to 30 s) and any range up to a minute wide;
+// covers the default range (1 to 5 s) and any range up to a minute wide;
 // delays beyond are built when drawn, which only a wider range can do.
 const maxPrecomputedDelays = 61
 

@@ -59,8 +59,8 @@ type GCPercentOptions struct {
 // Why: at GOGC=100 a collector that holds little collects every time its
 // heap doubles, which for a receiver decoding requests of a few hundred KiB
 // is many times a second, and the throttle's own budget, which holds what
-// is in flight small, keeps the heap small (docs/design.md has the
-// measurements, under "Memory and the Go runtime"). The memory the container has is there to be used: a
+// is in flight small, keeps the heap small (docs/decisions.md has the
+// measurements, under "The GC's pace"). The memory the container has is there to be used: a
 // higher GC percent trades it for CPU, and the soft memory limit, which
 // binds whatever the GC percent, keeps the heap under it if what is live
 // grows faster than the GC percent follows.

@@ -233,11 +233,11 @@ func NewRelief() *Relief {
 // collector idle while their queues were full. It reports whether it
 // collected.
 //
-// It never returns memory to the kernel (debug.FreeOSMemory, which the
-// throttle used to call here): memory the runtime has freed beyond what the
-// heap grows back into is not counted in the level, since the heap reuses it
-// before it asks for more, and a forced full scavenge every second at the
-// memory edge took the CPU the collector needed to drain what it held.
+// It never returns memory to the kernel (debug.FreeOSMemory): memory the
+// runtime has freed beyond what the heap grows back into is not counted in
+// the level, since the heap reuses it before it asks for more, and a forced
+// full scavenge every second at the memory edge took the CPU the collector
+// needed to drain what it held.
 func (r *Relief) Relieve() bool {
 	n := r.gcCycles()
 	quiet := n == r.lastSeen

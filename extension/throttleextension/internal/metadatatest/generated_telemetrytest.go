@@ -24,7 +24,7 @@ func NewSettings(tt *componenttest.Telemetry) extension.Settings {
 func AssertEqualThrottleDemand(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[float64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_demand",
-		Description: "The load offered to the collector against what it can take, for an autoscaler: the larger of the slow CPU level and the memory level, times (admitted + refused) / admitted requests over the last 10 s, times 1 + held / in-flight requests; smoothed over 5 s, at most 10. 1 is the collector's capacity: scale out above your target (e.g. 0.8). Unlike CPU, which the throttle holds near its enter line, it goes on rising with the work refused or held. [Alpha]",
+		Description: "The load offered to the collector against what it can take, for an autoscaler: the larger of the slow CPU level and the memory level, times (admitted + refused) / admitted requests over the last 10 s, times 1 + held / in-flight requests (while an exporter queue is past its enter line and CPU and memory are below theirs, the backend is the bound: no refusal is counted and this factor is 1); smoothed over 5 s, at most 10. 1 is the collector's capacity: scale out above your target (e.g. 0.8). Unlike CPU, which the throttle holds near its enter line, it goes on rising with the work refused or held. [Alpha]",
 		Unit:        "1",
 		Data: metricdata.Gauge[float64]{
 			DataPoints: dps,
@@ -240,7 +240,7 @@ func AssertEqualThrottleState(t *testing.T, tt *componenttest.Telemetry, dps []m
 func AssertEqualThrottleWaterLevel(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[float64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_water_level",
-		Description: "Current water levels (share of the CPU quota or memory limit) and the threshold lines. memory is the memory level the lines apply to (the working set, less heap memory freed for reuse beyond what the heap grows into before its next collection, plus heap held back by a soft memory limit); memory_working_set is the working set alone, memory_heap_spare and memory_heap_held_back the two corrections (memory = memory_working_set - memory_heap_spare + memory_heap_held_back). [Alpha]",
+		Description: "Current water levels (share of the CPU quota, the memory limit, or the fullest exporter queue's capacity) and the threshold lines. memory is the memory level the lines apply to (the working set, less heap memory freed for reuse beyond what the heap grows into before its next collection, plus heap held back by a soft memory limit); memory_working_set is the working set alone, memory_heap_spare and memory_heap_held_back the two corrections (memory = memory_working_set - memory_heap_spare + memory_heap_held_back). [Alpha]",
 		Unit:        "1",
 		Data: metricdata.Gauge[float64]{
 			DataPoints: dps,

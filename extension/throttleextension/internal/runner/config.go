@@ -45,9 +45,9 @@ type Settings struct {
 	Enabled bool `mapstructure:"enabled"`
 	// ObserveOnly makes and counts every decision, and logs every state
 	// change, but refuses nothing: a request the throttle would refuse is
-	// counted in throttle_requests as that denial and let in. For tuning
-	// the lines on real traffic before turning the throttle on. Default
-	// false.
+	// counted in throttle_requests as decision=would_deny, with its reason,
+	// and let in. For tuning the lines on real traffic before turning the
+	// throttle on. Default false.
 	ObserveOnly bool `mapstructure:"observe_only"`
 	// CheckInterval is the time between two checks of CPU and memory.
 	// Default 250ms; from 10ms to 10s.
