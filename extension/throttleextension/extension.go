@@ -69,7 +69,8 @@ func (e *throttleExtension) Ready() error { return nil }
 // NotReady implements extensioncapabilities.PipelineWatcher: the collector
 // calls it before it stops the receivers, whose servers wait for the
 // requests in flight. Held requests are refused and unfinished ones cut off
-// within a second, so that no client can delay the shutdown.
+// within a second, so that no client can delay the shutdown (with an
+// admission budget, whose tickets are what is cut off).
 func (e *throttleExtension) NotReady() error {
 	e.runner.NotReady()
 	return nil

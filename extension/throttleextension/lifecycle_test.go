@@ -481,7 +481,7 @@ func TestTwoThrottleExtensions(t *testing.T) {
 // TestDisabledAdmitsPastTheBudget: with enabled: false nothing is refused
 // or made to wait, the admission budget included: four bodies read at once,
 // together three times the budget (past its overdraft for exempt signals
-// too), are all read on and answered 200.
+// too), are all read to their end and answered 200.
 func TestDisabledAdmitsPastTheBudget(t *testing.T) {
 	verifyNoLeaks(t)
 	const n, part = 4, 768 << 10
@@ -490,23 +490,33 @@ func TestDisabledAdmitsPastTheBudget(t *testing.T) {
 		c.Admission.MaxInflightBytes = admission.FixedInflightBudget(admission.MiB)
 	}), nopSettings())
 	// The receiver reads the first part of each body and reports it, then
-	// reads on to the end: the parts are read while every body is open.
+	// reads on to the end: the parts are read while every body is open. A
+	// body cut short is answered 500.
 	readPart := make(chan int64, n)
 	url := serveHTTP(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, _ := io.CopyN(io.Discard, r.Body, part)
 		readPart <- got
-		_, _ = io.Copy(io.Discard, r.Body)
+		rest, err := io.Copy(io.Discard, r.Body)
+		if err != nil || got+rest != 2*part {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
 		w.WriteHeader(http.StatusOK)
 	}))
 	hc := newHTTPClient()
 
-	var wg sync.WaitGroup
+	// Each client sends its first part, then the rest once every first part
+	// has been read.
+	var clients, writers sync.WaitGroup
+	var restOnce sync.Once
+	rest := make(chan struct{})
+	sendRest := func() { restOnce.Do(func() { close(rest) }) }
 	answered := make(chan int, n)
 	bodies := make([]*io.PipeWriter, n)
 	for i := range bodies {
 		pr, pw := io.Pipe()
 		bodies[i] = pw
-		wg.Go(func() {
+		clients.Go(func() {
 			resp, err := hc.Post(url, "application/x-protobuf", pr)
 			if err != nil {
 				answered <- 0
@@ -516,13 +526,23 @@ func TestDisabledAdmitsPastTheBudget(t *testing.T) {
 			_ = resp.Body.Close()
 			answered <- resp.StatusCode
 		})
-		wg.Go(func() { _, _ = pw.Write(make([]byte, 2*part)) })
+		writers.Go(func() {
+			if _, err := pw.Write(make([]byte, part)); err != nil {
+				return
+			}
+			<-rest
+			if _, err := pw.Write(make([]byte, part)); err == nil {
+				_ = pw.Close()
+			}
+		})
 	}
 	defer func() {
+		sendRest()
 		for _, pw := range bodies {
 			_ = pw.CloseWithError(io.ErrUnexpectedEOF)
 		}
-		wg.Wait()
+		writers.Wait()
+		clients.Wait()
 	}()
 	for i := range n {
 		select {
@@ -534,10 +554,13 @@ func TestDisabledAdmitsPastTheBudget(t *testing.T) {
 			t.Fatalf("%d of %d bodies read their first part", i, n)
 		}
 	}
-	for _, pw := range bodies {
-		_ = pw.Close()
-	}
+	sendRest()
 	for range n {
-		assert.Equal(t, http.StatusOK, <-answered)
+		select {
+		case code := <-answered:
+			assert.Equal(t, http.StatusOK, code)
+		case <-time.After(e2eWait):
+			t.Fatal("a body read past its first part was not answered")
+		}
 	}
 }

@@ -16,7 +16,7 @@ func (cfg *Config) warnings() []string {
 	var msgs []string
 	if !cfg.Enabled {
 		// Everything below is moot while nothing runs.
-		return append(msgs, "`enabled` is false: the throttle is off, no check runs and every request is admitted")
+		return append(msgs, "`enabled` is false: the throttle is off, no check runs, every request is admitted and the receivers' shutdown cuts off no unfinished request")
 	}
 	if cfg.ObserveOnly {
 		msgs = append(msgs, "`observe_only` is true: decisions are made and counted, but no request is refused")

@@ -124,9 +124,10 @@ type Config struct {
 	WaitTimeout time.Duration `mapstructure:"wait_timeout"`
 	// GRPCMaxMessageSize is the largest message the gRPC servers decode
 	// (the receiver's max_recv_msg_size_mib; grpc-go's 4 MiB when unset):
-	// a call reserves it, at most a quarter of the budget, from before its message
-	// is read until it has been decoded, since grpc-go decompresses and
-	// decodes the whole message before anything can see its size.
+	// a call reserves at least it, capped at a quarter of the budget, from
+	// before its message is read until it has been decoded, since grpc-go
+	// decompresses and decodes the whole message before anything can see its
+	// size.
 	GRPCMaxMessageSize ByteSize `mapstructure:"grpc_max_message_size"`
 	// Fairness says how requests are told apart for their shares.
 	Fairness FairnessConfig `mapstructure:"fairness"`

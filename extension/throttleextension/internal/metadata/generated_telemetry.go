@@ -316,7 +316,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ThrottleInflightBytes, err = builder.meter.Int64ObservableGauge(
 		"otelcol_throttle_inflight_bytes",
-		metric.WithDescription("Bytes reserved by admitted, unfinished requests (budget=reserved) and the admission budget (budget=limit). [Alpha]"),
+		metric.WithDescription("Bytes reserved by admitted, unfinished requests (budget=reserved) and the admission budget (budget=limit; 0 when there is none). [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)

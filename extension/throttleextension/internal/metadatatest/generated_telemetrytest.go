@@ -80,7 +80,7 @@ func AssertEqualThrottleHeldRequests(t *testing.T, tt *componenttest.Telemetry, 
 func AssertEqualThrottleInflightBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_inflight_bytes",
-		Description: "Bytes reserved by admitted, unfinished requests (budget=reserved) and the admission budget (budget=limit). [Alpha]",
+		Description: "Bytes reserved by admitted, unfinished requests (budget=reserved) and the admission budget (budget=limit; 0 when there is none). [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,

@@ -357,8 +357,8 @@ func (r *Runner) stopSampler(stopped chan<- struct{}) {
 // which is not logged as a change.
 func (r *Runner) resizeBudget(wl *sampler.WaterLevel, first bool) {
 	a := r.cfg.Admission.MaxInflightBytes
-	if a.IsOff() {
-		return
+	if a.IsOff() || !r.cfg.Enabled {
+		return // no budget: disabled admits everything
 	}
 	want := int64(a.Resolve(wl.MemLimit, wl.Cores)) //nolint:gosec // G115: at most 1 TiB (Validate) or 256 MiB (auto)
 	prev := r.adm.Stats().Budget
@@ -532,7 +532,8 @@ func (r *Runner) level() *sampler.WaterLevel {
 
 // NotReady tells the runner the receivers are about to stop: every held
 // request is refused and every unfinished one cut off within a second, so
-// that the receivers' servers stop whatever the clients do.
+// that the receivers' servers stop whatever the clients do (with a budget:
+// its tickets are what is cut off).
 func (r *Runner) NotReady() { r.adm.Close() }
 
 func (r *Runner) budgetValues() (reserved, limit int64) {
