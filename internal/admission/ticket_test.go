@@ -624,7 +624,12 @@ func TestSilentCallsTrimmedUnderContention(t *testing.T) {
 		return n > 0
 	}, 3*time.Second, time.Millisecond, "no silent call was cut off")
 	f.c.tickets.each(func(other *Ticket) {
-		if other != tk && other.killed {
+		// The cut-off marks a ticket under its lock, and may still be
+		// marking another one.
+		other.mu.Lock()
+		killed := other.killed
+		other.mu.Unlock()
+		if other != tk && killed {
 			other.Release(false)
 		}
 	})
