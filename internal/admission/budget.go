@@ -149,7 +149,10 @@ type waiter struct {
 	age  time.Duration // admission time: older bodies are served first
 	need int64
 	held int64
-	wake chan struct{} // buffered: a wake-up between two checks is kept
+	// origin is the key whose share bounds the body's key's too: its
+	// origin's for a nested key, its own otherwise.
+	k, origin Key
+	wake      chan struct{} // buffered: a wake-up between two checks is kept
 }
 
 // waitGrow adds need bytes to the reservation (held bytes) of an admitted
@@ -158,13 +161,18 @@ type waiter struct {
 // body younger than a waiting one does not take the bytes it needs. When
 // the oldest could not be served even if every request that is not
 // waiting finished, the youngest gives up at once so that the older ones
-// can finish.
+// can finish; so does the youngest of a key (or of an origin) whose
+// waiting bodies hold its share between them, since nothing else of that
+// key would give bytes back before their waits ran out.
 func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Key, exempt bool, limit time.Duration) (bool, time.Duration) {
 	if limit <= 0 {
 		return false, 0
 	}
 	start := now()
-	w.need, w.held = need, held
+	w.need, w.held, w.k, w.origin = need, held, k, k
+	if p := b.keys.parentOf(k); p != 0 {
+		w.origin = p
+	}
 	if w.wake == nil {
 		w.wake = make(chan struct{}, 1)
 	}
@@ -190,11 +198,13 @@ func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Ke
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	for {
-		older, headNeed, waitHeld, youngest := b.position(w)
-		if b.take(need, k, older+b.keepFor(exempt), useOf(exempt), now()) {
+		older, all, key, origin := b.position(w)
+		at := now()
+		if b.take(need, k, older+b.keepFor(exempt), useOf(exempt), at) {
 			return true, now() - start
 		}
-		if youngest && headNeed > b.max.Load()-waitHeld {
+		lim, plim := b.limitsFor(k, exempt, at)
+		if all.stuck(b.max.Load()) || key.stuck(lim) || origin.stuck(plim) {
 			return false, now() - start
 		}
 		select {
@@ -209,10 +219,33 @@ func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Ke
 	}
 }
 
-// position returns what the bodies older than w need, what the oldest
-// waiting body needs, what all waiting bodies hold, and whether w is the
-// youngest.
-func (b *budget) position(w *waiter) (older, headNeed, waitHeld int64, youngest bool) {
+// line is what a set of waiting bodies is to one of them (w): what the
+// oldest needs, what they all hold, and whether w is the youngest.
+type line struct {
+	headNeed, held int64
+	started        bool
+	youngest       bool
+}
+
+func (l *line) add(q, w *waiter) {
+	if !l.started {
+		l.headNeed, l.started = q.need, true
+	}
+	l.held += q.held
+	l.youngest = q == w
+}
+
+// stuck reports whether w, the youngest of the line, should give up: the
+// oldest could not be served within limit even if every request that is
+// not waiting finished.
+func (l line) stuck(limit int64) bool {
+	return l.youngest && l.headNeed > limit-l.held
+}
+
+// position returns what the bodies older than w need, and w's line among
+// all waiting bodies, among those of its key, and among those of its
+// origin.
+func (b *budget) position(w *waiter) (older int64, all, key, origin line) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	before := true
@@ -222,13 +255,15 @@ func (b *budget) position(w *waiter) (older, headNeed, waitHeld int64, youngest 
 		} else if before {
 			older += q.need
 		}
-		waitHeld += q.held
+		all.add(q, w)
+		if q.k == w.k {
+			key.add(q, w)
+		}
+		if q.origin == w.origin {
+			origin.add(q, w)
+		}
 	}
-	if len(b.queue) > 0 {
-		headNeed = b.queue[0].need
-		youngest = b.queue[len(b.queue)-1] == w
-	}
-	return older, headNeed, waitHeld, youngest
+	return older, all, key, origin
 }
 
 func (b *budget) wakeLocked() {
