@@ -152,6 +152,7 @@ type waiter struct {
 	// origin is the key whose share bounds the body's key's too: its
 	// origin's for a nested key, its own otherwise.
 	k, origin Key
+	exempt    bool
 	wake      chan struct{} // buffered: a wake-up between two checks is kept
 }
 
@@ -161,15 +162,17 @@ type waiter struct {
 // body younger than a waiting one does not take the bytes it needs. When
 // the oldest could not be served even if every request that is not
 // waiting finished, the youngest gives up at once so that the older ones
-// can finish; so does the youngest of a key (or of an origin) whose
-// waiting bodies hold its share between them, since nothing else of that
-// key would give bytes back before their waits ran out.
+// can finish. Within a key's share (or an origin's) a younger body may be
+// served first, so there they give up only when none of the key's waiting
+// bodies could be served even if everything else of the key finished:
+// then nothing would give bytes back before their waits ran out, and the
+// youngest body of the key holding the most gives up.
 func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Key, exempt bool, limit time.Duration) (bool, time.Duration) {
 	if limit <= 0 {
 		return false, 0
 	}
 	start := now()
-	w.need, w.held, w.k, w.origin = need, held, k, k
+	w.need, w.held, w.k, w.origin, w.exempt = need, held, k, k, exempt
 	if p := b.keys.parentOf(k); p != 0 {
 		w.origin = p
 	}
@@ -198,13 +201,14 @@ func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Ke
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	for {
-		older, all, key, origin := b.position(w)
+		older, all, key, origin := b.position(w, b.keepFor(false))
 		at := now()
 		if b.take(need, k, older+b.keepFor(exempt), useOf(exempt), at) {
 			return true, now() - start
 		}
-		lim, plim := b.limitsFor(k, exempt, at)
-		if all.stuck(b.max.Load()) || key.stuck(lim) || origin.stuck(plim) {
+		lim, plim := b.limitOf(k, at) // an exempt body's extra is taken off its need
+		if all.stuck(b.max.Load()) || key.youngest && (key.deadlocked(lim) ||
+			origin.deadlocked(plim) && b.heaviest(w.origin) == k) {
 			return false, now() - start
 		}
 		select {
@@ -219,33 +223,50 @@ func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Ke
 	}
 }
 
-// line is what a set of waiting bodies is to one of them (w): what the
-// oldest needs, what they all hold, and whether w is the youngest.
+// line is what a set of waiting bodies is to one of them (w).
 type line struct {
-	headNeed, held int64
-	started        bool
-	youngest       bool
+	n int
+	// headNeed is what the oldest needs; least the least any needs, an
+	// exempt body's need less the exempt reserve its key may take beyond
+	// its share.
+	headNeed, least int64
+	held            int64 // what they all hold
+	youngest        bool  // w is the youngest of them
 }
 
-func (l *line) add(q, w *waiter) {
-	if !l.started {
-		l.headNeed, l.started = q.need, true
+func (l *line) add(q, w *waiter, extra int64) {
+	n := q.need
+	if q.exempt {
+		n -= extra
 	}
+	if l.n == 0 {
+		l.headNeed, l.least = q.need, n
+	}
+	l.n++
+	l.least = min(l.least, n)
 	l.held += q.held
 	l.youngest = q == w
 }
 
-// stuck reports whether w, the youngest of the line, should give up: the
-// oldest could not be served within limit even if every request that is
-// not waiting finished.
+// stuck reports, for a line served oldest first (the whole budget's),
+// whether w, its youngest, should give up: the oldest could not be served
+// within limit even if every request that is not waiting finished.
 func (l line) stuck(limit int64) bool {
 	return l.youngest && l.headNeed > limit-l.held
 }
 
+// deadlocked reports, for the bodies of a key or an origin, whether none of
+// them could be served within limit even if every other request of it
+// finished. One body alone waits: its limit has shrunk, and grows again
+// when the budget is no longer contended.
+func (l line) deadlocked(limit int64) bool {
+	return l.n > 1 && l.least > limit-l.held
+}
+
 // position returns what the bodies older than w need, and w's line among
 // all waiting bodies, among those of its key, and among those of its
-// origin.
-func (b *budget) position(w *waiter) (older int64, all, key, origin line) {
+// origin; extra is the exempt reserve.
+func (b *budget) position(w *waiter, extra int64) (older int64, all, key, origin line) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	before := true
@@ -255,15 +276,37 @@ func (b *budget) position(w *waiter) (older int64, all, key, origin line) {
 		} else if before {
 			older += q.need
 		}
-		all.add(q, w)
+		all.add(q, w, extra)
 		if q.k == w.k {
-			key.add(q, w)
+			key.add(q, w, extra)
 		}
 		if q.origin == w.origin {
-			origin.add(q, w)
+			origin.add(q, w, extra)
 		}
 	}
 	return older, all, key, origin
+}
+
+// heaviest returns the key whose waiting bodies of origin o hold the most,
+// the one with the younger bodies of equals: a tenant holding little does
+// not give up for its siblings.
+func (b *budget) heaviest(o Key) Key {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	held := make(map[Key]int64)
+	for _, q := range b.queue {
+		if q.origin == o {
+			held[q.k] += q.held
+		}
+	}
+	var top Key
+	most := int64(-1)
+	for _, q := range b.queue {
+		if q.origin == o && held[q.k] >= most {
+			top, most = q.k, held[q.k]
+		}
+	}
+	return top
 }
 
 func (b *budget) wakeLocked() {

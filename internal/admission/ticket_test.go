@@ -56,6 +56,12 @@ type fixture struct {
 // off unless edit turns it on.
 func newFixture(t *testing.T, size int64, edit func(*Config, *HoldConfig)) *fixture {
 	t.Helper()
+	return newFixtureExempt(t, size, nil, edit)
+}
+
+// newFixtureExempt is newFixture with the signals exempt exempt.
+func newFixtureExempt(t *testing.T, size int64, exempt []decision.Signal, edit func(*Config, *HoldConfig)) *fixture {
+	t.Helper()
 	cfg := NewDefaultConfig()
 	cfg.MaxInflightBytes = FixedInflightBudget(ByteSize(size))
 	cfg.UnknownSize = 16 << 10
@@ -64,6 +70,9 @@ func newFixture(t *testing.T, size int64, edit func(*Config, *HoldConfig)) *fixt
 		edit(&cfg, &hold)
 	}
 	f := &fixture{dec: &fakeDecider{}, rec: &counts{}}
+	for _, sig := range exempt {
+		f.dec.exempt[sig] = true
+	}
 	c, err := New(cfg, hold, Settings{Decider: f.dec, Recorder: f.rec, Budget: size, HeldPool: size})
 	require.NoError(t, err)
 	f.c = c
@@ -1303,43 +1312,4 @@ func TestLaneOpenWhileWaiting(t *testing.T) {
 			assert.Zero(t, f.c.budget.lane.bodies.Load())
 		})
 	}
-}
-
-// TestBodiesOfOneKeyDoNotWaitForEachOther: when the bodies of one key hold
-// its whole share between them and each waits for more, nothing else of
-// that key gives bytes back: the youngest gives up at once and the older
-// ones read on, rather than all of them waiting until the oldest's wait
-// runs out while every new body of the key is refused. Behind a proxy every
-// client is that one key.
-func TestBodiesOfOneKeyDoNotWaitForEachOther(t *testing.T) {
-	const size = 1 << 20 // a key's share: 512 KiB
-	f := newFixture(t, size, func(c *Config, _ *HoldConfig) { c.WaitTimeout = time.Minute })
-	k := f.c.keys.key(addr("10.0.0.1"), "")
-	f.c.keys.learn(k, decision.SignalTraces, 200<<10, now(), false)
-	// Three bodies take 200 KiB, 200 KiB and the 112 KiB left of the
-	// share; the youngest waits for more.
-	a, b, c := f.pipedBody(t, "10.0.0.1"), f.pipedBody(t, "10.0.0.1"), f.pipedBody(t, "10.0.0.1")
-	_, _ = a.pw.Write(make([]byte, 200<<10))
-	_, _ = b.pw.Write(make([]byte, 200<<10))
-	go func() { _, _ = c.pw.Write(make([]byte, 200<<10)) }()
-	require.Eventually(t, func() bool { return f.c.budget.waiting.Load() == 1 }, 10*time.Second, time.Millisecond)
-	assert.EqualValues(t, 512<<10, f.c.Stats().Reserved, "the key's share")
-	// The two older ones want more as well, which fits once the youngest
-	// has given its bytes back.
-	for _, body := range []*pipedBody{a, b} {
-		go func() { _, _ = body.pw.Write(make([]byte, 40<<10)); _ = body.pw.Close() }()
-	}
-	select {
-	case err := <-c.done:
-		require.ErrorIs(t, err, ErrBudget, "the youngest body")
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no body gave up: the key's bodies wait for one another")
-	}
-	_ = c.pr.Close() // a refused body's writer stops
-	c.tk.Release(false)
-	for _, body := range []*pipedBody{a, b} {
-		require.NoError(t, <-body.done, "an older body reads on")
-		body.tk.Release(true)
-	}
-	assert.Zero(t, f.c.Stats().Reserved)
 }
