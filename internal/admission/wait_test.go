@@ -88,6 +88,31 @@ func httpReq(sig decision.Signal, length int64) Request {
 	return Request{Protocol: ProtocolHTTP, Signal: sig, Remote: addr(client), Length: length}
 }
 
+// tenantFixture is a controller of a 1 MiB budget keyed by the x-tenant
+// header under the address, and another client (other) holding 100 KiB of
+// it: client may hold half the budget, each of its tenants a quarter.
+func tenantFixture(t *testing.T) (f *fixture, other Key) {
+	t.Helper()
+	f = newFixture(t, 1<<20, func(c *Config, _ *HoldConfig) {
+		c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant"
+		c.WaitTimeout = time.Minute
+	})
+	other = f.c.keys.key(addr("10.0.0.9"), "")
+	f.c.budget.charge(100<<10, other)
+	return f, other
+}
+
+// requireTenantLimits counts the shares again and checks those
+// tenantFixture promises for tenant key k.
+func requireTenantLimits(t *testing.T, f *fixture, k Key) {
+	t.Helper()
+	f.c.keys.recount(now(), nil)
+	lim, plim := f.c.budget.limitOf(k, now())
+	require.EqualValues(t, 256<<10, lim, "a tenant's limit")
+	require.EqualValues(t, 512<<10, plim, "the address's limit")
+}
+
+// tenantReq is an HTTP request of tenant from client.
 func tenantReq(tenant string, length int64) Request {
 	r := httpReq(decision.SignalTraces, length)
 	r.Header = http.Header{"X-Tenant": {tenant}}
@@ -174,14 +199,8 @@ func TestYoungerBodyOfAKeyMayGoFirst(t *testing.T) {
 // request, not waiting, is about to end: a fourth tenant's body that needs
 // its last 4 KiB does not give up for them, and all of them read on.
 func TestTenantDoesNotGiveUpForItsSiblings(t *testing.T) {
-	const size = 1 << 20
-	f := newFixture(t, size, func(c *Config, _ *HoldConfig) {
-		c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant"
-		c.WaitTimeout = time.Minute
-	})
+	f, other := tenantFixture(t)
 	kt := f.c.keys
-	other := kt.key(addr("10.0.0.9"), "")
-	f.c.budget.charge(100<<10, other) // another client holds some of the budget: the proxy may hold half of it
 	evil1 := f.body(t, tenantReq("evil-1", -1), 32<<10)
 	evil2 := f.body(t, tenantReq("evil-2", -1), 32<<10)
 	good := f.body(t, tenantReq("good", 100<<10), 32<<10)
@@ -191,10 +210,7 @@ func TestTenantDoesNotGiveUpForItsSiblings(t *testing.T) {
 	kt.learn(kE1, decision.SignalTraces, 200<<10, now(), false)
 	kt.learn(kE2, decision.SignalTraces, 200<<10, now(), false)
 	kt.learn(kG, decision.SignalTraces, 96<<10, now(), false)
-	kt.recount(now(), nil)
-	lim, plim := f.c.budget.limitOf(kG, now())
-	require.EqualValues(t, 256<<10, lim, "a tenant's limit")
-	require.EqualValues(t, 512<<10, plim, "the proxy's limit")
+	requireTenantLimits(t, f, kG)
 
 	feed(t, evil1, 200<<10)
 	feed(t, evil2, 200<<10)
@@ -315,14 +331,8 @@ func TestLoneBodyWaitsForItsShareToGrowBack(t *testing.T) {
 // gives up, not the youngest body of all: a tenant holding little does not
 // pay for its siblings' large bodies.
 func TestHeaviestTenantGivesUp(t *testing.T) {
-	const size = 1 << 20
-	f := newFixture(t, size, func(c *Config, _ *HoldConfig) {
-		c.Fairness.Key, c.Fairness.Header = KeyHeader, "X-Tenant"
-		c.WaitTimeout = time.Minute
-	})
+	f, other := tenantFixture(t)
 	kt := f.c.keys
-	other := kt.key(addr("10.0.0.9"), "")
-	f.c.budget.charge(100<<10, other) // another client: the proxy may hold half the budget
 	heavy1 := f.body(t, tenantReq("heavy", -1), 32<<10)
 	heavy2 := f.body(t, tenantReq("heavy", -1), 32<<10)
 	mid := f.body(t, tenantReq("mid", -1), 32<<10)
@@ -330,11 +340,8 @@ func TestHeaviestTenantGivesUp(t *testing.T) {
 	for tenant, n := range map[string]int64{"heavy": 110 << 10, "mid": 200 << 10, "light": 80 << 10} {
 		kt.learn(kt.key(addr(client), tenant), decision.SignalTraces, n, now(), false)
 	}
-	kt.recount(now(), nil)
 	kh := kt.key(addr(client), "heavy")
-	lim, plim := f.c.budget.limitOf(kh, now())
-	require.EqualValues(t, 256<<10, lim, "a tenant's limit")
-	require.EqualValues(t, 512<<10, plim, "the proxy's limit")
+	requireTenantLimits(t, f, kh)
 	feed(t, heavy1, 110<<10)
 	feed(t, heavy2, 110<<10)
 	feed(t, mid, 200<<10)
