@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/otelthrottle/throttle/internal/decision"
+	"github.com/otelthrottle/throttle/internal/e2edata"
 	"github.com/otelthrottle/throttle/internal/testutil/e2eskip"
 )
 
@@ -158,6 +159,9 @@ func TestHostileSlowHTTPBodies(t *testing.T) {
 	require.Eventually(t, func() bool { return hostileReserved(env) == 0 }, e2eWait, time.Millisecond,
 		"the cut bodies' reservations were not released")
 	assert.Equal(t, spans, env.traces.SpanCount())
+	// Counted allowed when let in, so the cut-offs are counted apart.
+	assert.EqualValues(t, 3, e2edata.CutOffs(t, env.tel, "http", "traces", "slow"))
+	assert.EqualValues(t, 4, env.requests(t, "http", decision.SignalTraces, "allowed", ""))
 }
 
 // hostileDialFrom returns a dialer whose connections come from the

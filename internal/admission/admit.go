@@ -1192,7 +1192,7 @@ func (t *Ticket) admitted(v decision.Verdict) (*Ticket, decision.Verdict) {
 	t.w.age = t.age
 	t.lastProgress = t.age
 	t.mu.Lock()
-	t.counted = true
+	t.counted, t.allowed = true, true
 	t.mu.Unlock()
 	c.inflight.Add(1)
 	c.tickets.add(t)

@@ -72,15 +72,49 @@ func (p Protocol) String() string {
 	return "unknown"
 }
 
-// Recorder counts decisions, once per request decided, on the request
-// path: it must not block and should not allocate.
+// CutReason is why an admitted request was cut off before its end; it is
+// the reason attribute of the cut-off counter.
+type CutReason uint8
+
+// The reasons a request is cut off, usable as array indexes.
+const (
+	// CutBudget: its body waited too long for more of the budget or of the
+	// oversize lane, gave way to the other bodies of its key, or read in
+	// the lane past its tenure.
+	CutBudget CutReason = iota
+	// CutOpen: its signal turned Open while its body waited for bytes.
+	CutOpen
+	// CutSlow: its client sent too slowly, or sent no message in time.
+	CutSlow
+	// CutStopping: the receivers were stopping.
+	CutStopping
+	// NumCutReasons is the number of reasons; not a reason.
+	NumCutReasons
+)
+
+var cutReasonNames = [NumCutReasons]string{"budget", "open", "slow", "stopping"}
+
+// String returns the reason's telemetry name.
+func (r CutReason) String() string {
+	if r < NumCutReasons {
+		return cutReasonNames[r]
+	}
+	return "unknown"
+}
+
+// Recorder counts decisions, once per request decided, and the admitted
+// requests cut off before their end, once per request cut off (they were
+// counted admitted, and their clients were told to retry). It is called on
+// the request path: it must not block and should not allocate.
 type Recorder interface {
 	Record(p Protocol, s decision.Signal, v decision.Verdict)
+	CutOff(p Protocol, s decision.Signal, r CutReason)
 }
 
 type nopRecorder struct{}
 
 func (nopRecorder) Record(Protocol, decision.Signal, decision.Verdict) {}
+func (nopRecorder) CutOff(Protocol, decision.Signal, CutReason)        {}
 
 // Header is a request's headers (HTTP) or metadata (gRPC): Values returns
 // every value of a header, name given canonical for HTTP and lower-case
@@ -325,6 +359,7 @@ func (c *Controller) trimSilent(at time.Duration) {
 		}
 		t.mu.Unlock()
 		if cut {
+			t.cutOff(CutSlow)
 			t.onStall.Stall()
 		}
 	})

@@ -80,7 +80,12 @@ type Ticket struct {
 	// bytes are reserved (admitted) or refused (budget), or when it ends
 	// without reading any.
 	unrecorded bool
-	idle       *time.Timer
+	// allowed: the request was let in and is (or will be) counted so, not
+	// refused at its first reservation or in Start; cut: it was cut off,
+	// and counted so if allowed.
+	allowed bool
+	cut     bool
+	idle    *time.Timer
 
 	// weighed is what the fair drops counted the request as: what it was
 	// expected to cost when it arrived, then what it read, if more.
@@ -108,7 +113,7 @@ type Ticket struct {
 // refuse records a refusal and returns it; the ticket is done.
 func (t *Ticket) refuse(v decision.Verdict) decision.Verdict {
 	t.mu.Lock()
-	t.unrecorded = false
+	t.unrecorded, t.allowed = false, false
 	t.mu.Unlock()
 	t.Release(false)
 	return t.c.refuse(t.key, Request{Protocol: t.proto, Signal: t.sig}, now(), v)
@@ -430,6 +435,7 @@ func (t *Ticket) Read(r io.Reader, p []byte) (int, error) {
 		return t.rawRead(r, p, at)
 	}
 	if inLane && c.laneTenure > 0 && at-laneSince > c.laneTenure && !c.observe {
+		t.cutOff(CutBudget)
 		return 0, ErrBudget
 	}
 	if avail > 0 {
@@ -451,6 +457,15 @@ func (t *Ticket) Read(r io.Reader, p []byte) (int, error) {
 		t.mu.Lock()
 		t.read-- // the probed byte is not handed on
 		t.mu.Unlock()
+		switch {
+		case !errors.Is(gerr, ErrBudget) && !errors.Is(gerr, ErrOpen):
+		case c.closed.Load():
+			t.cutOff(CutStopping) // Close ended its wait
+		case errors.Is(gerr, ErrBudget):
+			t.cutOff(CutBudget)
+		default:
+			t.cutOff(CutOpen)
+		}
 		return 0, gerr
 	}
 	p[0] = t.probe[0]
@@ -602,10 +617,26 @@ func (t *Ticket) record(v decision.Verdict) {
 	t.mu.Lock()
 	first := t.unrecorded
 	t.unrecorded = false
+	if first && !v.Admitted() {
+		t.allowed = false
+	}
 	t.mu.Unlock()
 	if first {
 		t.c.rec.Record(t.proto, t.sig, v)
 		t.c.keys.noteDecision(t.key, v.Admitted(), t.age)
+	}
+}
+
+// cutOff counts the request as cut off for r, once, unless it was counted
+// refused (a body its first reservation refused is no cut-off): it was
+// counted admitted, and its client is told to retry.
+func (t *Ticket) cutOff(r CutReason) {
+	t.mu.Lock()
+	count := t.allowed && !t.cut
+	t.cut = true
+	t.mu.Unlock()
+	if count {
+		t.c.rec.CutOff(t.proto, t.sig, r)
 	}
 }
 
@@ -794,6 +825,7 @@ func (t *Ticket) idleCheck() {
 	}
 	t.killed = true
 	t.mu.Unlock()
+	t.cutOff(CutSlow)
 	t.onStall.Stall()
 }
 
@@ -809,6 +841,7 @@ func (t *Ticket) shutdown(grace time.Duration) {
 		}
 		t.mu.Unlock()
 		if cut {
+			t.cutOff(CutStopping)
 			t.onStall.Stall()
 		}
 	})

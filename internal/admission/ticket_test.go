@@ -25,10 +25,28 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// counts is a Recorder counting per (protocol, signal, verdict).
+// counts is a Recorder counting per (protocol, signal, verdict), and the
+// cut-offs per (protocol, signal, reason).
 type counts struct {
-	mu sync.Mutex
-	n  map[[3]int]int
+	mu   sync.Mutex
+	n    map[[3]int]int
+	cuts map[[3]int]int
+}
+
+func (c *counts) CutOff(p Protocol, s decision.Signal, r CutReason) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cuts == nil {
+		c.cuts = map[[3]int]int{}
+	}
+	c.cuts[[3]int{int(p), int(s), int(r)}]++
+}
+
+// cut is how many traces requests of p were cut off for r.
+func (c *counts) cut(p Protocol, r CutReason) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cuts[[3]int{int(p), int(decision.SignalTraces), int(r)}]
 }
 
 func (c *counts) Record(p Protocol, s decision.Signal, v decision.Verdict) {
@@ -171,6 +189,7 @@ func TestHTTPRefusedAtFirstByteIsRecorded(t *testing.T) {
 	big.Release(true)
 	assert.Equal(t, 1, f.rec.get(ProtocolHTTP, decision.VerdictDenyBudget))
 	assert.Equal(t, 1, f.rec.get(ProtocolHTTP, decision.VerdictAdmit))
+	assert.Zero(t, f.rec.cut(ProtocolHTTP, CutBudget), "a refusal is no cut-off")
 	assert.Zero(t, f.c.Stats().Reserved)
 }
 
@@ -219,6 +238,7 @@ func TestLaneSharedBySeveralBodies(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the trickling body outlived its tenure in the lane")
 	}
+	assert.Equal(t, 1, f.rec.cut(ProtocolHTTP, CutBudget), "the trickling body, counted admitted, is counted cut off")
 	_ = pr.Close()
 	trickle.Release(false)
 	assert.Zero(t, f.c.Stats().Reserved)
@@ -474,6 +494,7 @@ func TestCloseEndsWaitsAndCutsOff(t *testing.T) {
 	require.Error(t, <-readErr)
 	assert.Less(t, time.Since(start), 2*time.Second)
 	assert.EqualValues(t, 1, stall.n.Load())
+	assert.Equal(t, 1, f.rec.cut(ProtocolHTTP, CutStopping))
 	reading.Release(false)
 	// After Close, nothing is held any more.
 	_, v := f.http(t, "10.0.0.3", 10)
@@ -499,6 +520,8 @@ func TestIdleBodyIsCutOff(t *testing.T) {
 	require.ErrorIs(t, <-errc, ErrIdle)
 	assert.EqualValues(t, 1, stall.n.Load())
 	tk.Release(false)
+	assert.Equal(t, 1, f.rec.get(ProtocolHTTP, decision.VerdictAdmit))
+	assert.Equal(t, 1, f.rec.cut(ProtocolHTTP, CutSlow))
 	assert.Zero(t, f.c.Stats().Reserved)
 }
 
@@ -649,6 +672,11 @@ func TestSilentCallsTrimmedUnderContention(t *testing.T) {
 		t.Fatal("the waiting call was not admitted")
 	}
 	tk.Release(true)
+	stalled := 0
+	for _, s := range silent {
+		stalled += int(s.n.Load())
+	}
+	assert.Equal(t, stalled, f.rec.cut(ProtocolGRPC, CutSlow), "each call cut off is counted once")
 }
 
 // TestAdmittedAfterCloseIsCutOff: a request admitted after the receivers
@@ -666,6 +694,7 @@ func TestAdmittedAfterCloseIsCutOff(t *testing.T) {
 		require.True(t, tk.Start(context.Background(), stall, false).Admitted())
 		require.Eventually(t, func() bool { return stall.n.Load() == 1 }, 2*time.Second, time.Millisecond, "%v: not cut off", proto)
 		tk.Release(false)
+		assert.Equal(t, 1, f.rec.cut(proto, CutStopping), proto)
 	}
 	assert.Zero(t, f.c.Stats().Reserved)
 }
@@ -1090,11 +1119,15 @@ func TestHTTPOpenWhileWaitingForBudget(t *testing.T) {
 				} else {
 					require.NoError(t, err)
 				}
-				recorded := decision.VerdictAdmit // at its first bytes
-				if open && tc.kept == 0 {
+				recorded, cut := decision.VerdictAdmit, 0 // at its first bytes
+				switch {
+				case open && tc.kept == 0:
 					recorded = decision.VerdictDenyOpen
+				case open:
+					cut = 1 // admitted at its first bytes, then cut off
 				}
 				assert.Equal(t, 1, f.rec.get(ProtocolHTTP, recorded))
+				assert.Equal(t, cut, f.rec.cut(ProtocolHTTP, CutOpen))
 				assert.Zero(t, f.c.Stats().Reserved)
 			})
 		}

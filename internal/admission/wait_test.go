@@ -149,6 +149,7 @@ func TestBodiesOfOneKeyDoNotWaitForEachOther(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no body gave up: the key's bodies wait for one another")
 	}
+	assert.Equal(t, 1, f.rec.cut(ProtocolHTTP, CutBudget), "admitted at its first bytes, then cut off")
 	_ = c.pr.Close() // a refused body's writer stops
 	c.tk.Release(false)
 	for _, body := range []*pipedBody{a, b} {

@@ -98,18 +98,37 @@ func Profiles(n int) pprofile.Profiles {
 // other attribute; 0 before the first decision.
 func Requests(tb testing.TB, tel *componenttest.Telemetry, protocol, signal, decision, reason string) int64 {
 	tb.Helper()
-	m, err := tel.GetMetric("otelcol_throttle_requests")
+	return counter(tb, tel, "otelcol_throttle_requests",
+		"protocol", protocol, "signal", signal, "decision", decision, "reason", reason)
+}
+
+// CutOffs is the otelcol_throttle_cut_off_requests counter in tel for one
+// protocol, signal and reason; 0 before the first cut-off.
+func CutOffs(tb testing.TB, tel *componenttest.Telemetry, protocol, signal, reason string) int64 {
+	tb.Helper()
+	return counter(tb, tel, "otelcol_throttle_cut_off_requests", "protocol", protocol, "signal", signal, "reason", reason)
+}
+
+// counter sums the points of the integer counter name in tel whose
+// attributes match kv, pairs of a key and its value ("" for absent); 0
+// before the counter has a point.
+func counter(tb testing.TB, tel *componenttest.Telemetry, name string, kv ...string) int64 {
+	tb.Helper()
+	m, err := tel.GetMetric(name)
 	if err != nil {
 		return 0
 	}
 	sum, ok := m.Data.(metricdata.Sum[int64])
-	require.Truef(tb, ok, "throttle_requests is a %T", m.Data)
+	require.Truef(tb, ok, "%s is a %T", name, m.Data)
 	var total int64
+points:
 	for _, dp := range sum.DataPoints {
-		if AttrIs(dp.Attributes, "protocol", protocol) && AttrIs(dp.Attributes, "signal", signal) &&
-			AttrIs(dp.Attributes, "decision", decision) && AttrIs(dp.Attributes, "reason", reason) {
-			total += dp.Value
+		for i := 0; i+1 < len(kv); i += 2 {
+			if !AttrIs(dp.Attributes, kv[i], kv[i+1]) {
+				continue points
+			}
 		}
+		total += dp.Value
 	}
 	return total
 }

@@ -75,9 +75,15 @@ func (f *fakeDecider) Pressed(s decision.Signal) bool {
 // is on (the admission's own tests cover a pressure the hold cannot bridge).
 func (f *fakeDecider) Holdable(decision.Signal) bool { return true }
 
-// countingRecorder counts Record calls per (protocol, signal, verdict).
+// countingRecorder counts Record calls per (protocol, signal, verdict) and
+// CutOff calls per (protocol, signal, reason).
 type countingRecorder struct {
-	n [admission.NumProtocols][decision.NumSignals][decision.NumVerdicts]atomic.Int64
+	n    [admission.NumProtocols][decision.NumSignals][decision.NumVerdicts]atomic.Int64
+	cuts [admission.NumProtocols][decision.NumSignals][admission.NumCutReasons]atomic.Int64
+}
+
+func (c *countingRecorder) CutOff(p admission.Protocol, s decision.Signal, r admission.CutReason) {
+	c.cuts[p][s][r].Add(1)
 }
 
 func (c *countingRecorder) Record(p admission.Protocol, s decision.Signal, v decision.Verdict) {

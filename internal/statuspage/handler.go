@@ -73,6 +73,9 @@ type SignalStatus struct {
 	DeniedShed   uint64
 	DeniedOpen   uint64
 	DeniedBudget uint64
+	// CutOff counts the allowed requests cut off before their end (told
+	// to retry), cumulative since start.
+	CutOff uint64
 }
 
 // LiveStatus is the current state, read on every /status request.
@@ -293,6 +296,7 @@ type signalJSON struct {
 	DropProbability float64    `json:"drop_probability"`
 	Allowed         uint64     `json:"allowed"`
 	Denied          deniedJSON `json:"denied"`
+	CutOff          uint64     `json:"cut_off"`
 }
 
 type budgetJSON struct {
@@ -434,6 +438,7 @@ func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
 			DropProbability: finite(st.DropProbability),
 			Allowed:         st.Allowed,
 			Denied:          deniedJSON{Shed: st.DeniedShed, Open: st.DeniedOpen, Budget: st.DeniedBudget},
+			CutOff:          st.CutOff,
 		}
 	}
 	writeJSON(w, &doc)

@@ -48,7 +48,7 @@ func testLive() LiveStatus {
 		WorkingSet: 256 << 20, MemLimit: 512 << 20, Cores: 1.5,
 		Stale: true,
 		Signals: [decision.NumSignals]SignalStatus{
-			{State: decision.StateShedding, DropProbability: 0.4, Allowed: 100, DeniedShed: 7, DeniedOpen: 2, DeniedBudget: 1},
+			{State: decision.StateShedding, DropProbability: 0.4, Allowed: 100, DeniedShed: 7, DeniedOpen: 2, DeniedBudget: 1, CutOff: 3},
 			{State: decision.StateNormal, Allowed: 50},
 			{State: decision.StateOpen, DropProbability: 1, Allowed: 3, DeniedOpen: 9},
 			{State: decision.StateShedding, DropProbability: 0.2, DeniedBudget: 4},
@@ -128,13 +128,13 @@ func TestStatusJSON(t *testing.T) {
 		},
 		"signals": [
 			{"name": "traces", "enabled": true, "drop_min": 0, "drop_max": 1, "state": "shedding", "state_code": 1,
-			 "drop_probability": 0.4, "allowed": 100, "denied": {"shed": 7, "open": 2, "budget": 1}},
+			 "drop_probability": 0.4, "allowed": 100, "denied": {"shed": 7, "open": 2, "budget": 1}, "cut_off": 3},
 			{"name": "metrics", "enabled": false, "drop_min": 0, "drop_max": 1, "state": "normal", "state_code": 0,
-			 "drop_probability": 0, "allowed": 50, "denied": {"shed": 0, "open": 0, "budget": 0}},
+			 "drop_probability": 0, "allowed": 50, "denied": {"shed": 0, "open": 0, "budget": 0}, "cut_off": 0},
 			{"name": "logs", "enabled": true, "drop_min": 0, "drop_max": 1, "state": "open", "state_code": 2,
-			 "drop_probability": 1, "allowed": 3, "denied": {"shed": 0, "open": 9, "budget": 0}},
+			 "drop_probability": 1, "allowed": 3, "denied": {"shed": 0, "open": 9, "budget": 0}, "cut_off": 0},
 			{"name": "profiles", "enabled": true, "drop_min": 0, "drop_max": 0.5, "state": "shedding", "state_code": 1,
-			 "drop_probability": 0.2, "allowed": 0, "denied": {"shed": 0, "open": 0, "budget": 4}}
+			 "drop_probability": 0.2, "allowed": 0, "denied": {"shed": 0, "open": 0, "budget": 4}, "cut_off": 0}
 		],
 		"budget": {"reserved": 3145728, "limit": 25165824, "peak": 5242880, "held_requests": 2},
 		"keys": [{"key": "tenant-a", "reserved": 2097152, "held": 1, "admitted": 40, "refused": 3},

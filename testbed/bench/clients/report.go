@@ -339,7 +339,8 @@ func writeLoadSummary(w io.Writer, r *scenarioRun) {
 	// The refusals: the last sample with the gateway's counters.
 	for i := len(r.outcome.Points) - 1; i >= 0; i-- {
 		if p := r.outcome.Points[i]; !math.IsNaN(p.shed) {
-			fmt.Fprintf(w, " The throttle refused %.0f trace requests as shed, %.0f in Open and %.0f for the admission budget.", p.shed, p.open, p.budget)
+			fmt.Fprintf(w, " The throttle refused %.0f trace requests as shed, %.0f in Open and %.0f for the admission budget, "+
+				"and cut off %.0f it had admitted (told to retry).", p.shed, p.open, p.budget, p.cutOff)
 			break
 		}
 	}

@@ -33,6 +33,7 @@ type point struct {
 	cpuEnter, cpuHard            float64
 	memEnter, memHard            float64
 	shed, open, budget, allowed  float64
+	cutOff                       float64 // admitted, then cut off
 	held, reserved, budgetLimit  float64
 	gwAccepted, gwSent, gwQueue  float64
 	sinkTotal                    float64
@@ -161,8 +162,9 @@ func (r *recorder) sample(now time.Time, prevCPU *time.Duration, prevAt *time.Ti
 		return zero(g("otelcol_throttle_requests", map[string]string{"signal": "traces", "decision": "denied", "reason": reason}))
 	}
 	p.shed, p.open, p.budget = denied("shed"), denied("open"), denied("budget")
+	p.cutOff = zero(g("otelcol_throttle_cut_off_requests", map[string]string{"signal": "traces"}))
 	if !fresh {
-		p.shed, p.open, p.budget = math.NaN(), math.NaN(), math.NaN()
+		p.shed, p.open, p.budget, p.cutOff = math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	}
 	p.held = g("otelcol_throttle_held_requests", nil)
 	p.reserved = g("otelcol_throttle_inflight_bytes", map[string]string{"budget": "reserved"})

@@ -28,6 +28,7 @@ type TelemetryBuilder struct {
 	meter                    metric.Meter
 	mu                       sync.Mutex
 	registrations            []metric.Registration
+	ThrottleCutOffRequests   metric.Int64ObservableCounter
 	ThrottleDemand           metric.Float64ObservableGauge
 	ThrottleGcPercent        metric.Int64ObservableGauge
 	ThrottleGoMemoryLimit    metric.Int64ObservableGauge
@@ -55,6 +56,21 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterThrottleCutOffRequestsCallback sets callback for observable ThrottleCutOffRequests metric.
+func (builder *TelemetryBuilder) RegisterThrottleCutOffRequestsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ThrottleCutOffRequests, obs: o})
+		return nil
+	}, builder.ThrottleCutOffRequests)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
 }
 
 // RegisterThrottleDemandCallback sets callback for observable ThrottleDemand metric.
@@ -290,6 +306,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.ThrottleCutOffRequests, err = builder.meter.Int64ObservableCounter(
+		"otelcol_throttle_cut_off_requests",
+		metric.WithDescription("Admitted requests cut off before their end, per protocol, signal and reason, each also counted as allowed in throttle_requests when it was let in; the client was told to retry (HTTP 429 with Retry-After, gRPC CANCELLED before its message was read). budget: an HTTP body waited for more of the budget or of the oversize lane longer than wait_timeout, gave way to the other bodies of its client key, or read in the lane past its tenure; open: its signal turned Open while it waited; slow: its client sent less than 64 KiB per idle_timeout, or a gRPC call sent no message in time or held decoding room silently while others waited; stopping: the receivers were stopping. [Alpha]"),
+		metric.WithUnit("{request}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ThrottleDemand, err = builder.meter.Float64ObservableGauge(
 		"otelcol_throttle_demand",
 		metric.WithDescription("The load offered to the collector against what it can take, for an autoscaler: the larger of the slow CPU level and the memory level, times (admitted + refused) / admitted requests over the last 10 s, times 1 + held / in-flight requests (while an exporter queue is past its enter line and CPU and memory are below theirs, the backend is the bound: no refusal is counted and this factor is 1); smoothed over 5 s, at most 10. 1 is the collector's capacity: scale out above your target (e.g. 0.8). Unlike CPU, which the throttle holds near its enter line, it goes on rising with the work refused or held. [Alpha]"),

@@ -21,6 +21,22 @@ func NewSettings(tt *componenttest.Telemetry) extension.Settings {
 	return set
 }
 
+func AssertEqualThrottleCutOffRequests(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_throttle_cut_off_requests",
+		Description: "Admitted requests cut off before their end, per protocol, signal and reason, each also counted as allowed in throttle_requests when it was let in; the client was told to retry (HTTP 429 with Retry-After, gRPC CANCELLED before its message was read). budget: an HTTP body waited for more of the budget or of the oversize lane longer than wait_timeout, gave way to the other bodies of its client key, or read in the lane past its tenure; open: its signal turned Open while it waited; slow: its client sent less than 64 KiB per idle_timeout, or a gRPC call sent no message in time or held decoding room silently while others waited; stopping: the receivers were stopping. [Alpha]",
+		Unit:        "{request}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_throttle_cut_off_requests")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualThrottleDemand(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[float64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_throttle_demand",

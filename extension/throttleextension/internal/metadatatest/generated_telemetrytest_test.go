@@ -20,6 +20,10 @@ func TestSetupTelemetry(t *testing.T) {
 	tb, err := metadata.NewTelemetryBuilder(testTel.NewTelemetrySettings())
 	require.NoError(t, err)
 	defer tb.Shutdown()
+	require.NoError(t, tb.RegisterThrottleCutOffRequestsCallback(func(_ context.Context, observer metric.Int64Observer) error {
+		observer.Observe(1)
+		return nil
+	}))
 	require.NoError(t, tb.RegisterThrottleDemandCallback(func(_ context.Context, observer metric.Float64Observer) error {
 		observer.Observe(1)
 		return nil
@@ -75,6 +79,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ThrottleSamplerDuration.Record(context.Background(), 1)
 	tb.ThrottleSamplerErrors.Add(context.Background(), 1)
 	tb.ThrottleSamplerInterval.Record(context.Background(), 1)
+	AssertEqualThrottleCutOffRequests(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualThrottleDemand(t, testTel,
 		[]metricdata.DataPoint[float64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())

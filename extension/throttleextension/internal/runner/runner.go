@@ -506,6 +506,11 @@ func (r *Runner) Record(p admission.Protocol, s decision.Signal, v decision.Verd
 	r.tel.record(p, s, v)
 }
 
+// CutOff implements admission.Recorder.
+func (r *Runner) CutOff(p admission.Protocol, s decision.Signal, c admission.CutReason) {
+	r.tel.cutOff(p, s, c)
+}
+
 // MiddlewareConfig is the configuration of one server's middleware: every
 // server of the extension shares the runner's classifier, budget, tarpit
 // and hold. The budget is the one Start sized (nil before Start).

@@ -35,6 +35,8 @@ type decisionCounts struct {
 		n [decision.NumVerdicts]atomic.Uint64
 		_ [64 - decision.NumVerdicts*8%64]byte
 	}
+	// cuts are the admitted requests cut off, rare enough to share lines.
+	cuts [admission.NumProtocols][decision.NumSignals][admission.NumCutReasons]atomic.Uint64
 }
 
 // add counts one decision. Callers check the bounds of p, s and v.
@@ -52,6 +54,17 @@ func (c *decisionCounts) load(s decision.Signal, v decision.Verdict) uint64 {
 	var n uint64
 	for p := range admission.NumProtocols {
 		n += c.rows[p][s].n[v].Load()
+	}
+	return n
+}
+
+// loadCuts returns the cut-offs of s over every protocol and reason.
+func (c *decisionCounts) loadCuts(s decision.Signal) uint64 {
+	var n uint64
+	for p := range admission.NumProtocols {
+		for r := range admission.NumCutReasons {
+			n += c.cuts[p][s][r].Load()
+		}
 	}
 	return n
 }
@@ -347,6 +360,7 @@ func (st *status) live() statuspage.LiveStatus {
 		sig.DeniedShed = c.load(s, decision.VerdictDenyShed)
 		sig.DeniedOpen = c.load(s, decision.VerdictDenyOpen)
 		sig.DeniedBudget = c.load(s, decision.VerdictDenyBudget)
+		sig.CutOff = c.loadCuts(s)
 	}
 	as := r.adm.Stats()
 	l.BudgetReserved, l.BudgetLimit, l.BudgetPeak, l.HeldRequests = as.Reserved, as.Budget, as.Peak, as.HeldRequests

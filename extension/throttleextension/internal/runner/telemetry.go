@@ -98,6 +98,16 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 			}
 		}
 	}
+	var cutOpts [admission.NumProtocols][decision.NumSignals][admission.NumCutReasons]metric.ObserveOption
+	for p := range admission.NumProtocols {
+		for s := range decision.NumSignals {
+			for c := range admission.NumCutReasons {
+				cutOpts[p][s][c] = metric.WithAttributeSet(attribute.NewSet(idAttr,
+					attribute.String("protocol", p.String()), attribute.String("signal", s.String()),
+					attribute.String("reason", c.String())))
+			}
+		}
+	}
 	for _, r := range []string{"cpu", "memory", "limits", downstream.Resource} {
 		t.errors[r] = metric.WithAttributeSet(attribute.NewSet(idAttr, attribute.String("resource", r)))
 	}
@@ -110,6 +120,22 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, observeOnly 
 				for v := range decision.NumVerdicts {
 					if n := t.counts.loadProtocol(p, s, v); n > 0 {
 						o.Observe(int64(n), requestOpts[p][s][v]) //nolint:gosec // G115: a request count, far below 2^63
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	err = tb.RegisterThrottleCutOffRequestsCallback(func(_ context.Context, o metric.Int64Observer) error {
+		for p := range admission.NumProtocols {
+			for s := range decision.NumSignals {
+				for c := range admission.NumCutReasons {
+					if n := t.counts.cuts[p][s][c].Load(); n > 0 {
+						o.Observe(int64(n), cutOpts[p][s][c]) //nolint:gosec // G115: a request count, far below 2^63
 					}
 				}
 			}
@@ -290,6 +316,14 @@ func (t *telemetry) record(p admission.Protocol, s decision.Signal, v decision.V
 		return
 	}
 	t.counts.add(p, s, v)
+}
+
+// cutOff counts one admitted request cut off. No allocation.
+func (t *telemetry) cutOff(p admission.Protocol, s decision.Signal, c admission.CutReason) {
+	if p >= admission.NumProtocols || s >= decision.NumSignals || c >= admission.NumCutReasons {
+		return
+	}
+	t.counts.cuts[p][s][c].Add(1)
 }
 
 // sampled records one published sample: how long it took and the time since

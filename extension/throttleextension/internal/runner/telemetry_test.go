@@ -162,3 +162,24 @@ func TestObserveOnlyLabelsDenials(t *testing.T) {
 		})
 	}
 }
+
+// TestCutOffsCounted: an admitted request cut off is counted apart from the
+// decisions, by protocol, signal and reason, so that the requests counted
+// allowed and then answered with a retry can be told from those delivered.
+func TestCutOffsCounted(t *testing.T) {
+	tt := newTestTelemetry(t)
+	r, _ := newStartedRunner(t, tt.NewTelemetrySettings(), testConfig())
+	r.Record(admission.ProtocolHTTP, decision.SignalTraces, decision.VerdictAdmit)
+	r.CutOff(admission.ProtocolHTTP, decision.SignalTraces, admission.CutSlow)
+	r.CutOff(admission.ProtocolHTTP, decision.SignalTraces, admission.CutSlow)
+	r.CutOff(admission.ProtocolGRPC, decision.SignalLogs, admission.CutStopping)
+	r.CutOff(admission.ProtocolHTTP, decision.SignalMetrics, admission.NumCutReasons) // out of range: ignored
+	attrs := func(protocol, signal, reason string) attribute.Set {
+		return attribute.NewSet(idAttr, attribute.String("protocol", protocol), attribute.String("signal", signal),
+			attribute.String("reason", reason))
+	}
+	metadatatest.AssertEqualThrottleCutOffRequests(t, tt, []metricdata.DataPoint[int64]{
+		{Attributes: attrs("http", "traces", "slow"), Value: 2},
+		{Attributes: attrs("grpc", "logs", "stopping"), Value: 1},
+	}, metricdatatest.IgnoreTimestamp())
+}
