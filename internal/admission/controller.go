@@ -288,8 +288,11 @@ func New(cfg Config, holdCfg HoldConfig, set Settings) (*Controller, error) {
 		}
 		c.budget = newBudget(max(set.Budget, 1), c.keys, exemptShare)
 		c.budget.heldMax.Store(set.HeldPool)
-		c.budget.onWait = c.trimSilent
-		c.keys.onContended = c.trimSilent
+		if !c.observe {
+			// observe_only cuts nothing off.
+			c.budget.onWait = c.trimSilent
+			c.keys.onContended = c.trimSilent
+		}
 	}
 	if !c.observe {
 		c.hold = newHold(c, holdCfg)

@@ -80,9 +80,9 @@ type Ticket struct {
 	// bytes are reserved (admitted) or refused (budget), or when it ends
 	// without reading any.
 	unrecorded bool
-	// allowed: the request was let in and is (or will be) counted so, not
-	// refused at its first reservation or in Start; cut: it was cut off,
-	// and counted so if allowed.
+	// allowed: the request was let in (counted allowed, or would_deny
+	// with observe_only), not refused at its first reservation or in
+	// Start; cut: it was counted cut off.
 	allowed bool
 	cut     bool
 	idle    *time.Timer
@@ -424,6 +424,13 @@ func (t *Ticket) Read(r io.Reader, p []byte) (int, error) {
 		t.mu.Unlock()
 		return 0, errReadAfterRelease
 	}
+	if t.killed {
+		// Cut off: what net/http has buffered of the body is not read
+		// either, or its first bytes could still be refused and the
+		// request counted denied after being counted cut off.
+		t.mu.Unlock()
+		return 0, ErrIdle
+	}
 	at := now()
 	if c.cfg.IdleTimeout > 0 {
 		t.trimLocked(at)
@@ -459,6 +466,7 @@ func (t *Ticket) Read(r io.Reader, p []byte) (int, error) {
 		t.mu.Unlock()
 		switch {
 		case !errors.Is(gerr, ErrBudget) && !errors.Is(gerr, ErrOpen):
+		case t.ctx.Err() != nil: // its client went away: told nothing
 		case c.closed.Load():
 			t.cutOff(CutStopping) // Close ended its wait
 		case errors.Is(gerr, ErrBudget):
@@ -617,8 +625,8 @@ func (t *Ticket) record(v decision.Verdict) {
 	t.mu.Lock()
 	first := t.unrecorded
 	t.unrecorded = false
-	if first && !v.Admitted() {
-		t.allowed = false
+	if first && !v.Admitted() && !t.c.observe {
+		t.allowed = false // refused; with observe_only let in all the same
 	}
 	t.mu.Unlock()
 	if first {
@@ -633,7 +641,7 @@ func (t *Ticket) record(v decision.Verdict) {
 func (t *Ticket) cutOff(r CutReason) {
 	t.mu.Lock()
 	count := t.allowed && !t.cut
-	t.cut = true
+	t.cut = t.cut || count
 	t.mu.Unlock()
 	if count {
 		t.c.rec.CutOff(t.proto, t.sig, r)
