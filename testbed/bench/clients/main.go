@@ -364,21 +364,79 @@ func runScenario(ctx context.Context, o options, name, dir string) (*scenarioRun
 	return r, err
 }
 
+// capacityQueueSize is the gateway exporter's queue_size while its capacity
+// is measured: the receiver answers once the batch processor has the data,
+// so the clients' closed loop bounds nothing, and a queue of the default
+// 1,000 batches grew past 1 GiB on a machine whose clients outran the
+// gateway's exporter. A full small queue drops what the sink would not have
+// received in time anyway.
+const capacityQueueSize = 20
+
+// errCapacityRestarts: the gateway was killed (or restarted) while its
+// capacity was measured, so the figure is not its capacity.
+var errCapacityRestarts = errors.New("the gateway restarted while its capacity was measured")
+
+// capacityStep is what a capacity step's timeline says: the sink's rate
+// over the step's second half, the gateway's mean CPU (% of its quota)
+// over it, and how many times the gateway restarted during the step.
+type capacityStep struct {
+	spansPerSec, cpuPct float64
+	restarts            int
+}
+
+// capacityOf reads a capacity step of length step from its timeline.
+func capacityOf(points []point, step time.Duration) (capacityStep, error) {
+	var st capacityStep
+	loadStart := -1.0
+	for _, p := range points {
+		if p.phase == "load" {
+			loadStart = p.t
+			break
+		}
+	}
+	half, end := loadStart+step.Seconds()/2, loadStart+step.Seconds()
+	var atHalf, atEnd, tHalf, tEnd float64 = -1, -1, 0, 0
+	var cpuN float64
+	for _, p := range points {
+		if p.t >= loadStart && p.t < end {
+			st.restarts = max(st.restarts, p.restarts)
+		}
+		if atHalf < 0 && p.t >= half {
+			atHalf, tHalf = p.sinkTotal, p.t
+		}
+		if atEnd < 0 && p.t >= end {
+			atEnd, tEnd = p.sinkTotal, p.t
+		}
+		if p.t >= half && p.t < end && !math.IsNaN(p.cpuPct) {
+			st.cpuPct += p.cpuPct
+			cpuN++
+		}
+	}
+	if loadStart < 0 || atHalf < 0 || atEnd < 0 || tEnd <= tHalf {
+		return st, errors.New("the timeline does not cover the step")
+	}
+	st.spansPerSec = (atEnd - atHalf) / (tEnd - tHalf)
+	st.cpuPct /= max(cpuN, 1)
+	return st, nil
+}
+
 // measureCapacity measures what the gateway delivers to the sink at most,
-// unprotected (throttle enabled: false) and with memory not limiting: the
-// scenario's clients with as many exports in flight as they have workers
-// (16) and no pause between them, for -capacity-step; the capacity is the
-// sink's rate over the step's second half. The gateway's CPU over that half
-// says whether it was the limit (near 100% of its quota) or the machine
-// that runs the clients was.
+// unprotected (throttle enabled: false), with memory not limiting (1 GiB
+// and a small exporter queue): the scenario's clients with as many exports
+// in flight as they have workers (16) and no pause between them, for
+// -capacity-step; the capacity is the sink's rate over the step's second
+// half. The gateway's CPU over that half says whether it was the limit
+// (near 100% of its quota) or the machine that runs the clients was; a
+// restart during the step fails the measurement.
 func measureCapacity(ctx context.Context, o options, dir string) (float64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
 	s := &scenario{
 		name: "capacity", title: "capacity",
-		throttle: func(bool) string { return "enabled: false" },
-		load:     o.capacityStep,
+		throttle:  func(bool) string { return "enabled: false" },
+		load:      o.capacityStep,
+		queueSize: capacityQueueSize,
 	}
 	for i, k := range o.kinds {
 		c := newClient(k, 0, 16)
@@ -392,38 +450,21 @@ func measureCapacity(ctx context.Context, o options, dir string) (float64, error
 	if err != nil {
 		return 0, err
 	}
-	var loadStart float64 = -1
-	for _, p := range out.Points {
-		if p.phase == "load" {
-			loadStart = p.t
-			break
-		}
+	st, err := capacityOf(out.Points, o.capacityStep)
+	if err != nil {
+		return 0, err
 	}
-	half, end := loadStart+o.capacityStep.Seconds()/2, loadStart+o.capacityStep.Seconds()
-	var atHalf, atEnd, tHalf, tEnd float64 = -1, -1, 0, 0
-	var cpu, cpuN float64
-	for _, p := range out.Points {
-		if atHalf < 0 && p.t >= half {
-			atHalf, tHalf = p.sinkTotal, p.t
-		}
-		if atEnd < 0 && p.t >= end {
-			atEnd, tEnd = p.sinkTotal, p.t
-		}
-		if p.t >= half && p.t < end && !math.IsNaN(p.cpuPct) {
-			cpu += p.cpuPct
-			cpuN++
-		}
-	}
-	if loadStart < 0 || atHalf < 0 || atEnd < 0 || tEnd <= tHalf {
-		return 0, errors.New("the timeline does not cover the step")
-	}
-	c := (atEnd - atHalf) / (tEnd - tHalf)
-	note := fmt.Sprintf("Capacity of the gateway (%.2g CPU, %d MiB so that memory does not limit it, throttle enabled: false): "+
-		"%s, 16 workers each exporting 512-span batches back to back, for %s; "+
-		"the sink received %.0f spans/s over the second half, while the gateway used %.0f%% of its CPU quota on average.\n",
-		o.cpus, o.memMiB, strings.Join(o.kinds, ", "), o.capacityStep, c, cpu/max(cpuN, 1))
+	c := st.spansPerSec
+	note := fmt.Sprintf("Capacity of the gateway (%.2g CPU, %d MiB and an exporter queue of %d batches so that memory does not limit it, "+
+		"throttle enabled: false): %s, 16 workers each exporting 512-span batches back to back, for %s; "+
+		"the sink received %.0f spans/s over the second half, while the gateway used %.0f%% of its CPU quota on average; "+
+		"it restarted %d times during the step.\n",
+		o.cpus, o.memMiB, capacityQueueSize, strings.Join(o.kinds, ", "), o.capacityStep, c, st.cpuPct, st.restarts)
 	if err := os.WriteFile(filepath.Join(dir, "capacity.md"), []byte(note), 0o644); err != nil {
 		return 0, err
+	}
+	if st.restarts > 0 {
+		return 0, fmt.Errorf("%w (%d times; see %s): give -capacity", errCapacityRestarts, st.restarts, dir)
 	}
 	if c <= 0 {
 		return 0, fmt.Errorf("nothing delivered (see %s)", dir)
