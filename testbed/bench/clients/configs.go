@@ -20,9 +20,11 @@ type gatewayConfig struct {
 	// "" = {}, the shipped defaults).
 	Throttle string
 	// Stock leaves the throttle out; Downstream turns its downstream level
-	// on (reading MetricsPort); QueueSize sets the exporter's queue_size.
+	// on (reading MetricsPort); QueueSize sets the exporter's queue_size,
+	// and BlockOnOverflow makes a full queue wait instead of refusing.
 	Stock, Downstream bool
 	QueueSize         int
+	BlockOnOverflow   bool
 }
 
 var gatewayTmpl = colconfig.New("gateway", `# Written by bench/clients: the gateway under test.
@@ -59,6 +61,9 @@ exporters:
 {{- if .QueueSize }}
     sending_queue:
       queue_size: {{ .QueueSize }}
+{{- if .BlockOnOverflow }}
+      block_on_overflow: true
+{{- end }}
 {{- end }}
 service:
 {{- if not .Stock }}

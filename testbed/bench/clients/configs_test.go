@@ -43,7 +43,14 @@ func TestGatewayConfigs(t *testing.T) {
 	assert.Equal(t, true, c.Get("extensions::throttle::downstream::enabled"))
 	assert.Equal(t, "http://127.0.0.1:3/metrics", c.Get("extensions::throttle::downstream::endpoint"))
 	assert.Equal(t, 10, c.Get("exporters::otlp_grpc::sending_queue::queue_size"))
+	assert.False(t, c.IsSet("exporters::otlp_grpc::sending_queue::block_on_overflow"))
 	assert.Equal(t, []any{map[string]any{"id": "throttle"}}, c.Get("receivers::otlp::protocols::grpc::middlewares"))
+
+	// The capacity step's: a queue that waits when full.
+	cp := base
+	cp.QueueSize, cp.BlockOnOverflow = capacityQueueSize, true
+	c = renderGateway(t, cp)
+	assert.Equal(t, true, c.Get("exporters::otlp_grpc::sending_queue::block_on_overflow"))
 
 	st := base
 	st.Stock, st.QueueSize = true, 10

@@ -103,7 +103,7 @@ func (m *matrix) startGateway(ctx context.Context) error {
 	}
 	m.gwCfg = gatewayConfig{
 		GRPCPort: ports[0], HTTPPort: ports[1], MetricsPort: ports[2], Sink: m.sink.addr(),
-		Stock: m.s.stock, Downstream: m.s.downstream, QueueSize: m.s.queueSize,
+		Stock: m.s.stock, Downstream: m.s.downstream, QueueSize: m.s.queueSize, BlockOnOverflow: m.s.blockOnOverflow,
 	}
 	bin := m.gatewayBin()
 	cfgPath := m.path("config-gateway.yaml")

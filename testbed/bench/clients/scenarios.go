@@ -152,6 +152,8 @@ type scenario struct {
 	// the gateway exporter's queue_size (0: its default, 1000 batches).
 	downstream bool
 	queueSize  int
+	// blockOnOverflow: a full queue waits (the capacity step).
+	blockOnOverflow bool
 }
 
 // defaultCPUs is the gateway's CPU quota in the scenarios: on this 2-core
