@@ -79,8 +79,8 @@ type CutReason uint8
 // The reasons a request is cut off, usable as array indexes.
 const (
 	// CutBudget: its body waited too long for more of the budget or of the
-	// oversize lane, gave way to the other bodies of its key, or read in
-	// the lane past its tenure.
+	// oversize lane, gave way to the other waiting bodies, was kept out of
+	// the lane its key owes, or read in the lane past its tenure.
 	CutBudget CutReason = iota
 	// CutOpen: its signal turned Open while its body waited for bytes.
 	CutOpen
@@ -289,7 +289,9 @@ func New(cfg Config, holdCfg HoldConfig, set Settings) (*Controller, error) {
 		c.budget = newBudget(max(set.Budget, 1), c.keys, exemptShare)
 		c.budget.heldMax.Store(set.HeldPool)
 		if !c.observe {
-			// observe_only cuts nothing off.
+			// observe_only refuses nothing while the receivers run: no
+			// silent call is trimmed (at shutdown they are cut off all
+			// the same).
 			c.budget.onWait = c.trimSilent
 			c.keys.onContended = c.trimSilent
 		}
