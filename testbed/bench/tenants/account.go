@@ -155,6 +155,9 @@ type roundResult struct {
 	DeniedShed   num `json:"denied_shed"`
 	DeniedOpen   num `json:"denied_open"`
 	DeniedBudget num `json:"denied_budget"`
+	// CutOff counts the requests allowed at first and cut off later, by
+	// reason (budget, open, slow, stopping): the client saw a refusal.
+	CutOff map[string]num `json:"cut_off,omitempty"`
 	// Drained: the quiet tenants' agents settled within -drain-max,
 	// DrainSeconds after the load window.
 	Drained      bool `json:"drained"`

@@ -166,15 +166,24 @@ func renderReport(w io.Writer, s setup, results []*roundResult, machine, capMD s
 	}
 
 	fmt.Fprintf(w, "\n## The gateways' own view\n\n")
-	fmt.Fprintf(w, "The throttle's decisions over the round (HTTP requests, from its `otelcol_throttle_requests`), its time Shedding and Open in the load window, its peak in-flight bytes reserved against the budget; the drain of the quiet tenants.\n\n")
-	fmt.Fprint(w, "| round | allowed | denied: shed / open / budget | Shedding / Open s | peak reserved / budget (MiB) | restarts | drained | host busy % mean / max |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "The throttle's decisions over the round (HTTP requests, from its `otelcol_throttle_requests`), the requests it allowed and cut off later by reason (`otelcol_throttle_cut_off_requests`: their clients saw a refusal too), its time Shedding and Open in the load window, its peak in-flight bytes reserved against the budget; the drain of the quiet tenants.\n\n")
+	fmt.Fprint(w, "| round | allowed | denied: shed / open / budget | cut off: budget / open / slow / stopping | Shedding / Open s | peak reserved / budget (MiB) | restarts | drained | host busy % mean / max |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		drain := "no (within the drain's limit)"
 		if r.Drained {
 			drain = fmt.Sprintf("yes, %ss", opt(float64(r.DrainSeconds), 0))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s / %s / %s | %s / %s | %s / %s | %d | %s | %s / %s |\n", r.Name,
+		cut := make([]any, len(cutReasons))
+		for i, c := range cutReasons {
+			v, ok := r.CutOff[c]
+			if !ok {
+				v = num(math.NaN())
+			}
+			cut[i] = opt(float64(v), 0)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s / %s / %s | %s / %s / %s / %s | %s / %s | %s / %s | %d | %s | %s / %s |\n", r.Name,
 			opt(float64(r.Allowed), 0), opt(float64(r.DeniedShed), 0), opt(float64(r.DeniedOpen), 0), opt(float64(r.DeniedBudget), 0),
+			cut[0], cut[1], cut[2], cut[3],
 			opt(float64(r.ShedSeconds), 0), opt(float64(r.OpenSeconds), 0), mib(r.PeakReserved), mib(r.Budget),
 			r.Restarts, drain, opt(float64(r.HostMeanPct), 0), opt(float64(r.HostMaxPct), 0))
 	}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/otelthrottle/throttle/internal/admission"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/colconfig"
 	"github.com/otelthrottle/throttle/testbed/bench/internal/harness"
 )
@@ -164,6 +165,10 @@ func runRound(ctx context.Context, o options, spec roundSpec, tw, ew *harness.CS
 		res.DeniedShed = num(zero(harness.Value(gs, "otelcol_throttle_requests", reason("shed"))))
 		res.DeniedOpen = num(zero(harness.Value(gs, "otelcol_throttle_requests", reason("open"))))
 		res.DeniedBudget = num(zero(harness.Value(gs, "otelcol_throttle_requests", reason("budget"))))
+		res.CutOff = map[string]num{}
+		for _, c := range cutReasons {
+			res.CutOff[c] = num(zero(harness.Value(gs, "otelcol_throttle_cut_off_requests", map[string]string{"reason": c})))
+		}
 	} else {
 		res.Allowed, res.DeniedShed, res.DeniedOpen, res.DeniedBudget = num(math.NaN()), num(math.NaN()), num(math.NaN()), num(math.NaN())
 	}
@@ -324,3 +329,13 @@ func (r *round) offerCPU(ctx context.Context, rate float64, length time.Duration
 	}
 	return float64(c2-c1) / secs, cpu, nil
 }
+
+// cutReasons are the reasons of otelcol_throttle_cut_off_requests, in the
+// report's order.
+var cutReasons = func() []string {
+	r := make([]string, admission.NumCutReasons)
+	for i := range r {
+		r[i] = admission.CutReason(i).String()
+	}
+	return r
+}()

@@ -418,6 +418,7 @@ func TestReport(t *testing.T) {
 		n := &roundResult{
 			Name: topo + "-" + gw + "-noisy", Topology: topo, Gateway: gw, Round: roundNoisy,
 			Tenants: quietTenants(900, 650), QuietP99Ms: 130, Drained: true, HostMeanPct: 75, PeakWSBytes: 80 << 20,
+			Allowed: 2000, DeniedBudget: 40, CutOff: map[string]num{"budget": 7, "open": 0, "slow": 1, "stopping": 2},
 		}
 		n.Tenants = append(n.Tenants, tenantResult{Tenant: tenantName(9), Noisy: true, Rate: 7000})
 		return []*roundResult{b, n}
@@ -459,6 +460,8 @@ func TestReport(t *testing.T) {
 	assert.Contains(t, text, "| their p99 latency rises <= 10 % | **fail**: 100.0 -> 130.0 ms (+30.0 %) |")
 	assert.Contains(t, text, "ranges from 100 to 100 ms")
 	assert.Contains(t, text, "Capacity: 10000 spans/s.")
+	assert.Contains(t, text, "| proxy-throttle-tenant-noisy | 2000 | 0 / 0 / 40 | 7 / 0 / 1 / 2 |", "the cut-offs by reason beside the decisions")
+	assert.Contains(t, text, "| proxy-throttle-tenant-baseline |  |  / 0 / 0 |  /  /  /  |", "a round without the counter shows no figure")
 	assert.Contains(t, text, "within a pair the rounds differ by up to 15 points")
 	sum, err := report.ReadCSV(filepath.Join(dir, summaryFile))
 	require.NoError(t, err)
