@@ -464,6 +464,11 @@ func keyAtShare(ctx context.Context, t *testing.T, opts ...admOption) *grpcFixtu
 		_, err := f.pushStream(ctx)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return f.stats().Reserved == want }, admissionWait, time.Millisecond)
+		// The tap reserves the call's estimate; its Start (before the
+		// handler runs) then claims what its message may decode to. A call
+		// arriving between the two would find the key's undecoded calls
+		// short of its share and be let in.
+		require.Eventually(t, func() bool { return f.push.calls.Load() == want/1000 }, admissionWait, time.Millisecond)
 	}
 	return f
 }
