@@ -1116,8 +1116,8 @@ func (t *keyTable) sizeOf(k Key, sig decision.Signal, at time.Duration, wire boo
 }
 
 // decodesAtOnce is how many gRPC messages as large as the budget allows may
-// be decoded at once: a call reserves at least a quarter of the budget
-// before its message is read (see callSize).
+// be decoded at once: a call reserves what its message may decode to, at
+// most a quarter of the budget, before its message is read (see callSize).
 const decodesAtOnce = 4
 
 // callSize is what a gRPC call reserves from before its message is read

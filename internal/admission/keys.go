@@ -38,9 +38,10 @@ const topSlots = keySlots / 2
 // activeFor is how long a key counts towards the shares after it last read
 // a byte or was refused for the budget: long enough to span an exporter's
 // back-off after a refusal, so that a key refused because others hold the
-// budget still counts when the shares are computed. Requests that send no
-// byte do not make a key active: silent requests cannot shrink the others'
-// shares.
+// budget still counts when the shares are computed. An HTTP request that
+// sends no byte does not make its key active, since it holds nothing until
+// its first byte; a gRPC call holds its estimate from the tap on, and its key
+// counts while it does (trimSilent bounds calls that send nothing).
 const activeFor = 5 * time.Second
 
 // recountEvery is how often the shares and the fair drops are computed
