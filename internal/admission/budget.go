@@ -53,9 +53,12 @@ type budget struct {
 	// free, so that a call waiting for its bytes is not passed by them
 	// until its deadline.
 	headKeep atomic.Int64
-	mu       sync.Mutex // guards queue, entrants and the lane's waiters
+	mu       sync.Mutex // guards queue, entrants, rechecking and the lane's waiters
 	queue    []*waiter  // bodies waiting to grow, oldest first
 	entrants []*entrant // requests waiting to be admitted, oldest first
+	// rechecking: a goroutine serves the waits again every recountEvery
+	// while any body or entrant waits (see recheck).
+	rechecking bool
 
 	lane lanePool
 
@@ -185,6 +188,7 @@ func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Ke
 	b.pending.Add(need)
 	b.waiting.Add(1)
 	b.wakeLocked() // a new older waiter changes what the others may take
+	b.recheckLocked()
 	b.mu.Unlock()
 	defer func() {
 		b.mu.Lock()
@@ -318,6 +322,46 @@ func (b *budget) wakeLocked() {
 	}
 }
 
+// recheckLocked starts the goroutine that serves the waits again every
+// recountEvery, unless it runs. Releases wake the waits, but what a key may
+// hold also grows without one: when the budget stops being contended, or
+// when a recount finds fewer keys busy. A wait that only a release woke
+// would then run out its wait_timeout with room free, and its body be cut
+// off.
+func (b *budget) recheckLocked() {
+	if b.rechecking {
+		return
+	}
+	b.rechecking = true
+	go b.recheck()
+}
+
+// recheck serves the waiting bodies and entrants again every recountEvery
+// until none waits or the receivers stop.
+func (b *budget) recheck() {
+	t := time.NewTicker(recountEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-b.closing:
+			b.mu.Lock()
+			b.rechecking = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Lock()
+		if len(b.queue) == 0 && len(b.entrants) == 0 {
+			b.rechecking = false
+			b.mu.Unlock()
+			return
+		}
+		b.wakeLocked()
+		b.admitEntrantsLocked()
+		b.mu.Unlock()
+	}
+}
+
 // entrant is a request waiting to be admitted.
 type entrant struct {
 	n        int64
@@ -344,6 +388,7 @@ func (b *budget) waitAdmit(ctx context.Context, n int64, k Key, u use, limit tim
 	b.entrants = append(b.entrants, e)
 	b.enter(e, 1)
 	b.admitEntrantsLocked() // it may fit behind no one
+	b.recheckLocked()
 	b.mu.Unlock()
 
 	t := time.NewTimer(limit)

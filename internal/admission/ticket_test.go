@@ -393,6 +393,40 @@ func TestGRPCWaitAtShareDoesNotContend(t *testing.T) {
 	assert.Zero(t, f.c.Stats().Reserved)
 }
 
+// TestGRPCWaitSeesItsShareGrowBack: a call waiting at Start because its
+// key's fair part of a contended budget is taken by its key's first decode
+// is admitted once the contention passes and the key may hold its
+// configured share again, although no request gave anything back then.
+func TestGRPCWaitSeesItsShareGrowBack(t *testing.T) {
+	// Share 4 MiB; a decode holds 2 MiB. With a hold, a call of a key at its
+	// share is let in at the tap to wait in Start.
+	f := newFixture(t, 8<<20, func(_ *Config, h *HoldConfig) { *h = HoldConfig{MaxWait: 10 * time.Second, MaxRequests: 10} })
+	for i := 2; i <= 4; i++ { // three more keys reading: a fair part of 2 MiB
+		busyAt(f.c.keys, f.c.keys.key(addr(fmt.Sprintf("10.0.0.%d", i)), ""), now())
+	}
+	f.c.keys.recount(now(), nil)
+	f.c.keys.noteRefused(0, now()) // contended for the next 2 s
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, v := f.grpc(ctx, "10.0.0.1")
+	require.True(t, v.Admitted())
+	require.True(t, first.Start(ctx, nil, false).Admitted(), "one decode at a time is always possible")
+	k := f.c.keys.key(addr("10.0.0.1"), "")
+	lim, _ := f.c.budget.limitOf(k, now())
+	require.EqualValues(t, 2<<20, lim, "the key's fair part")
+
+	second, v := f.grpc(ctx, "10.0.0.1")
+	require.True(t, v.Admitted())
+	start := time.Now()
+	got := make(chan decision.Verdict, 1)
+	go func() { got <- second.Start(ctx, nil, false) }()
+	require.Eventually(t, func() bool { return f.c.budget.entering.Load() == 1 }, 10*time.Second, time.Millisecond, "the second call waits")
+	require.Equal(t, decision.VerdictAdmit, <-got, "refused after %v: its key's share grew back while it waited", time.Since(start))
+	second.Release(true)
+	first.Release(true)
+	assert.Zero(t, f.c.Stats().Reserved)
+}
+
 // TestGRPCOpenWhileWaitingToDecode: a call that waits at Start for what
 // its message may decode to is refused Open if its signal turned Open while
 // it waited, not let in to leave its message in the pipeline; another
