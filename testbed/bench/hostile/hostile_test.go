@@ -74,8 +74,8 @@ var notYetMet = map[string]string{
 // the short form: one Open of half a second is 4-9 % of a 20 s round.
 const gzipPeerGap = "the gzip peer's admitted 16 MiB bodies (read in the oversize lane, unbounded while the collector is not under pressure) " +
 	"are copied three or four times as they are decoded and exported, beyond the budget's view once read: " +
-	"when two of them land together the memory level jumps from under its exit line past its hard line within one check " +
-	"(0.50 to 0.76 in 0.4 s measured), and the Open refuses the normal clients with the rest for about half a second"
+	"the memory level rises by up to a quarter of the limit within 0.4 s as they land (0.50 to 0.76 measured), " +
+	"and in the rounds that fell short the signal went from Normal to Open within half a second, refusing the normal clients with the rest"
 
 // notBelow is, for a scenario in notYetMet, the share of their baseline
 // under which the normal clients' throughput still fails the test: a gap
