@@ -205,14 +205,14 @@ func (b *budget) waitGrow(ctx context.Context, w *waiter, need, held int64, k Ke
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	for {
-		older, all, key, origin := b.position(w, b.keepFor(false))
+		older, all, key, origin, heaviest := b.position(w, b.keepFor(false))
 		at := now()
 		if b.take(need, k, older+b.keepFor(exempt), useOf(exempt), at) {
 			return true, now() - start
 		}
 		lim, plim := b.limitOf(k, at) // an exempt body's extra is taken off its need
 		if all.stuck(b.max.Load()) || key.youngest && (key.deadlocked(lim) ||
-			origin.deadlocked(plim) && b.heaviest(w.origin) == k) {
+			origin.deadlocked(plim) && heaviest == k) {
 			return false, now() - start
 		}
 		select {
@@ -269,11 +269,16 @@ func (l line) deadlocked(limit int64) bool {
 
 // position returns what the bodies older than w need, and w's line among
 // all waiting bodies, among those of its key, and among those of its
-// origin; extra is the exempt reserve.
-func (b *budget) position(w *waiter, extra int64) (older int64, all, key, origin line) {
+// origin; extra is the exempt reserve. heaviest is the key whose waiting
+// bodies of w's origin hold the most, the one with the younger bodies of
+// equals: a tenant holding little does not give up for its siblings. It is
+// taken from the same queue as the lines, or a body that saw its origin
+// deadlocked would give up for a sibling's body that gave up meanwhile.
+func (b *budget) position(w *waiter, extra int64) (older int64, all, key, origin line, heaviest Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	before := true
+	held := make(map[Key]int64)
 	for _, q := range b.queue {
 		if q == w {
 			before = false
@@ -286,31 +291,16 @@ func (b *budget) position(w *waiter, extra int64) (older int64, all, key, origin
 		}
 		if q.origin == w.origin {
 			origin.add(q, w, extra)
-		}
-	}
-	return older, all, key, origin
-}
-
-// heaviest returns the key whose waiting bodies of origin o hold the most,
-// the one with the younger bodies of equals: a tenant holding little does
-// not give up for its siblings.
-func (b *budget) heaviest(o Key) Key {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	held := make(map[Key]int64)
-	for _, q := range b.queue {
-		if q.origin == o {
 			held[q.k] += q.held
 		}
 	}
-	var top Key
 	most := int64(-1)
 	for _, q := range b.queue {
-		if q.origin == o && held[q.k] >= most {
-			top, most = q.k, held[q.k]
+		if q.origin == w.origin && held[q.k] >= most {
+			heaviest, most = q.k, held[q.k]
 		}
 	}
-	return top
+	return older, all, key, origin, heaviest
 }
 
 func (b *budget) wakeLocked() {
