@@ -278,7 +278,6 @@ func (b *budget) position(w *waiter, extra int64) (older int64, all, key, origin
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	before := true
-	held := make(map[Key]int64)
 	for _, q := range b.queue {
 		if q == w {
 			before = false
@@ -291,6 +290,14 @@ func (b *budget) position(w *waiter, extra int64) (older int64, all, key, origin
 		}
 		if q.origin == w.origin {
 			origin.add(q, w, extra)
+		}
+	}
+	if origin.n == key.n {
+		return older, all, key, origin, w.k // no other key of its origin waits
+	}
+	held := make(map[Key]int64)
+	for _, q := range b.queue {
+		if q.origin == w.origin {
 			held[q.k] += q.held
 		}
 	}
