@@ -284,8 +284,8 @@ hostile: $(OTELCOL)
 	$(GO) build -C $(TESTBED) -o $(CURDIR)/bin/ ./bench/hostile
 	$(CURDIR)/bin/hostile -collector $(OTELCOL) $(HOSTILE_FLAGS)
 
-## tier: the tier benchmark (Linux, root, haproxy; about 45 minutes a
-## protocol): the capacity of the largest replica size (the others' scaled
+## tier: the tier benchmark (Linux, root, haproxy; about 20 minutes over
+## HTTP, 40 over gRPC): the capacity of the largest replica size (the others' scaled
 ## by their CPU), then, round by round, a
 ## replica set of the stock gateway, memory_limiter and throttle (0.2, 0.2
 ## and 0.1 CPU, 150 MiB each) behind HAProxy (TCP, round-robin) through a
